@@ -1,0 +1,44 @@
+# The whole setup on a fresh machine: `make run` (local stack) and `make test` (the suite).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+
+.PHONY: install run test test-fast lint format synth bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the whole gateway locally (API on :8080, simulator on :8081). Ctrl-C stops it.
+run: install
+	$(PY) -m local.run
+
+## Install and run the whole test suite.
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+## Synthesize the CDK app offline into cdk.out/ (no AWS account, Docker or network).
+synth: install
+	$(PY) -m infra.app
+
+bench: install
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
