@@ -1,0 +1,57 @@
+"""Pure validation of batch input: request bodies, direct requests and (later) file lines.
+
+Nothing here touches AWS or does I/O. Validators of one request raise ``RequestInvalid``,
+which carries the line code of a file's validation report (spec 001); the create call
+turns it into a ``BadRequest`` that names the request (spec 000).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+RequestInvalidCode = Literal[
+    # the request as a whole (a direct request, or a file line)
+    "invalid_line",
+    "invalid_custom_id",
+    "duplicate_custom_id",
+    "invalid_method",
+    "invalid_url",
+    # its body, as the endpoint would check it
+    "invalid_body",
+    "unsupported_feature",
+    "missing_max_tokens",
+    "model_not_found",
+    "model_unsupported",
+    "max_tokens_too_large",
+]
+
+
+class RequestInvalid(Exception):
+    """One request the batch cannot take.
+
+    ``code`` is the spec's line code, ``param`` the dotted path of the offending field
+    relative to what was validated (``"messages[0].content"`` for a body,
+    ``"body.messages[0].content"`` for a whole request), or None for the value itself.
+    """
+
+    def __init__(self, code: RequestInvalidCode, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code: RequestInvalidCode = code
+        self.message = message
+        self.param = param
+
+    def under(self, prefix: str) -> RequestInvalid:
+        """The same error with ``param`` re-rooted below ``prefix`` (e.g. ``"body"``)."""
+        return RequestInvalid(self.code, self.message, param=join_param(prefix, self.param))
+
+
+def join_param(prefix: str, param: str | None) -> str:
+    """``join_param("body", "messages[0]")`` is ``"body.messages[0]"``; ``None`` keeps the prefix."""
+    if not param:
+        return prefix
+    if not prefix:
+        return param
+    return f"{prefix}{param}" if param.startswith("[") else f"{prefix}.{param}"
+
+
+__all__ = ["RequestInvalid", "RequestInvalidCode", "join_param"]

@@ -1,0 +1,247 @@
+"""``POST /v1/batches`` with direct requests: the whole batch checked before anything is stored.
+
+``validate_create`` either returns the plan of every request (its body as sent, the
+canonical model it runs on) or raises one BadRequest naming the first invalid request,
+as ``requests[1] (custom_id 'q-2'): Model 'no-such-model' not found``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from batchgw.catalog import ENDPOINTS, Catalog
+from batchgw.errors import BadRequest
+from batchgw.settings import Settings
+from batchgw.validation import RequestInvalid, join_param
+from batchgw.validation.chat import validate_chat_body
+
+DEFAULT_URL = "/v1/chat/completions"
+CUSTOM_ID_MAX_CHARS = 512
+METADATA_MAX_PAIRS = 16
+METADATA_KEY_MAX_CHARS = 64
+METADATA_VALUE_MAX_CHARS = 512
+COMPLETION_WINDOW = "24h"
+
+# Each batchable endpoint's body validator: checks a body and returns the model it names.
+# The other targets (/v1/embeddings, /v1/responses, /v1/messages) join here as they land.
+BODY_VALIDATORS: dict[str, Callable[[Any], str]] = {
+    "/v1/chat/completions": validate_chat_body,
+}
+
+_REQUEST_FIELDS = frozenset({"custom_id", "method", "url", "body"})
+_CREATE_FIELDS = frozenset({"requests", "metadata", "completion_window"})
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    """One request as it will be stored: ``body`` exactly as sent (an alias keeps its name),
+    ``model`` the canonical model id it runs on, fixed when the batch is created."""
+
+    custom_id: str
+    method: str
+    url: str
+    body: dict[str, Any]
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePlan:
+    """A valid batch of direct requests, in the order they were sent."""
+
+    endpoint: str
+    requests: list[PlannedRequest]
+    metadata: dict[str, str] | None
+
+
+def validate_create(body: Any, *, settings: Settings, catalog: Catalog, role: str) -> CreatePlan:
+    """Check a create-batch body of direct requests, whole, for a caller of ``role``.
+
+    Returns the plan of every request, or raises BadRequest (code 400) for the first
+    problem: a request's problem names it (``requests[i] (custom_id '...'): ...``) and
+    chains the RequestInvalid that carries its line code.
+    """
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object")
+    _check_create_fields(body)
+    metadata = check_metadata(body.get("metadata"))
+
+    items = body.get("requests")
+    if not isinstance(items, list):
+        raise BadRequest("requests must be an array of requests", param="requests")
+    if not items:
+        raise BadRequest("requests must have at least one request", param="requests")
+    limit = settings.batch_max_requests
+    if len(items) > limit:
+        raise BadRequest(
+            f"A batch may have at most {limit:,} requests; this one has {len(items):,}. "
+            "Split the job into several batches.",
+            param="requests",
+        )
+
+    planned: list[PlannedRequest] = []
+    seen: dict[str, int] = {}
+    endpoint: str | None = None
+    for index, item in enumerate(items):
+        try:
+            request = plan_request(item, endpoint=endpoint, catalog=catalog, role=role)
+            first = seen.setdefault(request.custom_id, index)
+            if first != index:
+                raise RequestInvalid(
+                    "duplicate_custom_id",
+                    f"custom_id '{request.custom_id}' is repeated (requests[{first}] has it); "
+                    "each custom_id must be unique in the batch",
+                    param="custom_id",
+                )
+        except RequestInvalid as exc:
+            raise BadRequest(
+                f"{_label(index, item)}: {exc.message}", param=join_param(f"requests[{index}]", exc.param)
+            ) from exc
+        endpoint = request.url
+        planned.append(request)
+    return CreatePlan(endpoint=planned[0].url, requests=planned, metadata=metadata)
+
+
+def plan_request(item: Any, *, endpoint: str | None, catalog: Catalog, role: str) -> PlannedRequest:
+    """Check one request ``{"custom_id", "method", "url", "body"}`` and plan it.
+
+    ``endpoint`` is the url every request of the batch must use, or None for the first
+    request, which sets it. Raises RequestInvalid with ``param`` relative to the request
+    (``"custom_id"``, ``"body.messages[0].role"``); uniqueness of ``custom_id`` is the
+    caller's to check.
+    """
+    if not isinstance(item, dict):
+        raise RequestInvalid("invalid_line", "a request must be a JSON object")
+    custom_id = item.get("custom_id")
+    if custom_id is None:
+        raise RequestInvalid("invalid_custom_id", "custom_id is required", param="custom_id")
+    if not _valid_custom_id(custom_id):
+        raise RequestInvalid(
+            "invalid_custom_id",
+            f"custom_id must be a string of 1-{CUSTOM_ID_MAX_CHARS} characters",
+            param="custom_id",
+        )
+    unknown = item.keys() - _REQUEST_FIELDS
+    if unknown:
+        name = sorted(unknown)[0]
+        raise RequestInvalid(
+            "invalid_line",
+            f"unknown field '{name}'; a request has custom_id, method, url and body",
+            param=name,
+        )
+
+    method = item.get("method")
+    if method is None:
+        method = "POST"
+    elif method != "POST":
+        raise RequestInvalid("invalid_method", "method must be POST", param="method")
+
+    url = item.get("url")
+    if url is None:
+        url = DEFAULT_URL
+    elif not isinstance(url, str):
+        raise RequestInvalid("invalid_url", "url must be a string", param="url")
+    if endpoint is not None and url != endpoint:
+        raise RequestInvalid(
+            "invalid_url",
+            f"url '{url}' differs from the batch's url '{endpoint}'; every request of a batch "
+            "uses the same url",
+            param="url",
+        )
+    validator = BODY_VALIDATORS.get(url)
+    if validator is None:
+        if url in ENDPOINTS:
+            raise RequestInvalid("invalid_url", f"url '{url}' cannot be batched yet", param="url")
+        raise RequestInvalid(
+            "invalid_url",
+            f"url '{url}' is not a batch target; use one of {', '.join(ENDPOINTS)}",
+            param="url",
+        )
+
+    body = item.get("body")
+    if body is None:
+        raise RequestInvalid("invalid_body", "body is required", param="body")
+    if not isinstance(body, dict):
+        raise RequestInvalid("invalid_body", "body must be a JSON object", param="body")
+    try:
+        name = validator(body)
+    except RequestInvalid as exc:
+        raise exc.under("body") from exc
+
+    if catalog.is_auto(name):
+        raise RequestInvalid(
+            "model_unsupported",
+            f"Model '{name}' is an auto model; auto models cannot be used in a batch; name a specific model",
+            param="body.model",
+        )
+    try:
+        spec = catalog.resolve(name, role)
+    except BadRequest as exc:  # unknown, or not this role's: the two read the same
+        raise RequestInvalid("model_not_found", exc.message, param="body.model") from exc
+    if url not in spec.endpoints:
+        raise RequestInvalid("model_unsupported", f"Model '{name}' does not serve {url}", param="body.model")
+    return PlannedRequest(custom_id=custom_id, method=method, url=url, body=body, model=spec.id)
+
+
+def check_metadata(metadata: Any) -> dict[str, str] | None:
+    """The batch's metadata: null, or up to 16 string pairs (keys ≤ 64, values ≤ 512 characters)."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise BadRequest("metadata must be an object of string pairs", param="metadata")
+    if len(metadata) > METADATA_MAX_PAIRS:
+        raise BadRequest(
+            f"metadata has {len(metadata)} pairs; a batch may have at most {METADATA_MAX_PAIRS}",
+            param="metadata",
+        )
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise BadRequest("metadata keys must be strings", param="metadata")
+        if len(key) > METADATA_KEY_MAX_CHARS:
+            raise BadRequest(
+                f"metadata key '{key[:METADATA_KEY_MAX_CHARS]}...' is longer than "
+                f"{METADATA_KEY_MAX_CHARS} characters",
+                param="metadata",
+            )
+        if not isinstance(value, str):
+            raise BadRequest(f"metadata['{key}'] must be a string", param=f"metadata.{key}")
+        if len(value) > METADATA_VALUE_MAX_CHARS:
+            raise BadRequest(
+                f"metadata['{key}'] is longer than {METADATA_VALUE_MAX_CHARS} characters",
+                param=f"metadata.{key}",
+            )
+    return metadata
+
+
+def _check_create_fields(body: dict[str, Any]) -> None:
+    if "requests" not in body:
+        raise BadRequest("requests is required", param="requests")
+    if "input_file_id" in body:
+        raise BadRequest(
+            "input_file_id and requests cannot be used together; send the requests inline "
+            "or in a file, not both",
+            param="input_file_id",
+        )
+    for key in body:
+        if key not in _CREATE_FIELDS:
+            hint = ""
+            if key == "endpoint":
+                hint = "; a batch of direct requests takes its endpoint from the requests' url"
+            raise BadRequest(f"Unknown field '{key}'{hint}", param=key)
+    window = body.get("completion_window", COMPLETION_WINDOW)
+    if window != COMPLETION_WINDOW:
+        raise BadRequest(
+            f"completion_window must be '{COMPLETION_WINDOW}'; got {window!r}", param="completion_window"
+        )
+
+
+def _valid_custom_id(custom_id: Any) -> bool:
+    return isinstance(custom_id, str) and 1 <= len(custom_id) <= CUSTOM_ID_MAX_CHARS
+
+
+def _label(index: int, item: Any) -> str:
+    custom_id = item.get("custom_id") if isinstance(item, dict) else None
+    if _valid_custom_id(custom_id):
+        return f"requests[{index}] (custom_id '{custom_id}')"
+    return f"requests[{index}]"
