@@ -45,5 +45,11 @@ class Principal:
 def key_record(api_key: str, user_id: str, role: str, name: str = "") -> dict[str, str]:
     """The control-table item that stores one API key (only its hash is kept)."""
     digest = hash_key(api_key)
-    return {"pk": key_pk(digest), "sk": KEY_SK, "user_id": user_id, "role": role, "name": name,
-            "key_id": digest[:16]}
+    return {
+        "pk": key_pk(digest),
+        "sk": KEY_SK,
+        "user_id": user_id,
+        "role": role,
+        "name": name,
+        "key_id": digest[:16],
+    }

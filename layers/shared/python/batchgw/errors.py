@@ -11,8 +11,14 @@ class ApiError(Exception):
     status: int = 400
     type: str = "invalid_request_error"
 
-    def __init__(self, message: str, *, code: str | int | None = None, param: str | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | int | None = None,
+        param: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code: str | int = self.status if code is None else code
@@ -20,8 +26,12 @@ class ApiError(Exception):
         self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"message": self.message, "type": self.type, "param": self.param,
-                                 "code": self.code}
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": self.type,
+            "param": self.param,
+            "code": self.code,
+        }
         return {"error": error, **self.extra}
 
 

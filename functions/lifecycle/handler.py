@@ -1,0 +1,25 @@
+"""Lifecycle function: the workflow's steps (prepare, park, finalize), by action."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from batchgw import lifecycle
+from batchgw.deps import get_deps
+from batchgw.observability import logger
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    deps = get_deps()
+    action = event["action"]
+    batch_id = event["batch_id"]
+    logger.append_keys(batch_id=batch_id, action=action)
+    if action == "prepare":
+        return lifecycle.prepare(deps, batch_id)
+    if action == "park":
+        return lifecycle.park(deps, batch_id, event["token"])
+    if action == "finalize":
+        return lifecycle.finalize(deps, batch_id)
+    raise ValueError(f"unknown lifecycle action {action!r}")

@@ -1,0 +1,36 @@
+"""Worker function: SQS chain messages → batchgw.worker, reporting partial failures."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    AsyncBatchProcessor,
+    EventType,
+    async_process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from batchgw.deps import get_deps
+from batchgw.observability import logger
+from batchgw.work import ChainMessage
+from batchgw.worker import run_message
+
+processor = AsyncBatchProcessor(event_type=EventType.SQS)
+
+
+async def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
+    deadline = time.time() + lambda_context.get_remaining_time_in_millis() / 1000
+    owner = f"{lambda_context.aws_request_id}:{uuid.uuid4().hex[:8]}"
+    await run_message(get_deps(), ChainMessage.decode(record.body), owner=owner, deadline=deadline)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return dict(
+        async_process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    )

@@ -1,0 +1,79 @@
+"""S3 adapter: batch inputs, large request/response bodies, result files."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from batchgw.errors import StorageError
+
+
+def input_key(batch_id: str) -> str:
+    return f"inputs/{batch_id}/requests.jsonl.gz"
+
+
+def body_key(batch_id: str, idx: int, kind: str) -> str:
+    return f"bodies/{batch_id}/{idx}.{kind}.json"
+
+
+def export_key(batch_id: str) -> str:
+    return f"exports/{batch_id}/output.jsonl"
+
+
+class BlobStore:
+    def __init__(self, client: Any, bucket: str) -> None:
+        self._s3 = client
+        self._bucket = bucket
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        try:
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=data, ContentType=content_type)
+        except ClientError as exc:
+            raise StorageError(f"could not write s3://{self._bucket}/{key}") from exc
+
+    def get(self, key: str) -> bytes:
+        try:
+            return bytes(self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read())
+        except ClientError as exc:
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+
+    def put_lines_gz(self, key: str, lines: list[bytes]) -> None:
+        self.put(key, gzip.compress(b"\n".join(lines) + b"\n", compresslevel=1), "application/gzip")
+
+    def iter_lines_gz(self, key: str) -> Iterator[bytes]:
+        """The lines of a gzipped JSONL object, streamed (bounded memory)."""
+        try:
+            body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+        except ClientError as exc:
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        with gzip.GzipFile(fileobj=body) as stream:
+            for line in stream:
+                line = line.rstrip(b"\n")
+                if line:
+                    yield line
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._s3.head_object(Bucket=self._bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        return True
+
+    def presigned_get(self, key: str, expires_in: int = 3600) -> str:
+        return str(
+            self._s3.generate_presigned_url(
+                "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_in
+            )
+        )
+
+    def delete_prefix(self, prefix: str) -> None:
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self._bucket, Prefix=prefix):
+            keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+            if keys:
+                self._s3.delete_objects(Bucket=self._bucket, Delete={"Objects": keys, "Quiet": True})

@@ -1,0 +1,294 @@
+"""The batch API's rules: create, read, list, results. Handlers call these and nothing else.
+
+Every read checks the caller: another user's batch reads as not found (an admin may read
+any). Create stores the request and starts the workflow; it never calls a model.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from batchgw import codec
+from batchgw.auth import Principal, hash_key
+from batchgw.blobs import export_key, input_key
+from batchgw.deps import Deps
+from batchgw.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    StorageError,
+    Unauthorized,
+)
+from batchgw.records import (
+    ALL_STATUSES,
+    FINAL_STATUSES,
+    VALIDATING,
+    Job,
+    created_key,
+    item_index,
+    result_line,
+)
+from batchgw.validation.create import validate_create
+from batchgw.validation.jsonbody import parse_json
+
+# A results page or download answered inline stays under Lambda's 6 MB response limit.
+PAGE_BYTE_CAP = 5 * 1024 * 1024
+OWNER_INDEX = "by_owner"
+_KEY_CACHE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Download:
+    """A file answer: bytes inline, or a redirect to a presigned URL when too large."""
+
+    body: bytes | None = None
+    location: str | None = None
+    content_type: str = "application/jsonl"
+
+
+# --- auth --------------------------------------------------------------------------------
+
+_key_cache: dict[str, tuple[float, Principal | None]] = {}
+
+
+def authenticate(deps: Deps, authorization: str | None) -> Principal:
+    """The principal behind ``Authorization: Bearer <key>``; 401 when missing or unknown."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
+    digest = hash_key(authorization[7:].strip())
+    now = deps.clock()
+    cached = _key_cache.get(digest)
+    if cached is None or cached[0] < now:
+        record = deps.keys.get(digest)
+        principal = None
+        if record is not None and not record.get("revoked"):
+            principal = Principal(
+                user_id=str(record["user_id"]),
+                role=str(record["role"]),
+                key_id=str(record.get("key_id", digest[:16])),
+            )
+        cached = (now + _KEY_CACHE_SECONDS, principal)
+        _key_cache[digest] = cached
+    if cached[1] is None:
+        raise Unauthorized("Invalid API key.", code="invalid_api_key")
+    return cached[1]
+
+
+# --- create ------------------------------------------------------------------------------
+
+
+def _window_label(hours: float) -> str:
+    return "none" if hours == 0 else f"{hours:g}h"
+
+
+def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]:
+    settings = deps.settings
+    if not principal.at_least(settings.batch_min_role):
+        raise Forbidden(f"Your role may not create batches (needs {settings.batch_min_role} or above).")
+    if len(raw) > settings.max_body_bytes:
+        raise PayloadTooLarge(
+            f"The request body ({len(raw)} bytes) is larger than the limit of "
+            f"{settings.batch_max_body_mb:g} MiB."
+        )
+    plan = validate_create(parse_json(raw), settings=settings, catalog=deps.catalog, role=principal.role)
+    batch_id = f"batch_{uuid.uuid4().hex}"
+    lines = [
+        codec.dumps({"custom_id": r.custom_id, "model": r.model, "body": r.body}).encode()
+        for r in plan.requests
+    ]
+    deps.blobs.put_lines_gz(input_key(batch_id), lines)
+    now = int(deps.clock())
+    window = settings.completion_window_seconds
+    meta: dict[str, Any] = {
+        "pk": batch_id,
+        "owner": principal.user_id,
+        "key_id": principal.key_id,
+        "status": VALIDATING,
+        "endpoint": plan.endpoint,
+        "input_method": "inline",
+        "completion_window": _window_label(settings.batch_completion_window_hours),
+        "created_at": now,
+        "expires_at": None if window is None else int(now + window),
+        "total": len(plan.requests),
+        "metadata": plan.metadata,
+        "models": sorted({r.model for r in plan.requests}),
+        "retention_seconds": int(settings.retention_seconds),
+        "created_key": created_key(now, batch_id),
+    }
+    deps.jobs.put_new(meta)
+    try:
+        deps.workflow.start(batch_id)
+    except StorageError as exc:
+        raise ServiceUnavailable("The batch could not be started; try again.") from exc
+    return Job(meta=meta).to_api()
+
+
+# --- read --------------------------------------------------------------------------------
+
+
+def _visible_job(deps: Deps, principal: Principal, batch_id: str) -> Job:
+    job = deps.jobs.get(batch_id) if batch_id.startswith("batch_") else None
+    if job is None or (job.owner != principal.user_id and not principal.is_admin):
+        raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found")
+    return job
+
+
+def get_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    return _visible_job(deps, principal, batch_id).to_api()
+
+
+def _int_param(value: str | None, name: str, *, default: int, low: int, high: int) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadRequest(f"'{name}' must be an integer from {low} to {high}.", param=name) from None
+    if not low <= number <= high:
+        raise BadRequest(f"'{name}' must be an integer from {low} to {high}.", param=name)
+    return number
+
+
+def parse_time(value: str, name: str) -> int:
+    """Unix seconds or ISO 8601 (a naive time is UTC)."""
+    text = value.strip()
+    try:
+        return int(float(text))
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest(f"'{name}' must be unix seconds or an ISO 8601 time.", param=name) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp())
+
+
+def _last(params: dict[str, list[str]], name: str) -> str | None:
+    values = params.get(name) or []
+    return values[-1] if values else None
+
+
+def list_batches(deps: Deps, principal: Principal, params: dict[str, list[str]]) -> dict[str, Any]:
+    def one(name: str) -> str | None:
+        return _last(params, name)
+
+    limit = _int_param(one("limit"), "limit", default=20, low=1, high=100)
+    statuses = [s for value in params.get("status", []) for s in value.split(",") if s]
+    unknown = [s for s in statuses if s not in ALL_STATUSES]
+    if unknown:
+        raise BadRequest(f"Unknown status '{unknown[0]}'.", param="status")
+    before_key = None
+    after = one("after")
+    if after:
+        anchor = deps.jobs.get_meta(after) if after.startswith("batch_") else None
+        if anchor is None or anchor["owner"] != principal.user_id:
+            raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
+        before_key = str(anchor["created_key"])
+    created_after = one("created_after")
+    created_before = one("created_before")
+    metas, has_more = deps.jobs.list_for_owner(
+        principal.user_id,
+        limit=limit,
+        before_key=before_key,
+        created_after=None if created_after is None else parse_time(created_after, "created_after"),
+        created_before=None if created_before is None else parse_time(created_before, "created_before"),
+        statuses=statuses,
+        index=OWNER_INDEX,
+    )
+    data = []
+    for meta in metas:
+        job = deps.jobs.get(str(meta["pk"]))
+        if job is not None:
+            data.append(job.to_api())
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }
+
+
+def _response_body(deps: Deps, item: dict[str, Any]) -> Any:
+    if "res" in item:
+        return codec.unpack(item["res"])
+    if "res_ref" in item:
+        return codec.unpack(deps.blobs.get(str(item["res_ref"])))
+    return None
+
+
+def results_page(
+    deps: Deps, principal: Principal, batch_id: str, params: dict[str, list[str]]
+) -> dict[str, Any]:
+    job = _visible_job(deps, principal, batch_id)
+    limit = _int_param(_last(params, "limit"), "limit", default=100, low=1, high=1000)
+    after = _last(params, "after")
+    after_idx = -1
+    if after:
+        found = item_index(job.id, after)
+        if found is None:
+            raise BadRequest(f"'after' names no request of this batch: '{after}'.", param="after")
+        after_idx = found
+    items, has_more = deps.items.page(job.id, after_idx=after_idx, limit=limit)
+    data: list[dict[str, Any]] = []
+    size = 0
+    for item in items:
+        line = result_line(job.id, item, _response_body(deps, item))
+        line_size = len(codec.dumps(line))
+        if data and size + line_size > PAGE_BYTE_CAP:
+            has_more = True
+            break
+        data.append(line)
+        size += line_size
+    return {
+        "object": "list",
+        "data": data,
+        "has_more": has_more,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
+def _all_items(deps: Deps, batch_id: str) -> Iterator[dict[str, Any]]:
+    after = -1
+    while True:
+        items, more = deps.items.page(batch_id, after_idx=after, limit=500)
+        yield from items
+        if not more or not items:
+            return
+        after = int(items[-1]["idx"])
+
+
+def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
+    """Every result as one JSONL document, once the batch has ended."""
+    job = _visible_job(deps, principal, batch_id)
+    if job.status not in FINAL_STATUSES:
+        raise Conflict(
+            f"Batch '{batch_id}' has not ended yet (status {job.status}).", code="batch_results_not_ready"
+        )
+    key = export_key(job.id)
+    if deps.blobs.exists(key):
+        return Download(location=deps.blobs.presigned_get(key))
+    chunks: list[bytes] = []
+    size = 0
+    for item in _all_items(deps, job.id):
+        line = result_line(job.id, item, _response_body(deps, item))
+        del line["status"]
+        data = json.dumps(line, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        chunks.append(data)
+        size += len(data)
+    body = b"".join(chunks)
+    if size <= PAGE_BYTE_CAP:
+        return Download(body=body)
+    deps.blobs.put(key, body, "application/jsonl")
+    return Download(location=deps.blobs.presigned_get(key))

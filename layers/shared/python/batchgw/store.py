@@ -1,0 +1,617 @@
+"""DynamoDB adapters: batches (jobs), their requests (items), and model slot leases.
+
+Every state change is a conditional write. An item is written by a worker only while the
+worker holds its lease (owner plus an epoch that rises on every claim), so a stale or
+duplicate worker's write is refused rather than applied twice. SDK errors become domain
+results or ``StorageError`` here, never beyond.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from batchgw.errors import StorageError
+from batchgw.records import (
+    ITEM_QUEUED,
+    ITEM_RETRY,
+    ITEM_RUNNING,
+    ITEM_TERMINAL,
+    META_SK,
+    SHARD_PREFIX,
+    Counts,
+    Job,
+    shard_sk,
+)
+
+_ser = TypeSerializer()
+_de = TypeDeserializer()
+
+
+def to_ddb(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _ser.serialize(_ddb_value(v)) for k, v in item.items() if v is not None}
+
+
+def _ddb_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, dict):
+        return {k: _ddb_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ddb_value(v) for v in value]
+    return value
+
+
+def from_ddb(item: dict[str, Any]) -> dict[str, Any]:
+    out = {k: _de.deserialize(v) for k, v in item.items()}
+    for key, value in out.items():
+        if hasattr(value, "value") and type(value).__name__ == "Binary":
+            out[key] = bytes(value.value)
+    return out
+
+
+def _values(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _ser.serialize(_ddb_value(v)) for k, v in values.items()}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]
+
+
+class JobStore:
+    """Batches: the meta item, counter shards, and the owner index."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._db = client
+        self._table = table
+
+    def _key(self, batch_id: str, sk: str = META_SK) -> dict[str, Any]:
+        return {"pk": {"S": batch_id}, "sk": {"S": sk}}
+
+    def put_new(self, meta: dict[str, Any]) -> None:
+        try:
+            self._db.put_item(
+                TableName=self._table,
+                Item=to_ddb({**meta, "sk": META_SK}),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as exc:
+            raise StorageError(f"could not store batch {meta['pk']}") from exc
+
+    def get(self, batch_id: str) -> Job | None:
+        """The batch with its counters summed (one strongly consistent query)."""
+        resp = self._db.query(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": batch_id}},
+            ConsistentRead=True,
+        )
+        meta: dict[str, Any] | None = None
+        counts = Counts()
+        for raw in resp.get("Items", []):
+            record = from_ddb(raw)
+            if record["sk"] == META_SK:
+                meta = record
+            elif str(record["sk"]).startswith(SHARD_PREFIX):
+                counts.add_shard(record)
+        return None if meta is None else Job(meta=meta, counts=counts)
+
+    def get_meta(self, batch_id: str) -> dict[str, Any] | None:
+        resp = self._db.get_item(TableName=self._table, Key=self._key(batch_id), ConsistentRead=True)
+        raw = resp.get("Item")
+        return None if raw is None else from_ddb(raw)
+
+    def update(
+        self,
+        batch_id: str,
+        fields: dict[str, Any],
+        *,
+        from_statuses: Iterable[str] | None = None,
+        remove: Iterable[str] = (),
+    ) -> dict[str, Any] | None:
+        """Set ``fields`` on the meta item, only if its status is one of ``from_statuses``.
+
+        Returns the updated meta, or None when the condition did not hold.
+        """
+        names = {f"#f{i}": name for i, name in enumerate(fields)}
+        values = {f":v{i}": value for i, value in enumerate(fields.values())}
+        sets = [f"#f{i} = :v{i}" for i in range(len(fields))]
+        expression = "SET " + ", ".join(sets)
+        removes = list(remove)
+        if removes:
+            for j, name in enumerate(removes):
+                names[f"#r{j}"] = name
+            expression += " REMOVE " + ", ".join(f"#r{j}" for j in range(len(removes)))
+        condition = "attribute_exists(pk)"
+        if from_statuses is not None:
+            allowed = list(from_statuses)
+            names["#status"] = "status"
+            for j, status in enumerate(allowed):
+                values[f":s{j}"] = status
+            condition += " AND #status IN (" + ", ".join(f":s{j}" for j in range(len(allowed))) + ")"
+        try:
+            resp = self._db.update_item(
+                TableName=self._table,
+                Key=self._key(batch_id),
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=_values(values),
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise StorageError(f"could not update batch {batch_id}") from exc
+        return from_ddb(resp["Attributes"])
+
+    def put_shards(self, batch_id: str, totals: Sequence[int]) -> None:
+        """Create the counter shards (idempotent: a retried prepare rewrites the same zeros)."""
+        requests = [
+            {"PutRequest": {"Item": to_ddb({"pk": batch_id, "sk": shard_sk(k), "left": left})}}
+            for k, left in enumerate(totals)
+        ]
+        for chunk in _chunks(requests, 25):
+            _batch_write(self._db, self._table, list(chunk))
+
+    def mark_shard_done(self, batch_id: str) -> dict[str, Any]:
+        """Count one more finished shard; returns the meta after the increment."""
+        resp = self._db.update_item(
+            TableName=self._table,
+            Key=self._key(batch_id),
+            UpdateExpression="ADD shards_done :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+            ReturnValues="ALL_NEW",
+        )
+        return from_ddb(resp["Attributes"])
+
+    def list_for_owner(
+        self,
+        owner: str,
+        *,
+        limit: int,
+        before_key: str | None,
+        created_after: int | None,
+        created_before: int | None,
+        statuses: Sequence[str],
+        index: str,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The owner's batches newest first: at most ``limit`` metas, and whether more follow."""
+        names = {"#o": "owner", "#k": "created_key"}
+        values: dict[str, Any] = {":o": owner}
+        upper = before_key
+        if created_before is not None:
+            bound = f"{created_before:012d}#"
+            upper = bound if upper is None or bound < upper else upper
+        lower = f"{created_after:012d}#" if created_after is not None else None
+        if upper is not None and lower is not None:
+            key_condition = "#o = :o AND #k BETWEEN :lo AND :hi"
+            values[":lo"], values[":hi"] = lower, upper
+        elif upper is not None:
+            key_condition = "#o = :o AND #k < :hi"
+            values[":hi"] = upper
+        elif lower is not None:
+            key_condition = "#o = :o AND #k >= :lo"
+            values[":lo"] = lower
+        else:
+            key_condition = "#o = :o"
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": index,
+            "KeyConditionExpression": key_condition,
+            "ScanIndexForward": False,
+        }
+        if statuses:
+            names["#s"] = "status"
+            for j, status in enumerate(statuses):
+                values[f":s{j}"] = status
+            kwargs["FilterExpression"] = "#s IN (" + ", ".join(f":s{j}" for j in range(len(statuses))) + ")"
+        kwargs["ExpressionAttributeNames"] = names
+        kwargs["ExpressionAttributeValues"] = _values(values)
+        found: list[dict[str, Any]] = []
+        while True:
+            kwargs["Limit"] = max(limit + 1 - len(found), 1) if not statuses else 200
+            resp = self._db.query(**kwargs)
+            for raw in resp.get("Items", []):
+                record = from_ddb(raw)
+                # BETWEEN is inclusive: keep the exclusive upper bound of a cursor.
+                if upper is not None and record["created_key"] >= upper:
+                    continue
+                found.append(record)
+            if len(found) > limit or "LastEvaluatedKey" not in resp:
+                break
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return found[:limit], len(found) > limit
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of trying to claim an item.
+
+    kind: ``claimed`` (this worker holds it now; ``item`` is its new state), ``ended``
+    (already terminal), ``held`` (another worker's lease is live), ``waiting`` (a retry
+    is scheduled for it), ``missing`` (no such item).
+    """
+
+    kind: str
+    item: dict[str, Any] | None = None
+    took_over: bool = False
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The outcome of recording an item's end.
+
+    kind: ``ok``; ``shard_finished`` (this was the last item of its shard); ``lease_lost``
+    (another worker owns the item: nothing was written).
+    """
+
+    kind: str
+
+
+class ItemStore:
+    """A batch's requests, one item each, and their lease-guarded state changes."""
+
+    def __init__(self, client: Any, items_table: str, jobs_table: str) -> None:
+        self._db = client
+        self._table = items_table
+        self._jobs = jobs_table
+
+    def _key(self, batch_id: str, idx: int) -> dict[str, Any]:
+        return {"pk": {"S": batch_id}, "idx": {"N": str(idx)}}
+
+    def put_many(self, items: Sequence[dict[str, Any]]) -> None:
+        requests = [{"PutRequest": {"Item": to_ddb(item)}} for item in items]
+        for chunk in _chunks(requests, 25):
+            _batch_write(self._db, self._table, list(chunk))
+
+    def get(self, batch_id: str, idx: int) -> dict[str, Any] | None:
+        resp = self._db.get_item(TableName=self._table, Key=self._key(batch_id, idx), ConsistentRead=True)
+        raw = resp.get("Item")
+        return None if raw is None else from_ddb(raw)
+
+    def claim(self, batch_id: str, idx: int, owner: str, now: float, lease_seconds: float) -> Claim:
+        """Take the item's lease if it is queued, due for a retry, or its lease has run out.
+
+        Raises nothing on contention: the result says who has it.
+        """
+        values = {
+            ":running": ITEM_RUNNING,
+            ":queued": ITEM_QUEUED,
+            ":retry": ITEM_RETRY,
+            ":me": owner,
+            ":until": Decimal(str(round(now + lease_seconds, 3))),
+            ":now": Decimal(str(round(now, 3))),
+            ":one": 1,
+            ":zero": 0,
+        }
+        base = (
+            "SET #st = :running, lease_owner = :me, lease_until = :until, "
+            "epoch = if_not_exists(epoch, :zero) + :one, attempts = if_not_exists(attempts, :zero) + :one"
+        )
+        try:
+            resp = self._db.update_item(
+                TableName=self._table,
+                Key=self._key(batch_id, idx),
+                UpdateExpression=base,
+                ConditionExpression="#st = :queued OR (#st = :retry AND next_at <= :now)",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=_values(values),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+            return Claim("claimed", from_ddb(resp["Attributes"]))
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise StorageError(f"could not claim {batch_id}/{idx}") from exc
+            old_raw = exc.response.get("Item")
+        if old_raw is None:
+            return Claim("missing")
+        old = from_ddb(old_raw)
+        state = old.get("status")
+        if state in ITEM_TERMINAL:
+            return Claim("ended", old)
+        if state == ITEM_RETRY:
+            return Claim("waiting", old)
+        if state == ITEM_RUNNING and float(old.get("lease_until", 0)) >= now:
+            return Claim("held", old)
+        # A running item whose lease ran out: its worker is gone. Take it over, counting
+        # the lost attempt, whose cost is unknown (the upstream may have run it).
+        values[":epoch"] = old.get("epoch", 0)
+        try:
+            resp = self._db.update_item(
+                TableName=self._table,
+                Key=self._key(batch_id, idx),
+                UpdateExpression=base + ", lost = if_not_exists(lost, :zero) + :one",
+                ConditionExpression="#st = :running AND lease_until < :now AND epoch = :epoch",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=_values(values),
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return Claim("held")
+            raise StorageError(f"could not take over {batch_id}/{idx}") from exc
+        return Claim("claimed", from_ddb(resp["Attributes"]), took_over=True)
+
+    def release(self, batch_id: str, idx: int, owner: str, epoch: int) -> bool:
+        """Hand a claimed item back untouched (queued again) if this worker still holds it."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key=self._key(batch_id, idx),
+                UpdateExpression="SET #st = :queued REMOVE lease_owner, lease_until",
+                ConditionExpression="#st = :running AND lease_owner = :me AND epoch = :epoch",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=_values(
+                    {":queued": ITEM_QUEUED, ":running": ITEM_RUNNING, ":me": owner, ":epoch": epoch}
+                ),
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not release {batch_id}/{idx}") from exc
+        return True
+
+    def record_end(
+        self,
+        batch_id: str,
+        idx: int,
+        *,
+        owner: str,
+        epoch: int,
+        shard: int,
+        fields: dict[str, Any],
+        counters: dict[str, Any],
+    ) -> Recorded:
+        """End a running item and count it in its shard, in one transaction.
+
+        The item write holds only while ``owner`` still has the lease at ``epoch``; the
+        shard's ``left`` falls by one. The common case is one call; the last item of a
+        shard takes a second, conditional on being last, so exactly one writer learns
+        that the shard finished.
+        """
+        item_update = self._item_end_update(batch_id, idx, owner, epoch, fields, ITEM_RUNNING)
+        for last in (False, True):
+            shard_update = _shard_update(self._jobs, batch_id, shard, counters, last=last)
+            try:
+                self._db.transact_write_items(
+                    TransactItems=[{"Update": item_update}, {"Update": shard_update}]
+                )
+                return Recorded("shard_finished" if last else "ok")
+            except ClientError as exc:
+                if _code(exc) != "TransactionCanceledException":
+                    raise StorageError(f"could not record {batch_id}/{idx}") from exc
+                reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+                if reasons and reasons[0] == "ConditionalCheckFailed":
+                    return Recorded("lease_lost")
+                if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                    continue  # not "more than one left": try as the shard's last item
+                if "TransactionConflict" in reasons:
+                    return self.record_end(
+                        batch_id, idx, owner=owner, epoch=epoch, shard=shard, fields=fields, counters=counters
+                    )
+                raise StorageError(f"could not record {batch_id}/{idx}: {reasons}") from exc
+        raise StorageError(f"shard {shard} of {batch_id} has no item left to count {idx}")
+
+    def _item_end_update(
+        self, batch_id: str, idx: int, owner: str, epoch: int, fields: dict[str, Any], from_state: str
+    ) -> dict[str, Any]:
+        names = {"#st": "status"}
+        values: dict[str, Any] = {":me": owner, ":epoch": epoch, ":from": from_state}
+        sets = []
+        for i, (name, value) in enumerate(fields.items()):
+            placeholder = "#st" if name == "status" else f"#f{i}"
+            names[placeholder] = name
+            values[f":v{i}"] = value
+            sets.append(f"{placeholder} = :v{i}")
+        return {
+            "TableName": self._table,
+            "Key": self._key(batch_id, idx),
+            "UpdateExpression": "SET " + ", ".join(sets) + " REMOVE lease_owner, lease_until",
+            "ConditionExpression": "#st = :from AND lease_owner = :me AND epoch = :epoch",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": _values(values),
+        }
+
+    def schedule_retry(
+        self, batch_id: str, idx: int, *, owner: str, epoch: int, fields: dict[str, Any]
+    ) -> bool:
+        """Put a running item back to wait for its next attempt (no count changes)."""
+        update = self._item_end_update(
+            batch_id, idx, owner, epoch, {**fields, "status": ITEM_RETRY}, ITEM_RUNNING
+        )
+        try:
+            self._db.update_item(**update)
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not schedule a retry of {batch_id}/{idx}") from exc
+        return True
+
+    def page(self, batch_id: str, *, after_idx: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        """Up to ``limit`` items after position ``after_idx``, in submission order."""
+        found: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND idx > :after",
+            "ExpressionAttributeValues": {":pk": {"S": batch_id}, ":after": {"N": str(after_idx)}},
+            "ConsistentRead": True,
+        }
+        while len(found) <= limit:
+            kwargs["Limit"] = limit + 1 - len(found)
+            resp = self._db.query(**kwargs)
+            found.extend(from_ddb(raw) for raw in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                break
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return found[:limit], len(found) > limit
+
+
+def _shard_update(
+    jobs_table: str, batch_id: str, shard: int, counters: dict[str, Any], *, last: bool
+) -> dict[str, Any]:
+    names = {"#left": "left"}
+    values: dict[str, Any] = {":minus": -1, ":one": 1}
+    adds = ["#left :minus"]
+    for i, (name, amount) in enumerate(counters.items()):
+        if not amount:
+            continue
+        names[f"#c{i}"] = name
+        values[f":c{i}"] = amount
+        adds.append(f"#c{i} :c{i}")
+    return {
+        "TableName": jobs_table,
+        "Key": {"pk": {"S": batch_id}, "sk": {"S": shard_sk(shard)}},
+        "UpdateExpression": "ADD " + ", ".join(adds),
+        "ConditionExpression": "#left = :one" if last else "#left > :one",
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": _values(values),
+    }
+
+
+def _batch_write(client: Any, table: str, requests: list[dict[str, Any]]) -> None:
+    pending = {table: requests}
+    for _ in range(10):
+        resp = client.batch_write_item(RequestItems=pending)
+        pending = resp.get("UnprocessedItems") or {}
+        if not pending:
+            return
+    raise StorageError(f"could not write {len(pending.get(table, []))} items to {table}")
+
+
+class KeyStore:
+    """API keys by hash (the control table)."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._db = client
+        self._table = table
+
+    def get(self, key_hash: str) -> dict[str, Any] | None:
+        resp = self._db.get_item(
+            TableName=self._table, Key={"pk": {"S": f"key#{key_hash}"}, "sk": {"S": "key"}}
+        )
+        raw = resp.get("Item")
+        return None if raw is None else from_ddb(raw)
+
+
+class SlotStore:
+    """Per-model concurrency slots: self-expiring leases in one map per model.
+
+    ``acquire`` adds this holder's token with an expiry while fewer than ``cap`` tokens are
+    present; a holder that dies leaves an entry that expires and is purged by the next
+    acquirer that finds the map full. Nothing leaks: every slot is a lease.
+    """
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._db = client
+        self._table = table
+
+    @staticmethod
+    def _key(model: str) -> dict[str, Any]:
+        return {"pk": {"S": f"slots#{model}"}, "sk": {"S": "slots"}}
+
+    @staticmethod
+    def new_token() -> str:
+        return secrets.token_hex(8)
+
+    def acquire(self, model: str, token: str, *, cap: int, now: float, lease_seconds: float) -> bool:
+        if cap <= 0:
+            return False
+        for _ in range(3):
+            try:
+                self._db.update_item(
+                    TableName=self._table,
+                    Key=self._key(model),
+                    UpdateExpression="SET s.#t = :until",
+                    ConditionExpression=(
+                        "attribute_exists(s) AND attribute_not_exists(s.#t) AND size(s) < :cap"
+                    ),
+                    ExpressionAttributeNames={"#t": token},
+                    ExpressionAttributeValues=_values(
+                        {":until": Decimal(str(round(now + lease_seconds, 3))), ":cap": cap}
+                    ),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+                return True
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    raise StorageError(f"could not take a slot of {model}") from exc
+                old = exc.response.get("Item")
+            if old is None or "s" not in old:
+                self._create(model)
+                continue
+            leases = from_ddb(old).get("s", {})
+            expired = {t: until for t, until in leases.items() if float(until) < now}
+            if not expired:
+                return False
+            self._purge(model, expired)
+        return False
+
+    def renew(self, model: str, token: str, *, now: float, lease_seconds: float) -> bool:
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key=self._key(model),
+                UpdateExpression="SET s.#t = :until",
+                ConditionExpression="attribute_exists(s.#t)",
+                ExpressionAttributeNames={"#t": token},
+                ExpressionAttributeValues=_values({":until": Decimal(str(round(now + lease_seconds, 3)))}),
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not renew a slot of {model}") from exc
+        return True
+
+    def release(self, model: str, token: str) -> None:
+        self._db.update_item(
+            TableName=self._table,
+            Key=self._key(model),
+            UpdateExpression="REMOVE s.#t",
+            ExpressionAttributeNames={"#t": token},
+        )
+
+    def holders(self, model: str) -> dict[str, float]:
+        resp = self._db.get_item(TableName=self._table, Key=self._key(model), ConsistentRead=True)
+        raw = resp.get("Item")
+        leases = from_ddb(raw).get("s", {}) if raw else {}
+        return {t: float(u) for t, u in leases.items()}
+
+    def _create(self, model: str) -> None:
+        try:
+            self._db.put_item(
+                TableName=self._table,
+                Item={**self._key(model), "s": {"M": {}}},
+                ConditionExpression="attribute_not_exists(s)",
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise StorageError(f"could not create the slots of {model}") from exc
+
+    def _purge(self, model: str, expired: dict[str, Any]) -> None:
+        names = {f"#e{i}": token for i, token in enumerate(expired)}
+        values = {f":e{i}": until for i, until in enumerate(expired.values())}
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key=self._key(model),
+                UpdateExpression="REMOVE " + ", ".join(f"s.{n}" for n in names),
+                ConditionExpression=" AND ".join(f"s.{n} = {v}" for n, v in zip(names, values, strict=True)),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=_values(values),
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise StorageError(f"could not purge the slots of {model}") from exc

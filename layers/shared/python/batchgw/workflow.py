@@ -1,0 +1,40 @@
+"""Step Functions adapter: one execution per batch, woken by task tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from batchgw.errors import StorageError
+
+# Tokens that no longer wait (already woken, timed out, or the execution ended).
+_STALE_TOKEN = {"TaskDoesNotExist", "TaskTimedOut", "InvalidToken"}
+
+
+class Workflow:
+    def __init__(self, client: Any, state_machine_arn: str) -> None:
+        self._sfn = client
+        self._arn = state_machine_arn
+
+    def start(self, batch_id: str) -> None:
+        """Start the batch's execution, named after the batch (so a retry cannot start two)."""
+        try:
+            self._sfn.start_execution(
+                stateMachineArn=self._arn, name=batch_id, input=json.dumps({"batch_id": batch_id})
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+                return
+            raise StorageError(f"could not start the workflow of {batch_id}") from exc
+
+    def wake(self, token: str, output: dict[str, Any]) -> bool:
+        """Resume a parked execution; False if the token no longer waits."""
+        try:
+            self._sfn.send_task_success(taskToken=token, output=json.dumps(output))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _STALE_TOKEN:
+                return False
+            raise StorageError("could not wake a batch workflow") from exc
+        return True
