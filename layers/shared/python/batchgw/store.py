@@ -328,7 +328,8 @@ class ItemStore:
             return Claim("held", old)
         # A running item whose lease ran out: its worker is gone. Take it over, counting
         # the lost attempt, whose cost is unknown (the upstream may have run it).
-        values[":epoch"] = old.get("epoch", 0)
+        takeover = {k: v for k, v in values.items() if k not in (":queued", ":retry")}
+        takeover[":epoch"] = old.get("epoch", 0)
         try:
             resp = self._db.update_item(
                 TableName=self._table,
@@ -336,7 +337,7 @@ class ItemStore:
                 UpdateExpression=base + ", lost = if_not_exists(lost, :zero) + :one",
                 ConditionExpression="#st = :running AND lease_until < :now AND epoch = :epoch",
                 ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=_values(values),
+                ExpressionAttributeValues=_values(takeover),
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:

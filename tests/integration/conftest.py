@@ -1,0 +1,104 @@
+"""moto in-process (``mock_aws``): the gateway's real stores against fake AWS."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from batchgw import aws, resources
+from batchgw.catalog import load_catalog
+from batchgw.deps import Deps, build_deps
+from batchgw.settings import Settings
+from moto import mock_aws
+
+from local.bootstrap import create_bucket, create_queue, create_table
+from local.simulator import Simulator
+from tests.support import REPO_ROOT, FakeClock
+
+REGION = "us-east-1"
+
+
+@dataclass
+class FakeWorkflow:
+    """Records what the gateway asks of Step Functions (the e2e tests run the real one)."""
+
+    started: list[str] = field(default_factory=list)
+    woken: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def start(self, batch_id: str) -> None:
+        self.started.append(batch_id)
+
+    def wake(self, token: str, output: dict[str, Any]) -> bool:
+        self.woken.append((token, output))
+        return True
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    simulator = Simulator(port=0).start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        aws.get_clients.cache_clear()
+        yield
+    aws.get_clients.cache_clear()
+
+
+def make_deps(sim: Simulator, clock: FakeClock, **overrides: Any) -> Deps:
+    """Resources from the shared specs, the repo's catalog pointed at ``sim``."""
+    settings = Settings.model_validate({"BATCHGW_WORK_QUEUE_URL": "", **overrides})
+    clients = aws.get_clients()
+    names = {spec.logical_id: getattr(settings, spec.settings_field) for spec in resources.TABLES}
+    for spec in resources.TABLES:
+        create_table(clients.dynamodb, spec, names[spec.logical_id])
+    url = create_queue(clients.sqs, resources.WORK_QUEUE, settings.work_visibility_seconds)
+    create_bucket(clients.s3, resources.DATA_BUCKET, settings.data_bucket)
+    settings = settings.model_copy(update={"work_queue_url": url})
+    catalog = load_catalog(REPO_ROOT / "config" / "models.local.json", {"BATCHGW_SIM_PORT": str(sim.port)})
+    deps = build_deps(settings, catalog, clock=clock)
+    deps.workflow = FakeWorkflow()  # type: ignore[assignment]
+    from batchgw.auth import LOCAL_KEYS, key_record
+
+    for key, (user, role) in LOCAL_KEYS.items():
+        clients.dynamodb.put_item(
+            TableName=settings.control_table,
+            Item={k: {"S": v} for k, v in key_record(key, user, role).items()},
+        )
+    return deps
+
+
+def receive_all(deps: Deps) -> list[dict[str, Any]]:
+    """Every message now visible on the work queue (and delete none)."""
+    out: list[dict[str, Any]] = []
+    while True:
+        resp = aws.get_clients().sqs.receive_message(
+            QueueUrl=deps.settings.work_queue_url, MaxNumberOfMessages=10, VisibilityTimeout=600
+        )
+        messages = resp.get("Messages", [])
+        if not messages:
+            return out
+        out.extend(messages)
+
+
+def chat_request(custom_id: str, text: str, model: str = "sim-chat") -> dict[str, Any]:
+    return {"custom_id": custom_id, "body": {"model": model, "messages": [{"role": "user", "content": text}]}}
+
+
+def body_of(requests: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"requests": requests}).encode()

@@ -1,0 +1,178 @@
+"""The item state machine on moto: leases, fencing, and duplicate deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from decimal import Decimal
+
+import pytest
+from batchgw import lifecycle, service
+from batchgw.auth import Principal
+from batchgw.deps import Deps
+from batchgw.records import ITEM_SUCCEEDED
+from batchgw.work import ChainMessage
+from batchgw.worker import run_message
+
+from local.simulator import Simulator
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+
+
+def _prepared_batch(deps: Deps, n: int) -> str:
+    batch = service.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", f"hello {i}") for i in range(n)])
+    )
+    lifecycle.prepare(deps, batch["id"])
+    return str(batch["id"])
+
+
+def _run(deps: Deps, message: ChainMessage, owner: str) -> None:
+    asyncio.run(run_message(deps, message, owner=owner, deadline=deps.clock() + 900))
+
+
+def test_two_workers_racing_for_one_item_only_one_claims_it(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = _prepared_batch(deps, 1)
+    results: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def claim(owner: str) -> None:
+        barrier.wait()
+        results.append(deps.items.claim(batch_id, 0, owner, deps.clock(), 60).kind)
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == ["claimed"] + ["held"] * 7
+
+
+def test_a_stale_workers_write_is_refused_by_the_fencing_epoch(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = _prepared_batch(deps, 1)
+    first = deps.items.claim(batch_id, 0, "old", clock(), 60)
+    assert first.kind == "claimed"
+    clock.advance(61)  # the old worker's lease runs out; a new worker takes the item over
+    second = deps.items.claim(batch_id, 0, "new", clock(), 60)
+    assert second.kind == "claimed" and second.took_over
+    assert second.item is not None and first.item is not None
+    assert int(second.item["epoch"]) == int(first.item["epoch"]) + 1
+
+    stale = deps.items.record_end(
+        batch_id,
+        0,
+        owner="old",
+        epoch=int(first.item["epoch"]),
+        shard=0,
+        fields={"status": ITEM_SUCCEEDED},
+        counters={"completed": 1},
+    )
+    assert stale.kind == "lease_lost"
+    fresh = deps.items.record_end(
+        batch_id,
+        0,
+        owner="new",
+        epoch=int(second.item["epoch"]),
+        shard=0,
+        fields={"status": ITEM_SUCCEEDED},
+        counters={"completed": 1, "cost_unknown": 1},
+    )
+    assert fresh.kind == "shard_finished"
+    job = deps.jobs.get(batch_id)
+    assert job is not None
+    assert job.counts.completed == 1 and job.counts.left == 0
+    assert job.counts.cost_unknown_attempts == 1
+
+
+def test_the_same_worker_with_an_old_epoch_cannot_write(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = _prepared_batch(deps, 1)
+    first = deps.items.claim(batch_id, 0, "w", clock(), 60)
+    clock.advance(61)
+    again = deps.items.claim(batch_id, 0, "w", clock(), 60)
+    assert first.item is not None and again.item is not None
+    stale = deps.items.record_end(
+        batch_id,
+        0,
+        owner="w",
+        epoch=int(first.item["epoch"]),
+        shard=0,
+        fields={"status": ITEM_SUCCEEDED},
+        counters={"completed": 1},
+    )
+    assert stale.kind == "lease_lost"
+
+
+def test_a_duplicated_chain_message_gives_one_result_per_request(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=4)
+    batch_id = _prepared_batch(deps, 10)
+    messages = [ChainMessage.decode(m["Body"]) for m in receive_all(deps)]
+    assert len(messages) == 4  # chains, not requests
+
+    # Every message delivered twice: once concurrently with its twin, once again after.
+    async def both(message: ChainMessage) -> None:
+        await asyncio.gather(
+            run_message(deps, message, owner="a", deadline=deps.clock() + 900),
+            run_message(deps, message, owner="b", deadline=deps.clock() + 900),
+        )
+
+    for message in messages:
+        asyncio.run(both(message))
+    for message in messages:
+        _run(deps, message, "c")
+    # A twin that stopped early leaves its chain to the other; finish any leftovers.
+    for message in messages:
+        _run(deps, message, "d")
+
+    job = deps.jobs.get(batch_id)
+    assert job is not None
+    assert (job.counts.completed, job.counts.failed, job.counts.left) == (10, 0, 0)
+    page = service.results_page(deps, ALICE, batch_id, {})
+    assert [r["status"] for r in page["data"]] == ["completed"] * 10
+    stats = sim.stats()["models"]["sim-chat"]
+    assert stats["requests"] == 10  # no request ran twice
+
+
+def test_a_batch_runs_to_completed_with_results_in_submission_order(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=3)
+    batch_id = _prepared_batch(deps, 7)
+    for message in receive_all(deps):
+        _run(deps, ChainMessage.decode(message["Body"]), "w")
+    woken = deps.workflow.woken  # type: ignore[attr-defined]
+    assert woken == []  # nothing parked yet: the park step finds the batch done itself
+    lifecycle.park(deps, batch_id, "token-1")
+    assert woken == [("token-1", {"next": "finalize", "wait_seconds": 0})]
+    assert lifecycle.finalize(deps, batch_id) == {"status": "completed"}
+    assert lifecycle.finalize(deps, batch_id) == {"status": "completed"}  # idempotent
+
+    batch = service.get_batch(deps, ALICE, batch_id)
+    assert batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": 7, "completed": 7, "failed": 0}
+    assert batch["usage"]["input_tokens"] > 0 and batch["cost_usd"] > 0
+    page = service.results_page(deps, ALICE, batch_id, {"limit": ["5"]})
+    assert [r["custom_id"] for r in page["data"]] == [f"r-{i}" for i in range(5)]
+    assert page["has_more"] is True
+    rest = service.results_page(deps, ALICE, batch_id, {"after": [page["last_id"]]})
+    assert [r["custom_id"] for r in rest["data"]] == ["r-5", "r-6"]
+    body = rest["data"][1]["response"]["body"]
+    assert "hello 6" in body["choices"][0]["message"]["content"]
+    assert Decimal(str(batch["cost_usd"])) > 0
+
+
+def test_the_last_item_wakes_a_parked_workflow(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=2)
+    batch_id = _prepared_batch(deps, 5)
+    lifecycle.park(deps, batch_id, "token-2")
+    woken = deps.workflow.woken  # type: ignore[attr-defined]
+    assert woken == []
+    for message in receive_all(deps):
+        _run(deps, ChainMessage.decode(message["Body"]), "w")
+    assert woken == [("token-2", {"next": "finalize", "wait_seconds": 0})]
