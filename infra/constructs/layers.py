@@ -1,0 +1,184 @@
+"""The Lambda layers every function shares: the ``batchgw`` code, its third-party
+dependencies, and the operator's models config document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling, Names, Stage
+from aws_cdk import aws_lambda as lambda_
+from batchgw.catalog import Catalog, load_catalog
+from constructs import Construct
+
+from infra.constructs import REPO_ROOT
+
+RUNTIME = lambda_.Runtime.PYTHON_3_12
+ARCHITECTURE = lambda_.Architecture.ARM_64
+PYTHON_VERSION = "3.12"  # of RUNTIME: the wheels pip picks for the dependencies layer
+PIP_PLATFORM = "manylinux2014_aarch64"  # of ARCHITECTURE
+
+# Where the functions find the models config: layers are unpacked under /opt.
+MODELS_CONFIG_IN_LAYER = "config/models.json"
+MODELS_CONFIG_PATH = f"/opt/{MODELS_CONFIG_IN_LAYER}"
+
+# The runtime already provides these, so the dependencies layer leaves them out.
+_PROVIDED_BY_RUNTIME = frozenset({"boto3", "botocore"})
+
+ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.mypy_cache", "**/.pytest_cache"]
+
+
+def third_party_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> list[str]:
+    """The project's runtime dependencies (``pyproject.toml``), less what Lambda provides."""
+    dependencies: list[str] = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+
+    def name(requirement: str) -> str:
+        for separator in "<>=!~[; ":
+            requirement = requirement.split(separator, 1)[0]
+        return requirement.strip().lower()
+
+    return [req for req in dependencies if name(req) not in _PROVIDED_BY_RUNTIME]
+
+
+def pip_install_arguments(requirements: str, target: str) -> list[str]:
+    """``pip install`` of binary wheels for the Lambda platform, whatever machine runs it."""
+    return [
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",  # the .pyc would be for this interpreter, not the runtime
+        "--platform",
+        PIP_PLATFORM,
+        "--implementation",
+        "cp",
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_VERSION,
+        "--target",
+        target,
+        "--requirement",
+        requirements,
+    ]
+
+
+def _run(command: Sequence[str]) -> int:
+    # pip's chatter goes to stderr: stdout belongs to the CDK app.
+    return subprocess.run(command, check=False, stdout=sys.stderr).returncode
+
+
+@jsii.implements(ILocalBundling)
+class LocalPipBundling:
+    """Builds the dependencies layer with this interpreter's pip, without Docker.
+
+    Returns False (so CDK falls back to the Docker image) when pip cannot do it, e.g.
+    without network access to the package index.
+    """
+
+    def __init__(self, requirements: Path, run: Callable[[Sequence[str]], int] = _run) -> None:
+        self._requirements = requirements
+        self._run = run
+
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: Any) -> bool:
+        target = str(Path(output_dir) / "python")
+        command = [sys.executable, "-m", "pip", *pip_install_arguments(str(self._requirements), target)]
+        try:
+            return self._run(command) == 0
+        except OSError:
+            return False
+
+
+def load_models_config(path: Path) -> Catalog:
+    """The operator's models config, validated as the functions will read it.
+
+    Raises ValueError naming the file when it is missing or invalid, which fails the synth.
+    """
+    try:
+        return load_catalog(path, environ={})
+    except (OSError, ValueError) as exc:  # ValueError covers bad JSON and pydantic errors
+        raise ValueError(f"invalid models config {path}: {exc}") from exc
+
+
+class Layers(Construct):
+    """The layers every function lists: third-party packages, the shared code, the models config."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, models_config: Path) -> None:
+        super().__init__(scope, construct_id)
+        self.catalog = load_models_config(models_config)
+
+        self.shared = lambda_.LayerVersion(
+            self,
+            "Shared",
+            description="batchgw: the code the functions share",
+            code=lambda_.Code.from_asset(str(REPO_ROOT / "layers" / "shared"), exclude=ASSET_EXCLUDES),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+        )
+        self.dependencies = lambda_.LayerVersion(
+            self,
+            "Dependencies",
+            description="batchgw: third-party packages",
+            code=self._dependencies_code(third_party_requirements()),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+        )
+        self.models = lambda_.LayerVersion(
+            self,
+            "ModelsConfig",
+            description=f"batchgw: the models config, at {MODELS_CONFIG_PATH}",
+            code=self._models_code(models_config),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+        )
+
+    @property
+    def all(self) -> list[lambda_.ILayerVersion]:
+        return [self.dependencies, self.shared, self.models]
+
+    def _generated_source(self, name: str, files: dict[str, bytes]) -> Path:
+        """A directory of generated files to make an asset from, inside the cloud assembly.
+
+        Not a temporary directory: an asset whose bundling is skipped points at its source.
+        """
+        stage = Stage.of(self)
+        if stage is None:
+            raise ValueError("the layers must be built inside an App")
+        directory = Path(stage.outdir) / "generated" / Names.unique_id(self) / name
+        shutil.rmtree(directory, ignore_errors=True)
+        for relative, content in files.items():
+            path = directory / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+        return directory
+
+    def _dependencies_code(self, requirements: list[str]) -> lambda_.Code:
+        text = "\n".join(requirements) + "\n"
+        source = self._generated_source("dependencies", {"requirements.txt": text.encode()})
+        docker_command = shlex.join(
+            ["pip", *pip_install_arguments("requirements.txt", "/asset-output/python")]
+        )
+        # The hash names what the layer is built from; CDK's own would fingerprint the
+        # local bundler object, which is not stable from one run to the next.
+        fingerprint = hashlib.sha256("\n".join([text, docker_command, RUNTIME.name]).encode()).hexdigest()
+        return lambda_.Code.from_asset(
+            str(source),
+            asset_hash_type=AssetHashType.CUSTOM,
+            asset_hash=fingerprint,
+            bundling=BundlingOptions(
+                image=RUNTIME.bundling_image,
+                command=["bash", "-c", docker_command],
+                local=LocalPipBundling(source / "requirements.txt"),
+            ),
+        )
+
+    def _models_code(self, models_config: Path) -> lambda_.Code:
+        source = self._generated_source("models-config", {MODELS_CONFIG_IN_LAYER: models_config.read_bytes()})
+        return lambda_.Code.from_asset(str(source))

@@ -1,0 +1,143 @@
+"""The dashboard and the alarms an operator watches, and a topic the alarms notify."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+PERIOD = Duration.minutes(5)
+
+
+class Observability(Construct):
+    """A dashboard of the API, the worker, the queues and the workflow; alarms on the
+    signs that work is being lost: dead letters, failed executions, worker errors.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        http_api: apigwv2.HttpApi,
+        api: lambda_.Function,
+        worker: lambda_.Function,
+        lifecycle: lambda_.Function,
+        queues: dict[str, sqs.Queue],
+        dead_letter_queues: dict[str, sqs.Queue],
+        state_machine: sfn.StateMachine,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        # Not KMS-encrypted: CloudWatch cannot publish to a topic under the AWS-managed
+        # SNS key, and an alarm notification carries no user data.
+        self.alarm_topic = sns.Topic(self, "AlarmTopic", display_name="batchgw alarms", enforce_ssl=True)
+        self.alarms: list[cloudwatch.Alarm] = []
+
+        for name, dlq in dead_letter_queues.items():
+            self._alarm(
+                f"{name}DeadLetters",
+                dlq.metric_approximate_number_of_messages_visible(
+                    period=Duration.minutes(1), statistic="Maximum"
+                ),
+                f"messages of the {name} queue reached its dead-letter queue",
+            )
+        self._alarm(
+            "FailedExecutions",
+            state_machine.metric_failed(period=PERIOD, statistic="Sum"),
+            "a batch workflow execution failed: its batch will not finalize on its own",
+        )
+        self._alarm(
+            "WorkerErrors",
+            worker.metric_errors(period=PERIOD, statistic="Sum"),
+            "worker invocations failed (not partial batch failures: the whole invocation)",
+        )
+
+        dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
+        dashboard.add_widgets(
+            _graph("API requests", [http_api.metric_count(period=PERIOD)]),
+            _graph(
+                "API errors",
+                [http_api.metric_client_error(period=PERIOD), http_api.metric_server_error(period=PERIOD)],
+            ),
+            _graph("API latency (p99)", [http_api.metric_latency(period=PERIOD, statistic="p99")]),
+        )
+        functions = {"api": api, "worker": worker, "lifecycle": lifecycle}
+        dashboard.add_widgets(
+            _graph(
+                "Function errors",
+                [fn.metric_errors(period=PERIOD, label=label) for label, fn in functions.items()],
+            ),
+            _graph(
+                "Worker duration",
+                [
+                    worker.metric_duration(period=PERIOD, statistic=stat, label=stat)
+                    for stat in ("p50", "p99", "Maximum")
+                ],
+            ),
+            _graph("Worker throttles", [worker.metric_throttles(period=PERIOD)]),
+        )
+        dashboard.add_widgets(
+            _graph(
+                "Queue depth",
+                [
+                    q.metric_approximate_number_of_messages_visible(period=PERIOD, label=n)
+                    for n, q in queues.items()
+                ]
+                + [
+                    q.metric_approximate_number_of_messages_not_visible(period=PERIOD, label=f"{n} in flight")
+                    for n, q in queues.items()
+                ],
+            ),
+            _graph(
+                "Oldest message age",
+                [
+                    q.metric_approximate_age_of_oldest_message(period=PERIOD, label=n)
+                    for n, q in queues.items()
+                ],
+            ),
+            _graph(
+                "Dead-letter queue depth",
+                [
+                    q.metric_approximate_number_of_messages_visible(period=PERIOD, label=n)
+                    for n, q in dead_letter_queues.items()
+                ],
+            ),
+        )
+        dashboard.add_widgets(
+            _graph(
+                "Workflow executions",
+                [
+                    state_machine.metric_started(period=PERIOD),
+                    state_machine.metric_succeeded(period=PERIOD),
+                    state_machine.metric_failed(period=PERIOD),
+                    state_machine.metric_timed_out(period=PERIOD),
+                    state_machine.metric_aborted(period=PERIOD),
+                ],
+            ),
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=16),
+        )
+
+    def _alarm(self, construct_id: str, metric: cloudwatch.Metric, description: str) -> None:
+        alarm = metric.create_alarm(
+            self,
+            construct_id,
+            alarm_description=description,
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        alarm.add_alarm_action(actions.SnsAction(self.alarm_topic))
+        self.alarms.append(alarm)
+
+
+def _graph(title: str, metrics: Sequence[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:
+    return cloudwatch.GraphWidget(title=title, left=list(metrics), width=8)

@@ -1,0 +1,92 @@
+"""DynamoDB tables and the data bucket, built from the specs in ``batchgw.resources``."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+from batchgw import resources
+from constructs import Construct
+
+_ATTRIBUTE_TYPES = {
+    "S": dynamodb.AttributeType.STRING,
+    "N": dynamodb.AttributeType.NUMBER,
+    "B": dynamodb.AttributeType.BINARY,
+}
+
+# Uploads in parts (presigned or through /v1/uploads) that are never completed.
+_ABORT_INCOMPLETE_UPLOADS = Duration.days(1)
+
+
+def _attribute(key: resources.Key) -> dynamodb.Attribute:
+    return dynamodb.Attribute(name=key.name, type=_ATTRIBUTE_TYPES[key.type])
+
+
+class Storage(Construct):
+    """Every table in ``resources.TABLES`` and every bucket in ``resources.BUCKETS``.
+
+    Tables and buckets hold users' batches and results, so they are retained when the
+    stack is deleted.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.tables: dict[str, dynamodb.Table] = {
+            spec.logical_id: self._table(spec) for spec in resources.TABLES
+        }
+        self.buckets: dict[str, s3.Bucket] = {
+            spec.logical_id: self._bucket(spec) for spec in resources.BUCKETS
+        }
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The deployed names, under the variables the settings read them from."""
+        env = {spec.env_var: self.tables[spec.logical_id].table_name for spec in resources.TABLES}
+        env.update({spec.env_var: self.buckets[spec.logical_id].bucket_name for spec in resources.BUCKETS})
+        return env
+
+    def _table(self, spec: resources.TableSpec) -> dynamodb.Table:
+        table = dynamodb.Table(
+            self,
+            spec.logical_id,
+            partition_key=_attribute(spec.partition),
+            sort_key=_attribute(spec.sort) if spec.sort else None,
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            # encrypted at rest under an AWS-owned key: no KMS requests on the per-item path
+            encryption=dynamodb.TableEncryption.DEFAULT,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=spec.ttl_attribute,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        for index in spec.indexes:
+            table.add_global_secondary_index(
+                index_name=index.name,
+                partition_key=_attribute(index.partition),
+                sort_key=_attribute(index.sort) if index.sort else None,
+                projection_type=dynamodb.ProjectionType.ALL,
+            )
+        return table
+
+    def _bucket(self, spec: resources.BucketSpec) -> s3.Bucket:
+        rules = [
+            s3.LifecycleRule(
+                id="abort-incomplete-uploads",
+                abort_incomplete_multipart_upload_after=_ABORT_INCOMPLETE_UPLOADS,
+            )
+        ]
+        rules += [
+            s3.LifecycleRule(id=f"expire-{prefix.strip('/')}", prefix=prefix, expiration=Duration.days(days))
+            for prefix, days in spec.expire_prefixes.items()
+        ]
+        return s3.Bucket(
+            self,
+            spec.logical_id,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=rules,
+            removal_policy=RemovalPolicy.RETAIN,
+        )

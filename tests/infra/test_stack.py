@@ -1,0 +1,574 @@
+"""The synthesized CloudFormation template of BatchGwStack, offline (bundling skipped)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, CfnElement
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Template
+from batchgw import resources
+from batchgw.settings import Settings
+from constructs import IConstruct
+
+from infra.app import SKIP_BUNDLING, bundling_enabled, cdk_json_context
+from infra.constructs import REPO_ROOT
+from infra.constructs.functions import WORKER_TIMEOUT_SECONDS
+from infra.constructs.layers import (
+    MODELS_CONFIG_PATH,
+    PIP_PLATFORM,
+    PYTHON_VERSION,
+    LocalPipBundling,
+    third_party_requirements,
+)
+from infra.stack import BatchGwStack
+
+# cfn-lint checks left out, each with its reason.
+CFN_LINT_IGNORED = [
+    "W3005",  # CDK adds a DependsOn on a function's role that its Role GetAtt already implies
+]
+
+
+@dataclass
+class Synth:
+    stack: BatchGwStack
+    template: Template
+    outdir: Path
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        resources_: dict[str, Any] = self.template.to_json()["Resources"]
+        return resources_
+
+    def id(self, construct: IConstruct) -> str:
+        """The logical id of a construct (or of the CloudFormation resource it wraps)."""
+        element = construct if isinstance(construct, CfnElement) else construct.node.default_child
+        assert isinstance(element, CfnElement)
+        return self.stack.get_logical_id(element)
+
+    def props(self, construct: IConstruct) -> dict[str, Any]:
+        props: dict[str, Any] = self.resources[self.id(construct)]["Properties"]
+        return props
+
+    def asset_path(self, asset_hash: str) -> Path:
+        manifest = json.loads((self.outdir / f"{self.stack.artifact_id}.assets.json").read_text())
+        return self.outdir / manifest["files"][asset_hash]["source"]["path"]
+
+    def code_asset(self, construct: IConstruct, key: str = "Code") -> Path:
+        s3_key = self.props(construct)[key]["S3Key"]
+        return self.asset_path(s3_key.split(".")[0])
+
+    def statements(self, function: lambda_.Function) -> list[tuple[str, Any]]:
+        """(action, resource) pairs of every policy statement on the function's role."""
+        role = self.props(function)["Role"]["Fn::GetAtt"][0]
+        pairs: list[tuple[str, Any]] = []
+        for resource in self.resources.values():
+            if resource["Type"] != "AWS::IAM::Policy" or {"Ref": role} not in resource["Properties"]["Roles"]:
+                continue
+            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+                assert statement["Effect"] == "Allow"
+                for action in _as_list(statement["Action"]):
+                    pairs.extend((action, res) for res in _as_list(statement["Resource"]))
+        return pairs
+
+    def actions(self, function: lambda_.Function) -> set[str]:
+        return {action for action, _ in self.statements(function)}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def synthesize(outdir: Path, **context: Any) -> Synth:
+    app = App(context={**cdk_json_context(), **SKIP_BUNDLING, **context}, outdir=str(outdir))
+    stack = BatchGwStack(app, "BatchGwTest")
+    assembly = app.synth()
+    return Synth(stack, Template.from_stack(stack), Path(assembly.directory))
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    return synthesize(tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="module")
+def functions(synth: Synth) -> dict[str, lambda_.Function]:
+    fns = synth.stack.functions
+    return {"api": fns.api, "worker": fns.worker, "lifecycle": fns.lifecycle}
+
+
+# --- storage ---------------------------------------------------------------------------
+
+
+def _key_schema(partition: resources.Key, sort: resources.Key | None) -> list[dict[str, str]]:
+    schema = [{"AttributeName": partition.name, "KeyType": "HASH"}]
+    if sort:
+        schema.append({"AttributeName": sort.name, "KeyType": "RANGE"})
+    return schema
+
+
+def test_every_table_in_resources_exists_with_its_keys_indexes_and_ttl(synth: Synth) -> None:
+    assert len(synth.template.find_resources("AWS::DynamoDB::Table")) == len(resources.TABLES)
+    for spec in resources.TABLES:
+        props = synth.props(synth.stack.storage.tables[spec.logical_id])
+
+        assert props["KeySchema"] == _key_schema(spec.partition, spec.sort)
+        keys = [spec.partition, spec.sort] + [k for i in spec.indexes for k in (i.partition, i.sort)]
+        assert {(a["AttributeName"], a["AttributeType"]) for a in props["AttributeDefinitions"]} == {
+            (key.name, key.type) for key in keys if key
+        }
+        indexes = {index["IndexName"]: index for index in props.get("GlobalSecondaryIndexes", [])}
+        assert set(indexes) == {index.name for index in spec.indexes}
+        for index in spec.indexes:
+            assert indexes[index.name]["KeySchema"] == _key_schema(index.partition, index.sort)
+            assert indexes[index.name]["Projection"] == {"ProjectionType": "ALL"}
+        if spec.ttl_attribute:
+            assert props["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
+        else:
+            assert "TimeToLiveSpecification" not in props
+
+
+def test_tables_bill_per_request_keep_point_in_time_recovery_and_survive_stack_deletion(synth: Synth) -> None:
+    for table in synth.stack.storage.tables.values():
+        resource = synth.resources[synth.id(table)]
+        assert resource["Properties"]["BillingMode"] == "PAY_PER_REQUEST"
+        assert resource["Properties"]["PointInTimeRecoverySpecification"] == {
+            "PointInTimeRecoveryEnabled": True
+        }
+        assert resource["DeletionPolicy"] == "Retain"
+
+
+def test_data_bucket_blocks_public_access_is_encrypted_and_refuses_plain_http(synth: Synth) -> None:
+    for spec in resources.BUCKETS:
+        bucket = synth.stack.storage.buckets[spec.logical_id]
+        props = synth.props(bucket)
+        assert props["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        encryption = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert encryption[0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"AES256", "aws:kms"}
+
+        policies = [
+            r["Properties"]["PolicyDocument"]["Statement"]
+            for r in synth.template.find_resources("AWS::S3::BucketPolicy").values()
+            if r["Properties"]["Bucket"] == {"Ref": synth.id(bucket)}
+        ]
+        assert any(
+            s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+            for statements in policies
+            for s in statements
+        )
+
+
+# --- queues ----------------------------------------------------------------------------
+
+
+def test_each_queue_has_a_dead_letter_queue_with_the_specs_max_receive_count(synth: Synth) -> None:
+    for spec in resources.QUEUES:
+        props = synth.props(synth.stack.queues.queues[spec.logical_id])
+        dlq = synth.stack.queues.dead_letter_queues[spec.logical_id]
+        assert props["RedrivePolicy"] == {
+            "deadLetterTargetArn": {"Fn::GetAtt": [synth.id(dlq), "Arn"]},
+            "maxReceiveCount": spec.max_receive_count,
+        }
+        assert props.get("FifoQueue", False) == spec.fifo
+        assert synth.props(dlq).get("FifoQueue", False) == spec.fifo
+
+
+def test_queue_visibility_is_at_least_six_worker_timeouts(synth: Synth, functions: dict[str, Any]) -> None:
+    worker_timeout = synth.props(functions["worker"])["Timeout"]
+    assert worker_timeout == WORKER_TIMEOUT_SECONDS == 900
+    for queue in synth.stack.queues.queues.values():
+        assert synth.props(queue)["VisibilityTimeout"] >= 6 * worker_timeout
+
+
+def test_queues_and_dead_letter_queues_are_encrypted(synth: Synth) -> None:
+    queues = synth.template.find_resources("AWS::SQS::Queue")
+    assert len(queues) == 2 * len(resources.QUEUES)
+    for queue in queues.values():
+        assert queue["Properties"].get("SqsManagedSseEnabled") or queue["Properties"].get("KmsMasterKeyId")
+
+
+def test_worker_consumes_the_work_queue_with_partial_batch_failures(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    mappings = list(synth.template.find_resources("AWS::Lambda::EventSourceMapping").values())
+    assert len(mappings) == 1
+    props = mappings[0]["Properties"]
+    assert props["FunctionName"] == {"Ref": synth.id(functions["worker"])}
+    assert props["EventSourceArn"] == {"Fn::GetAtt": [synth.id(synth.stack.queues.work), "Arn"]}
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BatchSize"] == 10
+    assert props["ScalingConfig"]["MaximumConcurrency"] >= 2
+
+
+# --- functions and layers --------------------------------------------------------------
+
+
+def test_functions_run_python_on_arm64_with_their_handlers_and_timeouts(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    assert len(synth.template.find_resources("AWS::Lambda::Function")) == len(functions)
+    for name, function in functions.items():
+        props = synth.props(function)
+        assert props["Runtime"] in {"python3.12", "python3.11"}
+        assert props["Architectures"] == ["arm64"]
+        assert props["Handler"] == "handler.handler"
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        assert (synth.code_asset(function) / "__init__.py").exists(), f"{name}: code from functions/{name}"
+    assert synth.props(functions["worker"])["Timeout"] == 900
+    assert synth.props(functions["lifecycle"])["Timeout"] == 900
+    assert synth.props(functions["api"])["Timeout"] < 30  # the HTTP API gives up at 30 s
+
+
+def test_functions_share_the_code_dependencies_and_models_layers(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    layers = synth.stack.layers
+    expected = {synth.id(layer) for layer in (layers.shared, layers.dependencies, layers.models)}
+    assert set(synth.template.find_resources("AWS::Lambda::LayerVersion")) == expected
+    for function in functions.values():
+        assert {ref["Ref"] for ref in synth.props(function)["Layers"]} == expected
+
+
+def test_shared_layer_ships_the_batchgw_package_in_the_layer_layout(synth: Synth) -> None:
+    shared = synth.code_asset(synth.stack.layers.shared, key="Content")
+    assert (shared / "python" / "batchgw" / "resources.py").is_file()
+    assert not list(shared.rglob("__pycache__"))
+
+
+def test_models_layer_ships_the_operators_config_where_the_functions_read_it(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    models = synth.code_asset(synth.stack.layers.models, key="Content")
+    shipped = models / Path(MODELS_CONFIG_PATH).relative_to("/opt")
+    assert shipped.read_bytes() == (REPO_ROOT / "config" / "models.local.json").read_bytes()
+    for function in functions.values():
+        assert (
+            synth.props(function)["Environment"]["Variables"]["BATCHGW_MODELS_CONFIG"] == MODELS_CONFIG_PATH
+        )
+
+
+def test_dependencies_layer_installs_the_projects_third_party_packages(synth: Synth) -> None:
+    requirements = third_party_requirements()
+    names = " ".join(requirements)
+    for package in ("pydantic", "httpx", "aws-lambda-powertools"):
+        assert package in names
+    assert "boto3" not in names  # the runtime provides it
+    source = synth.code_asset(synth.stack.layers.dependencies, key="Content")
+    assert (source / "requirements.txt").read_text().split() == requirements
+
+
+def test_local_bundling_pip_installs_lambda_platform_wheels_into_the_layer_python_dir(tmp_path: Path) -> None:
+    commands: list[Sequence[str]] = []
+
+    def run(command: Sequence[str]) -> int:
+        commands.append(command)
+        return 0
+
+    bundler = LocalPipBundling(tmp_path / "requirements.txt", run=run)
+    assert bundler.try_bundle(str(tmp_path / "out"), image=lambda_.Runtime.PYTHON_3_12.bundling_image)
+    (command,) = commands
+    assert command[:4] == [sys.executable, "-m", "pip", "install"]
+    text = " ".join(command)
+    assert f"--platform {PIP_PLATFORM}" in text and PIP_PLATFORM == "manylinux2014_aarch64"
+    assert f"--python-version {PYTHON_VERSION}" in text
+    assert "--only-binary=:all:" in text
+    assert f"--target {tmp_path / 'out' / 'python'}" in text
+    assert f"--requirement {tmp_path / 'requirements.txt'}" in text
+
+
+def test_local_bundling_falls_back_to_docker_when_pip_fails(tmp_path: Path) -> None:
+    image = lambda_.Runtime.PYTHON_3_12.bundling_image
+    assert not LocalPipBundling(tmp_path / "r.txt", run=lambda _: 1).try_bundle(str(tmp_path), image=image)
+
+    def missing(_: Sequence[str]) -> int:
+        raise FileNotFoundError("pip")
+
+    assert not LocalPipBundling(tmp_path / "r.txt", run=missing).try_bundle(str(tmp_path), image=image)
+
+
+def test_every_function_is_told_every_resource_name_and_the_workers_timeouts(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    storage, queues = synth.stack.storage, synth.stack.queues
+    expected = {spec.env_var: {"Ref": synth.id(storage.tables[spec.logical_id])} for spec in resources.TABLES}
+    expected |= {
+        spec.env_var: {"Ref": synth.id(storage.buckets[spec.logical_id])} for spec in resources.BUCKETS
+    }
+    expected |= {spec.env_var: {"Ref": synth.id(queues.queues[spec.logical_id])} for spec in resources.QUEUES}
+    aliases = {field.alias for field in Settings.model_fields.values()}
+    for function in functions.values():
+        env = synth.props(function)["Environment"]["Variables"]
+        assert expected.items() <= env.items()
+        assert "BATCHGW_STATE_MACHINE_ARN" in env
+        assert env["POWERTOOLS_SERVICE_NAME"]
+        assert int(env["BATCH_WORKER_TIMEOUT_SECONDS"]) == synth.props(functions["worker"])["Timeout"]
+        assert 0 < float(env["BATCH_UPSTREAM_TIMEOUT_SECONDS"]) < int(env["BATCH_WORKER_TIMEOUT_SECONDS"])
+        assert 0 < float(env["BATCH_LEASE_SECONDS"]) < int(env["BATCH_WORKER_TIMEOUT_SECONDS"])
+        # a misspelt setting would be silently ignored by the functions
+        assert {name for name in env if name.startswith("BATCH")} <= aliases
+
+
+def test_functions_know_the_state_machine_arn_from_its_fixed_name(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    machine = synth.props(synth.stack.workflow.state_machine)
+    for function in functions.values():
+        arn = synth.props(function)["Environment"]["Variables"]["BATCHGW_STATE_MACHINE_ARN"]
+        parts = arn["Fn::Join"][1]
+        assert parts[-1] == f":stateMachine:{machine['StateMachineName']}"
+        # built from pseudo parameters, never a reference to the machine (that is the cycle)
+        assert {"Ref": synth.id(synth.stack.workflow.state_machine)} not in parts
+
+
+# --- permissions -----------------------------------------------------------------------
+
+
+def test_api_function_cannot_consume_or_feed_the_work_queue(synth: Synth, functions: dict[str, Any]) -> None:
+    actions = synth.actions(functions["api"])
+    assert not {a for a in actions if a.startswith("sqs:")}
+
+
+def test_only_the_api_function_starts_executions(synth: Synth, functions: dict[str, Any]) -> None:
+    arn = synth.props(functions["api"])["Environment"]["Variables"]["BATCHGW_STATE_MACHINE_ARN"]
+    assert ("states:StartExecution", arn) in synth.statements(functions["api"])
+    assert "states:StartExecution" not in synth.actions(functions["worker"])
+    assert "states:StartExecution" not in synth.actions(functions["lifecycle"])
+
+
+def test_every_function_may_answer_the_workflows_task_tokens(synth: Synth, functions: dict[str, Any]) -> None:
+    for function in functions.values():
+        arn = synth.props(function)["Environment"]["Variables"]["BATCHGW_STATE_MACHINE_ARN"]
+        assert ("states:SendTaskSuccess", arn) in synth.statements(function)
+
+
+def test_worker_may_send_and_delay_work_messages(synth: Synth, functions: dict[str, Any]) -> None:
+    work = {"Fn::GetAtt": [synth.id(synth.stack.queues.work), "Arn"]}
+    statements = synth.statements(functions["worker"])
+    for action in ("sqs:SendMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage"):
+        assert (action, work) in statements
+    lifecycle = synth.statements(functions["lifecycle"])
+    assert ("sqs:SendMessage", work) in lifecycle
+    assert ("sqs:DeleteMessage", work) not in lifecycle
+
+
+def test_functions_read_and_write_only_the_stacks_tables_and_bucket(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    tables = {synth.id(table) for table in synth.stack.storage.tables.values()}
+    for function in functions.values():
+        statements = synth.statements(function)
+        writes = {
+            res["Fn::GetAtt"][0] for a, res in statements if a == "dynamodb:PutItem" and "Fn::GetAtt" in res
+        }
+        assert writes == tables
+        assert not {a for a, _ in statements if a in {"dynamodb:DeleteTable", "dynamodb:*", "s3:*", "*"}}
+        # "*" resources only for actions that have no resource of their own
+        assert {a.split(":")[0] for a, res in statements if res == "*"} <= {"xray"}
+
+
+def test_no_function_reads_secrets_when_no_route_names_one(synth: Synth, functions: dict[str, Any]) -> None:
+    for function in functions.values():
+        assert not {a for a in synth.actions(function) if a.startswith("secretsmanager:")}
+
+
+def test_worker_reads_exactly_the_upstream_key_secrets_the_models_config_names(tmp_path: Path) -> None:
+    config = json.loads((REPO_ROOT / "config" / "models.local.json").read_text())
+    routes = [spec["route"] for spec in config["models"].values()]
+    routes[0]["api_key_secret"] = "batchgw/openai"
+    routes[1]["api_key_secret"] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:batchgw/claude-AbCdEf"
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(config))
+
+    synth = synthesize(tmp_path / "cdk.out", modelsConfig=str(path))
+
+    functions = synth.stack.functions
+    reads = [
+        json.dumps(res)
+        for action, res in synth.statements(functions.worker)
+        if action == "secretsmanager:GetSecretValue"
+    ]
+    assert len(reads) == 2
+    assert any(":secret:batchgw/openai" in res for res in reads)
+    assert any(res == json.dumps(routes[1]["api_key_secret"]) for res in reads)
+    for other in (functions.api, functions.lifecycle):
+        assert not {a for a in synth.actions(other) if a.startswith("secretsmanager:")}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"models": {"m": {"endpoints": ["/v1/nope"], "route": {"protocol": "openai", "base_url": "x"}}}}',
+        "{not json",
+        None,
+    ],
+    ids=["invalid-model", "not-json", "missing"],
+)
+def test_an_invalid_models_config_fails_the_synth(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "models.json"
+    if content is not None:
+        path.write_text(content)
+    app = App(context={**SKIP_BUNDLING, "modelsConfig": str(path)}, outdir=str(tmp_path / "out"))
+    with pytest.raises(ValueError, match="invalid models config"):
+        BatchGwStack(app, "Invalid")
+
+
+# --- workflow --------------------------------------------------------------------------
+
+
+def test_state_machine_runs_the_shared_asl_file_with_the_lifecycle_arn_substituted(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    props = synth.props(synth.stack.workflow.state_machine)
+    assert props["StateMachineType"] == "STANDARD"
+    assert set(resources.WORKFLOW_SUBSTITUTIONS) == {"LifecycleFunctionArn"}
+    assert props["DefinitionSubstitutions"] == {
+        "LifecycleFunctionArn": {"Fn::GetAtt": [synth.id(functions["lifecycle"]), "Arn"]}
+    }
+    definition = synth.asset_path(props["DefinitionS3Location"]["Key"].split(".")[0])
+    assert definition.read_bytes() == (REPO_ROOT / resources.WORKFLOW_ASL).read_bytes()
+
+
+def test_state_machine_may_invoke_lifecycle_logs_and_traces(synth: Synth, functions: dict[str, Any]) -> None:
+    workflow = synth.stack.workflow
+    props = synth.props(workflow.state_machine)
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    logging = props["LoggingConfiguration"]
+    assert logging["Destinations"][0]["CloudWatchLogsLogGroup"]["LogGroupArn"] == {
+        "Fn::GetAtt": [synth.id(workflow.log_group), "Arn"]
+    }
+
+    role = props["RoleArn"]["Fn::GetAtt"][0]
+    invoked = [
+        json.dumps(statement["Resource"])
+        for policy in synth.template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "lambda:InvokeFunction" in _as_list(statement["Action"])
+    ]
+    assert invoked
+    for resource in invoked:
+        assert synth.id(functions["lifecycle"]) in resource
+        assert synth.id(functions["worker"]) not in resource and synth.id(functions["api"]) not in resource
+
+
+# --- api -------------------------------------------------------------------------------
+
+
+def test_http_api_routes_every_path_to_the_api_function_with_payload_v2(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    integrations = synth.template.find_resources("AWS::ApiGatewayV2::Integration")
+    assert len(integrations) == 1
+    ((integration_id, integration),) = integrations.items()
+    assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
+    assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
+    assert integration["Properties"]["IntegrationUri"] == {"Fn::GetAtt": [synth.id(functions["api"]), "Arn"]}
+
+    routes = synth.template.find_resources("AWS::ApiGatewayV2::Route").values()
+    assert {route["Properties"]["RouteKey"] for route in routes} == {"ANY /", "ANY /{proxy+}"}
+    for route in routes:
+        assert route["Properties"]["Target"] == {"Fn::Join": ["", ["integrations/", {"Ref": integration_id}]]}
+
+
+def test_http_api_stage_logs_access_and_throttles(synth: Synth) -> None:
+    props = synth.props(synth.stack.api.stage)
+    assert props["StageName"] == "$default"
+    assert props["AutoDeploy"] is True
+    assert props["AccessLogSettings"]["DestinationArn"] == {
+        "Fn::GetAtt": [synth.id(synth.stack.api.access_logs), "Arn"]
+    }
+    assert "$context.requestId" in props["AccessLogSettings"]["Format"]
+    assert props["DefaultRouteSettings"]["ThrottlingRateLimit"] > 0
+    assert props["DefaultRouteSettings"]["ThrottlingBurstLimit"] > 0
+
+
+# --- observability ---------------------------------------------------------------------
+
+
+def test_every_log_group_has_a_retention_and_every_function_its_own(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    groups = synth.template.find_resources("AWS::Logs::LogGroup")
+    assert groups and all(group["Properties"].get("RetentionInDays") for group in groups.values())
+    used = {synth.props(function)["LoggingConfig"]["LogGroup"]["Ref"] for function in functions.values()}
+    assert len(used) == len(functions) and used <= set(groups)
+    # the deprecated log-retention custom resource is not needed
+    assert not synth.template.find_resources("Custom::LogRetention")
+
+
+def _alarm_on(synth: Synth, metric: str, dimension: dict[str, Any]) -> dict[str, Any]:
+    alarms = [
+        alarm["Properties"]
+        for alarm in synth.template.find_resources("AWS::CloudWatch::Alarm").values()
+        if alarm["Properties"]["MetricName"] == metric and dimension in alarm["Properties"]["Dimensions"]
+    ]
+    assert len(alarms) == 1, f"one alarm on {metric} {dimension}"
+    alarm = alarms[0]
+    assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["AlarmActions"] == [{"Ref": synth.id(synth.stack.observability.alarm_topic)}]
+    return alarm
+
+
+def test_alarms_fire_on_dead_letters_failed_executions_and_worker_errors(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    for dlq in synth.stack.queues.dead_letter_queues.values():
+        queue_name = {"Name": "QueueName", "Value": {"Fn::GetAtt": [synth.id(dlq), "QueueName"]}}
+        _alarm_on(synth, "ApproximateNumberOfMessagesVisible", queue_name)
+    machine = {"Name": "StateMachineArn", "Value": {"Ref": synth.id(synth.stack.workflow.state_machine)}}
+    _alarm_on(synth, "ExecutionsFailed", machine)
+    _alarm_on(synth, "Errors", {"Name": "FunctionName", "Value": {"Ref": synth.id(functions["worker"])}})
+
+
+def test_dashboard_shows_api_worker_queues_and_workflow(synth: Synth) -> None:
+    (dashboard,) = synth.template.find_resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in (
+        "4xx",
+        "5xx",
+        "Errors",
+        "Duration",
+        "ApproximateAgeOfOldestMessage",
+        "ApproximateNumberOfMessagesVisible",
+        "ExecutionsFailed",
+    ):
+        assert metric in body
+
+
+# --- the template as a whole -----------------------------------------------------------
+
+
+def test_template_passes_cfn_lint(synth: Synth, tmp_path: Path) -> None:
+    template = tmp_path / "template.json"
+    template.write_text(json.dumps(synth.template.to_json()))
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run(
+        [str(cfn_lint), "--ignore-checks", *CFN_LINT_IGNORED, "--", str(template)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_direct_synth_skips_bundling_unless_asked_and_the_cli_bundles() -> None:
+    assert not bundling_enabled({})
+    assert bundling_enabled({"BATCHGW_BUNDLE": "1"})
+    assert bundling_enabled({"CDK_OUTDIR": "cdk.out"})
+    assert not bundling_enabled({"CDK_OUTDIR": "cdk.out", "BATCHGW_BUNDLE": "0"})
