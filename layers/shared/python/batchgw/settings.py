@@ -63,6 +63,11 @@ class Settings(BaseModel):
     # Delay before a chain that found its model full asks again.
     batch_slot_wait_seconds: float = Field(2, ge=0, alias="BATCH_SLOT_WAIT_SECONDS")
 
+    # Retryable failures in a row on a model (timeouts and model_queued excluded) that
+    # pause its batch work, and for how long.
+    batch_model_pause_after_failures: int = Field(5, ge=1, alias="BATCH_MODEL_PAUSE_AFTER_FAILURES")
+    batch_model_pause_seconds: float = Field(60, ge=0, alias="BATCH_MODEL_PAUSE_SECONDS")
+
     # --- resources (set by CDK on AWS, by the local stack locally) ------------------
     jobs_table: str = Field("batchgw-jobs", alias="BATCHGW_JOBS_TABLE")
     items_table: str = Field("batchgw-items", alias="BATCHGW_ITEMS_TABLE")

@@ -165,16 +165,68 @@ class JobStore:
         for chunk in _chunks(requests, 25):
             _batch_write(self._db, self._table, list(chunk))
 
-    def mark_shard_done(self, batch_id: str) -> dict[str, Any]:
-        """Count one more finished shard; returns the meta after the increment."""
-        resp = self._db.update_item(
+    def finish_shard(self, batch_id: str, shard: int) -> bool:
+        """Count shard ``shard`` as finished in the meta, exactly once, if nothing is left in it.
+
+        The shard's ``done`` flag and the meta's ``shards_done`` change in one transaction,
+        so a crash between them cannot lose or double the count. False when the shard still
+        has items left or was counted already.
+        """
+        try:
+            self._db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": self._key(batch_id, shard_sk(shard)),
+                            "UpdateExpression": "SET done = :t",
+                            "ConditionExpression": "#left = :zero AND attribute_not_exists(done)",
+                            "ExpressionAttributeNames": {"#left": "left"},
+                            "ExpressionAttributeValues": {":t": {"BOOL": True}, ":zero": {"N": "0"}},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": self._key(batch_id),
+                            "UpdateExpression": "ADD shards_done :one",
+                            "ConditionExpression": "attribute_exists(pk)",
+                            "ExpressionAttributeValues": {":one": {"N": "1"}},
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _code(exc) == "TransactionCanceledException":
+                reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+                if "TransactionConflict" in reasons:
+                    return self.finish_shard(batch_id, shard)
+                return False
+            raise StorageError(f"could not finish shard {shard} of {batch_id}") from exc
+        return True
+
+    def clear_token(self, batch_id: str, token: str) -> None:
+        """Forget a task token once used (only if it is still the one stored)."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key=self._key(batch_id),
+                UpdateExpression="REMOVE task_token",
+                ConditionExpression="task_token = :t",
+                ExpressionAttributeValues={":t": {"S": token}},
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise StorageError(f"could not update batch {batch_id}") from exc
+
+    def shards(self, batch_id: str) -> list[dict[str, Any]]:
+        resp = self._db.query(
             TableName=self._table,
-            Key=self._key(batch_id),
-            UpdateExpression="ADD shards_done :one",
-            ExpressionAttributeValues={":one": {"N": "1"}},
-            ReturnValues="ALL_NEW",
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":pk": {"S": batch_id}, ":p": {"S": SHARD_PREFIX}},
+            ConsistentRead=True,
         )
-        return from_ddb(resp["Attributes"])
+        return [from_ddb(raw) for raw in resp.get("Items", [])]
 
     def list_for_owner(
         self,
@@ -441,6 +493,99 @@ class ItemStore:
             raise StorageError(f"could not schedule a retry of {batch_id}/{idx}") from exc
         return True
 
+    def sweep(
+        self,
+        batch_id: str,
+        *,
+        from_states: Sequence[str],
+        fields: dict[str, Any],
+        counters: dict[str, int],
+        shards: int,
+    ) -> set[int]:
+        """End every item still in one of ``from_states`` with ``fields``, counting each once.
+
+        Used when a batch is cancelled or its window closes: unstarted requests end
+        without running. Each chunk is one transaction (its items, conditional on their
+        state, and their shard's counters); an item a worker claimed meanwhile drops out of
+        the chunk and is left to that worker. Returns the shards touched.
+        """
+        names = {"#st": "status"}
+        states = {f":s{i}": state for i, state in enumerate(from_states)}
+        condition = "#st IN (" + ", ".join(states) + ")"
+        pending: dict[int, list[int]] = {}
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "FilterExpression": condition,
+            "ProjectionExpression": "idx",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": _values({":pk": batch_id, **states}),
+            "ConsistentRead": True,
+        }
+        while True:
+            resp = self._db.query(**kwargs)
+            for raw in resp.get("Items", []):
+                idx = int(raw["idx"]["N"])
+                pending.setdefault(idx % shards, []).append(idx)
+            if "LastEvaluatedKey" not in resp:
+                break
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        for shard, indexes in pending.items():
+            for start in range(0, len(indexes), 99):
+                self._sweep_chunk(
+                    batch_id, shard, list(indexes[start : start + 99]), states, fields, counters
+                )
+        return set(pending)
+
+    def _sweep_chunk(
+        self,
+        batch_id: str,
+        shard: int,
+        indexes: list[int],
+        states: dict[str, str],
+        fields: dict[str, Any],
+        counters: dict[str, int],
+    ) -> None:
+        set_names = {f"#f{i}": name for i, name in enumerate(fields)}
+        set_values = {f":v{i}": value for i, value in enumerate(fields.values())}
+        expression = "SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
+        while indexes:
+            actions: list[dict[str, Any]] = [
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": self._key(batch_id, idx),
+                        "UpdateExpression": expression,
+                        "ConditionExpression": "#st IN (" + ", ".join(states) + ")",
+                        "ExpressionAttributeNames": {"#st": "status", **set_names},
+                        "ExpressionAttributeValues": _values({**states, **set_values}),
+                    }
+                }
+                for idx in indexes
+            ]
+            n = len(indexes)
+            actions.append(
+                {
+                    "Update": _shard_add(
+                        self._jobs,
+                        batch_id,
+                        shard,
+                        {"left": -n, **{name: amount * n for name, amount in counters.items()}},
+                    )
+                }
+            )
+            try:
+                self._db.transact_write_items(TransactItems=actions)
+                return
+            except ClientError as exc:
+                if _code(exc) != "TransactionCanceledException":
+                    raise StorageError(f"could not end unstarted items of {batch_id}") from exc
+                reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+                taken = {indexes[i] for i, code in enumerate(reasons[:n]) if code == "ConditionalCheckFailed"}
+                if not taken and "TransactionConflict" not in reasons:
+                    raise StorageError(f"could not end unstarted items of {batch_id}: {reasons}") from exc
+                indexes = [idx for idx in indexes if idx not in taken]
+
     def page(self, batch_id: str, *, after_idx: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """Up to ``limit`` items after position ``after_idx``, in submission order."""
         found: list[dict[str, Any]] = []
@@ -482,6 +627,18 @@ def _shard_update(
     }
 
 
+def _shard_add(jobs_table: str, batch_id: str, shard: int, amounts: dict[str, int]) -> dict[str, Any]:
+    names = {f"#a{i}": name for i, name in enumerate(amounts)}
+    values = {f":a{i}": amount for i, amount in enumerate(amounts.values())}
+    return {
+        "TableName": jobs_table,
+        "Key": {"pk": {"S": batch_id}, "sk": {"S": shard_sk(shard)}},
+        "UpdateExpression": "ADD " + ", ".join(f"#a{i} :a{i}" for i in range(len(amounts))),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": _values(values),
+    }
+
+
 def _batch_write(client: Any, table: str, requests: list[dict[str, Any]]) -> None:
     pending = {table: requests}
     for _ in range(10):
@@ -507,6 +664,16 @@ class KeyStore:
         return None if raw is None else from_ddb(raw)
 
 
+@dataclass(frozen=True)
+class SlotGrant:
+    granted: bool
+    paused_until: float | None = None
+
+
+def _dec(value: float) -> Decimal:
+    return Decimal(str(round(value, 3)))
+
+
 class SlotStore:
     """Per-model concurrency slots: self-expiring leases in one map per model.
 
@@ -527,9 +694,10 @@ class SlotStore:
     def new_token() -> str:
         return secrets.token_hex(8)
 
-    def acquire(self, model: str, token: str, *, cap: int, now: float, lease_seconds: float) -> bool:
+    def acquire(self, model: str, token: str, *, cap: int, now: float, lease_seconds: float) -> SlotGrant:
+        """Take one of the model's ``cap`` slots, unless they are all held or it is paused."""
         if cap <= 0:
-            return False
+            return SlotGrant(False)
         for _ in range(3):
             try:
                 self._db.update_item(
@@ -538,14 +706,15 @@ class SlotStore:
                     UpdateExpression="SET s.#t = :until",
                     ConditionExpression=(
                         "attribute_exists(s) AND attribute_not_exists(s.#t) AND size(s) < :cap"
+                        " AND (attribute_not_exists(paused_until) OR paused_until < :now)"
                     ),
                     ExpressionAttributeNames={"#t": token},
                     ExpressionAttributeValues=_values(
-                        {":until": Decimal(str(round(now + lease_seconds, 3))), ":cap": cap}
+                        {":until": _dec(now + lease_seconds), ":cap": cap, ":now": _dec(now)}
                     ),
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
-                return True
+                return SlotGrant(True)
             except ClientError as exc:
                 if _code(exc) != "ConditionalCheckFailedException":
                     raise StorageError(f"could not take a slot of {model}") from exc
@@ -553,12 +722,34 @@ class SlotStore:
             if old is None or "s" not in old:
                 self._create(model)
                 continue
-            leases = from_ddb(old).get("s", {})
+            record = from_ddb(old)
+            paused_until = float(record.get("paused_until", 0))
+            if paused_until >= now:
+                return SlotGrant(False, paused_until=paused_until)
+            leases = record.get("s", {})
             expired = {t: until for t, until in leases.items() if float(until) < now}
             if not expired:
-                return False
+                return SlotGrant(False)
             self._purge(model, expired)
-        return False
+        return SlotGrant(False)
+
+    def pause(self, model: str, until: float) -> None:
+        """Stop the model taking new batch requests until ``until`` (never shortens a pause)."""
+        for _ in range(2):
+            try:
+                self._db.update_item(
+                    TableName=self._table,
+                    Key=self._key(model),
+                    UpdateExpression="SET paused_until = :u",
+                    ConditionExpression="attribute_exists(s) AND "
+                    "(attribute_not_exists(paused_until) OR paused_until < :u)",
+                    ExpressionAttributeValues=_values({":u": _dec(until)}),
+                )
+                return
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    raise StorageError(f"could not pause {model}") from exc
+            self._create(model)
 
     def renew(self, model: str, token: str, *, now: float, lease_seconds: float) -> bool:
         try:

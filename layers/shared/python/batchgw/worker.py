@@ -10,15 +10,18 @@ each position the worker
    holds only while this worker still has the lease at that epoch;
 5. moves to the chain's next position.
 
-The success path costs two AWS calls per request (claim, record) plus a few per chain
-segment. Whatever dies where, the lease runs out and the message comes back: the item is
-taken over by the next worker, and the lost attempt is counted as one of unknown cost.
+Between 1 and 3 the worker reads the batch (strongly consistent), so no request starts
+once the batch is cancelled, deleted or past its window. The success path costs three AWS
+calls per request (claim, read, record) plus a few per chain segment. Whatever dies
+where, the lease runs out and the message comes back: the item is taken over by the next
+worker, and the lost attempt is counted as one of unknown cost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import weakref
 from collections.abc import Callable
@@ -31,12 +34,16 @@ import httpx
 from batchgw import codec, upstream
 from batchgw.blobs import body_key
 from batchgw.deps import Deps
+from batchgw.outcomes import End, Retry, next_step
 from batchgw.records import (
+    CANCELLING,
     IN_PROGRESS,
+    ITEM_CANCELLED,
+    ITEM_EXPIRED,
     ITEM_FAILED,
     ITEM_SUCCEEDED,
 )
-from batchgw.store import SlotStore
+from batchgw.store import SlotGrant, SlotStore
 from batchgw.work import ChainMessage
 
 logger = logging.getLogger("batchgw.worker")
@@ -78,24 +85,30 @@ class SlotHolder:
         self.token = SlotStore.new_token()
         self._until = 0.0
 
-    async def hold(self, model: str) -> bool:
+    async def hold(self, model: str) -> SlotGrant:
         deps = self._deps
         lease = deps.settings.batch_lease_seconds
         now = deps.clock()
+        paused_until = deps.health.paused_until(model)
+        if paused_until > now:
+            await self.release()
+            return SlotGrant(False, paused_until=paused_until)
         if self.model == model:
             if self._until - now > lease / 2:
-                return True
+                return SlotGrant(True)
             if await io(deps.slots.renew, model, self.token, now=now, lease_seconds=lease):
                 self._until = now + lease
-                return True
+                return SlotGrant(True)
             self.model = None  # our lease lapsed and was purged: take a slot anew
         await self.release()
         spec = deps.catalog.models[model]
         cap = deps.catalog.concurrency(spec, deps.settings.batch_model_concurrency)
-        if await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease):
+        grant = await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
+        if grant.granted:
             self.model, self._until = model, now + lease
-            return True
-        return False
+        elif grant.paused_until is not None:
+            deps.health.note_pause(model, grant.paused_until)
+        return grant
 
     async def release(self) -> None:
         if self.model is not None:
@@ -110,9 +123,17 @@ async def run_message(deps: Deps, message: ChainMessage, *, owner: str, deadline
         return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
     slot = SlotHolder(deps)
     try:
-        await _run_chain(deps, meta, message, slot, owner=owner, deadline=deadline)
+        finished = await _run_chain(deps, meta, message, slot, owner=owner, deadline=deadline)
     finally:
         await slot.release()
+    if finished:
+        # Normally the last record woke the workflow; this covers a worker that died
+        # between counting the last shard and waking it (its message came back to us).
+        await wake_if_done(deps, message.batch_id)
+
+
+def _resume(message: ChainMessage, idx: int) -> ChainMessage:
+    return ChainMessage(message.batch_id, message.chain, idx, message.stride, message.single)
 
 
 async def _run_chain(
@@ -123,7 +144,8 @@ async def _run_chain(
     *,
     owner: str,
     deadline: float,
-) -> None:
+) -> bool:
+    """Run the chain; True when it reached its end (nothing left for it to start)."""
     settings = deps.settings
     batch_id = message.batch_id
     total = int(meta["total"])
@@ -132,92 +154,185 @@ async def _run_chain(
     while idx < total:
         now = deps.clock()
         if expires_at is not None and now >= float(expires_at):
-            return  # the window has closed: no new request starts
+            return False  # the window has closed: no new request starts
         if deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
-            await io(
-                deps.queue.send, ChainMessage(batch_id, message.chain, idx, message.stride, message.single)
-            )
-            return
+            await io(deps.queue.send, _resume(message, idx))
+            return False
+        if slot.model is not None and deps.health.paused_until(slot.model) > now:
+            await _requeue(deps, _resume(message, idx), deps.health.paused_until(slot.model) - now)
+            return False
         claim = await io(deps.items.claim, batch_id, idx, owner, now, settings.batch_lease_seconds)
         if claim.kind == "held":
             logger.info("chain already running elsewhere", extra={"batch_id": batch_id, "idx": idx})
-            return
+            return False
         if claim.kind == "missing":
             logger.warning("no such item", extra={"batch_id": batch_id, "idx": idx})
-            return
+            return False
+        if claim.kind == "waiting" and message.single:
+            # A retry message that came before its time (waits beyond SQS's 15 minutes).
+            assert claim.item is not None
+            await _requeue(deps, message, float(claim.item["next_at"]) - now)
+            return False
         if claim.kind in ("ended", "waiting"):
             if message.single:
-                return
+                return False
             idx += message.stride
             continue
         item = claim.item
         assert item is not None
         epoch = int(item["epoch"])
-        if not await slot.hold(str(item["model"])):
-            # The model is full: hand the item back and ask again a little later.
+        grant = await slot.hold(str(item["model"]))
+        if not grant.granted:
+            # The model is full or paused: hand the item back and ask again later.
             await io(deps.items.release, batch_id, idx, owner, epoch)
-            delay = settings.batch_slot_wait_seconds * (1 + random.random())
-            await io(
-                deps.queue.send,
-                ChainMessage(batch_id, message.chain, idx, message.stride, message.single),
-                round(delay),
-            )
-            return
-        keep_going = await _run_item(deps, meta, item, owner=owner, epoch=epoch)
-        if not keep_going or message.single:
-            return
+            wait = settings.batch_slot_wait_seconds * (1 + random.random())
+            if grant.paused_until is not None:
+                wait = max(wait, grant.paused_until - now)
+            await _requeue(deps, _resume(message, idx), wait)
+            return False
+        step = await _run_item(deps, meta, item, owner=owner, epoch=epoch)
+        if step == "stop" or message.single:
+            return False
+        if step == "pause":
+            await slot.release()
+            assert slot.model is None
+            pause = deps.health.paused_until(str(item["model"])) - deps.clock()
+            await _requeue(deps, _resume(message, idx + message.stride), pause)
+            return False
         idx += message.stride
+    return not message.single
 
 
-async def _run_item(
-    deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, owner: str, epoch: int
-) -> bool:
-    """Run one claimed item and record its outcome. False when the chain must stop."""
+async def _requeue(deps: Deps, message: ChainMessage, delay: float) -> None:
+    await io(deps.queue.send, message, max(0, math.ceil(delay)))
+
+
+async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, owner: str, epoch: int) -> str:
+    """Run one claimed item and record what became of it.
+
+    Returns ``next`` (go on), ``stop`` (the chain must stop) or ``pause`` (the model is
+    paused: the chain resumes after the pause).
+    """
     settings = deps.settings
     batch_id = str(meta["pk"])
     idx = int(item["idx"])
-    spec = deps.catalog.models[str(item["model"])]
+    model = str(item["model"])
+    shard = idx % int(meta.get("shards", 1))
+
+    async def end(fields: dict[str, Any], counters: dict[str, Any]) -> str:
+        counters = {"cost_unknown": int(item.get("lost", 0)), **counters}
+        fields = {"ended_at": _dec(deps.clock()), **fields}
+        recorded = await io(
+            deps.items.record_end,
+            batch_id,
+            idx,
+            owner=owner,
+            epoch=epoch,
+            shard=shard,
+            fields=fields,
+            counters=counters,
+        )
+        if recorded.kind == "lease_lost":
+            logger.warning("lease lost before recording", extra={"batch_id": batch_id, "idx": idx})
+            return "stop"
+        if recorded.kind == "shard_finished":
+            await finish_shard(deps, batch_id, shard)
+        return "next"
+
+    # The batch as it is now, right before the call: cancelled, deleted or expired
+    # batches start nothing more.
+    current = await io(deps.jobs.get_meta, batch_id)
+    now = deps.clock()
+    if current is None:
+        return "stop"
+    expires_at = current.get("expires_at")
+    if current["status"] == CANCELLING:
+        await end({"status": ITEM_CANCELLED, "error": _batch_error("batch_cancelled")}, {"cancelled": 1})
+        return "stop"
+    if current["status"] != IN_PROGRESS or (expires_at is not None and now >= float(expires_at)):
+        await end({"status": ITEM_EXPIRED, "error": _batch_error("batch_expired")}, {"failed": 1})
+        return "stop"
+
+    spec = deps.catalog.models[model]
     body = (
         codec.unpack(item["req"])
         if "req" in item
         else codec.unpack(await io(deps.blobs.get, str(item["req_ref"])))
     )
-    endpoint = str(meta["endpoint"])
     outcome = await upstream.call(
         http_client(),
         spec,
-        endpoint,
+        str(meta["endpoint"]),
         body,
         timeout=settings.batch_upstream_timeout_seconds,
         anthropic_version=meta.get("anthropic_version"),
     )
     now = deps.clock()
-    lost = int(item.get("lost", 0))
-    counters: dict[str, Any] = {"cost_unknown": lost}
-    fields: dict[str, Any] = {"ended_at": Decimal(str(round(now, 3))), "attempt_status": outcome.status_code}
+    attempts = int(item.get("attempts", 1))
     cost = Decimal(0)
-    if outcome.kind == "success" and spec.price is not None:
+    if spec.price is not None and outcome.usage_known:
         cost = spec.price.cost(outcome.input_tokens, outcome.output_tokens)
-    if outcome.kind == "success" and outcome.body_bytes > settings.max_result_bytes:
-        outcome = upstream.Outcome(
-            "failed",
-            status_code=outcome.status_code,
-            input_tokens=outcome.input_tokens,
-            output_tokens=outcome.output_tokens,
-            error={
-                "code": "result_too_large",
-                "status": None,
-                "message": f"the response ({outcome.body_bytes} bytes) is larger than one request may "
-                f"store ({settings.max_result_bytes} bytes)",
-            },
+
+    if outcome.kind == "retry":
+        if deps.health.failure(model):
+            until = now + deps.health.pause_seconds
+            deps.health.note_pause(model, until)
+            await io(deps.slots.pause, model, until)
+    elif outcome.kind == "success":
+        deps.health.success(model)
+
+    step = next_step(
+        outcome,
+        attempts=attempts,
+        now=now,
+        expires_at=None if expires_at is None else float(expires_at),
+        settings=settings,
+    )
+    if isinstance(step, Retry):
+        fields: dict[str, Any] = {"next_at": _dec(step.next_at), "error": step.error, "attempt_cost": cost}
+        if not step.uses_attempt:
+            fields["attempts"] = attempts - 1
+        if not await io(deps.items.schedule_retry, batch_id, idx, owner=owner, epoch=epoch, fields=fields):
+            return "stop"
+        await _requeue(deps, ChainMessage(batch_id, -1, idx, 0, single=True), step.next_at - now)
+        if step.pause_model_until is not None:
+            deps.health.note_pause(model, step.pause_model_until)
+            await io(deps.slots.pause, model, step.pause_model_until)
+            return "pause"
+        return "next"
+    if isinstance(step, End):
+        return await end(
+            {"status": ITEM_FAILED, "error": step.error, "cost": cost},
+            {**step.counters, "in_tok": outcome.input_tokens, "out_tok": outcome.output_tokens, "cost": cost},
         )
-    if outcome.kind in ("retry", "queued"):
-        # Retries and model_queued waits are scheduled in issue 3's rules; until then a
-        # request that may pass is failed with the error it got, so nothing waits forever.
-        outcome = upstream.Outcome(
-            "failed", status_code=outcome.status_code, error=outcome.error, usage_known=True
+
+    counters: dict[str, Any] = {
+        "in_tok": outcome.input_tokens,
+        "out_tok": outcome.output_tokens,
+        "cost": cost,
+    }
+    if outcome.kind == "success" and outcome.body_bytes > settings.max_result_bytes:
+        return await end(
+            {
+                "status": ITEM_FAILED,
+                "cost": cost,
+                "error": {
+                    "code": "result_too_large",
+                    "status": None,
+                    "message": f"the response ({outcome.body_bytes} bytes) is larger than one request may "
+                    f"store ({settings.max_result_bytes} bytes)",
+                },
+            },
+            {**counters, "failed": 1},
         )
     if outcome.kind == "success":
+        fields = {
+            "status": ITEM_SUCCEEDED,
+            "status_code": outcome.status_code,
+            "request_id": outcome.request_id,
+            "usage": {"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens},
+            "cost": cost,
+        }
         packed = codec.pack(outcome.body)
         if len(packed) > INLINE_BODY_LIMIT:
             key = body_key(batch_id, idx, "res")
@@ -225,41 +340,39 @@ async def _run_item(
             fields["res_ref"] = key
         else:
             fields["res"] = packed
-        fields.update(
-            status=ITEM_SUCCEEDED,
-            status_code=outcome.status_code,
-            request_id=outcome.request_id,
-            usage={"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens},
-            cost=cost,
-        )
-        counters.update(completed=1)
-    else:
-        fields.update(status=ITEM_FAILED, error=outcome.error, cost=cost)
-        counters.update(failed=1)
-        if not outcome.usage_known:
-            counters["cost_unknown"] = lost + 1
-    counters.update(in_tok=outcome.input_tokens, out_tok=outcome.output_tokens, cost=cost)
-    shards = int(meta.get("shards", 1))
-    recorded = await io(
-        deps.items.record_end,
-        batch_id,
-        idx,
-        owner=owner,
-        epoch=epoch,
-        shard=idx % shards,
-        fields=fields,
-        counters=counters,
+        return await end(fields, {**counters, "completed": 1})
+    # A permanent failure: the model rejected it, or it timed out (cost then unknown).
+    unknown = 0 if outcome.usage_known else 1
+    return await end(
+        {"status": ITEM_FAILED, "error": outcome.error, "cost": cost},
+        {**counters, "failed": 1, "cost_unknown": int(item.get("lost", 0)) + unknown},
     )
-    if recorded.kind == "lease_lost":
-        logger.warning("lease lost before recording", extra={"batch_id": batch_id, "idx": idx})
-        return False
-    if recorded.kind == "shard_finished":
-        await shard_finished(deps, batch_id)
-    return True
 
 
-async def shard_finished(deps: Deps, batch_id: str) -> None:
-    """Count a finished shard; the one that finishes the last shard wakes the workflow."""
-    meta = await io(deps.jobs.mark_shard_done, batch_id)
-    if int(meta.get("shards_done", 0)) >= int(meta.get("shards", 1)) and meta.get("task_token"):
-        await io(deps.workflow.wake, str(meta["task_token"]), {"next": "finalize", "wait_seconds": 0})
+def _batch_error(code: str) -> dict[str, Any]:
+    messages = {
+        "batch_cancelled": "Not run: the batch was cancelled.",
+        "batch_expired": "Not run before the completion window closed.",
+        "batch_failed": "Not run: the batch failed.",
+    }
+    return {"code": code, "message": messages[code], "status": None}
+
+
+def _dec(value: float) -> Decimal:
+    return Decimal(str(round(value, 3)))
+
+
+async def finish_shard(deps: Deps, batch_id: str, shard: int) -> None:
+    """Count a finished shard once; whoever counts the last one wakes the workflow."""
+    if await io(deps.jobs.finish_shard, batch_id, shard):
+        await wake_if_done(deps, batch_id)
+
+
+async def wake_if_done(deps: Deps, batch_id: str) -> None:
+    meta = await io(deps.jobs.get_meta, batch_id)
+    if meta is None or not meta.get("task_token"):
+        return
+    if int(meta.get("shards_done", 0)) >= int(meta.get("shards", 1)):
+        token = str(meta["task_token"])
+        await io(deps.workflow.wake, token, {"next": "finalize", "wait_seconds": 0})
+        await io(deps.jobs.clear_token, batch_id, token)

@@ -1,0 +1,106 @@
+"""Stand-in handlers for the local stack's tests (the real ones live in ``functions/``).
+
+They run wherever the stack calls them (the moto process for Lambda tasks, an adapter or
+poller process), so they leave their traces in the stack's S3 bucket, which a test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+import boto3
+from batchgw.resources import DATA_BUCKET
+
+
+def _s3() -> Any:
+    return boto3.client("s3")
+
+
+def _put(key: str, value: Any) -> None:
+    _s3().put_object(Bucket=os.environ[DATA_BUCKET.env_var], Key=key, Body=json.dumps(value).encode())
+
+
+# --- Lambda tasks of the workflow (moto's Lambda hook) ------------------------------------------
+
+
+def lifecycle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Drives the real ASL: prepare -> park (token saved under ``tokens/<batch>``) -> finalize.
+
+    ``action == "boom"`` raises, for the error-path test.
+    """
+    action, batch_id = event["action"], event.get("batch_id", "")
+    _put(
+        f"calls/{batch_id}/{action}",
+        {
+            "event": event,
+            "function": context.function_name,
+            "remaining_ms": context.get_remaining_time_in_millis(),
+        },
+    )
+    if action == "prepare":
+        return {"next": "park", "wait_seconds": 0}
+    if action == "park":
+        _put(f"tokens/{batch_id}", event["token"])
+        return {"parked": True}
+    if action == "finalize":
+        return {"status": "completed"}
+    if action == "boom":
+        raise ValueError(f"boom for {batch_id}")
+    return {"next": "finalize", "wait_seconds": 0}
+
+
+# --- the api handler (the adapter) ------------------------------------------------------------
+
+
+def echo_api(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Answers with the event it got; ``/raise`` raises; ``/big`` answers a 7 MB body."""
+    path = event["rawPath"]
+    if path.endswith("/raise"):
+        raise RuntimeError("handler failure")
+    if path.endswith("/big"):
+        return {"statusCode": 200, "body": "x" * (7 * 1024 * 1024)}
+    if path.endswith("/binary"):
+        return {
+            "statusCode": 201,
+            "headers": {"content-type": "application/octet-stream"},
+            "cookies": ["a=1", "b=2"],
+            "body": "AAEC/w==",
+            "isBase64Encoded": True,
+        }
+    if path.endswith("/bare"):
+        return {"bare": True}  # no statusCode: API Gateway answers 200 with this JSON
+    return {
+        "statusCode": 200,
+        "headers": {"content-type": "application/json"},
+        "body": json.dumps({"event": event, "function": context.function_name}),
+    }
+
+
+# --- the worker (pollers) -----------------------------------------------------------------------
+
+SEEN: list[dict[str, Any]] = []  # in-process poller tests read this
+_seen_lock = threading.Lock()
+
+
+def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Reports a record as failed when its body says ``fail``; raises for ``raise``."""
+    failures = []
+    for record in event["Records"]:
+        with _seen_lock:
+            SEEN.append({**record, "remaining_ms": context.get_remaining_time_in_millis()})
+        body = json.loads(record["body"])
+        if body.get("raise"):
+            raise RuntimeError("worker failure")
+        if body.get("fail"):
+            failures.append({"itemIdentifier": record["messageId"]})
+    return {"batchItemFailures": failures}
+
+
+def s3_worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """For a worker in its own process: records each message under ``seen/<id>/<pid>``."""
+    for record in event["Records"]:
+        _put(f"seen/{json.loads(record['body'])['id']}/{os.getpid()}", record["attributes"])
+    return {"batchItemFailures": []}

@@ -1,0 +1,400 @@
+"""The local stack's runtime: moto server + bootstrap, the Lambda hook, the adapter, the pollers.
+
+One stack (moto, one api adapter, one worker poller; no simulator) runs for the module,
+with the stand-in handlers of ``tests.integration.fake_handlers``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+
+from batchgw import auth, resources
+from batchgw.settings import Settings
+from local import env as local_env
+from local.adapter import API_GATEWAY_MAX_BODY, build_event
+from local.poller import Poller, failed_message_ids, sqs_event
+from local.run import LocalStack
+from tests.integration import fake_handlers
+
+FAKES = "tests.integration.fake_handlers"
+WORKER_TIMEOUT = "0.2"  # queue visibility = 6 x this, rounded down: 1 s
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    log_dir = tmp_path_factory.mktemp("local-stack-logs")
+    overrides = {
+        local_env.LAMBDA_HANDLERS_ENV: json.dumps({"batchgw-lifecycle": f"{FAKES}.lifecycle"}),
+        local_env.API_HANDLER_ENV: f"{FAKES}.echo_api",
+        local_env.WORKER_HANDLER_ENV: f"{FAKES}.s3_worker",
+        "BATCH_WORKER_TIMEOUT_SECONDS": WORKER_TIMEOUT,
+    }
+    with LocalStack(0, 0, 0, env_overrides=overrides, workers=1, simulator=False, log_dir=log_dir) as running:
+        yield running
+
+
+class Aws:
+    """boto3 clients on the stack's moto (no change to this process's environment)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.session = boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=local_env.REGION
+        )
+
+    def client(self, service: str) -> Any:
+        return self.session.client(service, endpoint_url=self.env["AWS_ENDPOINT_URL"])  # type: ignore[call-overload]
+
+    def read_json(self, key: str) -> Any | None:
+        try:
+            body = self.client("s3").get_object(Bucket=self.env["BATCHGW_DATA_BUCKET"], Key=key)["Body"]
+        except self.client("s3").exceptions.NoSuchKey:
+            return None
+        return json.loads(body.read())
+
+
+@pytest.fixture(scope="module")
+def aws(stack: LocalStack) -> Aws:
+    return Aws(stack.env)
+
+
+# --- env --------------------------------------------------------------------------------------
+
+
+def test_ports_of_zero_become_distinct_free_ports() -> None:
+    ports = local_env.Ports(api=0, sim=0, moto=0).resolved()
+    assert len({ports.api, ports.sim, ports.moto}) == 3
+    assert all(ports.__dict__.values())
+
+
+def test_stack_env_points_everything_at_moto_and_passes_batch_settings_through() -> None:
+    ports = local_env.Ports(api=9180, sim=9181, moto=9182)
+    env = local_env.stack_env(ports, base={"BATCH_LEASE_SECONDS": "5", "HOME": "/x", "BATCHGW_JOBS_TABLE": "nope"})
+    assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9182"
+    assert env["MOTO_PORT"] == "9182" and env["BATCHGW_SIM_PORT"] == "9181" and env["BATCHGW_PORT"] == "9180"
+    assert env["BATCH_LEASE_SECONDS"] == "5" and "HOME" not in env
+    assert env["BATCHGW_JOBS_TABLE"] == "batchgw-jobs"  # the stack owns resource names
+    assert env["BATCHGW_WORK_QUEUE_URL"] == "http://127.0.0.1:9182/123456789012/batchgw-work"
+    assert env["BATCHGW_STATE_MACHINE_ARN"].endswith(":stateMachine:batchgw-batch")
+    assert Path(env["BATCHGW_MODELS_CONFIG"]).is_file()
+    child = local_env.process_env(env, base={"AWS_PROFILE": "prod", "AWS_ENDPOINT_URL_S3": "x", "PATH": "/bin"})
+    assert "AWS_PROFILE" not in child and "AWS_ENDPOINT_URL_S3" not in child and child["PATH"] == "/bin"
+
+
+def test_handler_pool_gives_each_concurrent_environment_its_own_module_globals() -> None:
+    pool = local_env.HandlerPool(f"{FAKES}.worker")
+    with pool.environment() as first, pool.environment() as second:
+        assert first is fake_handlers.worker  # the first environment is the module itself
+        assert second is not first and second.__globals__["SEEN"] is not fake_handlers.SEEN
+    with pool.environment() as again:  # environments are reused, not recreated
+        assert again in (first, second)
+    assert pool.size == 2
+
+
+# --- moto + bootstrap ------------------------------------------------------------------------
+
+
+def test_bootstrap_creates_every_resource_from_the_specs(stack: LocalStack, aws: Aws) -> None:
+    dynamodb, sqs, s3 = aws.client("dynamodb"), aws.client("sqs"), aws.client("s3")
+    for spec in resources.TABLES:
+        table = dynamodb.describe_table(TableName=stack.env[spec.env_var])["Table"]
+        assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+        assert table["KeySchema"][0] == {"AttributeName": spec.partition.name, "KeyType": "HASH"}
+        if spec.sort:
+            assert table["KeySchema"][1] == {"AttributeName": spec.sort.name, "KeyType": "RANGE"}
+        indexes = {i["IndexName"] for i in table.get("GlobalSecondaryIndexes", [])}
+        assert indexes == {i.name for i in spec.indexes}
+        ttl = dynamodb.describe_time_to_live(TableName=stack.env[spec.env_var])["TimeToLiveDescription"]
+        if spec.ttl_attribute:
+            assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": spec.ttl_attribute}
+
+    visibility = Settings.from_env(stack.env).work_visibility_seconds
+    for queue in resources.QUEUES:
+        url = stack.env[queue.env_var]
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert attributes["VisibilityTimeout"] == str(visibility)
+        redrive = json.loads(attributes["RedrivePolicy"])
+        assert int(redrive["maxReceiveCount"]) == queue.max_receive_count
+        assert redrive["deadLetterTargetArn"].endswith(local_env.dead_letter_queue_name(queue))
+
+    for bucket in resources.BUCKETS:
+        s3.head_bucket(Bucket=stack.env[bucket.env_var])
+
+    for key, (user, role) in auth.LOCAL_KEYS.items():
+        record = auth.key_record(key, user, role)
+        item = dynamodb.get_item(
+            TableName=stack.env[resources.CONTROL.env_var],
+            Key={"pk": {"S": record["pk"]}, "sk": {"S": record["sk"]}},
+        )["Item"]
+        assert (item["user_id"]["S"], item["role"]["S"]) == (user, role)
+
+    machine = aws.client("stepfunctions").describe_state_machine(
+        stateMachineArn=stack.env["BATCHGW_STATE_MACHINE_ARN"]
+    )
+    assert "${" not in machine["definition"]
+    assert local_env.function_arn("batchgw-lifecycle") in machine["definition"]
+
+
+# --- the Lambda hook -------------------------------------------------------------------------
+
+
+def test_real_workflow_runs_lambda_tasks_on_the_handler_and_resumes_on_send_task_success(
+    stack: LocalStack, aws: Aws
+) -> None:
+    sfn = aws.client("stepfunctions")
+    batch_id = f"batch_{uuid.uuid4().hex[:8]}"
+    execution = sfn.start_execution(
+        stateMachineArn=stack.env["BATCHGW_STATE_MACHINE_ARN"], name=batch_id, input=json.dumps({"batch_id": batch_id})
+    )["executionArn"]
+
+    token = wait_for(lambda: aws.read_json(f"tokens/{batch_id}"))  # parked by lambda:invoke.waitForTaskToken
+    prepare = aws.read_json(f"calls/{batch_id}/prepare")
+    assert prepare["function"] == "batchgw-lifecycle"
+    assert 0 < prepare["remaining_ms"] <= 900_000
+    assert sfn.describe_execution(executionArn=execution)["status"] == "RUNNING"
+
+    sfn.send_task_success(taskToken=token, output=json.dumps({"next": "finalize", "wait_seconds": 0}))
+    done = wait_for(
+        lambda: (d := sfn.describe_execution(executionArn=execution))["status"] != "RUNNING" and d
+    )
+    assert done["status"] == "SUCCEEDED"
+    assert json.loads(done["output"])["final"] == {"status": "completed"}
+
+
+def test_a_handler_exception_is_a_task_failure_that_retry_and_catch_see(stack: LocalStack, aws: Aws) -> None:
+    lambda_arn = local_env.function_arn("batchgw-lifecycle")
+    invoked = aws.client("lambda").invoke(FunctionName="batchgw-lifecycle", Payload=b'{"action": "boom"}')
+    assert invoked["FunctionError"] == "Unhandled"
+    assert json.loads(invoked["Payload"].read())["errorType"] == "ValueError"
+
+    definition = {
+        "StartAt": "Boom",
+        "States": {
+            "Boom": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {"FunctionName": lambda_arn, "Payload": {"action": "boom", "batch_id.$": "$.id"}},
+                "Catch": [{"ErrorEquals": ["States.TaskFailed"], "ResultPath": "$.error", "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "End": True},
+        },
+    }
+    sfn = aws.client("stepfunctions")
+    machine = sfn.create_state_machine(
+        name=f"boom-{uuid.uuid4().hex[:6]}", definition=json.dumps(definition), roleArn=local_env.role_arn()
+    )["stateMachineArn"]
+    execution = sfn.start_execution(stateMachineArn=machine, name="boom", input='{"id": "b-boom"}')["executionArn"]
+    done = wait_for(lambda: (d := sfn.describe_execution(executionArn=execution))["status"] != "RUNNING" and d)
+    assert done["status"] == "SUCCEEDED"
+    error = json.loads(done["output"])["error"]
+    assert error["Error"] == "ValueError"
+    assert "boom for b-boom" in error["Cause"]
+
+
+# --- the adapter ---------------------------------------------------------------------------------
+
+
+def test_adapter_turns_a_request_into_an_http_api_v2_event(stack: LocalStack) -> None:
+    response = httpx.post(
+        f"{stack.api_url}/batches?status=a&status=b&empty=",
+        content=b'{"x": 1}',
+        headers=[("Content-Type", "application/json"), ("X-Rep", "1"), ("X-Rep", "2"), ("Cookie", "c=1; d=2")],
+    )
+    assert response.status_code == 200
+    assert response.headers["apigw-requestid"]
+    payload = response.json()
+    event = payload["event"]
+    assert payload["function"] == "batchgw-api"
+    assert event["version"] == "2.0" and event["routeKey"] == "$default"
+    assert event["rawPath"] == "/v1/batches"
+    assert event["rawQueryString"] == "status=a&status=b&empty="
+    assert event["queryStringParameters"] == {"status": "a,b", "empty": ""}
+    assert event["headers"]["x-rep"] == "1,2"
+    assert "cookie" not in event["headers"] and event["cookies"] == ["c=1", "d=2"]
+    assert event["body"] == '{"x": 1}' and event["isBase64Encoded"] is False
+    http = event["requestContext"]["http"]
+    assert http == {
+        "method": "POST",
+        "path": "/v1/batches",
+        "protocol": "HTTP/1.1",
+        "sourceIp": "127.0.0.1",
+        "userAgent": response.request.headers["user-agent"],
+    }
+    assert event["requestContext"]["stage"] == "$default"
+
+
+def test_adapter_passes_binary_bodies_as_base64_both_ways(stack: LocalStack) -> None:
+    sent = httpx.post(
+        f"{stack.api_url}/files", content=b"\x00\x01\xff", headers={"Content-Type": "application/octet-stream"}
+    )
+    event = sent.json()["event"]
+    assert event["isBase64Encoded"] is True and event["body"] == "AAH/"
+
+    answered = httpx.get(f"{stack.api_url}/binary")
+    assert answered.status_code == 201
+    assert answered.content == b"\x00\x01\x02\xff"
+    assert answered.headers.get_list("set-cookie") == ["a=1", "b=2"]
+
+    bare = httpx.get(f"{stack.api_url}/bare")
+    assert bare.status_code == 200 and bare.json() == {"bare": True}
+
+
+def test_adapter_enforces_api_gateway_and_lambda_limits(stack: LocalStack) -> None:
+    with httpx.Client(timeout=30) as client:
+        too_big = client.post(f"{stack.api_url}/batches", content=b"x" * (API_GATEWAY_MAX_BODY + 1))
+        assert too_big.status_code == 413
+        assert too_big.json() == {"message": "Request Entity Too Large"}  # not the echo: no handler call
+        # over Lambda's 6 MB invoke limit, under API Gateway's 10 MB
+        assert client.post(f"{stack.api_url}/batches", content=b"x" * (7 * 1024 * 1024)).status_code == 413
+        big_answer = client.get(f"{stack.api_url}/big")
+        assert (big_answer.status_code, big_answer.json()) == (502, {"message": "Internal Server Error"})
+        failing = client.get(f"{stack.api_url}/raise")
+        assert (failing.status_code, failing.json()) == (500, {"message": "Internal Server Error"})
+        assert client.get(f"{stack.api_url}/still-serving").status_code == 200
+
+
+def test_build_event_omits_body_and_query_when_absent() -> None:
+    event = build_event(method="GET", target="/v1/batches", headers=[("Host", "h:1")], body=b"", source_ip="1.2.3.4")
+    assert "body" not in event and "queryStringParameters" not in event and "cookies" not in event
+    assert event["headers"]["x-forwarded-for"] == "1.2.3.4"
+
+
+# --- the pollers ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def test_queue(aws: Aws) -> Iterator[str]:
+    """A queue of its own (2 s visibility, DLQ after 2 receives), outside the stack's workers."""
+    sqs = aws.client("sqs")
+    name = f"poller-test-{uuid.uuid4().hex[:8]}"
+    dlq = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": "2",
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"}),
+        },
+    )["QueueUrl"]
+    yield url
+    sqs.delete_queue(QueueUrl=url)
+    sqs.delete_queue(QueueUrl=dlq)
+
+
+def _counts(sqs: Any, url: str) -> tuple[int, int]:
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(aws: Aws, test_queue: str) -> None:
+    sqs = aws.client("sqs")
+    fake_handlers.SEEN.clear()
+    for index, fail in enumerate([False, True, False]):
+        sqs.send_message(
+            QueueUrl=test_queue,
+            MessageBody=json.dumps({"n": index, "fail": fail}),
+            MessageAttributes={"kind": {"DataType": "String", "StringValue": "chain"}},
+        )
+    poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs, wait_seconds=0, timeout_seconds=60)
+    wait_for(lambda: poller.poll_once() >= 0 and len(fake_handlers.SEEN) >= 3)
+
+    assert poller.stats.deleted == 2 and poller.stats.failed == 1
+    assert _counts(sqs, test_queue) == (0, 1)  # the failure is in flight until its visibility ends
+    record = fake_handlers.SEEN[0]
+    assert record["eventSource"] == "aws:sqs" and record["eventSourceARN"].endswith(test_queue.rsplit("/", 1)[1])
+    assert record["attributes"]["ApproximateReceiveCount"] == "1" and "SentTimestamp" in record["attributes"]
+    assert record["messageAttributes"]["kind"] == {
+        "stringValue": "chain",
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": "String",
+    }
+    assert 0 < record["remaining_ms"] <= 60_000
+
+    # The failure comes back after its visibility timeout, and after maxReceiveCount it is dead-lettered.
+    wait_for(lambda: poller.poll_once() and fake_handlers.SEEN[-1]["attributes"]["ApproximateReceiveCount"] == "2")
+    assert json.loads(fake_handlers.SEEN[-1]["body"])["fail"] is True
+    dlq = sqs.get_queue_url(QueueName=test_queue.rsplit("/", 1)[1] + "-dlq")["QueueUrl"]
+    wait_for(lambda: poller.poll_once() == 0 and _counts(sqs, dlq)[0] == 1)
+
+
+def test_poller_leaves_the_whole_batch_when_the_handler_raises(aws: Aws, test_queue: str) -> None:
+    sqs = aws.client("sqs")
+    sqs.send_message_batch(
+        QueueUrl=test_queue,
+        Entries=[{"Id": "ok", "MessageBody": "{}"}, {"Id": "bad", "MessageBody": '{"raise": true}'}],
+    )
+    poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs)
+    wait_for(lambda: poller.poll_once() == 0 and poller.stats.failed == 2)
+    assert poller.stats.deleted == 0
+    assert sum(_counts(sqs, test_queue)) == 2
+
+
+def test_partial_failure_response_is_read_as_lambda_reads_it() -> None:
+    ids = ["a", "b", "c"]
+    assert failed_message_ids(None, ids) == set()
+    assert failed_message_ids({"batchItemFailures": []}, ids) == set()
+    assert failed_message_ids({"batchItemFailures": [{"itemIdentifier": "b"}]}, ids) == {"b"}
+    assert failed_message_ids({"batchItemFailures": [{"itemIdentifier": "zzz"}]}, ids) == set(ids)
+    assert failed_message_ids({"batchItemFailures": [{"itemIdentifier": ""}]}, ids) == set(ids)
+    assert failed_message_ids({"batchItemFailures": [{"id": "b"}]}, ids) == set(ids)
+    assert failed_message_ids({"not": object()}, ids) == set(ids)
+
+
+def test_sqs_event_carries_binary_attributes_base64_encoded() -> None:
+    message = {
+        "MessageId": "m",
+        "ReceiptHandle": "r",
+        "Body": "{}",
+        "MD5OfBody": "x",
+        "Attributes": {"ApproximateReceiveCount": "1"},
+        "MessageAttributes": {"blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01"}},
+    }
+    record = sqs_event([message], "arn:aws:sqs:us-east-1:123456789012:q")["Records"][0]
+    assert record["messageAttributes"]["blob"]["binaryValue"] == "AAE="
+    assert record["awsRegion"] == "us-east-1"
+
+
+def test_a_killed_worker_leaves_and_a_restarted_one_takes_over(stack: LocalStack, aws: Aws) -> None:
+    sqs = aws.client("sqs")
+    queue = stack.env[resources.WORK_QUEUE.env_var]
+    first_pid = stack.worker_pids[0]
+
+    def seen_by(message_id: str) -> set[str]:
+        listed = aws.client("s3").list_objects_v2(Bucket=stack.env["BATCHGW_DATA_BUCKET"], Prefix=f"seen/{message_id}/")
+        return {item["Key"].rsplit("/", 1)[1] for item in listed.get("Contents", [])}
+
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "before"}))
+    assert wait_for(lambda: seen_by("before")) == {str(first_pid)}
+
+    stack.kill_worker(0)
+    assert stack.worker_pids[0] is None and stack.dead_children() == []
+    second_pid = stack.start_worker(0)
+    assert second_pid != first_pid
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "after"}))
+    assert wait_for(lambda: seen_by("after")) == {str(second_pid)}
+    stack.check()
