@@ -63,6 +63,16 @@ def get_batch(batch_id: str) -> Response:
     return _json(200, service.get_batch(get_deps(), _principal(), batch_id))
 
 
+@app.post("/v1/batches/<batch_id>/cancel")
+def cancel_batch(batch_id: str) -> Response:
+    return _json(200, service.cancel_batch(get_deps(), _principal(), batch_id))
+
+
+@app.delete("/v1/batches/<batch_id>")
+def delete_batch(batch_id: str) -> Response:
+    return _json(200, service.delete_batch(get_deps(), _principal(), batch_id))
+
+
 @app.get("/v1/batches/<batch_id>/results")
 def batch_results(batch_id: str) -> Response:
     return _json(200, service.results_page(get_deps(), _principal(), batch_id, _params()))

@@ -1,4 +1,4 @@
-"""Lifecycle function: the workflow's steps (prepare, park, finalize), by action."""
+"""Lifecycle function: the workflow's steps (prepare, park, expire, cancel, finalize, purge)."""
 
 from __future__ import annotations
 
@@ -22,4 +22,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return lifecycle.park(deps, batch_id, event["token"])
     if action == "finalize":
         return lifecycle.finalize(deps, batch_id)
+    if action == "expire":
+        return lifecycle.expire(deps, batch_id)
+    if action == "cancel":
+        return lifecycle.cancel(deps, batch_id)
+    if action == "purge":
+        return lifecycle.purge(deps, batch_id)
     raise ValueError(f"unknown lifecycle action {action!r}")

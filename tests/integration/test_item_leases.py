@@ -150,8 +150,9 @@ def test_a_batch_runs_to_completed_with_results_in_submission_order(sim: Simulat
     assert woken == []  # nothing parked yet: the park step finds the batch done itself
     lifecycle.park(deps, batch_id, "token-1")
     assert woken == [("token-1", {"next": "finalize", "wait_seconds": 0})]
-    assert lifecycle.finalize(deps, batch_id) == {"status": "completed"}
-    assert lifecycle.finalize(deps, batch_id) == {"status": "completed"}  # idempotent
+    ended = lifecycle.finalize(deps, batch_id)
+    assert ended["status"] == "completed"
+    assert lifecycle.finalize(deps, batch_id) == ended  # idempotent
 
     batch = service.get_batch(deps, ALICE, batch_id)
     assert batch["status"] == "completed"

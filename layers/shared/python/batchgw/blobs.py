@@ -71,6 +71,10 @@ class BlobStore:
             )
         )
 
+    def delete_batch(self, batch_id: str) -> None:
+        for prefix in (f"inputs/{batch_id}/", f"bodies/{batch_id}/", f"exports/{batch_id}/"):
+            self.delete_prefix(prefix)
+
     def delete_prefix(self, prefix: str) -> None:
         paginator = self._s3.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self._bucket, Prefix=prefix):

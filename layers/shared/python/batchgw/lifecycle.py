@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -19,15 +20,19 @@ from batchgw.records import (
     CANCELLED,
     CANCELLING,
     COMPLETED,
+    EXPIRED,
     FAILED,
     FINAL_STATUSES,
     IN_PROGRESS,
+    ITEM_CANCELLED,
+    ITEM_EXPIRED,
     ITEM_QUEUED,
+    ITEM_RETRY,
     VALIDATING,
     shard_totals,
 )
 from batchgw.work import ChainMessage
-from batchgw.worker import INLINE_BODY_LIMIT
+from batchgw.worker import INLINE_BODY_LIMIT, settle_shards
 
 logger = logging.getLogger("batchgw.lifecycle")
 
@@ -47,25 +52,23 @@ def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
     meta = deps.jobs.get_meta(batch_id)
     if meta is None:
         return {"next": "finalize", "wait_seconds": 0}
-    if meta["status"] == VALIDATING:
+    if meta["status"] in (VALIDATING, CANCELLING) and "shards" not in meta:
         total = _write_items(deps, batch_id)
         shards = min(deps.settings.batch_counter_shards, total)
         deps.jobs.put_shards(batch_id, shard_totals(total, shards))
         chains = _chain_count(deps, meta, total)
-        now = deps.clock()
-        updated = deps.jobs.update(
-            batch_id,
-            {"status": IN_PROGRESS, "in_progress_at": int(now), "shards": shards, "chains": chains},
-            from_statuses=[VALIDATING],
+        meta = deps.jobs.update(
+            batch_id, {"shards": shards, "chains": chains}, from_statuses=[VALIDATING, CANCELLING]
         )
-        if updated is None:  # cancelled (or deleted) while we wrote
-            meta = deps.jobs.get_meta(batch_id) or {"status": CANCELLED}
-            return (
-                {"next": "finalize", "wait_seconds": 0}
-                if meta["status"] != CANCELLING
-                else {"next": "cancel", "wait_seconds": 0}
-            )
-        meta = updated
+        if meta is None:
+            return {"next": "finalize", "wait_seconds": 0}
+    if meta["status"] == VALIDATING:
+        started = deps.jobs.update(
+            batch_id, {"status": IN_PROGRESS, "in_progress_at": int(deps.clock())}, from_statuses=[VALIDATING]
+        )
+        meta = started or deps.jobs.get_meta(batch_id) or {"status": CANCELLED}
+    if meta["status"] == CANCELLING:
+        return {"next": "cancel", "wait_seconds": 0}
     if meta["status"] != IN_PROGRESS:
         return {"next": "finalize", "wait_seconds": 0}
     chains = int(meta["chains"])
@@ -113,25 +116,83 @@ def _write_items(deps: Deps, batch_id: str) -> int:
 
 
 def park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
-    """Keep the waiting task's token; wake it at once if the batch is already done."""
+    """Keep the waiting task's token, or wake it at once if there is already work to do:
+    the batch is done, deleted, or cancelled with its unstarted requests not yet settled."""
     meta = deps.jobs.update(batch_id, {"task_token": token})
-    if meta is None or int(meta.get("shards_done", 0)) >= int(meta.get("shards", 1)):
-        deps.workflow.wake(token, {"next": "finalize", "wait_seconds": 0})
+    step = None
+    if meta is None or _all_done(meta):
+        step = "finalize"
+    elif meta["status"] == CANCELLING and not meta.get("cancel_swept"):
+        step = "cancel"
+    if step is not None:
+        deps.workflow.wake(token, {"next": step, "wait_seconds": 0})
+        if meta is not None:
+            deps.jobs.clear_token(batch_id, token)
     return {}
 
 
-_FINAL_FOR = {IN_PROGRESS: COMPLETED, CANCELLING: CANCELLED, VALIDATING: FAILED}
+def _all_done(meta: dict[str, Any]) -> bool:
+    return int(meta.get("shards_done", 0)) >= int(meta.get("shards", 1))
+
+
+def _end_unstarted(
+    deps: Deps, batch_id: str, fields: dict[str, Any], counters: dict[str, int]
+) -> dict[str, Any]:
+    """End every unstarted request of the batch, then count the shards that emptied."""
+    meta = deps.jobs.get_meta(batch_id)
+    if meta is None:
+        return {"next": "finalize", "wait_seconds": 0}
+    shards = int(meta.get("shards", 1))
+    now = deps.clock()
+    deps.items.sweep(
+        batch_id,
+        from_states=[ITEM_QUEUED, ITEM_RETRY],
+        fields={**fields, "ended_at": Decimal(str(round(now, 3)))},
+        counters=counters,
+        shards=shards,
+    )
+    settle_shards(deps, batch_id)
+    meta = deps.jobs.get_meta(batch_id)
+    if meta is None or _all_done(meta):
+        return {"next": "finalize", "wait_seconds": 0}
+    return {"next": "park", "wait_seconds": 0}  # running requests finish, the last one wakes us
+
+
+def expire(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """The window closed: unstarted requests end as batch_expired; running ones finish."""
+    meta = deps.jobs.update(batch_id, {"expiring": True}, from_statuses=[IN_PROGRESS, CANCELLING])
+    if meta is None:
+        return {"next": "finalize", "wait_seconds": 0}
+    logger.info("batch window closed", extra={"batch_id": batch_id})
+    error = {
+        "code": "batch_expired",
+        "message": "Not run before the completion window closed.",
+        "status": None,
+    }
+    return _end_unstarted(deps, batch_id, {"status": ITEM_EXPIRED, "error": error}, {"failed": 1})
+
+
+def cancel(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """The batch was cancelled: unstarted requests end as cancelled; running ones finish."""
+    meta = deps.jobs.update(batch_id, {"cancel_swept": True}, from_statuses=[CANCELLING])
+    if meta is None:
+        return {"next": "finalize", "wait_seconds": 0}
+    error = {"code": "batch_cancelled", "message": "Not run: the batch was cancelled.", "status": None}
+    return _end_unstarted(deps, batch_id, {"status": ITEM_CANCELLED, "error": error}, {"cancelled": 1})
 
 
 def finalize(deps: Deps, batch_id: str) -> dict[str, Any]:
-    """Give the batch its final status, once."""
+    """Give the batch its final status, once; says when its results are to be purged."""
     meta = deps.jobs.get_meta(batch_id)
     if meta is None:
-        return {"status": "deleted"}
+        return {"status": "deleted", "purge_at": _iso(deps.clock())}
     status = str(meta["status"])
     if status in FINAL_STATUSES:
-        return {"status": status}
-    final = _FINAL_FOR.get(status, COMPLETED)
+        return {"status": status, "purge_at": _iso(float(meta.get("results_expires_at", deps.clock())))}
+    if meta.get("expiring"):
+        final = EXPIRED
+    else:
+        final = {IN_PROGRESS: COMPLETED, CANCELLING: CANCELLED, VALIDATING: FAILED}.get(status, COMPLETED)
     now = deps.clock()
     retention = float(meta.get("retention_seconds", deps.settings.retention_seconds))
     updated = deps.jobs.update(
@@ -141,6 +202,8 @@ def finalize(deps: Deps, batch_id: str) -> dict[str, Any]:
             f"{final}_at": int(now),
             "results_expires_at": int(now + retention),
             "ended_at": Decimal(str(round(now, 3))),
+            # DynamoDB's TTL removes the batch's record even if its purge never ran.
+            "ttl": int(now + retention + 86400),
         },
         from_statuses=[status],
         remove=["task_token"],
@@ -148,4 +211,17 @@ def finalize(deps: Deps, batch_id: str) -> dict[str, Any]:
     if updated is None:
         return finalize(deps, batch_id)
     logger.info("batch ended", extra={"batch_id": batch_id, "status": final})
-    return {"status": final}
+    return {"status": final, "purge_at": _iso(now + retention)}
+
+
+def _iso(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def purge(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Delete the batch, its requests and every object it stored (retention, or DELETE)."""
+    deps.items.delete_all(batch_id)
+    deps.jobs.delete_all(batch_id)
+    deps.blobs.delete_batch(batch_id)
+    logger.info("batch purged", extra={"batch_id": batch_id})
+    return {}

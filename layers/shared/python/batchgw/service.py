@@ -29,7 +29,9 @@ from batchgw.errors import (
 )
 from batchgw.records import (
     ALL_STATUSES,
+    CANCELLING,
     FINAL_STATUSES,
+    IN_PROGRESS,
     VALIDATING,
     Job,
     created_key,
@@ -143,6 +145,38 @@ def _visible_job(deps: Deps, principal: Principal, batch_id: str) -> Job:
 
 def get_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
     return _visible_job(deps, principal, batch_id).to_api()
+
+
+def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    """Cancel: unstarted requests will not run; an ended batch comes back unchanged."""
+    job = _visible_job(deps, principal, batch_id)
+    if job.status in (VALIDATING, IN_PROGRESS):
+        now = int(deps.clock())
+        meta = deps.jobs.update(
+            job.id, {"status": CANCELLING, "cancelling_at": now}, from_statuses=[VALIDATING, IN_PROGRESS]
+        )
+        if meta is not None and meta.get("task_token"):
+            # Parked: wake the workflow to settle the unstarted requests now. (If it is not
+            # parked yet, it finds the batch cancelling when it parks.)
+            token = str(meta["task_token"])
+            if deps.workflow.wake(token, {"next": "cancel", "wait_seconds": 0}):
+                deps.jobs.clear_token(job.id, token)
+    return _visible_job(deps, principal, batch_id).to_api()
+
+
+def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    """Delete the batch with its requests and results, whatever its status, unless a
+    request is running under a live lease (409); the data is purged in the background."""
+    job = _visible_job(deps, principal, batch_id)
+    if deps.items.live_lease(job.id, deps.clock()):
+        raise Conflict(
+            f"Batch '{batch_id}' has requests running; cancel it and wait for them to finish.",
+            code="batch_not_deletable",
+        )
+    if deps.jobs.delete_meta(job.id):
+        deps.workflow.stop(job.id)
+        deps.workflow.start_purge(job.id)
+    return {"id": job.id, "object": "batch.deleted", "deleted": True}
 
 
 def _int_param(value: str | None, name: str, *, default: int, low: int, high: int) -> int:

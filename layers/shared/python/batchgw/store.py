@@ -205,6 +205,30 @@ class JobStore:
             raise StorageError(f"could not finish shard {shard} of {batch_id}") from exc
         return True
 
+    def delete_all(self, batch_id: str) -> None:
+        """Delete the batch's meta and counter shards."""
+        resp = self._db.query(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": batch_id}},
+            ProjectionExpression="pk, sk",
+        )
+        deletes = [{"DeleteRequest": {"Key": {"pk": r["pk"], "sk": r["sk"]}}} for r in resp.get("Items", [])]
+        for chunk in _chunks(deletes, 25):
+            _batch_write(self._db, self._table, list(chunk))
+
+    def delete_meta(self, batch_id: str) -> bool:
+        """Remove the batch's record (it then reads as not found everywhere)."""
+        try:
+            self._db.delete_item(
+                TableName=self._table, Key=self._key(batch_id), ConditionExpression="attribute_exists(pk)"
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not delete batch {batch_id}") from exc
+        return True
+
     def clear_token(self, batch_id: str, token: str) -> None:
         """Forget a task token once used (only if it is still the one stored)."""
         try:
@@ -585,6 +609,45 @@ class ItemStore:
                 if not taken and "TransactionConflict" not in reasons:
                     raise StorageError(f"could not end unstarted items of {batch_id}: {reasons}") from exc
                 indexes = [idx for idx in indexes if idx not in taken]
+
+    def live_lease(self, batch_id: str, now: float) -> bool:
+        """Whether any request of the batch is held by a worker whose lease has not run out."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "FilterExpression": "#st = :running AND lease_until > :now",
+            "ProjectionExpression": "idx",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": _values(
+                {":pk": batch_id, ":running": ITEM_RUNNING, ":now": _dec(now)}
+            ),
+            "ConsistentRead": True,
+        }
+        while True:
+            resp = self._db.query(**kwargs)
+            if resp.get("Items"):
+                return True
+            if "LastEvaluatedKey" not in resp:
+                return False
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def delete_all(self, batch_id: str) -> None:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": batch_id}},
+            "ProjectionExpression": "pk, idx",
+        }
+        while True:
+            resp = self._db.query(**kwargs)
+            deletes = [
+                {"DeleteRequest": {"Key": {"pk": r["pk"], "idx": r["idx"]}}} for r in resp.get("Items", [])
+            ]
+            for chunk in _chunks(deletes, 25):
+                _batch_write(self._db, self._table, list(chunk))
+            if "LastEvaluatedKey" not in resp:
+                return
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
     def page(self, batch_id: str, *, after_idx: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """Up to ``limit`` items after position ``after_idx``, in submission order."""

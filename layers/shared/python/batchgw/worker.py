@@ -42,6 +42,7 @@ from batchgw.records import (
     ITEM_EXPIRED,
     ITEM_FAILED,
     ITEM_SUCCEEDED,
+    SHARD_PREFIX,
 )
 from batchgw.store import SlotGrant, SlotStore
 from batchgw.work import ChainMessage
@@ -128,7 +129,8 @@ async def run_message(deps: Deps, message: ChainMessage, *, owner: str, deadline
         await slot.release()
     if finished:
         # Normally the last record woke the workflow; this covers a worker that died
-        # between counting the last shard and waking it (its message came back to us).
+        # between recording the last item and waking it (its message came back to us).
+        await io(settle_shards, deps, message.batch_id)
         await wake_if_done(deps, message.batch_id)
 
 
@@ -376,3 +378,10 @@ async def wake_if_done(deps: Deps, batch_id: str) -> None:
         token = str(meta["task_token"])
         await io(deps.workflow.wake, token, {"next": "finalize", "wait_seconds": 0})
         await io(deps.jobs.clear_token, batch_id, token)
+
+
+def settle_shards(deps: Deps, batch_id: str) -> None:
+    """Count every emptied shard (idempotent: each is counted once, whoever gets there)."""
+    for shard in deps.jobs.shards(batch_id):
+        if int(shard.get("left", 0)) == 0 and not shard.get("done"):
+            deps.jobs.finish_shard(batch_id, int(str(shard["sk"]).removeprefix(SHARD_PREFIX)))

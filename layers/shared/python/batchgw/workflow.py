@@ -20,14 +20,31 @@ class Workflow:
 
     def start(self, batch_id: str) -> None:
         """Start the batch's execution, named after the batch (so a retry cannot start two)."""
+        self._start(batch_id, {"batch_id": batch_id})
+
+    def _start(self, name: str, payload: dict[str, Any]) -> None:
         try:
-            self._sfn.start_execution(
-                stateMachineArn=self._arn, name=batch_id, input=json.dumps({"batch_id": batch_id})
-            )
+            self._sfn.start_execution(stateMachineArn=self._arn, name=name, input=json.dumps(payload))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
                 return
-            raise StorageError(f"could not start the workflow of {batch_id}") from exc
+            raise StorageError(f"could not start workflow execution {name}") from exc
+
+    def start_purge(self, batch_id: str) -> None:
+        """Start the purge of a deleted batch (the same state machine, purge branch)."""
+        self._start(f"{batch_id}-purge", {"batch_id": batch_id, "purge": True})
+
+    def stop(self, batch_id: str) -> None:
+        """Stop the batch's execution, if it still runs (its batch was deleted)."""
+        arn = self._arn.replace(":stateMachine:", ":execution:") + f":{batch_id}"
+        try:
+            self._sfn.stop_execution(executionArn=arn, cause="batch deleted")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in (
+                "ExecutionDoesNotExist",
+                "ValidationException",
+            ):
+                raise StorageError(f"could not stop the workflow of {batch_id}") from exc
 
     def wake(self, token: str, output: dict[str, Any]) -> bool:
         """Resume a parked execution; False if the token no longer waits."""
