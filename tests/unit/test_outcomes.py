@@ -6,7 +6,6 @@ import math
 import random
 
 import pytest
-
 from batchgw.outcomes import (
     MAX_QUEUED_WAIT_SECONDS,
     MAX_TRIES_WITHOUT_WINDOW,
