@@ -282,6 +282,7 @@ class JobStore:
             values[":lo"] = lower
         else:
             key_condition = "#o = :o"
+            del names["#k"]
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": index,
