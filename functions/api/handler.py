@@ -83,7 +83,7 @@ def batch_output(batch_id: str) -> Response:
     download = service.output_jsonl(get_deps(), _principal(), batch_id)
     if download.location is not None:
         return Response(status_code=302, headers={"Location": download.location}, body="")
-    return Response(status_code=200, content_type=download.content_type, body=download.body or b"")
+    return Response(status_code=200, content_type=download.content_type, body=(download.body or b"").decode())
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -14,6 +14,7 @@ from batchgw.deps import Deps, build_deps
 from batchgw.settings import Settings
 from moto import mock_aws
 
+from local import moto_patches
 from local.bootstrap import create_bucket, create_queue, create_table
 from local.simulator import Simulator
 from tests.support import REPO_ROOT, FakeClock
@@ -54,6 +55,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    moto_patches.apply()
     with mock_aws():
         aws.get_clients.cache_clear()
         yield

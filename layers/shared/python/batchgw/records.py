@@ -44,9 +44,14 @@ def shard_sk(k: int) -> str:
     return f"{SHARD_PREFIX}{k:02d}"
 
 
-def created_key(created_at: int, batch_id: str) -> str:
-    """Sort key of the owner index: newest first when read backwards."""
-    return f"{created_at:012d}#{batch_id}"
+def created_key(created_ms: int, batch_id: str) -> str:
+    """Sort key of the owner index (milliseconds, so read backwards it is newest first)."""
+    return f"{created_ms:015d}#{batch_id}"
+
+
+def created_bound(seconds: int) -> str:
+    """The owner index's key at the start of second ``seconds``."""
+    return f"{seconds * 1000:015d}#"
 
 
 def item_id(batch_id: str, idx: int) -> str:

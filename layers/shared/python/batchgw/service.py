@@ -107,7 +107,8 @@ def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]
         for r in plan.requests
     ]
     deps.blobs.put_lines_gz(input_key(batch_id), lines)
-    now = int(deps.clock())
+    clock_now = deps.clock()
+    now = int(clock_now)
     window = settings.completion_window_seconds
     meta: dict[str, Any] = {
         "pk": batch_id,
@@ -123,7 +124,7 @@ def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]
         "metadata": plan.metadata,
         "models": sorted({r.model for r in plan.requests}),
         "retention_seconds": int(settings.retention_seconds),
-        "created_key": created_key(now, batch_id),
+        "created_key": created_key(int(clock_now * 1000), batch_id),
     }
     deps.jobs.put_new(meta)
     try:

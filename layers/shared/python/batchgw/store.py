@@ -27,6 +27,7 @@ from batchgw.records import (
     SHARD_PREFIX,
     Counts,
     Job,
+    created_bound,
     shard_sk,
 )
 
@@ -268,9 +269,9 @@ class JobStore:
         values: dict[str, Any] = {":o": owner}
         upper = before_key
         if created_before is not None:
-            bound = f"{created_before:012d}#"
+            bound = created_bound(created_before)  # strictly before
             upper = bound if upper is None or bound < upper else upper
-        lower = f"{created_after:012d}#" if created_after is not None else None
+        lower = created_bound(created_after + 1) if created_after is not None else None  # strictly after
         if upper is not None and lower is not None:
             key_condition = "#o = :o AND #k BETWEEN :lo AND :hi"
             values[":lo"], values[":hi"] = lower, upper

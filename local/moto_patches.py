@@ -1,0 +1,135 @@
+"""Two fixes to moto 5.2.5's DynamoDB that the gateway's invariants rely on (local only).
+
+1. Atomic requests. moto's server answers requests on many threads, and its DynamoDB
+   evaluates a condition and then writes without a lock, so two conditional writes racing
+   for one item could both succeed — which DynamoDB never allows. Every DynamoDB request
+   here runs under one lock, as DynamoDB's per-item serialization would have it.
+2. Cheap transactions. moto backs up every table a TransactWriteItems touches with a
+   deep copy of the whole table (and iterates it while other threads write). That costs
+   time in proportion to everything ever stored. Here only the items the transaction
+   touches are saved, and restored if it is cancelled.
+
+``apply()`` is idempotent; the moto server process and the in-process test fixtures call it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from moto.dynamodb.comparisons import get_filter_expression
+from moto.dynamodb.exceptions import (
+    ConditionalCheckFailed,
+    MockValidationException,
+    MultipleTransactionsException,
+    TooManyTransactionsException,
+    TransactionCanceledException,
+    TransactWriteSingleOpException,
+)
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.responses import DynamoHandler
+
+_LOCK = threading.RLock()
+_applied = False
+
+
+def apply() -> None:
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    original_call_action = DynamoHandler.call_action
+
+    def call_action(self: DynamoHandler) -> Any:
+        with _LOCK:
+            return original_call_action(self)
+
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+    DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
+
+
+def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
+    if len(transact_items) > 100:
+        raise TooManyTransactionsException()
+    saved: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
+    seen: set[tuple[str, str]] = set()
+    errors: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
+
+    def restore() -> None:
+        for table_name, key, attributes in reversed(saved):
+            if attributes is None:
+                if self.get_item(table_name, key) is not None:
+                    self.delete_item(table_name, key)
+            else:
+                self.put_item(table_name, attributes)
+
+    for entry in transact_items:
+        if len(entry) > 1:
+            raise TransactWriteSingleOpException
+        original: dict[str, Any] | None = None
+        try:
+            op_type, op = next(iter(entry.items()))
+            if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+                raise ValueError("Unsupported transaction operation")
+            table_name = op["TableName"]
+            if op_type == "Put":
+                table = self.get_table(table_name)
+                attrs = op["Item"]
+                key = {table.hash_key_attr: attrs[table.hash_key_attr]}
+                if table.range_key_attr is not None:
+                    key[table.range_key_attr] = attrs[table.range_key_attr]
+            else:
+                key = op["Key"]
+            marker = (str(table_name), str(dict(sorted(key.items()))))
+            if marker in seen:
+                raise MultipleTransactionsException()
+            seen.add(marker)
+
+            current = self.get_item(table_name, key)
+            condition = op.get("ConditionExpression")
+            names = op.get("ExpressionAttributeNames")
+            values = op.get("ExpressionAttributeValues")
+            if condition is not None:
+                check = get_filter_expression(condition, names, values)
+                if not check.expr(current):
+                    if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                        original = current.to_json()["Attributes"]
+                    raise ConditionalCheckFailed(item=original)
+            if op_type != "ConditionCheck":
+                saved.append((table_name, key, current.to_json()["Attributes"] if current else None))
+            if op_type == "Put":
+                self.put_item(
+                    table_name,
+                    op["Item"],
+                    condition_expression=condition,
+                    expression_attribute_names=names,
+                    expression_attribute_values=values,
+                )
+            elif op_type == "Delete":
+                self.delete_item(
+                    table_name,
+                    key,
+                    condition_expression=condition,
+                    expression_attribute_names=names,
+                    expression_attribute_values=values,
+                )
+            elif op_type == "Update":
+                self.update_item(
+                    table_name,
+                    key,
+                    update_expression=op["UpdateExpression"],
+                    condition_expression=condition,
+                    expression_attribute_names=names,
+                    expression_attribute_values=values,
+                )
+            errors.append((None, None, None))
+        except (MultipleTransactionsException, MockValidationException):
+            restore()
+            raise
+        except ConditionalCheckFailed as exc:
+            errors.append(("ConditionalCheckFailed", str(exc.message), original))
+        except Exception as exc:  # moto reports any other failure as a cancellation reason
+            errors.append((type(exc).__name__, str(exc), original))
+    if any(code is not None for code, _, _ in errors):
+        restore()
+        raise TransactionCanceledException(errors)

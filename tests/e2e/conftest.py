@@ -1,0 +1,105 @@
+"""The local stack over real HTTP: one stack for the session, on free ports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from local.run import LocalStack
+from tests.support import wait_for
+
+# Small limits so the rules show quickly; the model cap is what the cap test checks.
+STACK_ENV = {
+    "BATCH_MODEL_CONCURRENCY": "4",
+    "BATCH_MAX_BODY_MB": "1",
+    "BATCH_LEASE_SECONDS": "30",
+    "BATCH_UPSTREAM_TIMEOUT_SECONDS": "10",
+    "BATCH_WORKER_TIMEOUT_SECONDS": "60",
+    "BATCH_RETRY_BASE_SECONDS": "0.2",
+    "BATCH_RETRY_MAX_SECONDS": "1",
+}
+MODEL_CAP = 4
+FINAL = ("completed", "failed", "expired", "cancelled")
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    logs = tmp_path_factory.mktemp("stack-logs")
+    with LocalStack(
+        api_port=0, sim_port=0, moto_port=0, env_overrides=STACK_ENV, workers=2, log_dir=logs
+    ) as running:
+        yield running
+
+
+class Api:
+    """A thin client for one API key."""
+
+    def __init__(self, stack: LocalStack, key: str) -> None:
+        self.http = httpx.Client(
+            base_url=stack.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+
+    def create(self, requests: list[dict[str, Any]], **extra: Any) -> httpx.Response:
+        return self.http.post("/batches", json={"requests": requests, **extra})
+
+    def batch(self, batch_id: str) -> dict[str, Any]:
+        resp = self.http.get(f"/batches/{batch_id}")
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    def wait_final(self, batch_id: str, timeout: float = 60) -> dict[str, Any]:
+        return wait_for(
+            lambda: (b := self.batch(batch_id))["status"] in FINAL and b,
+            timeout=timeout,
+            interval=0.1,
+            what=f"{batch_id} to end",
+        )
+
+    def results(self, batch_id: str, **params: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        after = None
+        while True:
+            query = {**params, **({"after": after} if after else {})}
+            page = self.http.get(f"/batches/{batch_id}/results", params=query).raise_for_status().json()
+            out.extend(page["data"])
+            if not page["has_more"]:
+                return out
+            after = page["last_id"]
+
+
+@pytest.fixture(scope="session")
+def alice(stack: LocalStack) -> Api:
+    return Api(stack, "sk-local-alice")
+
+
+@pytest.fixture(scope="session")
+def bob(stack: LocalStack) -> Api:
+    return Api(stack, "sk-local-bob")
+
+
+@pytest.fixture(scope="session")
+def admin(stack: LocalStack) -> Api:
+    return Api(stack, "sk-local-admin")
+
+
+@pytest.fixture
+def sim(stack: LocalStack) -> httpx.Client:
+    client = httpx.Client(base_url=stack.sim_url, timeout=10)
+    client.post("/_sim/reset").raise_for_status()
+    return client
+
+
+def chat(custom_id: str, text: str, model: str = "sim-chat", **body: Any) -> dict[str, Any]:
+    return {
+        "custom_id": custom_id,
+        "body": {"model": model, "messages": [{"role": "user", "content": text}], **body},
+    }
+
+
+def pause(seconds: float) -> None:
+    """For ordering created_at values only (they have one-second resolution)."""
+    time.sleep(seconds)
