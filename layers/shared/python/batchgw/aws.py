@@ -6,12 +6,16 @@ them by hooking the session's events (``count_calls``).
 
 from __future__ import annotations
 
+import json
+import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -57,7 +61,44 @@ class AwsClients:
 
 @lru_cache(maxsize=1)
 def get_clients() -> AwsClients:
-    return AwsClients()
+    clients = AwsClients()
+    calls_dir = os.environ.get(CALLS_DIR_ENV)
+    if calls_dir:
+        record_calls(clients.session, Path(calls_dir))
+    return clients
+
+
+# Benchmarks set this to a directory: every process then writes the AWS calls it made
+# there (``<pid>.json``, refreshed twice a second), so calls can be summed across processes.
+CALLS_DIR_ENV = "BATCHGW_AWS_CALLS_DIR"
+
+
+def record_calls(session: boto3.session.Session, directory: Path) -> CallCounter:
+    """Count ``session``'s calls and keep ``directory/<pid>.json`` up to date with them."""
+    counter = CallCounter()
+    session.events.register("before-call", counter)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{os.getpid()}.json"
+
+    def flush() -> None:
+        while True:
+            with counter._lock:
+                snapshot = dict(counter.calls)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_text(json.dumps(snapshot))
+            tmp.replace(target)
+            time.sleep(0.5)
+
+    threading.Thread(target=flush, name="aws-call-counter", daemon=True).start()
+    return counter
+
+
+def read_recorded_calls(directory: Path) -> Counter[str]:
+    """The calls every process recorded in ``directory``, summed."""
+    total: Counter[str] = Counter()
+    for path in directory.glob("*.json"):
+        total.update(json.loads(path.read_text()))
+    return total
 
 
 class CallCounter:
