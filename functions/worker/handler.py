@@ -24,7 +24,13 @@ processor = AsyncBatchProcessor(event_type=EventType.SQS)
 async def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
     deadline = time.time() + lambda_context.get_remaining_time_in_millis() / 1000
     owner = f"{lambda_context.aws_request_id}:{uuid.uuid4().hex[:8]}"
-    await run_message(get_deps(), ChainMessage.decode(record.body), owner=owner, deadline=deadline)
+    await run_message(
+        get_deps(),
+        ChainMessage.decode(record.body),
+        owner=owner,
+        deadline=deadline,
+        receipt=record.receipt_handle,
+    )
 
 
 @logger.inject_lambda_context(clear_state=True)

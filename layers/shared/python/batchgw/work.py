@@ -50,6 +50,12 @@ class WorkQueue:
             QueueUrl=self._url, MessageBody=message.encode(), DelaySeconds=max(0, min(900, delay_seconds))
         )
 
+    def hold(self, receipt: str, seconds: int) -> None:
+        """Keep a received message invisible for ``seconds`` more."""
+        self._sqs.change_message_visibility(
+            QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=max(0, min(43200, seconds))
+        )
+
     def send_many(self, messages: Sequence[ChainMessage]) -> None:
         for start in range(0, len(messages), 10):
             chunk = messages[start : start + 10]

@@ -117,21 +117,42 @@ class SlotHolder:
             await io(self._deps.slots.release, model, self.token)
 
 
-async def run_message(deps: Deps, message: ChainMessage, *, owner: str, deadline: float) -> None:
-    """Run one chain message until the chain ends, its time is up, or it must stop."""
+async def run_message(
+    deps: Deps, message: ChainMessage, *, owner: str, deadline: float, receipt: str | None = None
+) -> None:
+    """Run one chain message until the chain ends, its time is up, or it must stop.
+
+    With the message's ``receipt``, its visibility is kept at one lease and renewed while
+    the chain runs: if this worker dies, the message (and so the chain) comes back after
+    about one lease, not after the queue's long default visibility.
+    """
     meta = await io(deps.jobs.get_meta, message.batch_id)
     if meta is None or meta["status"] != IN_PROGRESS:
         return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
+    heartbeat = asyncio.create_task(_keep_invisible(deps, receipt)) if receipt else None
     slot = SlotHolder(deps)
     try:
         finished = await _run_chain(deps, meta, message, slot, owner=owner, deadline=deadline)
     finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
         await slot.release()
     if finished:
         # Normally the last record woke the workflow; this covers a worker that died
         # between recording the last item and waking it (its message came back to us).
         await io(settle_shards, deps, message.batch_id)
         await wake_if_done(deps, message.batch_id)
+
+
+async def _keep_invisible(deps: Deps, receipt: str) -> None:
+    lease = deps.settings.batch_lease_seconds
+    while True:
+        try:
+            await io(deps.queue.hold, receipt, math.ceil(lease))
+        except Exception:  # a lost receipt only costs the early comeback: keep running
+            logger.warning("could not extend the message's visibility", exc_info=True)
+            return
+        await asyncio.sleep(lease / 3)
 
 
 def _resume(message: ChainMessage, idx: int) -> ChainMessage:
