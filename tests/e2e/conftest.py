@@ -17,7 +17,7 @@ STACK_ENV = {
     "BATCH_MODEL_CONCURRENCY": "4",
     "BATCH_MAX_BODY_MB": "1",
     "BATCH_LEASE_SECONDS": "30",
-    "BATCH_UPSTREAM_TIMEOUT_SECONDS": "10",
+    "BATCH_UPSTREAM_TIMEOUT_SECONDS": "3",
     "BATCH_WORKER_TIMEOUT_SECONDS": "60",
     "BATCH_RETRY_BASE_SECONDS": "0.2",
     "BATCH_RETRY_MAX_SECONDS": "1",
@@ -26,13 +26,18 @@ MODEL_CAP = 4
 FINAL = ("completed", "failed", "expired", "cancelled")
 
 
+def start_stack(tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]) -> LocalStack:
+    logs = tmp_path_factory.mktemp(f"{name}-logs")
+    return LocalStack(api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=2, log_dir=logs).start()
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    logs = tmp_path_factory.mktemp("stack-logs")
-    with LocalStack(
-        api_port=0, sim_port=0, moto_port=0, env_overrides=STACK_ENV, workers=2, log_dir=logs
-    ) as running:
+    running = start_stack(tmp_path_factory, "stack", STACK_ENV)
+    try:
         yield running
+    finally:
+        running.stop()
 
 
 class Api:

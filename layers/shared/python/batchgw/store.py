@@ -420,7 +420,7 @@ class ItemStore:
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
-                return Claim("held")
+                return Claim("held", old)
             raise StorageError(f"could not take over {batch_id}/{idx}") from exc
         return Claim("claimed", from_ddb(resp["Attributes"]), took_over=True)
 

@@ -186,7 +186,11 @@ async def _run_chain(
             return False
         claim = await io(deps.items.claim, batch_id, idx, owner, now, settings.batch_lease_seconds)
         if claim.kind == "held":
-            logger.info("chain already running elsewhere", extra={"batch_id": batch_id, "idx": idx})
+            # Another worker holds this item: a live duplicate of this chain, or a dead
+            # worker whose lease has not yet run out. Come back when the lease ends: then
+            # the item has ended (skip on) or can be taken over.
+            assert claim.item is not None
+            await _requeue(deps, _resume(message, idx), float(claim.item["lease_until"]) - now + 1)
             return False
         if claim.kind == "missing":
             logger.warning("no such item", extra={"batch_id": batch_id, "idx": idx})
