@@ -16,9 +16,9 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-
 from batchgw import auth, resources
 from batchgw.settings import Settings
+
 from local import env as local_env
 from local.adapter import API_GATEWAY_MAX_BODY, build_event
 from local.poller import Poller, failed_message_ids, sqs_event
@@ -90,7 +90,9 @@ def test_ports_of_zero_become_distinct_free_ports() -> None:
 
 def test_stack_env_points_everything_at_moto_and_passes_batch_settings_through() -> None:
     ports = local_env.Ports(api=9180, sim=9181, moto=9182)
-    env = local_env.stack_env(ports, base={"BATCH_LEASE_SECONDS": "5", "HOME": "/x", "BATCHGW_JOBS_TABLE": "nope"})
+    env = local_env.stack_env(
+        ports, base={"BATCH_LEASE_SECONDS": "5", "HOME": "/x", "BATCHGW_JOBS_TABLE": "nope"}
+    )
     assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9182"
     assert env["MOTO_PORT"] == "9182" and env["BATCHGW_SIM_PORT"] == "9181" and env["BATCHGW_PORT"] == "9180"
     assert env["BATCH_LEASE_SECONDS"] == "5" and "HOME" not in env
@@ -98,7 +100,9 @@ def test_stack_env_points_everything_at_moto_and_passes_batch_settings_through()
     assert env["BATCHGW_WORK_QUEUE_URL"] == "http://127.0.0.1:9182/123456789012/batchgw-work"
     assert env["BATCHGW_STATE_MACHINE_ARN"].endswith(":stateMachine:batchgw-batch")
     assert Path(env["BATCHGW_MODELS_CONFIG"]).is_file()
-    child = local_env.process_env(env, base={"AWS_PROFILE": "prod", "AWS_ENDPOINT_URL_S3": "x", "PATH": "/bin"})
+    child = local_env.process_env(
+        env, base={"AWS_PROFILE": "prod", "AWS_ENDPOINT_URL_S3": "x", "PATH": "/bin"}
+    )
     assert "AWS_PROFILE" not in child and "AWS_ENDPOINT_URL_S3" not in child and child["PATH"] == "/bin"
 
 
@@ -159,14 +163,53 @@ def test_bootstrap_creates_every_resource_from_the_specs(stack: LocalStack, aws:
 # --- the Lambda hook -------------------------------------------------------------------------
 
 
-def test_real_workflow_runs_lambda_tasks_on_the_handler_and_resumes_on_send_task_success(
-    stack: LocalStack, aws: Aws
-) -> None:
+def _lambda_task(action: str, wait_for_token: bool = False, **extra: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = {"action": action, "batch_id.$": "$.batch_id"}
+    if wait_for_token:
+        payload["token.$"] = "$$.Task.Token"
+    suffix = ".waitForTaskToken" if wait_for_token else ""
+    return {
+        "Type": "Task",
+        "Resource": f"arn:aws:states:::lambda:invoke{suffix}",
+        "Parameters": {"FunctionName": local_env.function_arn("batchgw-lifecycle"), "Payload": payload},
+        **extra,
+    }
+
+
+def _run_to_end(sfn: Any, definition: dict[str, Any], execution_input: dict[str, Any]) -> str:
+    machine = sfn.create_state_machine(
+        name=f"test-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=local_env.role_arn()
+    )["stateMachineArn"]
+    name = execution_input.get("batch_id") or uuid.uuid4().hex
+    return str(
+        sfn.start_execution(stateMachineArn=machine, name=name, input=json.dumps(execution_input))[
+            "executionArn"
+        ]
+    )
+
+
+def _finished(sfn: Any, execution: str) -> dict[str, Any]:
+    return dict(
+        wait_for(lambda: (d := sfn.describe_execution(executionArn=execution))["status"] != "RUNNING" and d)
+    )
+
+
+def test_lambda_tasks_run_the_handler_and_a_parked_task_resumes_on_send_task_success(aws: Aws) -> None:
+    definition = {
+        "StartAt": "Prepare",
+        "States": {
+            "Prepare": _lambda_task(
+                "prepare", ResultSelector={"next.$": "$.Payload.next"}, ResultPath="$.step", Next="Park"
+            ),
+            "Park": _lambda_task("park", wait_for_token=True, ResultPath="$.step", Next="Finalize"),
+            "Finalize": _lambda_task(
+                "finalize", ResultSelector={"status.$": "$.Payload.status"}, ResultPath="$.final", End=True
+            ),
+        },
+    }
     sfn = aws.client("stepfunctions")
     batch_id = f"batch_{uuid.uuid4().hex[:8]}"
-    execution = sfn.start_execution(
-        stateMachineArn=stack.env["BATCHGW_STATE_MACHINE_ARN"], name=batch_id, input=json.dumps({"batch_id": batch_id})
-    )["executionArn"]
+    execution = _run_to_end(sfn, definition, {"batch_id": batch_id})
 
     token = wait_for(lambda: aws.read_json(f"tokens/{batch_id}"))  # parked by lambda:invoke.waitForTaskToken
     prepare = aws.read_json(f"calls/{batch_id}/prepare")
@@ -174,43 +217,35 @@ def test_real_workflow_runs_lambda_tasks_on_the_handler_and_resumes_on_send_task
     assert 0 < prepare["remaining_ms"] <= 900_000
     assert sfn.describe_execution(executionArn=execution)["status"] == "RUNNING"
 
-    sfn.send_task_success(taskToken=token, output=json.dumps({"next": "finalize", "wait_seconds": 0}))
-    done = wait_for(
-        lambda: (d := sfn.describe_execution(executionArn=execution))["status"] != "RUNNING" and d
-    )
+    sfn.send_task_success(taskToken=token, output=json.dumps({"next": "finalize"}))
+    done = _finished(sfn, execution)
     assert done["status"] == "SUCCEEDED"
-    assert json.loads(done["output"])["final"] == {"status": "completed"}
+    assert json.loads(done["output"]) == {
+        "batch_id": batch_id,
+        "step": {"next": "finalize"},  # the task's result is what send_task_success carried
+        "final": {"status": "completed"},
+    }
 
 
-def test_a_handler_exception_is_a_task_failure_that_retry_and_catch_see(stack: LocalStack, aws: Aws) -> None:
-    lambda_arn = local_env.function_arn("batchgw-lifecycle")
+def test_a_handler_exception_is_a_task_failure_that_catch_sees(aws: Aws) -> None:
     invoked = aws.client("lambda").invoke(FunctionName="batchgw-lifecycle", Payload=b'{"action": "boom"}')
     assert invoked["FunctionError"] == "Unhandled"
     assert json.loads(invoked["Payload"].read())["errorType"] == "ValueError"
 
+    catch = [{"ErrorEquals": ["States.TaskFailed"], "ResultPath": "$.error", "Next": "Caught"}]
     definition = {
         "StartAt": "Boom",
         "States": {
-            "Boom": {
-                "Type": "Task",
-                "Resource": "arn:aws:states:::lambda:invoke",
-                "Parameters": {"FunctionName": lambda_arn, "Payload": {"action": "boom", "batch_id.$": "$.id"}},
-                "Catch": [{"ErrorEquals": ["States.TaskFailed"], "ResultPath": "$.error", "Next": "Caught"}],
-                "End": True,
-            },
+            "Boom": _lambda_task("boom", Catch=catch, End=True),
             "Caught": {"Type": "Pass", "End": True},
         },
     }
     sfn = aws.client("stepfunctions")
-    machine = sfn.create_state_machine(
-        name=f"boom-{uuid.uuid4().hex[:6]}", definition=json.dumps(definition), roleArn=local_env.role_arn()
-    )["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=machine, name="boom", input='{"id": "b-boom"}')["executionArn"]
-    done = wait_for(lambda: (d := sfn.describe_execution(executionArn=execution))["status"] != "RUNNING" and d)
+    done = _finished(sfn, _run_to_end(sfn, definition, {"batch_id": f"boom-{uuid.uuid4().hex[:6]}"}))
     assert done["status"] == "SUCCEEDED"
     error = json.loads(done["output"])["error"]
-    assert error["Error"] == "ValueError"
-    assert "boom for b-boom" in error["Cause"]
+    assert error["Error"] == "ValueError"  # the runtime's errorType names the error, as on AWS
+    assert "boom for boom-" in error["Cause"]
 
 
 # --- the adapter ---------------------------------------------------------------------------------
@@ -220,7 +255,12 @@ def test_adapter_turns_a_request_into_an_http_api_v2_event(stack: LocalStack) ->
     response = httpx.post(
         f"{stack.api_url}/batches?status=a&status=b&empty=",
         content=b'{"x": 1}',
-        headers=[("Content-Type", "application/json"), ("X-Rep", "1"), ("X-Rep", "2"), ("Cookie", "c=1; d=2")],
+        headers=[
+            ("Content-Type", "application/json"),
+            ("X-Rep", "1"),
+            ("X-Rep", "2"),
+            ("Cookie", "c=1; d=2"),
+        ],
     )
     assert response.status_code == 200
     assert response.headers["apigw-requestid"]
@@ -247,7 +287,9 @@ def test_adapter_turns_a_request_into_an_http_api_v2_event(stack: LocalStack) ->
 
 def test_adapter_passes_binary_bodies_as_base64_both_ways(stack: LocalStack) -> None:
     sent = httpx.post(
-        f"{stack.api_url}/files", content=b"\x00\x01\xff", headers={"Content-Type": "application/octet-stream"}
+        f"{stack.api_url}/files",
+        content=b"\x00\x01\xff",
+        headers={"Content-Type": "application/octet-stream"},
     )
     event = sent.json()["event"]
     assert event["isBase64Encoded"] is True and event["body"] == "AAH/"
@@ -276,7 +318,9 @@ def test_adapter_enforces_api_gateway_and_lambda_limits(stack: LocalStack) -> No
 
 
 def test_build_event_omits_body_and_query_when_absent() -> None:
-    event = build_event(method="GET", target="/v1/batches", headers=[("Host", "h:1")], body=b"", source_ip="1.2.3.4")
+    event = build_event(
+        method="GET", target="/v1/batches", headers=[("Host", "h:1")], body=b"", source_ip="1.2.3.4"
+    )
     assert "body" not in event and "queryStringParameters" not in event and "cookies" not in event
     assert event["headers"]["x-forwarded-for"] == "1.2.3.4"
 
@@ -307,10 +351,14 @@ def _counts(sqs: Any, url: str) -> tuple[int, int]:
     attributes = sqs.get_queue_attributes(
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+    return int(attributes["ApproximateNumberOfMessages"]), int(
+        attributes["ApproximateNumberOfMessagesNotVisible"]
+    )
 
 
-def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(aws: Aws, test_queue: str) -> None:
+def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(
+    aws: Aws, test_queue: str
+) -> None:
     sqs = aws.client("sqs")
     fake_handlers.SEEN.clear()
     for index, fail in enumerate([False, True, False]):
@@ -325,7 +373,9 @@ def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(aw
     assert poller.stats.deleted == 2 and poller.stats.failed == 1
     assert _counts(sqs, test_queue) == (0, 1)  # the failure is in flight until its visibility ends
     record = fake_handlers.SEEN[0]
-    assert record["eventSource"] == "aws:sqs" and record["eventSourceARN"].endswith(test_queue.rsplit("/", 1)[1])
+    assert record["eventSource"] == "aws:sqs" and record["eventSourceARN"].endswith(
+        test_queue.rsplit("/", 1)[1]
+    )
     assert record["attributes"]["ApproximateReceiveCount"] == "1" and "SentTimestamp" in record["attributes"]
     assert record["messageAttributes"]["kind"] == {
         "stringValue": "chain",
@@ -336,7 +386,9 @@ def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(aw
     assert 0 < record["remaining_ms"] <= 60_000
 
     # The failure comes back after its visibility timeout, and after maxReceiveCount it is dead-lettered.
-    wait_for(lambda: poller.poll_once() and fake_handlers.SEEN[-1]["attributes"]["ApproximateReceiveCount"] == "2")
+    wait_for(
+        lambda: poller.poll_once() and fake_handlers.SEEN[-1]["attributes"]["ApproximateReceiveCount"] == "2"
+    )
     assert json.loads(fake_handlers.SEEN[-1]["body"])["fail"] is True
     dlq = sqs.get_queue_url(QueueName=test_queue.rsplit("/", 1)[1] + "-dlq")["QueueUrl"]
     wait_for(lambda: poller.poll_once() == 0 and _counts(sqs, dlq)[0] == 1)
@@ -385,7 +437,9 @@ def test_a_killed_worker_leaves_and_a_restarted_one_takes_over(stack: LocalStack
     first_pid = stack.worker_pids[0]
 
     def seen_by(message_id: str) -> set[str]:
-        listed = aws.client("s3").list_objects_v2(Bucket=stack.env["BATCHGW_DATA_BUCKET"], Prefix=f"seen/{message_id}/")
+        listed = aws.client("s3").list_objects_v2(
+            Bucket=stack.env["BATCHGW_DATA_BUCKET"], Prefix=f"seen/{message_id}/"
+        )
         return {item["Key"].rsplit("/", 1)[1] for item in listed.get("Contents", [])}
 
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "before"}))

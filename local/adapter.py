@@ -1,0 +1,362 @@
+"""The local API Gateway: HTTP requests in, HTTP API (payload v2.0) events to the api handler.
+
+``python -m local.adapter [--port N] [--handler pkg.mod.func]`` listens on 127.0.0.1
+(``BATCHGW_PORT``, default 8080) and calls the real api handler in process
+(``BATCHGW_API_HANDLER``, default ``functions.api.handler.handler``), enforcing the
+limits API Gateway and Lambda would:
+
+- a request body over 10 MB answers 413 ``{"message": "Request Entity Too Large"}``, and
+  so does an event over Lambda's 6 MB invoke limit, without calling the handler;
+- a response payload over Lambda's 6 MB answers 502 ``{"message": "Internal Server Error"}``,
+  as does a response that is not a valid proxy result;
+- a handler exception answers 500 ``{"message": "Internal Server Error"}`` (traceback logged);
+- a handler that runs past API Gateway's 30 s answers 503 ``{"message": "Service Unavailable"}``.
+
+Requests run concurrently, each in a Lambda-like execution environment of its own
+(``local.env.HandlerPool``: a Powertools resolver keeps the current event in a module
+global, so two requests must never share a copy of the handler's module); at most
+``--concurrency`` (``BATCHGW_API_CONCURRENCY``, default 10) at once, the rest wait. Several
+adapters can share the port (``--reuse-port``; ``local.run`` starts ``BATCHGW_API_PROCESSES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl
+
+from local.env import (
+    ACCOUNT_ID,
+    API_HANDLER_ENV,
+    API_PORT_ENV,
+    DEFAULT_API_HANDLER,
+    DEFAULT_API_PORT,
+    HOST,
+    PREFIX,
+    HandlerPool,
+    LambdaContext,
+    setup_logging,
+)
+
+log = logging.getLogger("local.adapter")
+
+API_GATEWAY_MAX_BODY = 10 * 1024 * 1024
+LAMBDA_MAX_REQUEST = 6 * 1024 * 1024  # 6,291,456 bytes: the invoke request (the whole event)
+LAMBDA_MAX_RESPONSE = 6 * 1024 * 1024 + 100  # Lambda allows 100 bytes more on the way back
+API_GATEWAY_TIMEOUT_SECONDS = 30.0
+API_CONCURRENCY_ENV = "BATCHGW_API_CONCURRENCY"
+DEFAULT_CONCURRENCY = 10
+DRAIN_LIMIT = 64 * 1024 * 1024  # past this, an oversized request's connection is just closed
+API_FUNCTION_NAME = f"{PREFIX}-api"
+
+_TEXT_TYPES = frozenset({"application/json", "application/javascript", "application/xml"})
+# Hop-by-hop or recomputed here; a handler's values for these are ignored.
+_RESPONSE_HEADERS_DROPPED = frozenset({"content-length", "transfer-encoding", "connection"})
+
+
+class RequestTooLarge(Exception):
+    pass
+
+
+def is_text(content_type: str | None) -> bool:
+    """Whether API Gateway passes a body of this type as text (else base64)."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml"))
+
+
+def build_event(
+    *,
+    method: str,
+    target: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    source_ip: str,
+    protocol: str = "HTTP/1.1",
+    now: float | None = None,
+) -> dict[str, Any]:
+    """The API Gateway HTTP API payload v2.0 event for one request."""
+    now = time.time() if now is None else now
+    raw_path, _, raw_query = target.partition("?")
+    merged: dict[str, str] = {}
+    cookies: list[str] = []
+    for name, value in headers:
+        key = name.lower()
+        if key == "cookie":  # v2 moves cookies to their own field
+            cookies += [c.strip() for c in value.split(";") if c.strip()]
+            continue
+        merged[key] = f"{merged[key]},{value}" if key in merged else value
+    forwarded = merged.get("x-forwarded-for")
+    merged["x-forwarded-for"] = f"{forwarded}, {source_ip}" if forwarded else source_ip
+    merged.setdefault("x-forwarded-proto", "http")
+    host = merged.get("host", HOST)
+    merged.setdefault("x-forwarded-port", host.rpartition(":")[2] if ":" in host else "80")
+    request_id = base64.b32encode(uuid.uuid4().bytes).decode()[:16]
+
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": raw_path,
+        "rawQueryString": raw_query,
+        "headers": merged,
+        "requestContext": {
+            "accountId": ACCOUNT_ID,
+            "apiId": "local",
+            "domainName": host,
+            "domainPrefix": host.split(".", 1)[0],
+            "http": {
+                "method": method,
+                "path": raw_path,
+                "protocol": protocol,
+                "sourceIp": source_ip,
+                "userAgent": merged.get("user-agent", ""),
+            },
+            "requestId": request_id,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": datetime.fromtimestamp(now, UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now * 1000),
+        },
+        "isBase64Encoded": False,
+    }
+    if cookies:
+        event["cookies"] = cookies
+    if raw_query:
+        params: dict[str, str] = {}
+        for key, value in parse_qsl(raw_query, keep_blank_values=True):
+            params[key] = f"{params[key]},{value}" if key in params else value
+        event["queryStringParameters"] = params
+    if body:
+        text: str | None = None
+        if is_text(merged.get("content-type")):
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        if text is None:
+            event["body"] = base64.b64encode(body).decode("ascii")
+            event["isBase64Encoded"] = True
+        else:
+            event["body"] = text
+    return event
+
+
+class Reply:
+    """What goes back to the client: status, header list, body."""
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+    @classmethod
+    def message(cls, status: int, message: str) -> Reply:
+        body = json.dumps({"message": message}).encode()
+        return cls(status, [("Content-Type", "application/json")], body)
+
+
+def reply_from_result(result: Any) -> Reply:
+    """Turn the handler's return value into the HTTP reply, as API Gateway (v2.0) does."""
+    try:
+        payload = json.dumps(result)
+    except (TypeError, ValueError):
+        log.error("handler returned a value that is not JSON")
+        return Reply.message(502, "Internal Server Error")
+    if len(payload.encode()) > LAMBDA_MAX_RESPONSE:
+        log.error("response exceeds Lambda's 6 MB payload limit", extra={"bytes": len(payload)})
+        return Reply.message(502, "Internal Server Error")
+    if not (isinstance(result, dict) and "statusCode" in result):
+        # v2.0: a JSON value without statusCode is a 200 whose body is that JSON.
+        return Reply(200, [("Content-Type", "application/json")], payload.encode())
+    try:
+        status = int(result["statusCode"])
+        body_value = result.get("body") or ""
+        if result.get("isBase64Encoded"):
+            body = base64.b64decode(body_value, validate=True)
+        else:
+            body = str(body_value).encode()
+        headers: list[tuple[str, str]] = []
+        for name, value in (result.get("headers") or {}).items():
+            headers.append((str(name), str(value)))
+        for name, values in (result.get("multiValueHeaders") or {}).items():
+            headers += [(str(name), str(v)) for v in values]
+        headers += [("Set-Cookie", str(cookie)) for cookie in result.get("cookies") or []]
+    except (TypeError, ValueError, AttributeError):
+        log.error("handler returned a malformed proxy result")
+        return Reply.message(502, "Internal Server Error")
+    headers = [(n, v) for n, v in headers if n.lower() not in _RESPONSE_HEADERS_DROPPED]
+    return Reply(status, headers, body)
+
+
+class ApiAdapter(ThreadingHTTPServer):
+    """The HTTP server; ``handler_path`` names the api handler it calls."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self,
+        port: int,
+        handler_path: str,
+        host: str = HOST,
+        reuse_port: bool = False,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        self.allow_reuse_port = reuse_port
+        self.handlers = HandlerPool(handler_path, max_size=concurrency)
+        super().__init__((host, port), _RequestHandler)
+
+    def invoke(self, event: Mapping[str, Any]) -> Reply:
+        request_id = event["requestContext"]["requestId"]
+        try:
+            with self.handlers.environment() as handler:  # an import error fails here: a failed init
+                context = LambdaContext(
+                    function_name=API_FUNCTION_NAME, timeout_seconds=API_GATEWAY_TIMEOUT_SECONDS
+                )
+                started = time.monotonic()
+                result = handler(dict(event), context)
+                elapsed = time.monotonic() - started
+        except Exception:
+            log.exception("api handler raised", extra={"request_id": request_id})
+            return Reply.message(500, "Internal Server Error")
+        if elapsed > API_GATEWAY_TIMEOUT_SECONDS:
+            log.error("api handler exceeded API Gateway's 30 s", extra={"seconds": round(elapsed, 1)})
+            return Reply.message(503, "Service Unavailable")
+        return reply_from_result(result)
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: ApiAdapter
+
+    def version_string(self) -> str:
+        return "batchgw-local"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format, *args)
+
+    def handle_expect_100(self) -> bool:
+        if self._declared_length() > API_GATEWAY_MAX_BODY:
+            self._send(Reply.message(413, "Request Entity Too Large"), close=True)
+            return False
+        return super().handle_expect_100()
+
+    def _declared_length(self) -> int:
+        try:
+            return int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            return 0
+
+    def _read_body(self) -> bytes:
+        """The request body; raises RequestTooLarge past API Gateway's 10 MB.
+
+        An oversized body is still read (and dropped) up to ``DRAIN_LIMIT``, so that the
+        client, still sending, gets the 413 rather than a reset connection.
+        """
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        parts = self._chunks() if chunked else self._sized(self._declared_length())
+        kept: list[bytes] = []
+        size = 0
+        for part in parts:
+            size += len(part)
+            if size > DRAIN_LIMIT:
+                self.close_connection = True
+                break
+            if size <= API_GATEWAY_MAX_BODY:
+                kept.append(part)
+        if size > API_GATEWAY_MAX_BODY:
+            raise RequestTooLarge
+        return b"".join(kept)
+
+    def _sized(self, length: int) -> Iterator[bytes]:
+        while length > 0:
+            part = self.rfile.read(min(length, 1 << 20))
+            if not part:
+                raise ValueError("body shorter than Content-Length")
+            length -= len(part)
+            yield part
+
+    def _chunks(self) -> Iterator[bytes]:
+        while True:
+            line = self.rfile.readline(65537)
+            chunk_size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+            if chunk_size == 0:
+                while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return
+            yield from self._sized(chunk_size)
+            self.rfile.readline(3)
+
+    def _dispatch(self) -> None:
+        try:
+            body = self._read_body()
+        except RequestTooLarge:
+            self._send(Reply.message(413, "Request Entity Too Large"), close=self.close_connection)
+            return
+        except ValueError:
+            self._send(Reply.message(400, "Bad Request"), close=True)
+            return
+        event = build_event(
+            method=self.command,
+            target=self.path,
+            headers=list(self.headers.items()),
+            body=body,
+            source_ip=self.client_address[0],
+            protocol=self.request_version,
+        )
+        if len(json.dumps(event).encode()) > LAMBDA_MAX_REQUEST:
+            self._send(Reply.message(413, "Request Entity Too Large"))
+            return
+        reply = self.server.invoke(event)
+        reply.headers.append(("Apigw-Requestid", event["requestContext"]["requestId"]))
+        self._send(reply)
+
+    def _send(self, reply: Reply, close: bool = False) -> None:
+        self.send_response(reply.status)
+        for name, value in reply.headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(reply.body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply.body)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _dispatch
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get(API_PORT_ENV, DEFAULT_API_PORT)))
+    parser.add_argument("--handler", default=os.environ.get(API_HANDLER_ENV, DEFAULT_API_HANDLER))
+    parser.add_argument("--reuse-port", action="store_true", help="share the port with other adapters")
+    parser.add_argument(
+        "--concurrency", type=int, default=int(os.environ.get(API_CONCURRENCY_ENV, DEFAULT_CONCURRENCY))
+    )
+    args = parser.parse_args(argv)
+    setup_logging("api")
+    server = ApiAdapter(args.port, args.handler, reuse_port=args.reuse_port, concurrency=args.concurrency)
+    server.handlers.warm()  # import the handler before accepting requests: fail at start
+    log.info("api adapter listening", extra={"port": args.port, "handler": args.handler})
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""Create the gateway's resources in a running moto, from ``batchgw.resources``.
+
+``bootstrap(env)`` makes every table, queue (with its dead-letter queue) and bucket the
+specs define, seeds the local API keys, creates the Lambda functions the workflow names
+and the workflow's state machine from the shared ASL file. The names come from ``env``
+(``local.env.stack_env``), so the processes that read the same variables find them.
+
+``python -m local.bootstrap`` does the same against the moto named by the environment.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import zipfile
+from collections.abc import Mapping
+from typing import Any
+
+import boto3
+from batchgw import auth, resources
+from batchgw.resources import QueueSpec, TableSpec
+from batchgw.settings import Settings
+from botocore.config import Config
+
+from local.env import (
+    LAMBDA_ROLE_NAME,
+    REPO_ROOT,
+    STATE_MACHINE_NAME,
+    dead_letter_queue_name,
+    function_name,
+    queue_name,
+    setup_logging,
+)
+
+log = logging.getLogger("local.bootstrap")
+
+# 14 days, SQS's maximum, so nothing that failed disappears from the dead-letter queue.
+DLQ_RETENTION_SECONDS = 1_209_600
+LAMBDA_TIMEOUT_SECONDS = 900
+_LAMBDA_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"},
+        {"Effect": "Allow", "Principal": {"Service": "states.amazonaws.com"}, "Action": "sts:AssumeRole"},
+    ],
+}
+
+
+def _session(env: Mapping[str, str]) -> boto3.session.Session:
+    return boto3.session.Session(
+        region_name=env["AWS_DEFAULT_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def _client(service: str, env: Mapping[str, str]) -> Any:
+    return _session(env).client(  # type: ignore[call-overload]
+        service,
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        config=Config(retries={"mode": "standard", "max_attempts": 3}),
+    )
+
+
+def create_table(dynamodb: Any, spec: TableSpec, name: str) -> None:
+    keys = [spec.partition, *([spec.sort] if spec.sort else [])]
+    for index in spec.indexes:
+        keys += [index.partition, *([index.sort] if index.sort else [])]
+    attributes = {key.name: key.type for key in keys}
+
+    def schema(partition: resources.Key, sort: resources.Key | None) -> list[dict[str, str]]:
+        out = [{"AttributeName": partition.name, "KeyType": "HASH"}]
+        if sort:
+            out.append({"AttributeName": sort.name, "KeyType": "RANGE"})
+        return out
+
+    request: dict[str, Any] = {
+        "TableName": name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "KeySchema": schema(spec.partition, spec.sort),
+        "AttributeDefinitions": [{"AttributeName": k, "AttributeType": t} for k, t in attributes.items()],
+    }
+    if spec.indexes:
+        request["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": index.name,
+                "KeySchema": schema(index.partition, index.sort),
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index in spec.indexes
+        ]
+    dynamodb.create_table(**request)
+    if spec.ttl_attribute:
+        dynamodb.update_time_to_live(
+            TableName=name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+        )
+
+
+def create_queue(sqs: Any, spec: QueueSpec, visibility_seconds: int) -> str:
+    """Create the queue and its dead-letter queue; returns the queue's URL."""
+    fifo = {"FifoQueue": "true"} if spec.fifo else {}
+    dlq_url = sqs.create_queue(
+        QueueName=dead_letter_queue_name(spec),
+        Attributes={**fifo, "MessageRetentionPeriod": str(DLQ_RETENTION_SECONDS)},
+    )["QueueUrl"]
+    attributes = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]
+    dlq_arn = attributes["QueueArn"]
+    redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(spec.max_receive_count)}
+    url: str = sqs.create_queue(
+        QueueName=queue_name(spec),
+        Attributes={
+            **fifo,
+            "VisibilityTimeout": str(visibility_seconds),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )["QueueUrl"]
+    return url
+
+
+def create_bucket(s3: Any, spec: resources.BucketSpec, name: str) -> None:
+    s3.create_bucket(Bucket=name)
+    if spec.expire_prefixes:  # moto keeps the rules but never applies them
+        s3.put_bucket_lifecycle_configuration(
+            Bucket=name,
+            LifecycleConfiguration={
+                "Rules": [
+                    {
+                        "ID": f"expire-{prefix.strip('/')}",
+                        "Filter": {"Prefix": prefix},
+                        "Status": "Enabled",
+                        "Expiration": {"Days": days},
+                    }
+                    for prefix, days in spec.expire_prefixes.items()
+                ]
+            },
+        )
+
+
+def seed_keys(env: Mapping[str, str]) -> None:
+    """Store the local keys (``batchgw.auth.LOCAL_KEYS``) in the control table."""
+    dynamodb = _session(env).resource("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL"])  # type: ignore[call-overload]
+    table = dynamodb.Table(env[resources.CONTROL.env_var])
+    for api_key, (user_id, role) in auth.LOCAL_KEYS.items():
+        table.put_item(Item=auth.key_record(api_key, user_id, role, name="local"))
+
+
+def _dummy_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        # Never runs: the local stack's Lambda hook dispatches by function name.
+        archive.writestr("index.py", "def handler(event, context):\n    return event\n")
+    return buffer.getvalue()
+
+
+def create_functions(iam: Any, lambda_: Any) -> dict[str, str]:
+    """One function per workflow placeholder; returns placeholder -> function ARN."""
+    role = iam.create_role(RoleName=LAMBDA_ROLE_NAME, AssumeRolePolicyDocument=json.dumps(_LAMBDA_TRUST))
+    code = _dummy_zip()
+    arns = {}
+    for substitution in resources.WORKFLOW_SUBSTITUTIONS:
+        created = lambda_.create_function(
+            FunctionName=function_name(substitution),
+            Runtime="python3.11",
+            Role=role["Role"]["Arn"],
+            Handler="index.handler",
+            Code={"ZipFile": code},
+            Timeout=LAMBDA_TIMEOUT_SECONDS,
+            MemorySize=1024,
+        )
+        arns[substitution] = created["FunctionArn"]
+    return arns
+
+
+def create_state_machine(sfn: Any, substitutions: Mapping[str, str], role_arn: str) -> str:
+    definition = (REPO_ROOT / resources.WORKFLOW_ASL).read_text()
+    for placeholder, value in substitutions.items():
+        definition = definition.replace("${" + placeholder + "}", value)
+    arn: str = sfn.create_state_machine(
+        name=STATE_MACHINE_NAME, definition=definition, roleArn=role_arn, type="STANDARD"
+    )["stateMachineArn"]
+    return arn
+
+
+def bootstrap(env: Mapping[str, str]) -> dict[str, str]:
+    """Create every resource in the moto at ``env["AWS_ENDPOINT_URL"]``.
+
+    Returns the variables whose values moto chose (each queue's URL and the state
+    machine's ARN); they equal the ones ``stack_env`` predicted, and a caller should
+    still prefer these.
+    """
+    settings = Settings.from_env(env)
+    dynamodb, sqs, s3 = _client("dynamodb", env), _client("sqs", env), _client("s3", env)
+    created: dict[str, str] = {}
+    for table in resources.TABLES:
+        create_table(dynamodb, table, env[table.env_var])
+    # Every queue feeds a function that runs no longer than the worker, so the worker's
+    # visibility (six times its timeout, AWS's advice for event sources) fits them all.
+    for queue in resources.QUEUES:
+        created[queue.env_var] = create_queue(sqs, queue, settings.work_visibility_seconds)
+    for bucket in resources.BUCKETS:
+        create_bucket(s3, bucket, env[bucket.env_var])
+    seed_keys(env)
+    iam = _client("iam", env)
+    arns = create_functions(iam, _client("lambda", env))
+    role_arn = iam.get_role(RoleName=LAMBDA_ROLE_NAME)["Role"]["Arn"]
+    created["BATCHGW_STATE_MACHINE_ARN"] = create_state_machine(_client("stepfunctions", env), arns, role_arn)
+    log.info("bootstrapped", extra=created)
+    return created
+
+
+def main() -> None:
+    setup_logging("bootstrap")
+    for name, value in bootstrap(os.environ).items():
+        print(f"{name}={value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,449 @@
+"""The local stack's ports, resource names and process environment, in one place.
+
+Every process of the local stack (moto, the api adapter, the pollers, the simulator)
+gets the same environment, built here by ``stack_env``. Resource *definitions* come
+from ``batchgw.resources``; this module only decides the local *names* of those
+resources (``batchgw-<logical id>``) and the values moto gives them.
+
+Also here: what every local process needs to call a real handler the way Lambda does
+(``HandlerPool``, ``LambdaContext``), to log, and to end with its parent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from batchgw import resources
+from batchgw.resources import QueueSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+
+# moto's fixed identity: every ARN it hands out uses these.
+ACCOUNT_ID = "123456789012"
+REGION = "us-east-1"
+PREFIX = "batchgw"
+
+# Ports (each overridable so two stacks can run side by side).
+API_PORT_ENV = "BATCHGW_PORT"
+SIM_PORT_ENV = "BATCHGW_SIM_PORT"
+MOTO_PORT_ENV = "BATCHGW_MOTO_PORT"
+DEFAULT_API_PORT = 8080
+DEFAULT_SIM_PORT = 8081
+DEFAULT_MOTO_PORT = 8082
+
+# Which real handler each local entry point calls (dotted paths, ``pkg.mod.func`` or
+# ``pkg.mod:func``); tests point these at fakes.
+API_HANDLER_ENV = "BATCHGW_API_HANDLER"
+WORKER_HANDLER_ENV = "BATCHGW_WORKER_HANDLER"
+LAMBDA_HANDLERS_ENV = "BATCHGW_LAMBDA_HANDLERS"  # JSON: {"<function name>": "<dotted path>"}
+DEFAULT_API_HANDLER = "functions.api.handler.handler"
+DEFAULT_WORKER_HANDLER = "functions.worker.handler.handler"
+
+# Process counts of the stack (``local.run``).
+WORKERS_ENV = "BATCHGW_WORKERS"
+API_PROCESSES_ENV = "BATCHGW_API_PROCESSES"
+
+STATE_MACHINE_NAME = f"{PREFIX}-batch"
+LAMBDA_ROLE_NAME = f"{PREFIX}-local"
+
+# Variables a user may have exported that could send boto3 to a real account; the
+# children's environment drops them (and any AWS_ENDPOINT_URL_<SERVICE>).
+_AWS_VARS_DROPPED = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+# --- ports ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ports:
+    api: int = DEFAULT_API_PORT
+    sim: int = DEFAULT_SIM_PORT
+    moto: int = DEFAULT_MOTO_PORT
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Ports:
+        env = os.environ if environ is None else environ
+        return cls(
+            api=int(env.get(API_PORT_ENV, DEFAULT_API_PORT)),
+            sim=int(env.get(SIM_PORT_ENV, DEFAULT_SIM_PORT)),
+            moto=int(env.get(MOTO_PORT_ENV, DEFAULT_MOTO_PORT)),
+        )
+
+    def resolved(self) -> Ports:
+        """These ports with every 0 replaced by a free port (distinct from the others)."""
+        taken = {p for p in (self.api, self.sim, self.moto) if p}
+        chosen = []
+        for port in (self.api, self.sim, self.moto):
+            if not port:
+                port = free_port(exclude=taken)
+                taken.add(port)
+            chosen.append(port)
+        return Ports(*chosen)
+
+
+def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port = int(sock.getsockname()[1])
+        if port not in exclude:
+            return port
+
+
+def port_open(port: int, host: str = HOST, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_port(port: int, deadline_seconds: float, host: str = HOST) -> bool:
+    deadline = time.monotonic() + deadline_seconds
+    while time.monotonic() < deadline:
+        if port_open(port, host):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- local names of the resources ------------------------------------------------------
+
+
+def _local_name(logical_id: str) -> str:
+    return f"{PREFIX}-{logical_id.lower()}"
+
+
+def table_name(spec: resources.TableSpec) -> str:
+    return _local_name(spec.logical_id)
+
+
+def bucket_name(spec: resources.BucketSpec) -> str:
+    return _local_name(spec.logical_id)
+
+
+def queue_name(spec: QueueSpec) -> str:
+    return _local_name(spec.logical_id) + (".fifo" if spec.fifo else "")
+
+
+def dead_letter_queue_name(spec: QueueSpec) -> str:
+    return _local_name(spec.logical_id) + "-dlq" + (".fifo" if spec.fifo else "")
+
+
+def queue_url(moto_port: int, name: str) -> str:
+    """moto's URL for a queue named ``name`` (its format: endpoint/account/name)."""
+    return f"http://{HOST}:{moto_port}/{ACCOUNT_ID}/{name}"
+
+
+def queue_arn(name: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+
+
+def function_name(substitution: str) -> str:
+    """The local function behind an ASL placeholder: ``LifecycleFunctionArn`` -> ``batchgw-lifecycle``."""
+    return _local_name(substitution.removesuffix("FunctionArn"))
+
+
+def function_arn(name: str) -> str:
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{name}"
+
+
+def state_machine_arn(name: str = STATE_MACHINE_NAME) -> str:
+    return f"arn:aws:states:{REGION}:{ACCOUNT_ID}:stateMachine:{name}"
+
+
+def role_arn() -> str:
+    return f"arn:aws:iam::{ACCOUNT_ID}:role/{LAMBDA_ROLE_NAME}"
+
+
+def default_lambda_handlers() -> dict[str, str]:
+    """Function name -> handler, one per workflow placeholder: ``functions.<x>.handler.handler``."""
+    return {
+        function_name(sub): f"functions.{sub.removesuffix('FunctionArn').lower()}.handler.handler"
+        for sub in resources.WORKFLOW_SUBSTITUTIONS
+    }
+
+
+def lambda_handlers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The moto Lambda hook's dispatch table: the defaults, overridden by ``BATCHGW_LAMBDA_HANDLERS``."""
+    env = os.environ if environ is None else environ
+    table = default_lambda_handlers()
+    raw = env.get(LAMBDA_HANDLERS_ENV, "").strip()
+    if raw:
+        overrides = json.loads(raw)
+        if not isinstance(overrides, dict):
+            raise ValueError(f"{LAMBDA_HANDLERS_ENV} must be a JSON object")
+        table.update({str(k): str(v) for k, v in overrides.items()})
+    return table
+
+
+# --- the environment every process gets --------------------------------------------------
+
+
+def stack_env(
+    ports: Ports,
+    base: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The stack's own variables (not a whole process environment; see ``process_env``).
+
+    ``BATCH_*`` and ``BATCHGW_*`` variables found in ``base`` (default: this process's
+    environment) pass through, so a user or a test can shrink any setting; the stack's
+    own values (endpoint, resource names, ports) win over them, and ``overrides`` win
+    over everything.
+    """
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if k.startswith(("BATCH_", "BATCHGW_"))}
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": f"http://{HOST}:{ports.moto}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "MOTO_PORT": str(ports.moto),  # moto's Step Functions interpreter calls back into itself
+            API_PORT_ENV: str(ports.api),
+            SIM_PORT_ENV: str(ports.sim),
+            MOTO_PORT_ENV: str(ports.moto),
+            "BATCHGW_MODELS_CONFIG": str(REPO_ROOT / "config" / "models.local.json"),
+            "POWERTOOLS_SERVICE_NAME": PREFIX,
+            "BATCHGW_STATE_MACHINE_ARN": state_machine_arn(),
+        }
+    )
+    env.setdefault("BATCHGW_SIM_API_KEY", "sk-sim-local")
+    for table in resources.TABLES:
+        env[table.env_var] = table_name(table)
+    for bucket in resources.BUCKETS:
+        env[bucket.env_var] = bucket_name(bucket)
+    for queue in resources.QUEUES:
+        env[queue.env_var] = queue_url(ports.moto, queue_name(queue))
+    env.update(overrides or {})
+    return env
+
+
+def process_env(stack: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A child process's whole environment: ``base`` (PATH, HOME...) plus the stack's variables.
+
+    Variables that could point boto3 at a real account or another endpoint are dropped.
+    """
+    source = dict(os.environ if base is None else base)
+    env = {
+        k: v
+        for k, v in source.items()
+        if k not in _AWS_VARS_DROPPED and not k.startswith("AWS_ENDPOINT_URL_")
+    }
+    env.update(stack)
+    env["PYTHONUNBUFFERED"] = "1"
+    pythonpath = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(pythonpath))
+    return env
+
+
+# --- calling a real handler the way Lambda does --------------------------------------------
+
+Handler = Callable[[Any, Any], Any]
+
+
+def _split_handler_path(path: str) -> tuple[str, str]:
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"not a handler path: {path!r}")
+    return module_name, attr
+
+
+def _handler_of(module: ModuleType, path: str, attr: str) -> Handler:
+    handler = getattr(module, attr)
+    if not callable(handler):
+        raise TypeError(f"{path} is not callable")
+    return handler  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=64)
+def load_handler(path: str) -> Handler:
+    """Import ``pkg.mod.func`` (or ``pkg.mod:func``) and return the function."""
+    module_name, attr = _split_handler_path(path)
+    return _handler_of(importlib.import_module(module_name), path, attr)
+
+
+_copies = itertools.count(1)
+
+
+def load_handler_copy(path: str) -> Handler:
+    """The handler from a fresh, private execution of its module (new module globals).
+
+    What it imports stays shared with the rest of the process.
+    """
+    module_name, attr = _split_handler_path(path)
+    original = importlib.import_module(module_name)
+    spec = original.__spec__
+    if spec is None or spec.origin is None or spec.loader is None:
+        raise ImportError(f"cannot load a second copy of {module_name}")
+    name = f"{module_name}__env{next(_copies)}"
+    copy_spec = importlib.util.spec_from_file_location(name, spec.origin)
+    if copy_spec is None or copy_spec.loader is None:
+        raise ImportError(f"cannot load a second copy of {module_name}")
+    module = importlib.util.module_from_spec(copy_spec)
+    module.__package__ = original.__package__  # relative imports resolve as in the original
+    sys.modules[name] = module  # dataclasses and pydantic look their module up by name
+    copy_spec.loader.exec_module(module)
+    return _handler_of(module, path, attr)
+
+
+class HandlerPool:
+    """Lambda execution environments for one handler, created on demand and reused.
+
+    On Lambda every concurrent invocation has its own process, so handler modules keep
+    per-invocation state in globals (a Powertools resolver's current event, a
+    ``BatchProcessor``'s records). Here concurrent invocations share a process, so each
+    environment gets its own copy of the handler's module (the first one is the module
+    itself); one environment serves one invocation at a time. ``max_size`` bounds the
+    concurrency, as a function's reserved concurrency would (None: unbounded).
+    """
+
+    def __init__(self, path: str, max_size: int | None = None) -> None:
+        self.path = path
+        self._idle: list[Handler] = []
+        self._created = 0
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_size) if max_size else None
+
+    @property
+    def size(self) -> int:
+        return self._created
+
+    def warm(self) -> None:
+        """Create the first environment now (a cold start at launch, not on the first call)."""
+        with self.environment():
+            pass
+
+    @contextmanager
+    def environment(self) -> Iterator[Handler]:
+        if self._slots is not None:
+            self._slots.acquire()
+        try:
+            with self._lock:
+                handler = self._idle.pop() if self._idle else None
+                first = self._created == 0
+                if handler is None:
+                    self._created += 1
+            if handler is None:
+                try:
+                    handler = load_handler(self.path) if first else load_handler_copy(self.path)
+                except BaseException:
+                    with self._lock:
+                        self._created -= 1
+                    raise
+            try:
+                yield handler
+            finally:
+                with self._lock:
+                    self._idle.append(handler)
+        finally:
+            if self._slots is not None:
+                self._slots.release()
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of the Lambda context object handlers (and Powertools) read."""
+
+    function_name: str
+    timeout_seconds: float = 900.0
+    memory_limit_in_mb: int = 1024
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    _deadline: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_seconds
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return function_arn(self.function_name)
+
+    @property
+    def log_group_name(self) -> str:
+        return f"/aws/lambda/{self.function_name}"
+
+    @property
+    def log_stream_name(self) -> str:
+        return f"local/{os.getpid()}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+# --- logs -------------------------------------------------------------------------------
+
+_RECORD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class _KeyValueFormatter(logging.Formatter):
+    """``time component LEVEL logger: message key=value ...`` (the record's ``extra`` fields)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        extra = {k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS}
+        if extra:
+            line += " " + " ".join(f"{k}={v}" for k, v in extra.items())
+        return line
+
+
+def setup_logging(component: str, level: int = logging.INFO) -> None:
+    """Logs of a local process to stderr, tagged with its component name."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_KeyValueFormatter(f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("botocore", "boto3", "urllib3", "werkzeug"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+# --- children of the stack -------------------------------------------------------------------
+
+
+def watch_parent(parent_pid: int, interval: float = 0.5) -> None:
+    """SIGTERM this process when ``parent_pid`` is no longer its parent (the parent died).
+
+    Keeps a killed ``local.run`` from leaving its children running.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()

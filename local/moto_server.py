@@ -1,0 +1,248 @@
+"""moto in server mode, with Step Functions executing and Lambda tasks reaching our handlers.
+
+``python -m local.moto_server [--port N]`` serves every AWS service the gateway uses on
+127.0.0.1 (``BATCHGW_MOTO_PORT``, default 8082) until SIGTERM/SIGINT.
+
+Hooks, for the local stack only and pinned to moto 5.2.5's behaviour: DynamoDB's fixes
+(``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), and the
+Lambda hook (``install_lambda_hook``). Without Docker, moto's Lambda is
+``LambdaSimpleBackend``, whose ``invoke`` just echoes the payload. Step Functions'
+``lambda:invoke`` and ``lambda:invoke.waitForTaskToken`` tasks reach it as an ordinary
+``Invoke`` call over HTTP (moto's interpreter builds a boto3 client on
+``localhost:$MOTO_PORT``), so replacing that one method makes both resources run the
+real handler:
+
+- the function's name selects a dotted handler path (``local.env.lambda_handlers``:
+  the defaults plus ``BATCHGW_LAMBDA_HANDLERS``); a function not in the table keeps
+  moto's echo;
+- the handler gets the decoded JSON payload and a Lambda-like context; its JSON return
+  value is the invoke ``Payload`` (``$.Payload`` in the ASL);
+- an exception becomes what the Lambda Python runtime answers: ``X-Amz-Function-Error:
+  Unhandled`` and ``{"errorMessage", "errorType", "requestId", "stackTrace"}``. moto's
+  interpreter names the task failure after ``errorType`` (e.g. ``ValueError``), which
+  ``States.TaskFailed`` and ``States.ALL`` match, as on AWS.
+
+Handlers run in moto's request threads, in this process, with the stack's environment
+(their boto3 calls come back to this server over HTTP, like any other process's); each
+concurrent invocation has an execution environment of its own (``local.env.HandlerPool``).
+An ``Event`` invocation runs in a background thread and answers 202 at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+import moto
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.moto_api._internal.models import moto_api_backend
+from moto.server import ThreadedMotoServer
+from moto.sqs.models import SQSBackend
+
+from local import moto_patches
+from local.env import (
+    DEFAULT_MOTO_PORT,
+    HOST,
+    MOTO_PORT_ENV,
+    HandlerPool,
+    LambdaContext,
+    lambda_handlers,
+    setup_logging,
+)
+
+log = logging.getLogger("local.moto_server")
+
+PINNED_MOTO_VERSION = "5.2.5"
+_PRELOADED = (
+    "moto.dynamodb.responses",
+    "moto.s3.responses",
+    "moto.sqs.responses",
+    "moto.awslambda_simple.responses",
+    "moto.stepfunctions.responses",
+    "moto.stepfunctions.parser.models",
+)
+MOTO_CONFIG: dict[str, Any] = {
+    "stepfunctions": {"execute_state_machine": True},
+    "lambda": {"use_docker": False},
+}
+
+
+def _error_payload(exc: BaseException, request_id: str, error_type: str | None = None) -> bytes:
+    return json.dumps(
+        {
+            "errorMessage": str(exc),
+            "errorType": error_type or type(exc).__name__,
+            "requestId": request_id,
+            "stackTrace": traceback.format_tb(exc.__traceback__),
+        }
+    ).encode()
+
+
+def run_handler(pool: HandlerPool, function: Any, event: Any, response_headers: dict[str, Any]) -> bytes:
+    """Run one invocation the way the Lambda Python runtime would.
+
+    Returns the response payload; on failure sets ``x-amz-function-error`` (which
+    botocore reads as ``FunctionError``) and returns the runtime's error document.
+    """
+    context = LambdaContext(
+        function_name=function.function_name,
+        timeout_seconds=float(function.timeout),
+        memory_limit_in_mb=int(function.memory_size),
+    )
+    try:
+        with pool.environment() as handler:
+            try:
+                result = handler(event, context)
+            except Exception as exc:
+                log.warning("handler raised", extra={"function": function.function_name}, exc_info=True)
+                response_headers["x-amz-function-error"] = "Unhandled"
+                return _error_payload(exc, context.aws_request_id)
+    except Exception as exc:  # the environment could not start: the module does not import
+        log.exception("cannot import handler", extra={"handler": pool.path})
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return _error_payload(exc, context.aws_request_id, "Runtime.ImportModuleError")
+    try:
+        return json.dumps(result).encode()
+    except (TypeError, ValueError) as exc:
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return _error_payload(exc, context.aws_request_id, "Runtime.MarshalError")
+
+
+def _header(headers: Any, name: str) -> str | None:
+    for key, value in (headers or {}).items():
+        if key.lower() == name.lower():
+            return str(value)
+    return None
+
+
+def install_lambda_hook(handlers: Mapping[str, str]) -> None:
+    """Make moto's Docker-less Lambda run our handlers for the functions in ``handlers``."""
+    echo = LambdaSimpleBackend.invoke
+    pools = {name: HandlerPool(path) for name, path in handlers.items()}  # Lambda scales: unbounded
+
+    def invoke(
+        self: LambdaSimpleBackend,
+        function_name: str,
+        qualifier: str | None,
+        body: Any,
+        headers: Any,
+        response_headers: Any,
+    ) -> str | bytes | None:
+        function = self.get_function(function_name, qualifier)  # unknown -> ResourceNotFound, as on AWS
+        pool = pools.get(function.function_name)
+        if pool is None:
+            return echo(self, function_name, qualifier, body, headers, response_headers)
+        event = json.loads(body) if body else {}
+        invocation_type = _header(headers, "X-Amz-Invocation-Type") or "RequestResponse"
+        if invocation_type == "DryRun":
+            return b""
+        if invocation_type == "Event":
+            threading.Thread(
+                target=run_handler, args=(pool, function, event, {}), daemon=True, name="lambda-event"
+            ).start()
+            return b""
+        payload = run_handler(pool, function, event, response_headers)
+        response_headers["Content-Length"] = str(len(payload))
+        return payload
+
+    LambdaSimpleBackend.invoke = invoke  # type: ignore[method-assign]
+
+
+def install_atomic_receive() -> None:
+    """Make a ReceiveMessage take its messages atomically, as SQS does.
+
+    moto 5.2.5 scans a queue and marks messages received without a lock, so two
+    concurrent receives (the pollers run many) can take the same message: measured 3
+    duplicates in 2,000 messages with 32 receivers. SQS's at-least-once delivery makes a
+    duplicate possible, not routine; the gateway must survive one, and its tests make
+    them on purpose. Here each scan runs under its queue's lock, and the long poll waits
+    outside it.
+    """
+    scan = SQSBackend.receive_message
+    guard = threading.Lock()
+    locks: dict[str, threading.Lock] = {}
+
+    def receive_message(
+        self: SQSBackend,
+        queue_name: str,
+        count: int,
+        wait_seconds_timeout: int,
+        visibility_timeout: int,
+        message_attribute_names: list[str] | None = None,
+    ) -> list[Any]:
+        with guard:
+            lock = locks.setdefault(queue_name, threading.Lock())
+        deadline = time.monotonic() + (wait_seconds_timeout or 0)
+        while True:
+            with lock:
+                found = scan(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            waited = time.monotonic()
+            self.get_queue(queue_name).wait_for_messages(min(1.0, remaining))  # type: ignore[arg-type]
+            if time.monotonic() - waited < 0.01:  # visible but not deliverable (a busy FIFO group)
+                time.sleep(min(0.05, max(0.0, remaining)))
+
+    SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
+
+
+def configure() -> None:
+    """Apply ``MOTO_CONFIG`` in process (what ``POST /moto-api/config`` does)."""
+    if moto.__version__ != PINNED_MOTO_VERSION:
+        log.warning(
+            "the Lambda hook was written against moto %s, found %s", PINNED_MOTO_VERSION, moto.__version__
+        )
+    moto_api_backend.set_config(MOTO_CONFIG)
+    # moto imports a service on its first request; the Step Functions interpreter alone
+    # takes over a second, so pay for it before the port opens.
+    for module in _PRELOADED:
+        importlib.import_module(module)
+
+
+def serve(port: int) -> None:
+    """Serve until SIGTERM/SIGINT, then exit the process."""
+    # The Step Functions interpreter reaches Lambda (and the rest) on localhost:$MOTO_PORT.
+    os.environ["MOTO_PORT"] = str(port)
+    configure()
+    install_lambda_hook(lambda_handlers())
+    install_atomic_receive()
+    moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
+    server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
+    server.start()
+    log.info("moto listening", extra={"port": port})
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop()
+    # Running executions live in moto's non-daemon threads; nothing of them must survive.
+    logging.shutdown()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get(MOTO_PORT_ENV, DEFAULT_MOTO_PORT)))
+    args = parser.parse_args(argv)
+    setup_logging("moto")
+    # moto logs every error a state raises at ERROR, even one the ASL expects and handles
+    # (a Choice's IsPresent on a missing path); executions' failures show in their history.
+    logging.getLogger("moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
+    log.info("lambda handlers", extra={"table": lambda_handlers()})
+    serve(args.port)
+
+
+if __name__ == "__main__":
+    main()

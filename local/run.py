@@ -1,0 +1,416 @@
+"""Run the whole gateway on this machine: ``python -m local.run`` (what ``make run`` calls).
+
+Starts, each as its own process with the same environment (``local.env.stack_env``):
+moto (``local.moto_server``), then creates the resources (``local.bootstrap``), then
+the simulator (``local.simulator``), the api adapter(s) (``local.adapter``), the worker
+pollers (``local.poller``, ``BATCHGW_WORKERS``, default 2) and a poller for any other
+queue whose handler exists. Ctrl-C or SIGTERM stops every child (SIGTERM, then SIGKILL)
+and exits 0; a child that dies on its own stops the rest and exits 1.
+
+Programmatic use (tests, benchmarks)::
+
+    with LocalStack(api_port=0, sim_port=0, moto_port=0,
+                    env_overrides={"BATCH_LEASE_SECONDS": "5"}, workers=2) as stack:
+        httpx.get(f"{stack.api_url}/batches", headers=...)
+        stack.kill_worker(0); stack.start_worker(0)
+
+Port ``0`` picks a free port; ``None`` takes ``BATCHGW_PORT`` / ``BATCHGW_SIM_PORT`` /
+``BATCHGW_MOTO_PORT`` or the defaults 8080 / 8081 / 8082.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import importlib.util
+import json
+import logging
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from batchgw import auth, resources
+
+from local.bootstrap import bootstrap
+from local.env import (
+    API_HANDLER_ENV,
+    API_PROCESSES_ENV,
+    DEFAULT_API_HANDLER,
+    DEFAULT_WORKER_HANDLER,
+    HOST,
+    REPO_ROOT,
+    WORKER_HANDLER_ENV,
+    WORKERS_ENV,
+    Ports,
+    port_open,
+    process_env,
+    setup_logging,
+    stack_env,
+    watch_parent,
+)
+
+log = logging.getLogger("local.run")
+
+DEFAULT_WORKERS = 2
+DEFAULT_API_PROCESSES = 1
+# Pollers for queues other than the work queue: logical id -> handler (JSON). By default a
+# queue "Xyz" feeds ``functions.xyz.handler.handler`` when that module exists.
+QUEUE_HANDLERS_ENV = "BATCHGW_QUEUE_HANDLERS"
+STOP_TIMEOUT_SECONDS = 10.0
+
+
+class StackError(RuntimeError):
+    """The stack did not start, or one of its processes died."""
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    process: subprocess.Popen[bytes]
+    log_file: IO[bytes] | None = None
+    expected_exit: bool = False
+
+
+def queue_handlers(environ: Mapping[str, str]) -> dict[str, str]:
+    """Queue logical id -> handler for every queue but the work queue (the workers' own)."""
+    raw = environ.get(QUEUE_HANDLERS_ENV, "").strip()
+    overrides: dict[str, str] = json.loads(raw) if raw else {}
+    table = {}
+    for queue in resources.QUEUES:
+        if queue is resources.WORK_QUEUE:
+            continue
+        path = overrides.get(queue.logical_id, f"functions.{queue.logical_id.lower()}.handler.handler")
+        module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            table[queue.logical_id] = path
+        else:
+            log.warning(
+                "no handler for queue; not polled", extra={"queue": queue.logical_id, "handler": path}
+            )
+    return table
+
+
+class LocalStack:
+    """The whole local stack as child processes; a context manager.
+
+    ``env`` is the stack's environment (the variables every child gets, including the
+    queue URL and state machine ARN moto handed out); set it up for your own boto3
+    clients with ``os.environ.update(stack.env)``. ``log_dir`` sends each child's output
+    to ``<log_dir>/<name>.log`` (otherwise it goes to this process's stdout/stderr).
+    """
+
+    def __init__(
+        self,
+        api_port: int | None = None,
+        sim_port: int | None = None,
+        moto_port: int | None = None,
+        *,
+        env_overrides: Mapping[str, str] | None = None,
+        workers: int | None = None,
+        api_processes: int | None = None,
+        simulator: bool = True,
+        api: bool = True,
+        log_dir: str | Path | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        defaults = Ports.from_env()
+        self._requested = Ports(
+            api=defaults.api if api_port is None else api_port,
+            sim=defaults.sim if sim_port is None else sim_port,
+            moto=defaults.moto if moto_port is None else moto_port,
+        )
+        self.env_overrides = dict(env_overrides or {})
+        settings = {**os.environ, **self.env_overrides}
+        self.workers = int(settings.get(WORKERS_ENV, DEFAULT_WORKERS)) if workers is None else workers
+        self.api_processes = (
+            int(settings.get(API_PROCESSES_ENV, DEFAULT_API_PROCESSES))
+            if api_processes is None
+            else api_processes
+        )
+        self.simulator = simulator
+        self.api = api
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.startup_timeout = startup_timeout
+        self.ports = self._requested
+        self.env: dict[str, str] = {}
+        self._children: dict[str, Child] = {}
+        self._worker_names: list[str | None] = []
+        self._started = False
+
+    # --- addresses ----------------------------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        """The API base URL, ``http://127.0.0.1:<api port>/v1``."""
+        return f"http://{HOST}:{self.ports.api}/v1"
+
+    @property
+    def sim_url(self) -> str:
+        return f"http://{HOST}:{self.ports.sim}"
+
+    @property
+    def moto_url(self) -> str:
+        return f"http://{HOST}:{self.ports.moto}"
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> LocalStack:
+        """Start every process and return once the API (and simulator) accept connections."""
+        if self._started:
+            return self
+        self.ports = self._requested.resolved()
+        busy = [p for p in (self.ports.api, self.ports.sim, self.ports.moto) if port_open(p)]
+        if busy:
+            raise StackError(f"ports already in use: {busy}")
+        self.env = stack_env(self.ports, overrides=self.env_overrides)
+        self._started = True
+        atexit.register(self.stop)
+        try:
+            self._spawn("moto", "local.moto_server", "--port", str(self.ports.moto))
+            self._wait_ports([self.ports.moto])
+            self.env.update(bootstrap(self.env))
+            if self.simulator:
+                self._spawn("simulator", "local.simulator", "--port", str(self.ports.sim))
+            if self.api:
+                handler = self.env.get(API_HANDLER_ENV, DEFAULT_API_HANDLER)
+                reuse = ["--reuse-port"] if self.api_processes > 1 else []
+                for index in range(self.api_processes):
+                    self._spawn(
+                        f"api-{index}",
+                        "local.adapter",
+                        "--port",
+                        str(self.ports.api),
+                        "--handler",
+                        handler,
+                        *reuse,
+                    )
+            for index in range(self.workers):
+                self.start_worker(index)
+            for logical_id, path in queue_handlers(self.env).items():
+                spec = next(q for q in resources.QUEUES if q.logical_id == logical_id)
+                name = f"poller-{logical_id.lower()}"
+                self._spawn(
+                    name,
+                    "local.poller",
+                    "--queue-url",
+                    self.env[spec.env_var],
+                    "--handler",
+                    path,
+                    "--name",
+                    name,
+                    "--function-name",
+                    f"batchgw-{logical_id.lower()}",
+                )
+            waited = ([self.ports.api] if self.api else []) + ([self.ports.sim] if self.simulator else [])
+            self._wait_ports(waited)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        """Stop every child: consumers first, moto last; SIGTERM, then SIGKILL after ``timeout``."""
+        if not self._started:
+            return
+        self._started = False
+        atexit.unregister(self.stop)
+        moto = self._children.pop("moto", None)
+        self._terminate(list(self._children.values()), timeout)
+        if moto is not None:
+            self._terminate([moto], timeout)
+        self._children.clear()
+        self._worker_names.clear()
+
+    def dead_children(self) -> list[str]:
+        """Children that exited without being asked to."""
+        return [
+            c.name for c in self._children.values() if not c.expected_exit and c.process.poll() is not None
+        ]
+
+    def check(self) -> None:
+        """Raise StackError if a child died on its own."""
+        dead = self.dead_children()
+        if dead:
+            raise StackError(f"stopped unexpectedly: {', '.join(dead)}{self._log_hint(dead)}")
+
+    # --- workers, for fault tests ------------------------------------------------------------
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        return [
+            self._children[name].process.pid if name and self._children[name].process.poll() is None else None
+            for name in self._worker_names
+        ]
+
+    def start_worker(self, index: int) -> int:
+        """Start a worker poller in slot ``index`` (a fresh process); returns its pid."""
+        while len(self._worker_names) <= index:
+            self._worker_names.append(None)
+        old = self._worker_names[index]
+        if old and self._children[old].process.poll() is None:
+            raise StackError(f"worker {index} is running")
+        generation = sum(1 for name in self._children if name.startswith(f"worker-{index}."))
+        name = f"worker-{index}.{generation}"
+        handler = self.env.get(WORKER_HANDLER_ENV, DEFAULT_WORKER_HANDLER)
+        child = self._spawn(
+            name,
+            "local.poller",
+            "--queue-url",
+            self.env[resources.WORK_QUEUE.env_var],
+            "--handler",
+            handler,
+            "--name",
+            name,
+        )
+        self._worker_names[index] = name
+        return child.process.pid
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL worker ``index`` (a crash mid-invocation: its in-flight messages stay on the queue)."""
+        name = self._worker_names[index]
+        if not name:
+            raise StackError(f"no worker {index}")
+        child = self._children[name]
+        child.expected_exit = True
+        child.process.kill()
+        child.process.wait()
+        if child.log_file:
+            child.log_file.close()
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _spawn(self, name: str, module: str, *args: str) -> Child:
+        out: IO[bytes] | None = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in _terminate)
+        argv = [sys.executable, "-m", "local.run", "--child", str(os.getpid()), module, *args]
+        process = subprocess.Popen(
+            argv,
+            env=process_env(self.env),
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            start_new_session=True,  # Ctrl-C reaches local.run only, which stops children in order
+        )
+        child = Child(name, argv, process, out)
+        self._children[name] = child
+        return child
+
+    def _wait_ports(self, ports: list[int]) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        for port in ports:
+            while not port_open(port):
+                self.check()
+                if time.monotonic() > deadline:
+                    raise StackError(f"port {port} did not open in {self.startup_timeout:.0f} s")
+                time.sleep(0.05)
+
+    def _terminate(self, children: list[Child], timeout: float) -> None:
+        for child in children:
+            child.expected_exit = True
+            if child.process.poll() is None:
+                child.process.terminate()
+        deadline = time.monotonic() + timeout
+        for child in children:
+            try:
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("child ignored SIGTERM; killing", extra={"child": child.name})
+                child.process.kill()
+                child.process.wait()
+            if child.log_file:
+                child.log_file.close()
+
+    def _log_hint(self, names: list[str]) -> str:
+        if self.log_dir is None:
+            return ""
+        tails = []
+        for name in names:
+            path = self.log_dir / f"{name}.log"
+            if path.exists():
+                tails.append(
+                    f"\n--- {path} (tail) ---\n"
+                    + "\n".join(path.read_text(errors="replace").splitlines()[-20:])
+                )
+        return "".join(tails)
+
+
+def _child_main(argv: list[str]) -> None:
+    """``local.run --child <parent pid> <module> [args]``: run ``module`` as ``__main__``, and
+    end it when the parent is gone."""
+    parent, module, *rest = argv
+    watch_parent(int(parent))
+    sys.argv = [module, *rest]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        _child_main(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--workers", type=int, default=None, help=f"worker pollers (${WORKERS_ENV}, default 2)"
+    )
+    parser.add_argument("--no-simulator", action="store_true", help="do not start local.simulator")
+    args = parser.parse_args(argv)
+    setup_logging("run")
+
+    stopping = False
+
+    def request_stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    stack = LocalStack(workers=args.workers, simulator=not args.no_simulator)
+    try:
+        stack.start()
+    except StackError as exc:
+        log.error("the stack did not start: %s", exc)
+        return 1
+    keys = "\n".join(f"  {key:<16} {user} ({role})" for key, (user, role) in auth.LOCAL_KEYS.items())
+    print(
+        f"\nbatchgw is running.\n  API        {stack.api_url}\n  simulator  {stack.sim_url}\n"
+        f"  moto       {stack.moto_url}\nAPI keys:\n{keys}\nCtrl-C stops it.\n",
+        flush=True,
+    )
+    code = 0
+    while not stopping:
+        dead = stack.dead_children()
+        if dead:
+            log.error("a process stopped unexpectedly; stopping the stack", extra={"children": dead})
+            code = 1
+            break
+        time.sleep(0.2)
+    stack.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
