@@ -228,10 +228,10 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 
 def test_workers_killed_mid_request_lose_nothing(faulty: LocalStack) -> None:
-    TOTAL = 120  # noqa: N806 - long enough to outlast three kills
+    total = 120  # long enough to outlast three kills
     api = Api(faulty, "sk-local-alice")
     sim = httpx.Client(base_url=faulty.sim_url)
-    requests = [chat(f"k-{i}", f"work [[sim latency_ms=500]] {i}") for i in range(TOTAL)]
+    requests = [chat(f"k-{i}", f"work [[sim latency_ms=500]] {i}") for i in range(total)]
     batch = api.create(requests).json()
     assert batch["expires_at"] is None and batch["completion_window"] == "none"
     for index in (0, 1, 0):
@@ -246,13 +246,13 @@ def test_workers_killed_mid_request_lose_nothing(faulty: LocalStack) -> None:
     done = api.wait_final(batch["id"], timeout=120)
     counts = done["request_counts"]
     results = api.results(batch["id"])
-    assert len(results) == TOTAL and len({r["custom_id"] for r in results}) == TOTAL
+    assert len(results) == total and len({r["custom_id"] for r in results}) == total
     assert all(r["status"] in ("completed", "failed") for r in results)  # none left running
-    assert counts["total"] == counts["completed"] + counts["failed"] == TOTAL
+    assert counts["total"] == counts["completed"] + counts["failed"] == total
     assert done["cost_unknown_attempts"] >= 1  # the attempts the killed workers lost
     seen = sim.get("/_sim/stats").json()["models"]["sim-chat"]["requests"]
     # A lost attempt may or may not have reached the model before its worker died.
-    assert TOTAL <= seen <= TOTAL + done["cost_unknown_attempts"]
+    assert total <= seen <= total + done["cost_unknown_attempts"]
 
     dynamodb = boto3.client(
         "dynamodb",
