@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
+
+
+def load_event(name: str, **overrides: Any) -> dict[str, Any]:
+    """A sample Lambda event from ``events/<name>.json``, with top-level fields replaced."""
+    event: dict[str, Any] = json.loads((REPO_ROOT / "events" / f"{name}.json").read_text())
+    event.update(overrides)
+    return event
+
+
+def http_event(
+    method: str, path: str, *, key: str | None = "sk-local-alice", body: Any = None, query: str = ""
+) -> dict[str, Any]:
+    """An API Gateway HTTP API (v2) event for ``method path``, built on the sample event."""
+    event = load_event("http_api_request")
+    event["rawPath"] = path
+    event["rawQueryString"] = query
+    event["requestContext"]["http"].update(method=method, path=path)
+    headers = dict(event["headers"])
+    if key is None:
+        headers.pop("authorization")
+    else:
+        headers["authorization"] = f"Bearer {key}"
+    event["headers"] = headers
+    if query:
+        params: dict[str, str] = {}
+        for pair in query.split("&"):
+            name, _, value = pair.partition("=")
+            params[name] = f"{params[name]},{value}" if name in params else value
+        event["queryStringParameters"] = params
+    event["body"] = None if body is None else (body if isinstance(body, str) else json.dumps(body))
+    return event
 
 
 class FakeClock:

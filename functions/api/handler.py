@@ -21,7 +21,9 @@ def _json(status: int, body: Any) -> Response:
 
 
 def _principal() -> Principal:
-    return service.authenticate(get_deps(), app.current_event.headers.get("authorization"))
+    deps = get_deps()
+    service.ensure_enabled(deps)
+    return service.authenticate(deps, app.current_event.headers.get("authorization"))
 
 
 def _raw_body() -> bytes:

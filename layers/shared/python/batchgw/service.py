@@ -25,6 +25,7 @@ from batchgw.errors import (
     PayloadTooLarge,
     ServiceUnavailable,
     StorageError,
+    TooManyRequests,
     Unauthorized,
 )
 from batchgw.records import (
@@ -32,6 +33,7 @@ from batchgw.records import (
     CANCELLING,
     FINAL_STATUSES,
     IN_PROGRESS,
+    UNFINISHED_STATUSES,
     VALIDATING,
     Job,
     created_key,
@@ -101,6 +103,7 @@ def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]
             f"{settings.batch_max_body_mb:g} MiB."
         )
     plan = validate_create(parse_json(raw), settings=settings, catalog=deps.catalog, role=principal.role)
+    _check_user_limits(deps, principal, len(plan.requests))
     batch_id = f"batch_{uuid.uuid4().hex}"
     lines = [
         codec.dumps({"custom_id": r.custom_id, "model": r.model, "body": r.body}).encode()
@@ -132,6 +135,42 @@ def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]
     except StorageError as exc:
         raise ServiceUnavailable("The batch could not be started; try again.") from exc
     return Job(meta=meta).to_api()
+
+
+def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> None:
+    """Unfinished batches and unfinished requests per user (429 above either limit).
+
+    Read from the owner index; two creates racing at the limit may both pass.
+    """
+    settings = deps.settings
+    unfinished, _ = deps.jobs.list_for_owner(
+        principal.user_id,
+        limit=settings.batch_max_active_per_user + 1,
+        before_key=None,
+        created_after=None,
+        created_before=None,
+        statuses=sorted(UNFINISHED_STATUSES),
+        index=OWNER_INDEX,
+    )
+    if len(unfinished) >= settings.batch_max_active_per_user:
+        raise TooManyRequests(
+            f"You have {len(unfinished)} unfinished batches, the most allowed "
+            f"({settings.batch_max_active_per_user}).",
+            code="too_many_active_batches",
+        )
+    queued = sum(int(meta["total"]) for meta in unfinished)
+    if queued + new_requests > settings.batch_max_queued_requests_per_user:
+        raise TooManyRequests(
+            f"This batch would take your unfinished requests to {queued + new_requests}, over the limit "
+            f"of {settings.batch_max_queued_requests_per_user}.",
+            code="queued_request_limit",
+        )
+
+
+def ensure_enabled(deps: Deps) -> None:
+    """With BATCH_ENABLED off, every batch route answers 404."""
+    if not deps.settings.batch_enabled:
+        raise NotFound("Batch inference is not available on this gateway.", code="batch_disabled")
 
 
 # --- read --------------------------------------------------------------------------------
