@@ -177,3 +177,20 @@ def test_the_last_item_wakes_a_parked_workflow(sim: Simulator) -> None:
     for message in receive_all(deps):
         _run(deps, ChainMessage.decode(message["Body"]), "w")
     assert woken == [("token-2", {"next": "finalize", "wait_seconds": 0})]
+
+
+def test_once_a_batch_fills_its_result_storage_the_rest_fail_without_running(sim: Simulator) -> None:
+    import secrets
+
+    deps = make_deps(sim, FakeClock(), BATCH_MAX_RESULTS_MB_PER_BATCH="0.004")  # 4,194 bytes
+    requests = [chat_request(f"s-{i}", secrets.token_hex(1500)) for i in range(5)]  # ~1.6 KB stored each
+    batch = service.create_batch(deps, ALICE, body_of(requests))
+    lifecycle.prepare(deps, batch["id"])
+    for message in receive_all(deps):  # five chains of one request each, run in order
+        _run(deps, ChainMessage.decode(message["Body"]), "w")
+    results = service.results_page(deps, ALICE, batch["id"], {})["data"]
+    assert [r["status"] for r in results] == ["completed", "completed", "failed", "failed", "failed"]
+    assert {r["error"]["code"] for r in results[2:]} == {"result_too_large"}
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 3  # the last two never ran
+    job = deps.jobs.get(batch["id"])
+    assert job is not None and (job.counts.completed, job.counts.failed) == (2, 3)

@@ -13,7 +13,7 @@ from functools import lru_cache
 from batchgw.aws import get_clients
 from batchgw.blobs import BlobStore
 from batchgw.catalog import Catalog, get_catalog
-from batchgw.health import ModelHealth
+from batchgw.health import ModelHealth, StoredResults
 from batchgw.settings import Settings, get_settings
 from batchgw.store import ItemStore, JobStore, KeyStore, SlotStore
 from batchgw.work import WorkQueue
@@ -32,6 +32,7 @@ class Deps:
     workflow: Workflow
     keys: KeyStore
     health: ModelHealth
+    stored: StoredResults
     clock: Callable[[], float]
 
 
@@ -48,6 +49,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         workflow=Workflow(clients.sfn, settings.state_machine_arn),
         keys=KeyStore(clients.dynamodb, settings.control_table),
         health=ModelHealth(settings.batch_model_pause_after_failures, settings.batch_model_pause_seconds),
+        stored=StoredResults(),
         clock=clock,
     )
 

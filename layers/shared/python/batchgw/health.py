@@ -37,3 +37,28 @@ class ModelHealth:
     def success(self, model: str) -> None:
         with self._lock:
             self._failures[model] = 0
+
+
+class StoredResults:
+    """Bytes of responses each batch has stored, as this process knows them.
+
+    Raised to the batch's shard totals when a chain starts, and added to as this process
+    records results (BATCH_MAX_RESULTS_MB_PER_BATCH is counted per process, as the spec
+    says, from what it records and what the batch had stored).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes: dict[str, int] = {}
+
+    def known(self, batch_id: str) -> int:
+        with self._lock:
+            return self._bytes.get(batch_id, 0)
+
+    def raise_to(self, batch_id: str, stored: int) -> None:
+        with self._lock:
+            self._bytes[batch_id] = max(stored, self._bytes.get(batch_id, 0))
+
+    def add(self, batch_id: str, size: int) -> None:
+        with self._lock:
+            self._bytes[batch_id] = self._bytes.get(batch_id, 0) + size

@@ -94,6 +94,12 @@ class Settings(BaseModel):
         return self.batch_max_result_kb * 1024
 
     @property
+    def max_results_bytes_per_batch(self) -> int | None:
+        """None when the operator removed the limit (0)."""
+        mb = self.batch_max_results_mb_per_batch
+        return None if mb == 0 else int(mb * 1024 * 1024)
+
+    @property
     def completion_window_seconds(self) -> float | None:
         """None when the operator lifted the window (``BATCH_COMPLETION_WINDOW_HOURS=0``)."""
         hours = self.batch_completion_window_hours

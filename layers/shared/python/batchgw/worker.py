@@ -44,6 +44,7 @@ from batchgw.records import (
     ITEM_SUCCEEDED,
     SHARD_PREFIX,
 )
+from batchgw.settings import Settings
 from batchgw.store import SlotGrant, SlotStore
 from batchgw.work import ChainMessage
 
@@ -129,6 +130,9 @@ async def run_message(
     meta = await io(deps.jobs.get_meta, message.batch_id)
     if meta is None or meta["status"] != IN_PROGRESS:
         return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
+    if deps.settings.max_results_bytes_per_batch is not None:
+        shards = await io(deps.jobs.shards, message.batch_id)
+        deps.stored.raise_to(message.batch_id, sum(int(s.get("stored_bytes", 0)) for s in shards))
     heartbeat = asyncio.create_task(_keep_invisible(deps, receipt)) if receipt else None
     slot = SlotHolder(deps)
     try:
@@ -279,6 +283,8 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
     if current["status"] != IN_PROGRESS or (expires_at is not None and now >= float(expires_at)):
         await end({"status": ITEM_EXPIRED, "error": _batch_error("batch_expired")}, {"failed": 1})
         return "stop"
+    if current.get("results_full"):
+        return await end({"status": ITEM_FAILED, "error": _results_full_error(settings)}, {"failed": 1})
 
     spec = deps.catalog.models[model]
     body = (
@@ -361,6 +367,17 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
             "cost": cost,
         }
         packed = codec.pack(outcome.body)
+        limit = settings.max_results_bytes_per_batch
+        if limit is not None and deps.stored.known(batch_id) + len(packed) > limit:
+            # The batch's responses have reached their storage limit: this one and every
+            # request still to run fail without being stored (or run).
+            await io(deps.jobs.update, batch_id, {"results_full": True})
+            return await end(
+                {"status": ITEM_FAILED, "cost": cost, "error": _results_full_error(settings)},
+                {**counters, "failed": 1},
+            )
+        deps.stored.add(batch_id, len(packed))
+        counters["stored_bytes"] = len(packed)
         if len(packed) > INLINE_BODY_LIMIT:
             key = body_key(batch_id, idx, "res")
             await io(deps.blobs.put, key, packed)
@@ -374,6 +391,15 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
         {"status": ITEM_FAILED, "error": outcome.error, "cost": cost},
         {**counters, "failed": 1, "cost_unknown": int(item.get("lost", 0)) + unknown},
     )
+
+
+def _results_full_error(settings: Settings) -> dict[str, Any]:
+    return {
+        "code": "result_too_large",
+        "status": None,
+        "message": f"the batch's stored responses reached their limit "
+        f"({settings.batch_max_results_mb_per_batch:g} MiB)",
+    }
 
 
 def _batch_error(code: str) -> dict[str, Any]:
