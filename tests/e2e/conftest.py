@@ -21,6 +21,8 @@ STACK_ENV = {
     "BATCH_WORKER_TIMEOUT_SECONDS": "60",
     "BATCH_RETRY_BASE_SECONDS": "0.2",
     "BATCH_RETRY_MAX_SECONDS": "1",
+    # Tests provoke many failures on sim-chat on purpose; pausing it would slow the others.
+    "BATCH_MODEL_PAUSE_AFTER_FAILURES": "1000",
 }
 MODEL_CAP = 4
 FINAL = ("completed", "failed", "expired", "cancelled")

@@ -167,11 +167,16 @@ def test_duplicated_deliveries_with_two_workers_give_one_result_each(
 # --- windows ----------------------------------------------------------------------------
 
 WINDOW_SECONDS = 6
+RETENTION_SECONDS = 3
 
 
 @pytest.fixture(scope="module")
 def short_window(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    env = {**STACK_ENV, "BATCH_COMPLETION_WINDOW_HOURS": str(WINDOW_SECONDS / 3600)}
+    env = {
+        **STACK_ENV,
+        "BATCH_COMPLETION_WINDOW_HOURS": str(WINDOW_SECONDS / 3600),
+        "BATCH_RETENTION_DAYS": str(RETENTION_SECONDS / 86400),
+    }
     running = start_stack(tmp_path_factory, "window", env)
     try:
         yield running
@@ -205,6 +210,20 @@ def test_a_retry_that_would_start_after_the_window_fails_with_its_last_error(
     assert done["status"] in ("completed", "expired")
     result = one_result(api, batch["id"])
     assert result["status"] == "failed" and result["error"]["code"] == "service_unavailable"
+
+
+def test_a_finished_batch_is_deleted_after_its_retention(short_window: LocalStack) -> None:
+    api = Api(short_window, "sk-local-alice")
+    batch = api.create([chat("keep", "short-lived")]).json()
+    done = api.wait_final(batch["id"])
+    assert done["results_expires_at"] - done["completed_at"] in (RETENTION_SECONDS, RETENTION_SECONDS + 1)
+    assert api.http.get(f"/batches/{batch['id']}/results").status_code == 200
+    wait_for(
+        lambda: api.http.get(f"/batches/{batch['id']}").status_code == 404,
+        timeout=30,
+        what="the batch to be purged",
+    )
+    assert api.http.get(f"/batches/{batch['id']}/results").status_code == 404
 
 
 # --- lost workers ---------------------------------------------------------------------------

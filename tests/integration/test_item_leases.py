@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import threading
 from decimal import Decimal
 
 import pytest
-from batchgw import lifecycle, service
+from batchgw import aws, lifecycle, service
 from batchgw.auth import Principal
 from batchgw.deps import Deps
 from batchgw.records import ITEM_SUCCEEDED
@@ -180,8 +181,6 @@ def test_the_last_item_wakes_a_parked_workflow(sim: Simulator) -> None:
 
 
 def test_once_a_batch_fills_its_result_storage_the_rest_fail_without_running(sim: Simulator) -> None:
-    import secrets
-
     deps = make_deps(sim, FakeClock(), BATCH_MAX_RESULTS_MB_PER_BATCH="0.004")  # 4,194 bytes
     requests = [chat_request(f"s-{i}", secrets.token_hex(1500)) for i in range(5)]  # ~1.6 KB stored each
     batch = service.create_batch(deps, ALICE, body_of(requests))
@@ -194,3 +193,29 @@ def test_once_a_batch_fills_its_result_storage_the_rest_fail_without_running(sim
     assert sim.stats()["models"]["sim-chat"]["requests"] == 3  # the last two never ran
     job = deps.jobs.get(batch["id"])
     assert job is not None and (job.counts.completed, job.counts.failed) == (2, 3)
+
+
+def test_failures_in_a_row_pause_the_model_for_every_process(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(
+        sim,
+        clock,
+        BATCH_MODEL_CONCURRENCY="1",
+        BATCH_MODEL_PAUSE_AFTER_FAILURES="3",
+        BATCH_MODEL_PAUSE_SECONDS="60",
+    )
+    batch = service.create_batch(
+        deps, ALICE, body_of([chat_request(f"f-{i}", "[[sim status=500]]") for i in range(5)])
+    )
+    lifecycle.prepare(deps, batch["id"])
+    [chain] = [ChainMessage.decode(m["Body"]) for m in receive_all(deps)]
+    _run(deps, chain, "w")
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 3  # the third failure paused the model
+    assert deps.slots.holders("sim-chat") == {}  # the chain let its slot go
+    grant = deps.slots.acquire("sim-chat", "other-process", cap=1, now=clock(), lease_seconds=30)
+    assert not grant.granted and grant.paused_until == clock() + 60
+    # Three retries wait, and the chain waits out the pause to resume where it stopped.
+    attributes = aws.get_clients().sqs.get_queue_attributes(
+        QueueUrl=deps.settings.work_queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "4"

@@ -26,6 +26,7 @@ from batchgw.records import (
     IN_PROGRESS,
     ITEM_CANCELLED,
     ITEM_EXPIRED,
+    ITEM_FAILED,
     ITEM_QUEUED,
     ITEM_RETRY,
     VALIDATING,
@@ -136,20 +137,39 @@ def _all_done(meta: dict[str, Any]) -> bool:
 
 
 def _end_unstarted(
-    deps: Deps, batch_id: str, fields: dict[str, Any], counters: dict[str, int]
+    deps: Deps,
+    batch_id: str,
+    fields: dict[str, Any],
+    counters: dict[str, int],
+    *,
+    failed_retries: bool = False,
 ) -> dict[str, Any]:
-    """End every unstarted request of the batch, then count the shards that emptied."""
+    """End every unstarted request of the batch, then count the shards that emptied.
+
+    With ``failed_retries``, a request that has run before and waits for its next try
+    fails with the last error it got instead: it is not a request that never ran.
+    """
     meta = deps.jobs.get_meta(batch_id)
     if meta is None:
         return {"next": "finalize", "wait_seconds": 0}
     shards = int(meta.get("shards", 1))
-    now = deps.clock()
+    ended = {"ended_at": Decimal(str(round(deps.clock(), 3)))}
+    if failed_retries:
+        deps.items.sweep(
+            batch_id,
+            from_states=[ITEM_QUEUED, ITEM_RETRY],
+            fields={"status": ITEM_FAILED, **ended},
+            counters={"failed": 1},
+            shards=shards,
+            attempted=True,
+        )
     deps.items.sweep(
         batch_id,
         from_states=[ITEM_QUEUED, ITEM_RETRY],
-        fields={**fields, "ended_at": Decimal(str(round(now, 3)))},
+        fields={**fields, **ended},
         counters=counters,
         shards=shards,
+        attempted=False if failed_retries else None,
     )
     settle_shards(deps, batch_id)
     meta = deps.jobs.get_meta(batch_id)
@@ -169,7 +189,9 @@ def expire(deps: Deps, batch_id: str) -> dict[str, Any]:
         "message": "Not run before the completion window closed.",
         "status": None,
     }
-    return _end_unstarted(deps, batch_id, {"status": ITEM_EXPIRED, "error": error}, {"failed": 1})
+    return _end_unstarted(
+        deps, batch_id, {"status": ITEM_EXPIRED, "error": error}, {"failed": 1}, failed_retries=True
+    )
 
 
 def cancel(deps: Deps, batch_id: str) -> dict[str, Any]:

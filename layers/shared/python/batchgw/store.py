@@ -430,11 +430,20 @@ class ItemStore:
             self._db.update_item(
                 TableName=self._table,
                 Key=self._key(batch_id, idx),
-                UpdateExpression="SET #st = :queued REMOVE lease_owner, lease_until",
+                # The claim counted an attempt that never started: take it back.
+                UpdateExpression=(
+                    "SET #st = :queued, attempts = attempts - :one REMOVE lease_owner, lease_until"
+                ),
                 ConditionExpression="#st = :running AND lease_owner = :me AND epoch = :epoch",
                 ExpressionAttributeNames={"#st": "status"},
                 ExpressionAttributeValues=_values(
-                    {":queued": ITEM_QUEUED, ":running": ITEM_RUNNING, ":me": owner, ":epoch": epoch}
+                    {
+                        ":queued": ITEM_QUEUED,
+                        ":running": ITEM_RUNNING,
+                        ":me": owner,
+                        ":epoch": epoch,
+                        ":one": 1,
+                    }
                 ),
             )
         except ClientError as exc:
@@ -527,8 +536,12 @@ class ItemStore:
         fields: dict[str, Any],
         counters: dict[str, int],
         shards: int,
+        attempted: bool | None = None,
     ) -> set[int]:
         """End every item still in one of ``from_states`` with ``fields``, counting each once.
+
+        ``attempted`` narrows it to items that have (True) or have not (False) used an
+        attempt yet (a model_queued wait uses none).
 
         Used when a batch is cancelled or its window closes: unstarted requests end
         without running. Each chunk is one transaction (its items, conditional on their
@@ -536,8 +549,14 @@ class ItemStore:
         the chunk and is left to that worker. Returns the shards touched.
         """
         names = {"#st": "status"}
-        states = {f":s{i}": state for i, state in enumerate(from_states)}
+        states: dict[str, Any] = {f":s{i}": state for i, state in enumerate(from_states)}
         condition = "#st IN (" + ", ".join(states) + ")"
+        if attempted is True:
+            condition += " AND attempts > :zero"
+        elif attempted is False:
+            condition += " AND (attribute_not_exists(attempts) OR attempts = :zero)"
+        if attempted is not None:
+            states[":zero"] = 0
         pending: dict[int, list[int]] = {}
         kwargs: dict[str, Any] = {
             "TableName": self._table,
@@ -559,7 +578,7 @@ class ItemStore:
         for shard, indexes in pending.items():
             for start in range(0, len(indexes), 99):
                 self._sweep_chunk(
-                    batch_id, shard, list(indexes[start : start + 99]), states, fields, counters
+                    batch_id, shard, list(indexes[start : start + 99]), condition, states, fields, counters
                 )
         return set(pending)
 
@@ -568,7 +587,8 @@ class ItemStore:
         batch_id: str,
         shard: int,
         indexes: list[int],
-        states: dict[str, str],
+        condition: str,
+        states: dict[str, Any],
         fields: dict[str, Any],
         counters: dict[str, int],
     ) -> None:
@@ -582,7 +602,7 @@ class ItemStore:
                         "TableName": self._table,
                         "Key": self._key(batch_id, idx),
                         "UpdateExpression": expression,
-                        "ConditionExpression": "#st IN (" + ", ".join(states) + ")",
+                        "ConditionExpression": condition,
                         "ExpressionAttributeNames": {"#st": "status", **set_names},
                         "ExpressionAttributeValues": _values({**states, **set_values}),
                     }
