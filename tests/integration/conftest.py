@@ -28,9 +28,17 @@ class FakeWorkflow:
 
     started: list[str] = field(default_factory=list)
     woken: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    purges: list[str] = field(default_factory=list)
 
     def start(self, batch_id: str) -> None:
         self.started.append(batch_id)
+
+    def stop(self, batch_id: str) -> None:
+        self.stopped.append(batch_id)
+
+    def start_purge(self, batch_id: str) -> None:
+        self.purges.append(batch_id)
 
     def wake(self, token: str, output: dict[str, Any]) -> bool:
         self.woken.append((token, output))

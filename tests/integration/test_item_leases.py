@@ -11,6 +11,7 @@ import pytest
 from batchgw import aws, lifecycle, service
 from batchgw.auth import Principal
 from batchgw.deps import Deps
+from batchgw.errors import Conflict, NotFound
 from batchgw.records import ITEM_SUCCEEDED
 from batchgw.work import ChainMessage
 from batchgw.worker import run_message
@@ -219,3 +220,48 @@ def test_failures_in_a_row_pause_the_model_for_every_process(sim: Simulator) -> 
         QueueUrl=deps.settings.work_queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
     )["Attributes"]
     assert attributes["ApproximateNumberOfMessagesDelayed"] == "4"
+
+
+def test_a_retry_message_that_arrives_before_its_time_is_delayed_again(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = _prepared_batch(deps, 1)
+    receive_all(deps)  # the chain is not needed here
+    claim = deps.items.claim(batch_id, 0, "w", clock(), 60)
+    assert claim.item is not None
+    # A model_queued wait of an hour: longer than SQS's 15-minute delay.
+    deps.items.schedule_retry(
+        batch_id,
+        0,
+        owner="w",
+        epoch=int(claim.item["epoch"]),
+        fields={"next_at": Decimal(str(clock() + 3600))},
+    )
+    clock.advance(900)  # the delayed message arrives, 45 minutes early
+    _run(deps, ChainMessage(batch_id, -1, 0, 0, single=True), "x")
+    item = deps.items.get(batch_id, 0)
+    assert item is not None and item["status"] == "retry_wait"  # not run early
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 0
+    attributes = aws.get_clients().sqs.get_queue_attributes(
+        QueueUrl=deps.settings.work_queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"  # sent again for the rest of the wait
+
+
+def test_a_stale_lease_does_not_block_delete_but_a_live_one_does(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = _prepared_batch(deps, 2)
+    deps.items.claim(batch_id, 0, "dead-worker", clock(), 60)
+    with pytest.raises(Conflict):
+        service.delete_batch(deps, ALICE, batch_id)
+    clock.advance(61)
+    assert service.delete_batch(deps, ALICE, batch_id) == {
+        "id": batch_id,
+        "object": "batch.deleted",
+        "deleted": True,
+    }
+    with pytest.raises(NotFound):
+        service.get_batch(deps, ALICE, batch_id)
+    lifecycle.purge(deps, batch_id)
+    assert deps.items.get(batch_id, 0) is None and deps.jobs.shards(batch_id) == []
