@@ -1,0 +1,478 @@
+"""A JSONL batch input file, checked line by line as it streams (spec 000 "Batches from a file").
+
+Each non-blank physical line is one request ``{"custom_id", "method", "url", "body"}``:
+all four keys, method ``"POST"``, url equal to the batch's endpoint, and a body the
+endpoint would take, checked by the same ``plan_request`` as a direct request. The
+validation report (spec 001) lists the problems by physical line number (1-based; blank
+lines are skipped but counted), with the spec's line codes.
+
+Choices the spec leaves open:
+
+- "Every line must use the same model" compares canonical model ids: an alias and the
+  model it names (``sim-chat-latest`` and ``sim-chat``) are the same model, since both run
+  on it. The first valid line fixes the batch's model; a line naming another is
+  ``invalid_body`` at ``body.model``.
+- Scanning stops once ``max_errors`` problems are collected (the report shows no more),
+  and at the first line over ``BATCH_MAX_REQUESTS`` (reported once as ``too_many_lines``):
+  a file far over the limit costs no more than one at it. ``FileReport.complete`` says
+  whether the whole file was read.
+- One problem per line: the first check it fails, in this order: size, JSON, the four
+  keys, custom_id, its uniqueness, method, url, body (``plan_request``), price, model.
+- A repeated custom_id is reported at every repetition, and a line that fails a later
+  check still claims its custom_id.
+
+Memory follows the longest line, not the file: a line's body is dropped once checked;
+what stays is a 16-byte digest of each custom_id (one flat table, 2 MB for 50,000
+lines) and a few counters. ``split_lines`` cuts a stream into lines without ever
+holding an over-long one whole, and ``iter_planned`` streams the plans of a validated
+file without holding them either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from batchgw.catalog import Catalog
+from batchgw.errors import BadRequest
+from batchgw.settings import Settings
+from batchgw.validation import RequestInvalid
+from batchgw.validation.create import CUSTOM_ID_MAX_CHARS, PlannedRequest, plan_request
+from batchgw.validation.jsonbody import parse_json
+
+FileLineCode = Literal[
+    "invalid_json",
+    "invalid_line",
+    "invalid_custom_id",
+    "duplicate_custom_id",
+    "invalid_method",
+    "invalid_url",
+    "invalid_body",
+    "unsupported_feature",
+    "missing_max_tokens",
+    "model_not_found",
+    "model_unsupported",
+    "model_not_priced",
+    "max_tokens_too_large",
+    "line_too_large",
+    "too_many_lines",
+    "empty_file",
+]
+
+MAX_ERRORS = 20
+
+# The codes a body check may report as they are; any other (a validator added later with
+# a code of its own) is reported as invalid_body, so the report only uses the spec's codes.
+_BODY_CODES: frozenset[str] = frozenset(
+    {
+        "invalid_line",
+        "invalid_custom_id",
+        "invalid_method",
+        "invalid_url",
+        "invalid_body",
+        "unsupported_feature",
+        "missing_max_tokens",
+        "model_not_found",
+        "model_unsupported",
+        "model_not_priced",
+        "max_tokens_too_large",
+    }
+)
+_LINE_KEYS = ("custom_id", "method", "url", "body")
+_LINE_KEY_SET = frozenset(_LINE_KEYS)
+_LINE_SHAPE = 'each line is {"custom_id", "method", "url", "body"}'
+_JSON_WHITESPACE = b" \t\r\n"
+_PRESIZE_MAX_IDS = 65_536  # a 2 MB table
+_NEWLINE = 0x0A
+_CARRIAGE_RETURN = 0x0D
+
+
+class LineInvalid(Exception):
+    """One line of the file the batch cannot take: a problem of the validation report."""
+
+    def __init__(
+        self, code: FileLineCode, message: str, *, line: int | None, param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code: FileLineCode = code
+        self.message = message
+        self.line = line
+        self.param = param
+
+    def problem(self) -> dict[str, Any]:
+        """The report entry: ``{"code", "message", "line", "param"}``."""
+        return {"code": self.code, "message": self.message, "line": self.line, "param": self.param}
+
+
+@dataclass(frozen=True, slots=True)
+class FileReport:
+    """The outcome of ``validate_file``.
+
+    ``ok`` when the whole file was read and every line is a valid request; then ``total``
+    is the number of requests and ``model`` the canonical model they all run on.
+    ``errors`` holds up to ``max_errors`` problems in line order. ``line_count`` is the
+    number of physical lines read and ``complete`` whether that is the whole file (see
+    the module docstring for when scanning stops early).
+    """
+
+    ok: bool
+    errors: list[dict[str, Any]]
+    total: int
+    line_count: int
+    models: frozenset[str]
+    complete: bool
+
+    @property
+    def model(self) -> str | None:
+        """The one canonical model of a valid file; None when no line was valid."""
+        return next(iter(self.models), None)
+
+
+def validate_file(
+    lines: Iterable[bytes],
+    *,
+    endpoint: str,
+    settings: Settings,
+    catalog: Catalog,
+    role: str,
+    anthropic_version: str | None = None,
+    max_errors: int = MAX_ERRORS,
+) -> FileReport:
+    """Check a batch input file, streamed as its physical lines, for a caller of ``role``.
+
+    ``lines`` yields each physical line as bytes, with or without its ``\\n``/``\\r\\n``
+    (``split_lines`` makes them from a stream of chunks). Every line is checked as a
+    request to ``endpoint``; ``anthropic_version``, when given (a Messages batch), is
+    passed on to ``plan_request``.
+    Never raises for the file's content: every problem is in the report.
+    """
+    scanner = _Scanner(
+        endpoint=endpoint,
+        catalog=catalog,
+        role=role,
+        anthropic_version=anthropic_version,
+        expected=settings.batch_max_requests,
+    )
+    max_line_bytes = settings.batch_max_line_kb * 1024
+    max_requests = settings.batch_max_requests
+    errors: list[dict[str, Any]] = []
+    requests = 0  # non-blank lines
+    total = 0  # valid ones
+    line_count = 0
+    complete = True
+    for line_count, raw in enumerate(lines, 1):
+        text = raw.strip(_JSON_WHITESPACE)
+        if not text:
+            continue
+        requests += 1
+        if requests > max_requests:
+            errors.append(_too_many(line_count, max_requests).problem())
+            complete = False
+            break
+        try:
+            _check_size(raw, line_count, max_line_bytes)
+            scanner.plan(text, line_count)
+        except LineInvalid as problem:
+            errors.append(problem.problem())
+            if len(errors) >= max_errors:
+                complete = False
+                break
+            continue
+        total += 1
+    if requests == 0:
+        errors.append(_empty().problem())
+    return FileReport(
+        ok=not errors,
+        errors=errors,
+        total=total,
+        line_count=line_count,
+        models=frozenset(() if scanner.model is None else (scanner.model,)),
+        complete=complete,
+    )
+
+
+def iter_planned(
+    lines: Iterable[bytes],
+    *,
+    endpoint: str,
+    catalog: Catalog,
+    role: str,
+    anthropic_version: str | None = None,
+    settings: Settings | None = None,
+) -> Iterator[PlannedRequest]:
+    """The plan of each non-blank line of a file ``validate_file`` accepted, in order.
+
+    Meant for the second pass over a validated file, so it stops at the first problem
+    instead of collecting them: it runs the same checks (the line size and count limits
+    too when ``settings`` is given) and raises LineInvalid if the file is not what was
+    validated. Nothing is yielded twice for one custom_id.
+    """
+    scanner = _Scanner(
+        endpoint=endpoint,
+        catalog=catalog,
+        role=role,
+        anthropic_version=anthropic_version,
+        expected=0 if settings is None else settings.batch_max_requests,
+    )
+    requests = 0
+    for number, raw in enumerate(lines, 1):
+        text = raw.strip(_JSON_WHITESPACE)
+        if not text:
+            continue
+        requests += 1
+        if settings is not None:
+            if requests > settings.batch_max_requests:
+                raise _too_many(number, settings.batch_max_requests)
+            _check_size(raw, number, settings.batch_max_line_kb * 1024)
+        yield scanner.plan(text, number)
+    if requests == 0:
+        raise _empty()
+
+
+def report_object(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """A failed file batch's ``errors`` field, as OpenAI shapes it: ``{"object": "list", "data"}``."""
+    return {
+        "object": "list",
+        "data": [
+            {"code": e["code"], "message": e["message"], "param": e.get("param"), "line": e.get("line")}
+            for e in errors
+        ],
+    }
+
+
+def split_lines(chunks: Iterable[bytes], *, max_line_bytes: int) -> Iterator[bytes]:
+    """The physical lines of a byte stream given as chunks (``StreamingBody.iter_chunks()``).
+
+    Splits on ``\\n`` only (a JSON line holds no raw newline; a ``\\r`` before it is kept
+    and ignored by the checks), so line numbers are those of any editor. Memory stays
+    bounded by one chunk plus ``max_line_bytes``: a longer line is cut short, still long
+    enough for ``validate_file`` to report it as ``line_too_large``.
+    """
+    keep = max_line_bytes + 2  # room for a "\r" and for one byte more than the limit
+    pending: list[bytes] = []  # the start of a line that continues in the next chunk
+    pending_size = 0
+    for chunk in chunks:
+        parts = chunk.split(b"\n")
+        for part in parts[:-1]:
+            if pending:
+                if pending_size < keep:
+                    pending.append(part[: keep - pending_size])
+                yield b"".join(pending)
+                pending, pending_size = [], 0
+            else:
+                yield part[:keep] if len(part) > keep else part
+        rest = parts[-1]
+        if rest and pending_size < keep:
+            rest = rest[: keep - pending_size]
+            pending.append(rest)
+            pending_size += len(rest)
+    if pending:
+        yield b"".join(pending)
+
+
+class _Scanner:
+    """The checks of one file's lines, with what they must remember between lines."""
+
+    def __init__(
+        self, *, endpoint: str, catalog: Catalog, role: str, anthropic_version: str | None, expected: int = 0
+    ) -> None:
+        self.endpoint = endpoint
+        self.catalog = catalog
+        self.role = role
+        self.plan_options: dict[str, Any] = {}
+        if anthropic_version is not None:  # only a Messages batch has one; plan_request checks it
+            self.plan_options["anthropic_version"] = anthropic_version
+        self.seen = _DigestSet(expected)
+        self.model: str | None = None  # the batch's canonical model, fixed by its first valid line
+        self.model_name = ""
+        self.model_line = 0
+
+    def plan(self, text: bytes, number: int) -> PlannedRequest:
+        """Check one non-blank line (surrounding whitespace stripped); raises LineInvalid."""
+        try:
+            item = parse_json(text, what="The line")
+        except BadRequest as exc:
+            raise LineInvalid("invalid_json", exc.message, line=number) from exc
+        self._check_shape(item, number)
+        self._check_unique(item["custom_id"], number)
+        if item["method"] != "POST":
+            raise LineInvalid(
+                "invalid_method",
+                f'method must be "POST"; got {_shown(item["method"])}',
+                line=number,
+                param="method",
+            )
+        if item["url"] != self.endpoint:
+            raise LineInvalid(
+                "invalid_url",
+                f"url must be the batch's endpoint '{self.endpoint}'; got {_shown(item['url'])}",
+                line=number,
+                param="url",
+            )
+        try:
+            planned = plan_request(
+                item, endpoint=self.endpoint, catalog=self.catalog, role=self.role, **self.plan_options
+            )
+        except RequestInvalid as exc:
+            code: FileLineCode = exc.code if exc.code in _BODY_CODES else "invalid_body"
+            raise LineInvalid(code, exc.message, line=number, param=exc.param) from exc
+        self._check_model(planned, number)
+        return planned
+
+    def _check_shape(self, item: Any, number: int) -> None:
+        if not isinstance(item, dict):
+            raise LineInvalid("invalid_line", f"The line must be a JSON object; {_LINE_SHAPE}", line=number)
+        if item.keys() != _LINE_KEY_SET:
+            missing = [key for key in _LINE_KEYS if key not in item]
+            if missing:
+                raise LineInvalid(
+                    "invalid_line",
+                    f"The line has no {missing[0]}; {_LINE_SHAPE}",
+                    line=number,
+                    param=missing[0],
+                )
+            unknown = sorted(key for key in item if key not in _LINE_KEYS)[0]
+            raise LineInvalid(
+                "invalid_line", f"unknown field '{unknown}'; {_LINE_SHAPE}", line=number, param=unknown
+            )
+        custom_id = item["custom_id"]
+        if not isinstance(custom_id, str) or not 1 <= len(custom_id) <= CUSTOM_ID_MAX_CHARS:
+            raise LineInvalid(
+                "invalid_custom_id",
+                f"custom_id must be a string of 1-{CUSTOM_ID_MAX_CHARS} characters",
+                line=number,
+                param="custom_id",
+            )
+
+    def _check_unique(self, custom_id: str, number: int) -> None:
+        if not self.seen.add(custom_id):
+            # The spec's own wording; the first line is not named, to keep only digests.
+            raise LineInvalid("duplicate_custom_id", "custom_id must be unique within the file.", line=number)
+
+    def _check_model(self, planned: PlannedRequest, number: int) -> None:
+        name = planned.body.get("model")
+        if self.catalog.models[planned.model].price is None:
+            raise LineInvalid(
+                "model_not_priced",
+                f"Model '{name}' has no price; a batch can only use priced models",
+                line=number,
+                param="body.model",
+            )
+        if self.model is None:
+            self.model, self.model_name, self.model_line = planned.model, str(name), number
+        elif planned.model != self.model:
+            raise LineInvalid(
+                "invalid_body",
+                f"all lines must use the same model: this line uses '{name}', line {self.model_line} "
+                f"uses '{self.model_name}'",
+                line=number,
+                param="body.model",
+            )
+
+
+class _DigestSet:
+    """The custom_ids seen so far, as 128-bit digests in one flat table (open addressing).
+
+    A Python set of 50,000 digests takes about 4.5 MB (an object per digest plus the
+    table); this takes 2 MB, no object per id. Two ids share a digest with odds of
+    2**-128 per pair, so a real file is never refused for a duplicate it does not have.
+    """
+
+    def __init__(self, expected: int = 0) -> None:
+        # Sized once for up to ``expected`` ids (growing doubles the table, and for a moment
+        # holds old and new), but never more than 2 MB up front; beyond that it grows.
+        expected = min(expected, _PRESIZE_MAX_IDS)
+        self._slots = 1024  # a power of two, at most half full
+        while self._slots < 2 * expected:
+            self._slots *= 2
+        self._table = _zeros(2 * self._slots)  # (high, low) pairs; (0, 0) is free
+        self._count = 0
+
+    def add(self, custom_id: str) -> bool:
+        """Remember ``custom_id``; False if it was already there."""
+        # surrogatepass: parse_json has refused lone surrogates, but a digest must never raise
+        digest = hashlib.blake2b(custom_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        high = int.from_bytes(digest[:8], "little") or 1  # never the free slot's (0, 0)
+        low = int.from_bytes(digest[8:], "little")
+        if not self._insert(high, low):
+            return False
+        self._count += 1
+        if 2 * self._count > self._slots:
+            self._grow()
+        return True
+
+    def _insert(self, high: int, low: int) -> bool:
+        table, mask = self._table, self._slots - 1
+        slot = high & mask
+        while True:
+            at = 2 * slot
+            found = table[at]
+            if found == 0:
+                table[at], table[at + 1] = high, low
+                return True
+            if found == high and table[at + 1] == low:
+                return False
+            slot = (slot + 1) & mask
+
+    def _grow(self) -> None:
+        old = self._table
+        self._slots *= 2
+        self._table = _zeros(2 * self._slots)
+        for at in range(0, len(old), 2):
+            if old[at]:
+                self._insert(old[at], old[at + 1])
+
+
+def _zeros(count: int) -> array[int]:
+    return array("Q", (0,)) * count
+
+
+def _check_size(raw: bytes, number: int, max_line_bytes: int) -> None:
+    size = len(raw)
+    if size > max_line_bytes:  # only then is it worth discounting the line ending
+        if size and raw[size - 1] == _NEWLINE:
+            size -= 1
+        if size and raw[size - 1] == _CARRIAGE_RETURN:
+            size -= 1
+        if size > max_line_bytes:
+            raise LineInvalid(
+                "line_too_large",
+                f"The line is longer than {max_line_bytes // 1024:,} KiB; each line may be at most "
+                f"{max_line_bytes:,} bytes",
+                line=number,
+            )
+
+
+def _too_many(number: int, limit: int) -> LineInvalid:
+    return LineInvalid(
+        "too_many_lines",
+        f"The file has more than {limit:,} requests; a batch may have at most {limit:,}. "
+        "Split it into several files.",
+        line=number,
+    )
+
+
+def _empty() -> LineInvalid:
+    return LineInvalid(
+        "empty_file", "The file has no requests: it is empty or every line is blank", line=None
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+__all__ = [
+    "MAX_ERRORS",
+    "FileLineCode",
+    "FileReport",
+    "LineInvalid",
+    "iter_planned",
+    "report_object",
+    "split_lines",
+    "validate_file",
+]
