@@ -11,7 +11,13 @@ from batchgw.catalog import Catalog, load_catalog
 from batchgw.errors import BadRequest
 from batchgw.settings import Settings
 from batchgw.validation import RequestInvalid
-from batchgw.validation.create import BODY_VALIDATORS, CreatePlan, PlannedRequest, validate_create
+from batchgw.validation.create import (
+    BODY_VALIDATORS,
+    VERSIONED_BODY_VALIDATORS,
+    CreatePlan,
+    PlannedRequest,
+    validate_create,
+)
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "models.local.json"
 
@@ -305,7 +311,11 @@ def test_unknown_url_is_refused(catalog: Catalog, url: Any) -> None:
 
 
 @pytest.mark.parametrize("url", ["/v1/embeddings", "/v1/responses", "/v1/messages"])
-def test_target_without_a_body_validator_is_refused(catalog: Catalog, url: str) -> None:
+def test_target_without_a_body_validator_is_refused(
+    catalog: Catalog, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(BODY_VALIDATORS, url, raising=False)
+    monkeypatch.delitem(VERSIONED_BODY_VALIDATORS, url, raising=False)
     error = _refused(catalog, {"requests": [_request(url=url)]})
     assert "cannot be batched yet" in error.message
 

@@ -7,7 +7,7 @@ turns it into a ``BadRequest`` that names the request (spec 000).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
 RequestInvalidCode = Literal[
     # the request as a whole (a direct request, or a file line)
@@ -54,4 +54,23 @@ def join_param(prefix: str, param: str | None) -> str:
     return f"{prefix}{param}" if param.startswith("[") else f"{prefix}.{param}"
 
 
-__all__ = ["RequestInvalid", "RequestInvalidCode", "join_param"]
+def fail(param: str | None, message: str, code: RequestInvalidCode = "invalid_body") -> NoReturn:
+    """Raise RequestInvalid for ``param``: the body validators' one way to refuse."""
+    raise RequestInvalid(code, message, param=param)
+
+
+def shown(value: Any) -> str:
+    """A value as an error message quotes it: its repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def is_int(value: Any) -> bool:
+    return type(value) is int  # bool is not an integer here
+
+
+def is_number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
+
+
+__all__ = ["RequestInvalid", "RequestInvalidCode", "fail", "is_int", "is_number", "join_param", "shown"]

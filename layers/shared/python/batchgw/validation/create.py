@@ -11,13 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from batchgw.catalog import ENDPOINTS, Catalog
+from batchgw.catalog import ENDPOINTS, Catalog, ModelSpec
 from batchgw.errors import BadRequest
 from batchgw.settings import Settings
+from batchgw.translate import check_translatable, translates
 from batchgw.validation import RequestInvalid, join_param
 from batchgw.validation.chat import validate_chat_body
+from batchgw.validation.embeddings import validate_embeddings_body
+from batchgw.validation.messages import KNOWN_ANTHROPIC_VERSIONS, validate_messages_body
+from batchgw.validation.responses import validate_responses_body
 
 DEFAULT_URL = "/v1/chat/completions"
+MESSAGES_URL = "/v1/messages"
 CUSTOM_ID_MAX_CHARS = 512
 METADATA_MAX_PAIRS = 16
 METADATA_KEY_MAX_CHARS = 64
@@ -25,9 +30,15 @@ METADATA_VALUE_MAX_CHARS = 512
 COMPLETION_WINDOW = "24h"
 
 # Each batchable endpoint's body validator: checks a body and returns the model it names.
-# The other targets (/v1/embeddings, /v1/responses, /v1/messages) join here as they land.
 BODY_VALIDATORS: dict[str, Callable[[Any], str]] = {
     "/v1/chat/completions": validate_chat_body,
+    "/v1/embeddings": validate_embeddings_body,
+    "/v1/responses": validate_responses_body,
+}
+# Targets whose bodies are checked under the batch's anthropic-version (the create call's
+# header): a batch of such a target requires the version, and any other batch refuses one.
+VERSIONED_BODY_VALIDATORS: dict[str, Callable[[Any, str], str]] = {
+    MESSAGES_URL: validate_messages_body,
 }
 
 _REQUEST_FIELDS = frozenset({"custom_id", "method", "url", "body"})
@@ -55,8 +66,14 @@ class CreatePlan:
     metadata: dict[str, str] | None
 
 
-def validate_create(body: Any, *, settings: Settings, catalog: Catalog, role: str) -> CreatePlan:
+def validate_create(
+    body: Any, *, settings: Settings, catalog: Catalog, role: str, anthropic_version: str | None = None
+) -> CreatePlan:
     """Check a create-batch body of direct requests, whole, for a caller of ``role``.
+
+    ``anthropic_version`` is the create call's ``anthropic-version`` header (None when it
+    was not sent): required for a /v1/messages batch, refused on any other, and every
+    Messages request is checked under it (see ``check_anthropic_version``).
 
     Returns the plan of every request, or raises BadRequest (code 400) for the first
     problem: a request's problem names it (``requests[i] (custom_id '...'): ...``) and
@@ -64,6 +81,12 @@ def validate_create(body: Any, *, settings: Settings, catalog: Catalog, role: st
     """
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object")
+    if "anthropic_version" in body:
+        raise BadRequest(
+            "Unknown field 'anthropic_version'; a Messages batch sends its version in the "
+            "anthropic-version header",
+            param="anthropic_version",
+        )
     _check_create_fields(body)
     metadata = check_metadata(body.get("metadata"))
 
@@ -80,12 +103,18 @@ def validate_create(body: Any, *, settings: Settings, catalog: Catalog, role: st
             param="requests",
         )
 
+    target = _target_of(items[0])
+    if target in ENDPOINTS:  # otherwise the first request is refused for its url below
+        anthropic_version = check_anthropic_version(target, anthropic_version, settings=settings)
+
     planned: list[PlannedRequest] = []
     seen: dict[str, int] = {}
     endpoint: str | None = None
     for index, item in enumerate(items):
         try:
-            request = plan_request(item, endpoint=endpoint, catalog=catalog, role=role)
+            request = plan_request(
+                item, endpoint=endpoint, catalog=catalog, role=role, anthropic_version=anthropic_version
+            )
             first = seen.setdefault(request.custom_id, index)
             if first != index:
                 raise RequestInvalid(
@@ -103,13 +132,43 @@ def validate_create(body: Any, *, settings: Settings, catalog: Catalog, role: st
     return CreatePlan(endpoint=planned[0].url, requests=planned, metadata=metadata)
 
 
-def plan_request(item: Any, *, endpoint: str | None, catalog: Catalog, role: str) -> PlannedRequest:
+def check_anthropic_version(
+    endpoint: str, anthropic_version: str | None, *, settings: Settings
+) -> str | None:
+    """The anthropic-version a new batch for ``endpoint`` keeps: the header's value for a
+    /v1/messages batch, None for any other.
+
+    Raises BadRequest when a Messages batch has no version, or one that is unknown or not
+    in ``BATCH_ANTHROPIC_VERSIONS``, and when another batch has one. Both input methods
+    call it: a file batch with its ``endpoint`` before its lines are read.
+    """
+    if endpoint not in VERSIONED_BODY_VALIDATORS:
+        if anthropic_version is not None:
+            raise BadRequest("the anthropic-version header is only for /v1/messages batches")
+        return None
+    if anthropic_version is None:
+        raise BadRequest(f"anthropic-version header is required for a {endpoint} batch")
+    allowed = [v for v in settings.anthropic_versions if v in KNOWN_ANTHROPIC_VERSIONS]
+    if anthropic_version not in allowed:
+        if anthropic_version in KNOWN_ANTHROPIC_VERSIONS:
+            reason = "is not allowed for new batches on this gateway"
+        else:
+            reason = "is not a known version"
+        choices = ", ".join(allowed) if allowed else "none: no version is allowed for new batches"
+        raise BadRequest(f"anthropic-version '{anthropic_version}' {reason}; use one of {choices}")
+    return anthropic_version
+
+
+def plan_request(
+    item: Any, *, endpoint: str | None, catalog: Catalog, role: str, anthropic_version: str | None = None
+) -> PlannedRequest:
     """Check one request ``{"custom_id", "method", "url", "body"}`` and plan it.
 
     ``endpoint`` is the url every request of the batch must use, or None for the first
-    request, which sets it. Raises RequestInvalid with ``param`` relative to the request
-    (``"custom_id"``, ``"body.messages[0].role"``); uniqueness of ``custom_id`` is the
-    caller's to check.
+    request, which sets it. A /v1/messages request is checked under ``anthropic_version``,
+    the batch's (checked already by ``check_anthropic_version``); without one it is refused.
+    Raises RequestInvalid with ``param`` relative to the request (``"custom_id"``,
+    ``"body.messages[0].role"``); uniqueness of ``custom_id`` is the caller's to check.
     """
     if not isinstance(item, dict):
         raise RequestInvalid("invalid_line", "a request must be a JSON object")
@@ -149,8 +208,7 @@ def plan_request(item: Any, *, endpoint: str | None, catalog: Catalog, role: str
             "uses the same url",
             param="url",
         )
-    validator = BODY_VALIDATORS.get(url)
-    if validator is None:
+    if url not in BODY_VALIDATORS and url not in VERSIONED_BODY_VALIDATORS:
         if url in ENDPOINTS:
             raise RequestInvalid("invalid_url", f"url '{url}' cannot be batched yet", param="url")
         raise RequestInvalid(
@@ -165,7 +223,22 @@ def plan_request(item: Any, *, endpoint: str | None, catalog: Catalog, role: str
     if not isinstance(body, dict):
         raise RequestInvalid("invalid_body", "body must be a JSON object", param="body")
     try:
-        name = validator(body)
+        if "anthropic_version" in body:
+            raise RequestInvalid(
+                "invalid_body",
+                "anthropic_version is not a body field; a Messages batch names its version in the "
+                "anthropic-version header of the create call",
+                param="anthropic_version",
+            )
+        versioned = VERSIONED_BODY_VALIDATORS.get(url)
+        if versioned is None:
+            name = BODY_VALIDATORS[url](body)
+        elif anthropic_version is None:
+            raise RequestInvalid(
+                "invalid_url", f"a {url} request needs the batch's anthropic-version; none was given"
+            )
+        else:
+            name = versioned(body, anthropic_version)
     except RequestInvalid as exc:
         raise exc.under("body") from exc
 
@@ -179,9 +252,28 @@ def plan_request(item: Any, *, endpoint: str | None, catalog: Catalog, role: str
         spec = catalog.resolve(name, role)
     except BadRequest as exc:  # unknown, or not this role's: the two read the same
         raise RequestInvalid("model_not_found", exc.message, param="body.model") from exc
-    if url not in spec.endpoints:
+    if not serves(spec, url):
         raise RequestInvalid("model_unsupported", f"Model '{name}' does not serve {url}", param="body.model")
+    if translates(spec, url):
+        try:
+            check_translatable(body)
+        except RequestInvalid as exc:
+            raise exc.under("body") from exc
     return PlannedRequest(custom_id=custom_id, method=method, url=url, body=body, model=spec.id)
+
+
+def serves(spec: ModelSpec, url: str) -> bool:
+    """Whether a batch request for ``url`` can run on ``spec``.
+
+    A model serves the endpoints its catalog entry lists, over its route's protocol: an
+    Anthropic route only /v1/messages. A Messages request also runs on an OpenAI route
+    that serves chat completions, translated to one (``translate.translates``).
+    """
+    if spec.route.protocol == "anthropic":
+        return url == MESSAGES_URL and url in spec.endpoints
+    if url == MESSAGES_URL:
+        return DEFAULT_URL in spec.endpoints
+    return url in spec.endpoints
 
 
 def check_metadata(metadata: Any) -> dict[str, str] | None:
@@ -234,6 +326,16 @@ def _check_create_fields(body: dict[str, Any]) -> None:
         raise BadRequest(
             f"completion_window must be '{COMPLETION_WINDOW}'; got {window!r}", param="completion_window"
         )
+
+
+def _target_of(first: Any) -> str | None:
+    """The batch's target as its first request names it (chat by default), if it can tell."""
+    if not isinstance(first, dict):
+        return None
+    url = first.get("url")
+    if url is None:
+        return DEFAULT_URL
+    return url if isinstance(url, str) else None
 
 
 def _valid_custom_id(custom_id: Any) -> bool:
