@@ -7,11 +7,12 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw import codec, service
+from batchgw import codec, files, service
 from batchgw.auth import Principal
 from batchgw.deps import get_deps
-from batchgw.errors import ApiError, NotFound
+from batchgw.errors import ApiError, BadRequest, NotFound
 from batchgw.observability import logger
+from batchgw.validation.jsonbody import parse_json
 
 app = APIGatewayHttpResolver()
 
@@ -52,7 +53,16 @@ def _not_found(_: Exception) -> Response:
 
 @app.post("/v1/batches")
 def create_batch() -> Response:
-    return _json(200, service.create_batch(get_deps(), _principal(), _raw_body()))
+    principal = _principal()
+    headers = app.current_event.headers
+    if headers.get("anthropic-beta"):
+        raise BadRequest("anthropic-beta is not supported: batches support no beta.", param="anthropic-beta")
+    return _json(
+        200,
+        service.create_batch(
+            get_deps(), principal, _raw_body(), anthropic_version=headers.get("anthropic-version")
+        ),
+    )
 
 
 @app.get("/v1/batches")
@@ -86,6 +96,87 @@ def batch_output(batch_id: str) -> Response:
     if download.location is not None:
         return Response(status_code=302, headers={"Location": download.location}, body="")
     return Response(status_code=200, content_type=download.content_type, body=(download.body or b"").decode())
+
+
+# --- files and uploads --------------------------------------------------------------------
+
+
+def _content_type() -> str | None:
+    return app.current_event.headers.get("content-type")
+
+
+@app.post("/v1/files")
+def upload_file() -> Response:
+    return _json(200, files.upload_file(get_deps(), _principal(), _content_type(), _raw_body()))
+
+
+@app.get("/v1/files")
+def list_files() -> Response:
+    return _json(200, files.list_files(get_deps(), _principal(), _params()))
+
+
+@app.get("/v1/files/<file_id>")
+def get_file(file_id: str) -> Response:
+    return _json(200, files.get_file(get_deps(), _principal(), file_id))
+
+
+@app.delete("/v1/files/<file_id>")
+def delete_file(file_id: str) -> Response:
+    return _json(200, files.delete_file(get_deps(), _principal(), file_id))
+
+
+@app.get("/v1/files/<file_id>/content")
+def file_content(file_id: str) -> Response:
+    data, location, digest = files.file_content(get_deps(), _principal(), file_id)
+    headers = {"ETag": f'"{digest}"', "x-content-sha256": digest}
+    if location is not None:
+        return Response(status_code=302, headers={**headers, "Location": location}, body="")
+    return Response(
+        status_code=200, content_type="application/octet-stream", body=data or b"", headers=headers
+    )
+
+
+@app.post("/v1/uploads")
+def create_upload() -> Response:
+    return _json(200, files.create_upload(get_deps(), _principal(), parse_json(_raw_body())))
+
+
+@app.post("/v1/uploads/<upload_id>/parts")
+def add_upload_part(upload_id: str) -> Response:
+    return _json(200, files.add_part(get_deps(), _principal(), upload_id, _content_type(), _raw_body()))
+
+
+@app.post("/v1/uploads/<upload_id>/complete")
+def complete_upload(upload_id: str) -> Response:
+    return _json(200, files.complete_upload(get_deps(), _principal(), upload_id, parse_json(_raw_body())))
+
+
+@app.post("/v1/uploads/<upload_id>/cancel")
+def cancel_upload(upload_id: str) -> Response:
+    return _json(200, files.cancel_upload(get_deps(), _principal(), upload_id))
+
+
+# --- the retired Message Batches API ------------------------------------------------------
+
+RETIRED = (
+    "The Message Batches API has been removed: use POST /v1/batches with the Messages target "
+    '(url "/v1/messages", and the anthropic-version header) instead.'
+)
+
+
+def _gone() -> Response:
+    return _json(
+        410,
+        {
+            "type": "error",
+            "error": {"type": "not_found_error", "message": RETIRED, "code": "message_batches_removed"},
+        },
+    )
+
+
+for _prefix in ("/v1/messages/batches", "/anthropic/v1/messages/batches"):
+    for _path in (_prefix, f"{_prefix}/<batch_id>", f"{_prefix}/<batch_id>/<action>"):
+        app.route(_path, method=["GET", "POST", "DELETE", "PUT", "PATCH"])(lambda **_: _gone())
 
 
 @logger.inject_lambda_context(clear_state=True)

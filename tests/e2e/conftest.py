@@ -15,7 +15,7 @@ from tests.support import wait_for
 # Small limits so the rules show quickly; the model cap is what the cap test checks.
 STACK_ENV = {
     "BATCH_MODEL_CONCURRENCY": "4",
-    "BATCH_MAX_BODY_MB": "1",
+    "BATCH_MAX_BODY_MB": "4",
     "BATCH_LEASE_SECONDS": "30",
     "BATCH_UPSTREAM_TIMEOUT_SECONDS": "3",
     "BATCH_WORKER_TIMEOUT_SECONDS": "60",

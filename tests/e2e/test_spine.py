@@ -125,7 +125,7 @@ def test_requests_a_batch_cannot_run_are_refused_with_400(alice: Api, raw: bytes
 
 
 def test_a_body_over_the_size_limit_is_413(alice: Api) -> None:
-    big = "x" * (1024 * 1024)
+    big = "x" * (4 * 1024 * 1024 + 1000)  # over BATCH_MAX_BODY_MB, under the 6 MB Lambda payload
     resp = alice.create([chat("big", big)])
     assert resp.status_code == 413
     assert "MiB" in resp.json()["error"]["message"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
 from batchgw.errors import StorageError
+from batchgw.validation.file import split_lines
 
 
 def input_key(batch_id: str) -> str:
@@ -17,6 +18,11 @@ def input_key(batch_id: str) -> str:
 
 def body_key(batch_id: str, idx: int, kind: str) -> str:
     return f"bodies/{batch_id}/{idx}.{kind}.json"
+
+
+def input_file_key(batch_id: str) -> str:
+    """A file batch's own copy of its input file."""
+    return f"inputs/{batch_id}/input.jsonl"
 
 
 def export_key(batch_id: str) -> str:
@@ -54,6 +60,34 @@ class BlobStore:
                 line = line.rstrip(b"\n")
                 if line:
                     yield line
+
+    def put_stream(self, key: str, stream: IO[bytes], content_type: str = "application/jsonl") -> None:
+        """Upload a file object of any size (multipart when large)."""
+        try:
+            self._s3.upload_fileobj(stream, self._bucket, key, ExtraArgs={"ContentType": content_type})
+        except ClientError as exc:
+            raise StorageError(f"could not write s3://{self._bucket}/{key}") from exc
+
+    def delete(self, key: str) -> None:
+        self._s3.delete_object(Bucket=self._bucket, Key=key)
+
+    def copy(self, source: str, target: str) -> None:
+        """Server-side copy (a batch keeps its own copy of its input file)."""
+        try:
+            self._s3.copy_object(
+                Bucket=self._bucket, Key=target, CopySource={"Bucket": self._bucket, "Key": source}
+            )
+        except ClientError as exc:
+            raise StorageError(f"could not copy s3://{self._bucket}/{source}") from exc
+
+    def iter_lines(self, key: str, *, max_line_bytes: int) -> Iterator[bytes]:
+        """The physical lines of an object, streamed in bounded memory (split on ``\n`` only;
+        a line over ``max_line_bytes`` comes back cut short, to be reported as too large)."""
+        try:
+            body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+        except ClientError as exc:
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        yield from split_lines(body.iter_chunks(256 * 1024), max_line_bytes=max_line_bytes)
 
     def exists(self, key: str) -> bool:
         try:

@@ -15,7 +15,7 @@ from batchgw.blobs import BlobStore
 from batchgw.catalog import Catalog, get_catalog
 from batchgw.health import ModelHealth, StoredResults
 from batchgw.settings import Settings, get_settings
-from batchgw.store import ItemStore, JobStore, KeyStore, SlotStore
+from batchgw.store import ControlStore, FileStore, ItemStore, JobStore, KeyStore, SlotStore
 from batchgw.work import WorkQueue
 from batchgw.workflow import Workflow
 
@@ -31,6 +31,8 @@ class Deps:
     queue: WorkQueue
     workflow: Workflow
     keys: KeyStore
+    files: FileStore
+    control: ControlStore
     health: ModelHealth
     stored: StoredResults
     clock: Callable[[], float]
@@ -48,6 +50,8 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         queue=WorkQueue(clients.sqs, settings.work_queue_url),
         workflow=Workflow(clients.sfn, settings.state_machine_arn),
         keys=KeyStore(clients.dynamodb, settings.control_table),
+        files=FileStore(clients.dynamodb, settings.files_table),
+        control=ControlStore(clients.dynamodb, settings.control_table),
         health=ModelHealth(settings.batch_model_pause_after_failures, settings.batch_model_pause_seconds),
         stored=StoredResults(),
         clock=clock,

@@ -201,7 +201,10 @@ def result_line(batch_id: str, item: dict[str, Any], response_body: Any) -> dict
             "request_id": item.get("request_id"),
             "body": response_body,
         }
-    error = codec.plain(item.get("error")) if state != ITEM_SUCCEEDED else None
+    error = None
+    if state != ITEM_SUCCEEDED and item.get("error") is not None:
+        raw = codec.plain(item["error"])  # a fixed key order, whatever order the store returns
+        error = {"code": raw.get("code"), "message": raw.get("message"), "status": raw.get("status")}
     return {
         "id": item_id(batch_id, int(item["idx"])),
         "custom_id": item["custom_id"],

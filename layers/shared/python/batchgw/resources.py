@@ -84,7 +84,18 @@ CONTROL = TableSpec(
     ttl_attribute="ttl",
 )
 
-TABLES = (JOBS, ITEMS, CONTROL)
+# Files: uploaded batch inputs and result files, one item each; the owner index lists a
+# user's files newest first.
+FILES = TableSpec(
+    logical_id="Files",
+    settings_field="files_table",
+    env_var="BATCHGW_FILES_TABLE",
+    partition=Key("pk"),
+    indexes=(Index("by_owner", Key("owner"), Key("created_key")),),
+    ttl_attribute="ttl",
+)
+
+TABLES = (JOBS, ITEMS, CONTROL, FILES)
 
 # Work: chain messages for the worker (see batchgw.worker). Its depth follows the
 # number of running chains, never the number of requests.
@@ -92,7 +103,9 @@ WORK_QUEUE = QueueSpec(logical_id="Work", env_var="BATCHGW_WORK_QUEUE_URL", max_
 
 QUEUES = (WORK_QUEUE,)
 
-DATA_BUCKET = BucketSpec(logical_id="Data", env_var="BATCHGW_DATA_BUCKET")
+# Upload parts are assembled into a file when the upload completes; an abandoned upload's
+# parts expire with the bucket's lifecycle rule (S3 on AWS; moto keeps them).
+DATA_BUCKET = BucketSpec(logical_id="Data", env_var="BATCHGW_DATA_BUCKET", expire_prefixes={"uploads/": 2})
 BUCKETS = (DATA_BUCKET,)
 
 # The workflow: one Standard execution per batch, from this ASL file (relative to the

@@ -6,16 +6,15 @@ any). Create stores the request and starts the workflow; it never calls a model.
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from batchgw import codec
 from batchgw.auth import Principal, hash_key
-from batchgw.blobs import export_key, input_key
+from batchgw.blobs import export_key, input_file_key, input_key
+from batchgw.catalog import ENDPOINTS
 from batchgw.deps import Deps
 from batchgw.errors import (
     BadRequest,
@@ -28,6 +27,7 @@ from batchgw.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from batchgw.files import file_key, visible_file
 from batchgw.records import (
     ALL_STATUSES,
     CANCELLING,
@@ -40,7 +40,8 @@ from batchgw.records import (
     item_index,
     result_line,
 )
-from batchgw.validation.create import validate_create
+from batchgw.results import all_items, file_line, line_bytes, response_body
+from batchgw.validation.create import check_anthropic_version, check_metadata, validate_create
 from batchgw.validation.jsonbody import parse_json
 
 # A results page or download answered inline stays under Lambda's 6 MB response limit.
@@ -93,7 +94,14 @@ def _window_label(hours: float) -> str:
     return "none" if hours == 0 else f"{hours:g}h"
 
 
-def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]:
+COMPLETION_WINDOWS = {"24h": 24, "48h": 48, "72h": 72, "168h": 168}
+FILE_CREATE_KEYS = {"input_file_id", "endpoint", "completion_window", "metadata"}
+
+
+def create_batch(
+    deps: Deps, principal: Principal, raw: bytes, *, anthropic_version: str | None = None
+) -> dict[str, Any]:
+    """POST /v1/batches: direct requests (``requests``) or a JSONL file (``input_file_id``)."""
     settings = deps.settings
     if not principal.at_least(settings.batch_min_role):
         raise Forbidden(f"Your role may not create batches (needs {settings.batch_min_role} or above).")
@@ -102,7 +110,16 @@ def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]
             f"The request body ({len(raw)} bytes) is larger than the limit of "
             f"{settings.batch_max_body_mb:g} MiB."
         )
-    plan = validate_create(parse_json(raw), settings=settings, catalog=deps.catalog, role=principal.role)
+    body = parse_json(raw)
+    if isinstance(body, dict) and "input_file_id" in body:
+        return _create_from_file(deps, principal, body, anthropic_version)
+    plan = validate_create(
+        body,
+        settings=settings,
+        catalog=deps.catalog,
+        role=principal.role,
+        anthropic_version=anthropic_version,
+    )
     _check_user_limits(deps, principal, len(plan.requests))
     batch_id = f"batch_{uuid.uuid4().hex}"
     lines = [
@@ -110,31 +127,110 @@ def create_batch(deps: Deps, principal: Principal, raw: bytes) -> dict[str, Any]
         for r in plan.requests
     ]
     deps.blobs.put_lines_gz(input_key(batch_id), lines)
+    window = settings.completion_window_seconds
+    meta = _new_meta(
+        deps,
+        principal,
+        batch_id,
+        endpoint=plan.endpoint,
+        metadata=plan.metadata,
+        window_label=_window_label(settings.batch_completion_window_hours),
+        window_seconds=window,
+        anthropic_version=anthropic_version,
+    )
+    meta.update(
+        input_method="inline", total=len(plan.requests), models=sorted({r.model for r in plan.requests})
+    )
+    return _store_and_start(deps, meta)
+
+
+def _new_meta(
+    deps: Deps,
+    principal: Principal,
+    batch_id: str,
+    *,
+    endpoint: str,
+    metadata: Any,
+    window_label: str,
+    window_seconds: float | None,
+    anthropic_version: str | None,
+) -> dict[str, Any]:
     clock_now = deps.clock()
     now = int(clock_now)
-    window = settings.completion_window_seconds
-    meta: dict[str, Any] = {
+    return {
         "pk": batch_id,
         "owner": principal.user_id,
+        "owner_role": principal.role,
         "key_id": principal.key_id,
         "status": VALIDATING,
-        "endpoint": plan.endpoint,
-        "input_method": "inline",
-        "completion_window": _window_label(settings.batch_completion_window_hours),
+        "endpoint": endpoint,
+        "completion_window": window_label,
         "created_at": now,
-        "expires_at": None if window is None else int(now + window),
-        "total": len(plan.requests),
-        "metadata": plan.metadata,
-        "models": sorted({r.model for r in plan.requests}),
-        "retention_seconds": int(settings.retention_seconds),
+        "expires_at": None if window_seconds is None else int(now + window_seconds),
+        "metadata": metadata,
+        "anthropic_version": anthropic_version,
+        "retention_seconds": int(deps.settings.retention_seconds),
         "created_key": created_key(int(clock_now * 1000), batch_id),
     }
+
+
+def _store_and_start(deps: Deps, meta: dict[str, Any]) -> dict[str, Any]:
     deps.jobs.put_new(meta)
     try:
-        deps.workflow.start(batch_id)
+        deps.workflow.start(str(meta["pk"]))
     except StorageError as exc:
         raise ServiceUnavailable("The batch could not be started; try again.") from exc
     return Job(meta=meta).to_api()
+
+
+def _create_from_file(
+    deps: Deps, principal: Principal, body: dict[str, Any], anthropic_version: str | None
+) -> dict[str, Any]:
+    """A batch from an uploaded JSONL file: checked here only as far as the call goes; the
+    file itself is validated by the workflow, in the background."""
+    if "output_expires_after" in body:
+        raise BadRequest(
+            "'output_expires_after' is not supported.",
+            code="unsupported_capability",
+            param="output_expires_after",
+        )
+    unknown = sorted(set(body) - FILE_CREATE_KEYS)
+    if unknown:
+        raise BadRequest(f"Unknown field '{unknown[0]}'.", param=unknown[0])
+    endpoint = body.get("endpoint")
+    if endpoint not in ENDPOINTS:
+        raise BadRequest(f"'endpoint' must be one of {', '.join(ENDPOINTS)}.", param="endpoint")
+    window = body.get("completion_window")
+    if window not in COMPLETION_WINDOWS:
+        raise BadRequest(
+            "'completion_window' must be one of 24h, 48h, 72h or 168h.", param="completion_window"
+        )
+    anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
+    metadata = check_metadata(body.get("metadata"))
+    file_id = body.get("input_file_id")
+    if not isinstance(file_id, str):
+        raise BadRequest("'input_file_id' must be a file id.", param="input_file_id")
+    record = visible_file(deps, principal, file_id)
+    if record["purpose"] != "batch":
+        raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
+    _check_user_limits(deps, principal, 0)
+    batch_id = f"batch_{uuid.uuid4().hex}"
+    # The batch keeps its own copy: deleting the input file later does not affect it.
+    deps.blobs.copy(file_key(file_id), input_file_key(batch_id))
+    hours = COMPLETION_WINDOWS[window]
+    lifted = deps.settings.completion_window_seconds is None
+    meta = _new_meta(
+        deps,
+        principal,
+        batch_id,
+        endpoint=endpoint,
+        metadata=metadata,
+        window_label=window,
+        window_seconds=None if lifted else hours * 3600,
+        anthropic_version=anthropic_version,
+    )
+    meta.update(input_method="file", input_file_id=file_id, total=0)
+    return _store_and_start(deps, meta)
 
 
 def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> None:
@@ -293,14 +389,6 @@ def list_batches(deps: Deps, principal: Principal, params: dict[str, list[str]])
     }
 
 
-def _response_body(deps: Deps, item: dict[str, Any]) -> Any:
-    if "res" in item:
-        return codec.unpack(item["res"])
-    if "res_ref" in item:
-        return codec.unpack(deps.blobs.get(str(item["res_ref"])))
-    return None
-
-
 def results_page(
     deps: Deps, principal: Principal, batch_id: str, params: dict[str, list[str]]
 ) -> dict[str, Any]:
@@ -317,7 +405,7 @@ def results_page(
     data: list[dict[str, Any]] = []
     size = 0
     for item in items:
-        line = result_line(job.id, item, _response_body(deps, item))
+        line = result_line(job.id, item, response_body(deps, item))
         line_size = len(codec.dumps(line))
         if data and size + line_size > PAGE_BYTE_CAP:
             has_more = True
@@ -333,16 +421,6 @@ def results_page(
     }
 
 
-def _all_items(deps: Deps, batch_id: str) -> Iterator[dict[str, Any]]:
-    after = -1
-    while True:
-        items, more = deps.items.page(batch_id, after_idx=after, limit=500)
-        yield from items
-        if not more or not items:
-            return
-        after = int(items[-1]["idx"])
-
-
 def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
     """Every result as one JSONL document, once the batch has ended."""
     job = _visible_job(deps, principal, batch_id)
@@ -355,10 +433,8 @@ def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
         return Download(location=deps.blobs.presigned_get(key))
     chunks: list[bytes] = []
     size = 0
-    for item in _all_items(deps, job.id):
-        line = result_line(job.id, item, _response_body(deps, item))
-        del line["status"]
-        data = json.dumps(line, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    for item in all_items(deps, job.id):
+        data = line_bytes(file_line(job.id, item, response_body(deps, item)))
         chunks.append(data)
         size += len(data)
     body = b"".join(chunks)

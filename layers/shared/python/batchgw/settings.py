@@ -72,6 +72,7 @@ class Settings(BaseModel):
     jobs_table: str = Field("batchgw-jobs", alias="BATCHGW_JOBS_TABLE")
     items_table: str = Field("batchgw-items", alias="BATCHGW_ITEMS_TABLE")
     control_table: str = Field("batchgw-control", alias="BATCHGW_CONTROL_TABLE")
+    files_table: str = Field("batchgw-files", alias="BATCHGW_FILES_TABLE")
     data_bucket: str = Field("batchgw-data", alias="BATCHGW_DATA_BUCKET")
     work_queue_url: str = Field("", alias="BATCHGW_WORK_QUEUE_URL")
     state_machine_arn: str = Field("", alias="BATCHGW_STATE_MACHINE_ARN")

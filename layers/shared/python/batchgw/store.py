@@ -892,3 +892,137 @@ class SlotStore:
         except ClientError as exc:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise StorageError(f"could not purge the slots of {model}") from exc
+
+
+class FileStore:
+    """File records (uploaded inputs and result files) and the owner index over them."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._db = client
+        self._table = table
+
+    def put_new(self, record: dict[str, Any]) -> bool:
+        """Store a file record; False if one with that id exists (or was deleted) already."""
+        try:
+            self._db.put_item(
+                TableName=self._table, Item=to_ddb(record), ConditionExpression="attribute_not_exists(pk)"
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not store file {record['pk']}") from exc
+        return True
+
+    def get(self, file_id: str) -> dict[str, Any] | None:
+        resp = self._db.get_item(TableName=self._table, Key={"pk": {"S": file_id}}, ConsistentRead=True)
+        raw = resp.get("Item")
+        return None if raw is None else from_ddb(raw)
+
+    def mark_deleted(self, file_id: str, ttl: int) -> None:
+        """Keep a tombstone, so a result file once deleted is never written again."""
+        self._db.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": file_id}},
+            UpdateExpression="SET deleted = :t, #ttl = :ttl",
+            ExpressionAttributeNames={"#ttl": "ttl"},
+            ExpressionAttributeValues={":t": {"BOOL": True}, ":ttl": {"N": str(ttl)}},
+        )
+
+    def for_owner(self, owner: str, index: str) -> Iterator[dict[str, Any]]:
+        """The owner's live files, newest first."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": index,
+            "KeyConditionExpression": "#o = :o",
+            "FilterExpression": "attribute_not_exists(deleted)",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": {":o": {"S": owner}},
+            "ScanIndexForward": False,
+        }
+        while True:
+            resp = self._db.query(**kwargs)
+            for raw in resp.get("Items", []):
+                yield from_ddb(raw)
+            if "LastEvaluatedKey" not in resp:
+                return
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+
+class ControlStore:
+    """Small records in the control table: uploads and their parts, hourly counters."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._db = client
+        self._table = table
+
+    def put(self, record: dict[str, Any], *, new: bool = False) -> bool:
+        try:
+            kwargs: dict[str, Any] = {"TableName": self._table, "Item": to_ddb(record)}
+            if new:
+                kwargs["ConditionExpression"] = "attribute_not_exists(pk)"
+            self._db.put_item(**kwargs)
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not store {record['pk']}") from exc
+        return True
+
+    def get(self, pk: str, sk: str) -> dict[str, Any] | None:
+        resp = self._db.get_item(
+            TableName=self._table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True
+        )
+        raw = resp.get("Item")
+        return None if raw is None else from_ddb(raw)
+
+    def query(self, pk: str, prefix: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :p)",
+            "ExpressionAttributeValues": {":pk": {"S": pk}, ":p": {"S": prefix}},
+            "ConsistentRead": True,
+        }
+        while True:
+            resp = self._db.query(**kwargs)
+            out.extend(from_ddb(raw) for raw in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def transition(self, pk: str, sk: str, fields: dict[str, Any], *, expect: dict[str, Any]) -> bool:
+        """Set ``fields`` only if every ``expect`` attribute has the given value."""
+        names = {f"#f{i}": n for i, n in enumerate(fields)} | {f"#e{i}": n for i, n in enumerate(expect)}
+        values = {f":f{i}": v for i, v in enumerate(fields.values())} | {
+            f":e{i}": v for i, v in enumerate(expect.values())
+        }
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": pk}, "sk": {"S": sk}},
+                UpdateExpression="SET " + ", ".join(f"#f{i} = :f{i}" for i in range(len(fields))),
+                ConditionExpression=" AND ".join(f"#e{i} = :e{i}" for i in range(len(expect))),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=_values(values),
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not update {pk}") from exc
+        return True
+
+    def count_within(self, pk: str, sk: str, *, limit: int, ttl: int) -> bool:
+        """Add one to a counter unless it already reached ``limit`` (then False)."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": pk}, "sk": {"S": sk}},
+                UpdateExpression="ADD n :one SET #ttl = :ttl",
+                ConditionExpression="attribute_not_exists(n) OR n < :limit",
+                ExpressionAttributeNames={"#ttl": "ttl"},
+                ExpressionAttributeValues=_values({":one": 1, ":limit": limit, ":ttl": ttl}),
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"could not count {pk}") from exc
+        return True

@@ -1,0 +1,189 @@
+"""File batches through the official OpenAI SDK, unmodified, against the local stack."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from local.run import LocalStack
+from tests.support import wait_for
+
+pytestmark = pytest.mark.e2e
+FINAL = ("completed", "failed", "expired", "cancelled")
+
+
+@pytest.fixture(scope="module")
+def client(stack: LocalStack) -> OpenAI:
+    return OpenAI(base_url=stack.api_url, api_key="sk-local-alice", max_retries=0)
+
+
+def line(custom_id: str, text: str, model: str = "sim-chat", url: str = "/v1/chat/completions") -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": text}]}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+def write(tmp_path: Path, lines: list[str], name: str = "requests.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def wait_batch(client: OpenAI, batch_id: str, timeout: float = 60):  # type: ignore[no-untyped-def]
+    return wait_for(
+        lambda: (b := client.batches.retrieve(batch_id)).status in FINAL and b,
+        timeout=timeout,
+        interval=0.2,
+        what=f"{batch_id} to end",
+    )
+
+
+def test_the_sdk_file_flow_runs_a_batch_and_downloads_both_result_files(
+    client: OpenAI, tmp_path: Path
+) -> None:
+    lines = [line(f"f-{i}", f"file question {i}") for i in range(6)] + [line("bad", "no [[sim status=400]]")]
+    upload = client.files.create(file=write(tmp_path, lines).open("rb"), purpose="batch")
+    assert upload.id.startswith("file-") and upload.purpose == "batch" and upload.bytes > 0
+    batch = client.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"run": "sdk"},
+    )
+    assert batch.status == "validating" and batch.input_file_id == upload.id
+    done = wait_batch(client, batch.id)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (7, 6, 1)
+    assert done.finalizing_at is not None and done.output_file_id and done.error_file_id
+
+    output = [json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()]
+    assert [o["custom_id"] for o in output] == [f"f-{i}" for i in range(6)]
+    assert output[3]["response"]["body"]["choices"][0]["message"]["content"] == "echo: file question 3"
+    assert set(output[0]) == {"id", "custom_id", "response", "error"}
+    errors = [json.loads(x) for x in client.files.content(done.error_file_id).text.splitlines()]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [("bad", "invalid_request")]
+    assert client.files.retrieve(done.output_file_id).purpose == "batch_output"
+    listed = client.batches.list(limit=5)
+    assert batch.id in [b.id for b in listed.data]
+
+
+def test_a_result_file_is_the_same_bytes_and_etag_on_every_download(
+    client: OpenAI, stack: LocalStack, tmp_path: Path
+) -> None:
+    upload = client.files.create(
+        file=write(tmp_path, [line("e-1", "same bytes")]).open("rb"), purpose="batch"
+    )
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = wait_batch(client, batch.id)
+    assert done.output_file_id is not None and done.error_file_id is None
+    url = f"{stack.api_url}/files/{done.output_file_id}/content"
+    headers = {"Authorization": "Bearer sk-local-alice"}
+    first, second = httpx.get(url, headers=headers), httpx.get(url, headers=headers)
+    assert first.content == second.content
+    assert first.headers["etag"] == second.headers["etag"] == f'"{hashlib.sha256(first.content).hexdigest()}"'
+
+
+def test_a_file_with_bad_lines_fails_with_their_line_numbers_and_nothing_runs(
+    client: OpenAI, stack: LocalStack, tmp_path: Path
+) -> None:
+    httpx.post(f"{stack.sim_url}/_sim/reset")
+    lines = [line(f"v-{i}", f"fine {i}") for i in range(10)]
+    lines[1] = "{not json"
+    lines[4] = line("v-0", "duplicate id")
+    lines[8] = line("v-8", "wrong url", url="/v1/embeddings")
+    upload = client.files.create(file=write(tmp_path, lines).open("rb"), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = wait_batch(client, batch.id)
+    assert done.status == "failed" and done.failed_at is not None
+    assert done.errors is not None and done.errors.data is not None
+    found = [(e.line, e.code) for e in done.errors.data]
+    assert found == [(2, "invalid_json"), (5, "duplicate_custom_id"), (9, "invalid_url")]
+    stats = httpx.get(f"{stack.sim_url}/_sim/stats").json()["models"]
+    assert sum(m["requests"] for m in stats.values()) == 0
+
+
+def test_a_large_file_arrives_through_the_uploads_api_in_parts(client: OpenAI, tmp_path: Path) -> None:
+    padding = "x" * 2000
+    lines = [line(f"big-{i}", f"{padding} {i}") for i in range(1500)]  # about 3.2 MB
+    path = write(tmp_path, lines, "big.jsonl")
+    upload = client.uploads.upload_file_chunked(
+        file=path, mime_type="application/jsonl", purpose="batch", part_size=1024 * 1024
+    )
+    assert upload.status == "completed" and upload.file is not None
+    assert upload.file.bytes == path.stat().st_size
+    assert client.files.content(upload.file.id).content == path.read_bytes()
+
+
+def test_deleting_the_input_file_does_not_affect_its_batch(client: OpenAI, tmp_path: Path) -> None:
+    upload = client.files.create(file=write(tmp_path, [line("d-1", "kept")]).open("rb"), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert client.files.delete(upload.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(upload.id)
+    assert wait_batch(client, batch.id).request_counts.completed == 1  # type: ignore[union-attr]
+
+
+def test_bad_create_calls_are_refused(client: OpenAI, tmp_path: Path) -> None:
+    upload = client.files.create(file=write(tmp_path, [line("x", "y")]).open("rb"), purpose="batch")
+    with pytest.raises(openai.BadRequestError):
+        client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="12h"
+        )  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.create(
+            input_file_id=upload.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            extra_body={"output_expires_after": {"anchor": "created_at", "seconds": 3600}},
+        )
+    assert refused.value.code == "unsupported_capability"
+    longer = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="48h"
+    )  # type: ignore[arg-type]
+    assert longer.expires_at is not None and longer.expires_at - longer.created_at == 48 * 3600
+
+
+def test_another_users_files_read_as_not_found(client: OpenAI, stack: LocalStack, tmp_path: Path) -> None:
+    upload = client.files.create(file=write(tmp_path, [line("o", "mine")]).open("rb"), purpose="batch")
+    bob = OpenAI(base_url=stack.api_url, api_key="sk-local-bob", max_retries=0)
+    for call in (
+        lambda: bob.files.retrieve(upload.id),
+        lambda: bob.files.content(upload.id),
+        lambda: bob.files.delete(upload.id),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert upload.id not in [f.id for f in bob.files.list().data]
+    with pytest.raises(openai.NotFoundError):
+        bob.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h")
+
+
+def test_cancel_through_the_sdk(client: OpenAI, tmp_path: Path) -> None:
+    lines = [line(f"c-{i}", f"slow [[sim latency_ms=700]] {i}") for i in range(20)]
+    upload = client.files.create(file=write(tmp_path, lines).open("rb"), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    wait_for(lambda: client.batches.retrieve(batch.id).status == "in_progress", timeout=30, what="running")
+    time.sleep(0.3)
+    assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
+    done = wait_batch(client, batch.id)
+    assert done.status == "cancelled"
+    assert done.error_file_id is not None  # the cancelled requests are listed there
+    codes = {
+        json.loads(x)["error"]["code"] for x in client.files.content(done.error_file_id).text.splitlines()
+    }
+    assert "batch_cancelled" in codes
