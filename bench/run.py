@@ -1,0 +1,551 @@
+"""``make bench`` (``python -m bench.run``): the gateway against a direct client, in one run.
+
+See ``bench/__init__.py`` for what is measured and how. Options: ``--n`` (env
+``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``, ``--workers``,
+``--no-warmup``, ``--out`` (default ``bench/last.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from batchgw.aws import CALLS_DIR_ENV
+from batchgw.catalog import load_catalog
+from batchgw.settings import Settings
+
+from bench.direct import DirectRun, run_direct
+from bench.gateway import GatewayRun, Stalled, api_client, run_batch
+from bench.probes import (
+    CallSnapshot,
+    Occupancy,
+    SimSampler,
+    cpu_seconds,
+    settled_calls,
+    sim_reset,
+    sim_stats,
+    stack_processes,
+)
+from bench.workload import MODEL, Workload, dispatch_workload, retry_workload
+from local.env import REPO_ROOT, process_env
+from local.run import LocalStack
+
+DEFAULT_N = 2000
+SIM_LATENCY_MS = 500
+MODEL_CAP = 16
+RATIO_BUDGET = 1.3
+CALLS_PER_ITEM_BUDGET = 6.0
+WARMUP_REQUESTS = 2 * MODEL_CAP
+POLL_CALIBRATION = 20  # status polls made after a run to learn what one poll costs in AWS calls
+IMPORT_RUNS = 3
+THROUGHPUT_BUCKET_SECONDS = 10.0
+DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
+
+
+# --- one gateway run with its probes ------------------------------------------------------------
+
+
+@dataclass
+class GatewayFigures:
+    run: GatewayRun
+    occupancy: Occupancy
+    sim: dict[str, int]  # /_sim/stats for the model after the run (counted from a reset)
+    calls: CallSnapshot  # AWS calls during the run (create to last result page), every process
+    calls_per_status_poll: float
+    cpu_by_role: dict[str, float]  # CPU seconds each kind of process used during the run
+    throughput: list[int]  # upstream requests per THROUGHPUT_BUCKET_SECONDS
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.total.values())
+
+    @property
+    def status_poll_calls(self) -> float:
+        return self.run.status_polls * self.calls_per_status_poll
+
+    def calls_per_item(self, n: int) -> float:
+        """Every process's AWS calls, less those the benchmark's own status polls caused."""
+        return (self.total_calls - self.status_poll_calls) / n
+
+    def calls_per_item_with_polls(self, n: int) -> float:
+        return self.total_calls / n
+
+
+def _cpu_by_role(
+    roles: dict[int, str], before: dict[int, float], after: dict[int, float]
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid, seconds in after.items():
+        role = roles.get(pid, "other")
+        out[role] = out.get(role, 0.0) + seconds - before.get(pid, seconds)
+    return out
+
+
+def measure_gateway(
+    stack: LocalStack,
+    api: httpx.Client,
+    sim: httpx.Client,
+    workload: Workload,
+    calls_dir: Path,
+    roles: dict[int, str],
+) -> GatewayFigures:
+    sim_reset(sim)
+    calls_before = settled_calls(calls_dir)
+    cpu_before = cpu_seconds(list(roles))
+    with SimSampler(stack.sim_url, MODEL) as sampler:
+        run = run_batch(api, workload)
+        cpu_after = cpu_seconds(list(roles))
+        occupancy = sampler.occupancy(run.t0, run.t0 + run.total_seconds)
+        throughput = sampler.throughput(run.t0, run.t0 + run.total_seconds, THROUGHPUT_BUCKET_SECONDS)
+    stats = sim_stats(sim, MODEL)
+    calls = settled_calls(calls_dir) - calls_before
+
+    # What one status poll costs (the benchmark polls every 50 ms: not part of an item's path).
+    api_pids = [pid for pid, role in roles.items() if role == "api"]
+    before = settled_calls(calls_dir)
+    for _ in range(POLL_CALIBRATION):
+        api.get(f"/batches/{run.batch_id}").raise_for_status()
+    polled = settled_calls(calls_dir) - before
+    per_poll = sum(sum(polled.by_pid.get(pid, Counter()).values()) for pid in api_pids) / POLL_CALIBRATION
+
+    problems = list(run.problems)
+    if stats["requests"] != workload.expected_upstream_requests:
+        problems.append(
+            f"the simulator saw {stats['requests']} requests, expected {workload.expected_upstream_requests}"
+        )
+    if stats["max_in_flight"] > MODEL_CAP:
+        problems.append(f"{stats['max_in_flight']} requests were in flight at once (cap {MODEL_CAP})")
+    stack.check()
+    cpu = _cpu_by_role(roles, cpu_before, cpu_after)
+    return GatewayFigures(run, occupancy, stats, calls, per_poll, cpu, throughput, problems)
+
+
+@dataclass
+class DirectFigures:
+    run: DirectRun
+    occupancy: Occupancy
+    sim: dict[str, int]
+    throughput: list[int]
+
+
+def measure_direct(
+    stack: LocalStack, sim: httpx.Client, workload: Workload, settings: Settings, retry: bool
+) -> DirectFigures:
+    sim_reset(sim)
+    with SimSampler(stack.sim_url, MODEL) as sampler:
+        start = time.monotonic()
+        run = run_direct(stack.sim_url, workload, concurrency=MODEL_CAP, settings=settings, retry=retry)
+        end = time.monotonic()
+        occupancy = sampler.occupancy(start, end)
+        throughput = sampler.throughput(start, end, THROUGHPUT_BUCKET_SECONDS)
+    return DirectFigures(run, occupancy, sim_stats(sim, MODEL), throughput)
+
+
+def warm_up(api: httpx.Client, n: int) -> None:
+    """A small batch first, so the measured run does not pay the workers' first invocations."""
+    run = run_batch(api, Workload("warmup", tuple(f"warm-up {i}" for i in range(n)), "w"))
+    if run.problems:
+        raise RuntimeError(f"the warm-up batch went wrong: {run.problems}")
+
+
+# --- cold start -------------------------------------------------------------------------------------
+
+
+def import_seconds(env: dict[str, str]) -> tuple[float, float, float]:
+    """Median wall time of ``import functions.api.handler`` in a fresh interpreter, of ``pass``,
+    and their difference (the handler's import time, i.e. its cold start)."""
+    child_env = process_env(env)
+    paths = [str(REPO_ROOT / "layers" / "shared" / "python"), str(REPO_ROOT)]
+    child_env["PYTHONPATH"] = os.pathsep.join([*paths, child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    child_env.pop(CALLS_DIR_ENV, None)
+
+    def timed(code: str) -> float:
+        runs = []
+        for _ in range(IMPORT_RUNS):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], env=child_env, cwd=REPO_ROOT, check=True)
+            runs.append(time.perf_counter() - start)
+        return statistics.median(runs)
+
+    handler = timed("import functions.api.handler")
+    bare = timed("pass")
+    return handler, bare, handler - bare
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _rel(value: float | None, t0: float) -> float | None:
+    return None if value is None else value - t0
+
+
+def _idle_ms(busy_fraction: float) -> float | None:
+    return SIM_LATENCY_MS * (1 / busy_fraction - 1) if busy_fraction > 0 else None
+
+
+def _throughput_line(counts: list[int]) -> str:
+    return " ".join(str(c) for c in counts)
+
+
+def _calls_note(calls: Counter[str]) -> str:
+    pollers = (
+        "the pollers' SQS ReceiveMessage\n"
+        "   (idle slots long-poll once a second: a cost per second, not per item) and DeleteMessageBatch"
+        if "sqs.ReceiveMessage" in calls
+        else "not the pollers' SQS ReceiveMessage\n"
+        "   and DeleteMessageBatch (their boto3 client is their own)"
+    )
+    return (
+        "  (a botocore before-call hook in every process that uses batchgw.aws.get_clients(): the api\n"
+        "   handler (create, status polls, result pages), the lifecycle function (run in the moto\n"
+        f"   process), the workers; {pollers};\n"
+        "   never moto's Step Functions interpreter's internal calls. The headline figure subtracts\n"
+        "   the benchmark's own status polls.)"
+    )
+
+
+def print_dispatch(result: dict[str, Any], gw: GatewayFigures, direct: DirectFigures, n: int) -> None:
+    run = gw.run
+    timeline = result["gateway_timeline_seconds"]
+    print(f"\n=== dispatch: {n} requests, simulator latency {SIM_LATENCY_MS} ms, model cap {MODEL_CAP} ===")
+    ratio, calls = result["dispatch_ratio"], result["aws_calls_per_item"]
+    rows = [
+        ("gateway, create to last result page", _s(run.total_seconds)),
+        ("direct asyncio httpx client, same requests", _s(direct.run.seconds)),
+        ("ideal, ceil(N / cap) x latency", _s(result["ideal_seconds"])),
+        (
+            f"dispatch ratio gateway / direct (budget <= {RATIO_BUDGET})",
+            f"{ratio:.3f}  {_verdict(ratio <= RATIO_BUDGET)}",
+        ),
+        (
+            f"AWS calls per item (budget <= {CALLS_PER_ITEM_BUDGET:g})",
+            f"{calls:.2f}  {_verdict(calls <= CALLS_PER_ITEM_BUDGET)}",
+        ),
+        ("time to first result", _s(run.first_result_seconds)),
+        ("gateway timeline after create:", ""),
+        ("  create call answered", _s(timeline["create_call"])),
+        ("  status in_progress first seen", _s(timeline["in_progress_seen"])),
+        ("  first upstream request (100 ms samples)", _s(timeline["first_upstream_request"])),
+        ("  first result counted", _s(timeline["first_result"])),
+        ("  last upstream request in flight", _s(timeline["last_upstream_in_flight"])),
+        ("  final status first seen", _s(timeline["final_seen"])),
+        (f"  last of {run.result_pages} result pages read", _s(timeline["last_result_page"])),
+        (
+            "slot occupancy (mean in flight / 16), gateway: run / busy",
+            f"{gw.occupancy.fraction(MODEL_CAP):.1%} / {gw.occupancy.busy_fraction(MODEL_CAP):.1%}",
+        ),
+        (
+            "slot occupancy (mean in flight / 16), direct:  run / busy",
+            f"{direct.occupancy.fraction(MODEL_CAP):.1%} / {direct.occupancy.busy_fraction(MODEL_CAP):.1%}",
+        ),
+        (
+            "slot idle time per upstream request, gateway (busy window)",
+            "-"
+            if result["slot_idle_ms_per_request"] is None
+            else f"{result['slot_idle_ms_per_request']:.0f} ms",
+        ),
+        ("max in flight, gateway / direct", f"{gw.sim['max_in_flight']} / {direct.sim['max_in_flight']}"),
+        ("upstream requests, gateway / direct", f"{gw.sim['requests']} / {direct.sim['requests']}"),
+        (
+            f"AWS calls per item with the {run.status_polls} status polls",
+            f"{result['aws_calls_per_item_with_polls']:.2f} ({gw.calls_per_status_poll:.2f} calls per poll)",
+        ),
+        ("direct client CPU per request (this process)", f"{result['direct_cpu_ms_per_request']:.2f} ms"),
+    ]
+    _table(rows)
+    per_bucket = MODEL_CAP / (SIM_LATENCY_MS / 1000) * THROUGHPUT_BUCKET_SECONDS
+    print(f"upstream requests per {THROUGHPUT_BUCKET_SECONDS:g} s (at most {per_bucket:.0f}):")
+    print(f"  gateway: {_throughput_line(gw.throughput)}\n  direct:  {_throughput_line(direct.throughput)}")
+
+    print("AWS calls during the gateway run, by operation (total, per item):")
+    for op, count in gw.calls.total.most_common():
+        print(f"  {op:<40} {count:>8}  {count / n:6.3f}")
+    print("by process:")
+    for role, by_op in sorted(result["calls_by_role"].items()):
+        print(f"  {role:<40} {sum(by_op.values()):>8}  {sum(by_op.values()) / n:6.3f}")
+    print(_calls_note(gw.calls.total))
+    print("CPU used during the gateway run, by process (2 cores in all):")
+    for role, seconds in sorted(gw.cpu_by_role.items()):
+        print(f"  {role:<40} {seconds:8.1f} s  {seconds / run.total_seconds:4.0%} of a core")
+
+
+def print_retry(
+    result: dict[str, Any], gw: GatewayFigures, direct: DirectFigures, workload: Workload
+) -> None:
+    print(
+        f"\n=== retries: {workload.n} requests, {workload.failing} fail twice with 503 "
+        f"(backoff base {result['retry_base_seconds']:g} s, doubling, half jittered) ==="
+    )
+    _table(
+        [
+            ("gateway, create to last result page", _s(gw.run.total_seconds)),
+            ("direct client, same requests and retry policy", _s(direct.run.seconds)),
+            ("retry ratio gateway / direct", f"{result['retry_ratio']:.3f}"),
+            ("time to first result", _s(gw.run.first_result_seconds)),
+            ("final status first seen", _s(gw.run.final_seconds)),
+            ("last upstream request in flight", _s(_rel(gw.occupancy.last_busy_at, gw.run.t0))),
+            (
+                "upstream requests, gateway / direct / expected",
+                f"{gw.sim['requests']} / {direct.sim['requests']} / {workload.expected_upstream_requests}",
+            ),
+            ("AWS calls per item", f"{gw.calls_per_item(workload.n):.2f}"),
+            (
+                "slot occupancy, gateway / direct (whole run)",
+                f"{gw.occupancy.fraction(MODEL_CAP):.1%} / {direct.occupancy.fraction(MODEL_CAP):.1%}",
+            ),
+        ]
+    )
+    print(f"upstream requests per {THROUGHPUT_BUCKET_SECONDS:g} s:")
+    print(f"  gateway: {_throughput_line(gw.throughput)}\n  direct:  {_throughput_line(direct.throughput)}")
+
+
+def _table(rows: list[tuple[str, str]]) -> None:
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}".rstrip())
+
+
+def counter_thread_failures(logs: Path) -> list[str]:
+    """Stack logs showing that a process's AWS call counter died (its counts are then short)."""
+    return sorted(
+        path.name
+        for path in logs.glob("*.log")
+        if "Exception in thread aws-call-counter" in path.read_text(errors="replace")
+    )
+
+
+# --- main ------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--n", type=int, default=int(os.environ.get("BENCH_N", DEFAULT_N)), help="requests (env BENCH_N)"
+    )
+    parser.add_argument("--retry-n", type=int, default=None, help="requests of the retry run (default: N)")
+    parser.add_argument("--skip-retry", action="store_true", help="skip the retry run")
+    parser.add_argument("--workers", type=int, default=2, help="worker poller processes (default 2)")
+    parser.add_argument("--no-warmup", action="store_true", help="measure the stack's very first batch")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the figures")
+    args = parser.parse_args(argv)
+    if args.n < 1 or (args.retry_n is not None and args.retry_n < 1):
+        parser.error("--n and --retry-n must be at least 1")
+    return args
+
+
+class Bench:
+    """One benchmark run: the stack, the figures so far, and the problems found."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.n: int = args.n
+        self.retry_n: int = args.retry_n or args.n
+        work = Path(tempfile.mkdtemp(prefix="batchgw-bench-"))
+        self.calls_dir, self.logs = work / "aws-calls", work / "logs"
+        self.result: dict[str, Any] = {
+            "n": self.n,
+            "stack_logs": str(self.logs),
+            "retry_ratio": None,
+            "retry_gateway_seconds": None,
+            "retry_direct_seconds": None,
+            "api_import_seconds": None,
+        }
+        self.problems: list[str] = []  # correctness: the exit code is 1 when there are any
+        self.warnings: list[str] = []  # the measurement itself is doubtful
+
+    def save(self) -> None:
+        self.result["problems"] = self.problems
+        self.result["warnings"] = self.warnings
+        self.args.out.write_text(json.dumps(self.result, indent=2) + "\n")
+
+    def run(self) -> int:
+        overrides = {
+            "BATCH_MODEL_CONCURRENCY": str(MODEL_CAP),
+            "BATCHGW_SIM_LATENCY_MS": str(SIM_LATENCY_MS),
+            CALLS_DIR_ENV: str(self.calls_dir),
+        }
+        retry_label = "skipped" if self.args.skip_retry else str(self.retry_n)
+        print(f"batchgw benchmark: N={self.n}, retry N={retry_label}, code from {REPO_ROOT}")
+        print(f"stack logs: {self.logs}\nAWS call counts: {self.calls_dir}", flush=True)
+        try:
+            with (
+                LocalStack(
+                    api_port=0,
+                    sim_port=0,
+                    moto_port=0,
+                    env_overrides=overrides,
+                    workers=self.args.workers,
+                    log_dir=self.logs,
+                ) as stack,
+                api_client(stack.api_url) as api,
+                httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
+            ):
+                self._run(stack, api, sim)
+        except Stalled as exc:
+            self.problems.append(str(exc))
+        broken = counter_thread_failures(self.logs)
+        if broken:
+            self.warnings.append(
+                f"an AWS call counter thread died (calls are undercounted): {', '.join(broken)}"
+            )
+        self.save()
+        print(f"\nwritten to {self.args.out}")
+        if self.warnings:
+            print("\nWARNINGS (measurement):\n  " + "\n  ".join(self.warnings))
+        if self.problems:
+            print("\nCORRECTNESS PROBLEMS:\n  " + "\n  ".join(self.problems))
+            return 1
+        print("correctness: every result completed exactly once with the expected answer")
+        return 0
+
+    def _run(self, stack: LocalStack, api: httpx.Client, sim: httpx.Client) -> None:
+        n, result = self.n, self.result
+        settings = Settings.from_env(stack.env)
+        catalog = load_catalog(settings.models_config_path, stack.env)
+        cap = catalog.concurrency(catalog.models[MODEL], settings.batch_model_concurrency)
+        if cap != MODEL_CAP:
+            raise RuntimeError(f"the stack's cap for {MODEL} is {cap}, not {MODEL_CAP}")
+        roles = {p.pid: p.role for p in stack_processes()}
+        print("stack processes: " + ", ".join(f"{r}={p}" for p, r in sorted(roles.items())), flush=True)
+        if not self.args.no_warmup:
+            print(f"warm-up batch of {WARMUP_REQUESTS} requests...", flush=True)
+            warm_up(api, WARMUP_REQUESTS)
+
+        # The gateway first, then the direct client on the same simulator: the direct client
+        # touches nothing but the simulator, so neither run leaves work behind for the other,
+        # and the gateway's run is not preceded by a minute of load on the same 2 cores.
+        dispatch = dispatch_workload(n)
+        print(f"gateway: batch of {n}...", flush=True)
+        gw = measure_gateway(stack, api, sim, dispatch, self.calls_dir, roles)
+        self.problems += [f"dispatch: {p}" for p in gw.problems]
+        print(f"  {gw.run.total_seconds:.2f} s; direct client, same requests...", flush=True)
+        direct = measure_direct(stack, sim, dispatch, settings, retry=False)
+        self.problems += [f"direct: {p}" for p in direct.run.failures[:5]]
+        result.update(
+            {
+                "dispatch_ratio": gw.run.total_seconds / direct.run.seconds,
+                "aws_calls_per_item": gw.calls_per_item(n),
+                "first_result_seconds": gw.run.first_result_seconds,
+                "gateway_seconds": gw.run.total_seconds,
+                "direct_seconds": direct.run.seconds,
+                "ideal_seconds": math.ceil(n / MODEL_CAP) * SIM_LATENCY_MS / 1000,
+                "aws_calls_per_item_with_polls": gw.calls_per_item_with_polls(n),
+                "aws_calls_per_status_poll": gw.calls_per_status_poll,
+                "status_polls": gw.run.status_polls,
+                "calls_by_operation": dict(gw.calls.total.most_common()),
+                "calls_by_role": {r: dict(c) for r, c in gw.calls.by_role(roles).items()},
+                "gateway_timeline_seconds": {
+                    "create_call": gw.run.create_seconds,
+                    "in_progress_seen": gw.run.in_progress_seconds,
+                    "first_upstream_request": _rel(gw.occupancy.first_request_at, gw.run.t0),
+                    "first_result": gw.run.first_result_seconds,
+                    "last_upstream_in_flight": _rel(gw.occupancy.last_busy_at, gw.run.t0),
+                    "final_seen": gw.run.final_seconds,
+                    "last_result_page": gw.run.total_seconds,
+                },
+                "slot_occupancy": {
+                    "gateway": gw.occupancy.fraction(MODEL_CAP),
+                    "gateway_busy_window": gw.occupancy.busy_fraction(MODEL_CAP),
+                    "direct": direct.occupancy.fraction(MODEL_CAP),
+                    "direct_busy_window": direct.occupancy.busy_fraction(MODEL_CAP),
+                },
+                f"upstream_requests_per_{THROUGHPUT_BUCKET_SECONDS:g}s": {
+                    "gateway": gw.throughput,
+                    "direct": direct.throughput,
+                },
+                # A slot is busy for the latency per request, so a mean occupancy f in the busy
+                # window means each request also leaves its slot idle latency * (1/f - 1).
+                "slot_idle_ms_per_request": _idle_ms(gw.occupancy.busy_fraction(MODEL_CAP)),
+                "sim_stats": {"gateway": gw.sim, "direct": direct.sim},
+                "cpu_seconds_by_role": gw.cpu_by_role,
+                "direct_cpu_ms_per_request": 1000 * direct.run.client_cpu_seconds / direct.run.requests_sent,
+            }
+        )
+        print_dispatch(result, gw, direct, n)
+        self.save()
+
+        if not self.args.skip_retry:
+            self._retry(stack, api, sim, settings, roles)
+
+        print("\ncold start: timing the api handler's import...", flush=True)
+        handler_s, bare_s, import_s = import_seconds(stack.env)
+        result["api_import_seconds"] = import_s
+        result["api_import_detail"] = {"with_import": handler_s, "bare_interpreter": bare_s}
+        print(
+            f"  api handler import, median of {IMPORT_RUNS}: {import_s:.3f} s "
+            f"({handler_s:.3f} s with the import, {bare_s:.3f} s a bare interpreter)"
+        )
+        stack.check()
+
+    def _retry(
+        self,
+        stack: LocalStack,
+        api: httpx.Client,
+        sim: httpx.Client,
+        settings: Settings,
+        roles: dict[int, str],
+    ) -> None:
+        retrying = retry_workload(self.retry_n)
+        print(f"\ngateway: batch of {self.retry_n}, {retrying.failing} failing twice...", flush=True)
+        gw = measure_gateway(stack, api, sim, retrying, self.calls_dir, roles)
+        self.problems += [f"retry: {p}" for p in gw.problems]
+        print(f"  {gw.run.total_seconds:.2f} s; direct client with retries...", flush=True)
+        direct = measure_direct(stack, sim, retrying, settings, retry=True)
+        self.problems += [f"retry direct: {p}" for p in direct.run.failures[:5]]
+        if direct.sim["requests"] != retrying.expected_upstream_requests:
+            self.problems.append(
+                f"retry direct: the simulator saw {direct.sim['requests']} requests, "
+                f"expected {retrying.expected_upstream_requests}"
+            )
+        self.result.update(
+            {
+                "retry_n": self.retry_n,
+                "retry_ratio": gw.run.total_seconds / direct.run.seconds,
+                "retry_gateway_seconds": gw.run.total_seconds,
+                "retry_direct_seconds": direct.run.seconds,
+                "retry_first_result_seconds": gw.run.first_result_seconds,
+                "retry_aws_calls_per_item": gw.calls_per_item(self.retry_n),
+                "retry_calls_by_operation": dict(gw.calls.total.most_common()),
+                "retry_sim_requests": {
+                    "gateway": gw.sim["requests"],
+                    "direct": direct.sim["requests"],
+                    "expected": retrying.expected_upstream_requests,
+                },
+                "retry_base_seconds": settings.batch_retry_base_seconds,
+                f"retry_upstream_requests_per_{THROUGHPUT_BUCKET_SECONDS:g}s": {
+                    "gateway": gw.throughput,
+                    "direct": direct.throughput,
+                },
+            }
+        )
+        print_retry(self.result, gw, direct, retrying)
+        self.save()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return Bench(parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
