@@ -467,13 +467,23 @@ def chat_answer(model: str, body: JsonObject, input_tokens: int) -> Draft:
     )
     answer_id = _new_id("chatcmpl-")
 
-    def chat(message: JsonObject, finish_reason: str, output_tokens: int) -> JsonObject:
+    def chat(
+        message: JsonObject, finish_reason: str, output_tokens: int, stop_reason: str | None = None
+    ) -> JsonObject:
+        choice: JsonObject = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        if stop_reason is not None:
+            choice["stop_reason"] = stop_reason  # which stop sequence matched, as vLLM says
         return {
             "id": answer_id,
             "object": "chat.completion",
             "created": CREATED,
             "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [choice],
             "usage": {
                 "prompt_tokens": input_tokens,
                 "completion_tokens": output_tokens,
@@ -489,7 +499,10 @@ def chat_answer(model: str, body: JsonObject, input_tokens: int) -> Draft:
         user_text, _stop_list(body.get("stop")), _max_tokens(body, "max_completion_tokens", "max_tokens")
     )
     finish = "length" if done.reason == "length" else "stop"
-    return Draft(lambda text: chat({"role": "assistant", "content": text}, finish, done.tokens), done.text)
+    return Draft(
+        lambda text: chat({"role": "assistant", "content": text}, finish, done.tokens, done.stop_sequence),
+        done.text,
+    )
 
 
 def _responses_user_text(items: object) -> str:

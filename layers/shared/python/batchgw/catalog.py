@@ -57,6 +57,10 @@ class Price(BaseModel):
         million = Decimal(1_000_000)
         return (self.input_per_mtok * input_tokens + self.output_per_mtok * output_tokens) / million
 
+    def cost_nano(self, input_tokens: int, output_tokens: int) -> int:
+        """The cost in billionths of a dollar: integer counters add up exactly."""
+        return int((self.cost(input_tokens, output_tokens) * 1_000_000_000).to_integral_value())
+
 
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")

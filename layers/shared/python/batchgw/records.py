@@ -92,7 +92,7 @@ class Counts:
         self.left += int(shard.get("left", 0))
         self.input_tokens += int(shard.get("in_tok", 0))
         self.output_tokens += int(shard.get("out_tok", 0))
-        self.cost_usd += Decimal(shard.get("cost", 0))
+        self.cost_usd += Decimal(int(shard.get("cost_nano", 0))) / 1_000_000_000
         self.cost_unknown_attempts += int(shard.get("cost_unknown", 0))
 
 

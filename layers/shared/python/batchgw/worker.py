@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from batchgw import codec, upstream
+from batchgw import codec, translate, upstream
 from batchgw.blobs import body_key
+from batchgw.catalog import ModelSpec
 from batchgw.deps import Deps
 from batchgw.outcomes import End, Retry, next_step
 from batchgw.records import (
@@ -292,19 +293,12 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
         if "req" in item
         else codec.unpack(await io(deps.blobs.get, str(item["req_ref"])))
     )
-    outcome = await upstream.call(
-        http_client(),
-        spec,
-        str(meta["endpoint"]),
-        body,
-        timeout=settings.batch_upstream_timeout_seconds,
-        anthropic_version=meta.get("anthropic_version"),
-    )
+    outcome = await call_upstream(deps, spec, str(meta["endpoint"]), body, meta.get("anthropic_version"))
     now = deps.clock()
     attempts = int(item.get("attempts", 1))
-    cost = Decimal(0)
+    cost = 0  # billionths of a dollar
     if spec.price is not None and outcome.usage_known:
-        cost = spec.price.cost(outcome.input_tokens, outcome.output_tokens)
+        cost = spec.price.cost_nano(outcome.input_tokens, outcome.output_tokens)
 
     if outcome.kind == "retry":
         if deps.health.failure(model):
@@ -322,7 +316,11 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
         settings=settings,
     )
     if isinstance(step, Retry):
-        fields: dict[str, Any] = {"next_at": _dec(step.next_at), "error": step.error, "attempt_cost": cost}
+        fields: dict[str, Any] = {
+            "next_at": _dec(step.next_at),
+            "error": step.error,
+            "attempt_cost_nano": cost,
+        }
         if not step.uses_attempt:
             fields["attempts"] = attempts - 1
         if not await io(deps.items.schedule_retry, batch_id, idx, owner=owner, epoch=epoch, fields=fields):
@@ -335,20 +333,25 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
         return "next"
     if isinstance(step, End):
         return await end(
-            {"status": ITEM_FAILED, "error": step.error, "cost": cost},
-            {**step.counters, "in_tok": outcome.input_tokens, "out_tok": outcome.output_tokens, "cost": cost},
+            {"status": ITEM_FAILED, "error": step.error, "cost_nano": cost},
+            {
+                **step.counters,
+                "in_tok": outcome.input_tokens,
+                "out_tok": outcome.output_tokens,
+                "cost_nano": cost,
+            },
         )
 
     counters: dict[str, Any] = {
         "in_tok": outcome.input_tokens,
         "out_tok": outcome.output_tokens,
-        "cost": cost,
+        "cost_nano": cost,
     }
     if outcome.kind == "success" and outcome.body_bytes > settings.max_result_bytes:
         return await end(
             {
                 "status": ITEM_FAILED,
-                "cost": cost,
+                "cost_nano": cost,
                 "error": {
                     "code": "result_too_large",
                     "status": None,
@@ -364,7 +367,7 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
             "status_code": outcome.status_code,
             "request_id": outcome.request_id,
             "usage": {"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens},
-            "cost": cost,
+            "cost_nano": cost,
         }
         packed = codec.pack(outcome.body)
         limit = settings.max_results_bytes_per_batch
@@ -373,7 +376,7 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
             # request still to run fail without being stored (or run).
             await io(deps.jobs.update, batch_id, {"results_full": True})
             return await end(
-                {"status": ITEM_FAILED, "cost": cost, "error": _results_full_error(settings)},
+                {"status": ITEM_FAILED, "cost_nano": cost, "error": _results_full_error(settings)},
                 {**counters, "failed": 1},
             )
         deps.stored.add(batch_id, len(packed))
@@ -388,9 +391,44 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
     # A permanent failure: the model rejected it, or it timed out (cost then unknown).
     unknown = 0 if outcome.usage_known else 1
     return await end(
-        {"status": ITEM_FAILED, "error": outcome.error, "cost": cost},
+        {"status": ITEM_FAILED, "error": outcome.error, "cost_nano": cost},
         {**counters, "failed": 1, "cost_unknown": int(item.get("lost", 0)) + unknown},
     )
+
+
+async def call_upstream(
+    deps: Deps, spec: ModelSpec, endpoint: str, body: dict[str, Any], anthropic_version: str | None
+) -> upstream.Outcome:
+    """Run one request as its endpoint would; a Messages request on a route that speaks
+    only chat runs as a chat completion, and its answer comes back as a Messages message."""
+    timeout = deps.settings.batch_upstream_timeout_seconds
+    if not translate.translates(spec, endpoint):
+        return await upstream.call(
+            http_client(), spec, endpoint, body, timeout=timeout, anthropic_version=anthropic_version
+        )
+    outcome = await upstream.call(
+        http_client(), spec, "/v1/chat/completions", translate.messages_to_chat(body), timeout=timeout
+    )
+    if outcome.kind != "success":
+        return outcome
+    try:
+        outcome.body = translate.chat_to_message(
+            outcome.body, model=str(body["model"]), stop_sequences=body.get("stop_sequences")
+        )
+    except translate.TranslationError as exc:
+        return upstream.Outcome(
+            "failed",
+            status_code=502,
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            error={
+                "code": "upstream_error",
+                "status": 502,
+                "message": f"the answer cannot be given as a Messages message: {exc}",
+            },
+        )
+    outcome.body_bytes = len(codec.dumps(outcome.body))
+    return outcome
 
 
 def _results_full_error(settings: Settings) -> dict[str, Any]:
