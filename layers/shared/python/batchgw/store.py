@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from batchgw.errors import StorageError
 from batchgw.records import (
+    IN_PROGRESS,
     ITEM_QUEUED,
     ITEM_RETRY,
     ITEM_RUNNING,
@@ -424,33 +425,59 @@ class ItemStore:
             raise StorageError(f"could not take over {batch_id}/{idx}") from exc
         return Claim("claimed", from_ddb(resp["Attributes"]), took_over=True)
 
-    def release(self, batch_id: str, idx: int, owner: str, epoch: int) -> bool:
-        """Hand a claimed item back untouched (queued again) if this worker still holds it."""
+    def release(self, batch_id: str, idx: int, owner: str, epoch: int) -> str:
+        """Hand a claimed item back untouched (queued again, its attempt given back).
+
+        Only while the batch still runs: the item update and a check of the batch's record
+        are one transaction, so an item cannot go back to the queue after a cancel or the
+        window's end has settled the unstarted ones. Returns ``released``, ``lost`` (this
+        worker no longer holds it) or ``stopped`` (the batch no longer runs: end it instead).
+        """
         try:
-            self._db.update_item(
-                TableName=self._table,
-                Key=self._key(batch_id, idx),
-                # The claim counted an attempt that never started: take it back.
-                UpdateExpression=(
-                    "SET #st = :queued, attempts = attempts - :one REMOVE lease_owner, lease_until"
-                ),
-                ConditionExpression="#st = :running AND lease_owner = :me AND epoch = :epoch",
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=_values(
+            self._db.transact_write_items(
+                TransactItems=[
                     {
-                        ":queued": ITEM_QUEUED,
-                        ":running": ITEM_RUNNING,
-                        ":me": owner,
-                        ":epoch": epoch,
-                        ":one": 1,
-                    }
-                ),
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": self._key(batch_id, idx),
+                            "UpdateExpression": "SET #st = :queued, attempts = attempts - :one "
+                            "REMOVE lease_owner, lease_until",
+                            "ConditionExpression": "#st = :running AND lease_owner = :me AND epoch = :epoch",
+                            "ExpressionAttributeNames": {"#st": "status"},
+                            "ExpressionAttributeValues": _values(
+                                {
+                                    ":queued": ITEM_QUEUED,
+                                    ":running": ITEM_RUNNING,
+                                    ":me": owner,
+                                    ":epoch": epoch,
+                                    ":one": 1,
+                                }
+                            ),
+                        }
+                    },
+                    {
+                        "ConditionCheck": {
+                            "TableName": self._jobs,
+                            "Key": {"pk": {"S": batch_id}, "sk": {"S": META_SK}},
+                            "ConditionExpression": "#st = :in_progress AND attribute_not_exists(expiring)",
+                            "ExpressionAttributeNames": {"#st": "status"},
+                            "ExpressionAttributeValues": {":in_progress": {"S": IN_PROGRESS}},
+                        }
+                    },
+                ]
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not release {batch_id}/{idx}") from exc
-        return True
+            if _code(exc) != "TransactionCanceledException":
+                raise StorageError(f"could not release {batch_id}/{idx}") from exc
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                return "lost"
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                return "stopped"
+            if "TransactionConflict" in reasons:
+                return self.release(batch_id, idx, owner, epoch)
+            raise StorageError(f"could not release {batch_id}/{idx}: {reasons}") from exc
+        return "released"
 
     def record_end(
         self,

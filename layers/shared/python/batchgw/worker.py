@@ -46,7 +46,7 @@ from batchgw.records import (
     SHARD_PREFIX,
 )
 from batchgw.settings import Settings
-from batchgw.store import SlotGrant, SlotStore
+from batchgw.store import Claim, SlotGrant, SlotStore
 from batchgw.work import ChainMessage
 
 logger = logging.getLogger("batchgw.worker")
@@ -173,74 +173,210 @@ async def _run_chain(
     owner: str,
     deadline: float,
 ) -> bool:
-    """Run the chain; True when it reached its end (nothing left for it to start)."""
+    """Run the chain; True when it reached its end (nothing left for it to start).
+
+    While one request is with the upstream, the chain already claims its next position;
+    when the answer comes, recording it and re-reading the batch happen at once. So
+    between two upstream calls of a chain there is one AWS round trip, not three.
+    """
     settings = deps.settings
     batch_id = message.batch_id
     total = int(meta["total"])
     expires_at = meta.get("expires_at")
     idx = message.next_idx
-    while idx < total:
-        now = deps.clock()
-        if expires_at is not None and now >= float(expires_at):
-            return False  # the window has closed: no new request starts
-        if deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
-            await io(deps.queue.send, _resume(message, idx))
-            return False
-        if slot.model is not None and deps.health.paused_until(slot.model) > now:
-            await _requeue(deps, _resume(message, idx), deps.health.paused_until(slot.model) - now)
-            return False
-        claim = await io(deps.items.claim, batch_id, idx, owner, now, settings.batch_lease_seconds)
-        if claim.kind == "held":
-            # Another worker holds this item: a live duplicate of this chain, or a dead
-            # worker whose lease has not yet run out. Come back when the lease ends: then
-            # the item has ended (skip on) or can be taken over.
-            assert claim.item is not None
-            await _requeue(deps, _resume(message, idx), float(claim.item["lease_until"]) - now + 1)
-            return False
-        if claim.kind == "missing":
-            logger.warning("no such item", extra={"batch_id": batch_id, "idx": idx})
-            return False
-        if claim.kind == "waiting" and message.single:
-            # A retry message that came before its time (waits beyond SQS's 15 minutes).
-            assert claim.item is not None
-            await _requeue(deps, message, float(claim.item["next_at"]) - now)
-            return False
-        if claim.kind in ("ended", "waiting"):
-            if message.single:
+    verdict: str | None = None  # what the batch allows next; read fresh for the first request
+    prefetch: asyncio.Task[Claim] | None = None
+    try:
+        while idx < total:
+            now = deps.clock()
+            if expires_at is not None and now >= float(expires_at):
+                return False  # the window has closed: no new request starts
+            if deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
+                await io(deps.queue.send, _resume(message, idx))
                 return False
-            idx += message.stride
-            continue
-        item = claim.item
-        assert item is not None
-        epoch = int(item["epoch"])
-        grant = await slot.hold(str(item["model"]))
-        if not grant.granted:
-            # The model is full or paused: hand the item back and ask again later.
-            await io(deps.items.release, batch_id, idx, owner, epoch)
-            wait = settings.batch_slot_wait_seconds * (1 + random.random())
-            if grant.paused_until is not None:
-                wait = max(wait, grant.paused_until - now)
-            await _requeue(deps, _resume(message, idx), wait)
-            return False
-        step = await _run_item(deps, meta, item, owner=owner, epoch=epoch)
-        if step == "stop" or message.single:
-            return False
-        if step == "pause":
-            await slot.release()
-            assert slot.model is None
-            pause = deps.health.paused_until(str(item["model"])) - deps.clock()
-            await _requeue(deps, _resume(message, idx + message.stride), pause)
-            return False
-        idx += message.stride
-    return not message.single
+            if slot.model is not None and deps.health.paused_until(slot.model) > now:
+                await _requeue(deps, _resume(message, idx), deps.health.paused_until(slot.model) - now)
+                return False
+            if prefetch is not None:
+                claim, prefetch = await prefetch, None
+            else:
+                claim = await io(deps.items.claim, batch_id, idx, owner, now, settings.batch_lease_seconds)
+            if claim.kind == "held":
+                # Another worker holds this item: a live duplicate of this chain, or a dead
+                # worker whose lease has not yet run out. Come back when the lease ends: then
+                # the item has ended (skip on) or can be taken over.
+                assert claim.item is not None
+                await _requeue(deps, _resume(message, idx), float(claim.item["lease_until"]) - now + 1)
+                return False
+            if claim.kind == "missing":
+                logger.warning("no such item", extra={"batch_id": batch_id, "idx": idx})
+                return False
+            if claim.kind == "waiting" and message.single:
+                # A retry message that came before its time (waits beyond SQS's 15 minutes).
+                assert claim.item is not None
+                await _requeue(deps, message, float(claim.item["next_at"]) - now)
+                return False
+            if claim.kind in ("ended", "waiting"):
+                if message.single:
+                    return False
+                idx += message.stride
+                continue
+            item = claim.item
+            assert item is not None
+            epoch = int(item["epoch"])
+            grant = await slot.hold(str(item["model"]))
+            if not grant.granted:
+                # The model is full or paused: hand the item back and ask again later.
+                await _release(deps, meta, item, owner=owner, epoch=epoch)
+                wait = settings.batch_slot_wait_seconds * (1 + random.random())
+                if grant.paused_until is not None:
+                    wait = max(wait, grant.paused_until - now)
+                await _requeue(deps, _resume(message, idx), wait)
+                return False
+            if verdict is None:
+                verdict = await _verdict(deps, batch_id)
+            if verdict != "ok":
+                # Cancelled, deleted, past the window, or out of result storage: the claimed
+                # request ends without running (and with results full, so do the others).
+                await _end_unrun(deps, meta, item, owner=owner, epoch=epoch, verdict=verdict)
+                if verdict != "results_full" or message.single:
+                    return False
+                idx += message.stride
+                continue
+            following = idx + message.stride
+            if not message.single and following < total:
+                lease = settings.batch_lease_seconds + settings.batch_upstream_timeout_seconds
+                prefetch = asyncio.create_task(
+                    io(deps.items.claim, batch_id, following, owner, deps.clock(), lease)
+                )
+            outcome = await _call(deps, meta, item)
+            step, verdict = await asyncio.gather(
+                _finish(deps, meta, item, outcome, owner=owner, epoch=epoch), _verdict(deps, batch_id)
+            )
+            if step == "stop" or message.single:
+                return False
+            if step == "pause":
+                await slot.release()
+                pause = deps.health.paused_until(str(item["model"])) - deps.clock()
+                await _requeue(deps, _resume(message, following), pause)
+                return False
+            idx = following
+        return not message.single
+    finally:
+        if prefetch is not None:
+            await _give_back(deps, meta, prefetch, owner)
+
+
+async def _release(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, owner: str, epoch: int) -> None:
+    """Put a claimed request back in the queue; if the batch no longer runs, end it now
+    (cancelled or expired), since the step that settles unstarted requests may be past."""
+    batch_id = str(meta["pk"])
+    if await io(deps.items.release, batch_id, int(item["idx"]), owner, epoch) == "stopped":
+        await _end_unrun(deps, meta, item, owner=owner, epoch=epoch, verdict=await _verdict(deps, batch_id))
+
+
+async def _give_back(deps: Deps, meta: dict[str, Any], prefetch: asyncio.Task[Claim], owner: str) -> None:
+    """Release a position claimed ahead that the chain will not run now."""
+    try:
+        claim = await prefetch
+    except Exception:  # the lease runs out on its own
+        logger.warning("claim ahead failed", exc_info=True)
+        return
+    if claim.kind == "claimed" and claim.item is not None:
+        await _release(deps, meta, claim.item, owner=owner, epoch=int(claim.item["epoch"]))
 
 
 async def _requeue(deps: Deps, message: ChainMessage, delay: float) -> None:
     await io(deps.queue.send, message, max(0, math.ceil(delay)))
 
 
-async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, owner: str, epoch: int) -> str:
-    """Run one claimed item and record what became of it.
+async def _verdict(deps: Deps, batch_id: str) -> str:
+    """What the batch allows its next request, read now (strongly consistent): ``ok``,
+    ``gone`` (deleted), ``cancelled``, ``expired`` or ``results_full``."""
+    current = await io(deps.jobs.get_meta, batch_id)
+    if current is None:
+        return "gone"
+    if current["status"] == CANCELLING:
+        return "cancelled"
+    expires_at = current.get("expires_at")
+    if (
+        current["status"] != IN_PROGRESS
+        or current.get("expiring")
+        or (expires_at is not None and deps.clock() >= float(expires_at))
+    ):
+        return "expired"
+    return "results_full" if current.get("results_full") else "ok"
+
+
+async def _record(
+    deps: Deps,
+    meta: dict[str, Any],
+    item: dict[str, Any],
+    fields: dict[str, Any],
+    counters: dict[str, Any],
+    *,
+    owner: str,
+    epoch: int,
+) -> str:
+    """Record an item's end and count it; ``next``, or ``stop`` when the lease was lost."""
+    batch_id = str(meta["pk"])
+    idx = int(item["idx"])
+    shard = idx % int(meta.get("shards", 1))
+    recorded = await io(
+        deps.items.record_end,
+        batch_id,
+        idx,
+        owner=owner,
+        epoch=epoch,
+        shard=shard,
+        fields={"ended_at": _dec(deps.clock()), **fields},
+        counters={"cost_unknown": int(item.get("lost", 0)), **counters},
+    )
+    if recorded.kind == "lease_lost":
+        logger.warning("lease lost before recording", extra={"batch_id": batch_id, "idx": idx})
+        return "stop"
+    if recorded.kind == "shard_finished":
+        await finish_shard(deps, batch_id, shard)
+    return "next"
+
+
+async def _end_unrun(
+    deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, owner: str, epoch: int, verdict: str
+) -> None:
+    if verdict == "gone":
+        return  # the batch was deleted: its items are being purged
+    if verdict == "cancelled":
+        fields, counters = (
+            {"status": ITEM_CANCELLED, "error": _batch_error("batch_cancelled")},
+            {"cancelled": 1},
+        )
+    elif verdict == "results_full":
+        fields, counters = {"status": ITEM_FAILED, "error": _results_full_error(deps.settings)}, {"failed": 1}
+    else:  # past the window (or stopped for a reason read too late to tell: end it all the same)
+        fields, counters = {"status": ITEM_EXPIRED, "error": _batch_error("batch_expired")}, {"failed": 1}
+    await _record(deps, meta, item, fields, counters, owner=owner, epoch=epoch)
+
+
+async def _call(deps: Deps, meta: dict[str, Any], item: dict[str, Any]) -> upstream.Outcome:
+    spec = deps.catalog.models[str(item["model"])]
+    body = (
+        codec.unpack(item["req"])
+        if "req" in item
+        else codec.unpack(await io(deps.blobs.get, str(item["req_ref"])))
+    )
+    return await call_upstream(deps, spec, str(meta["endpoint"]), body, meta.get("anthropic_version"))
+
+
+async def _finish(
+    deps: Deps,
+    meta: dict[str, Any],
+    item: dict[str, Any],
+    outcome: upstream.Outcome,
+    *,
+    owner: str,
+    epoch: int,
+) -> str:
+    """Record what became of a request that ran.
 
     Returns ``next`` (go on), ``stop`` (the chain must stop) or ``pause`` (the model is
     paused: the chain resumes after the pause).
@@ -249,51 +385,12 @@ async def _run_item(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, o
     batch_id = str(meta["pk"])
     idx = int(item["idx"])
     model = str(item["model"])
-    shard = idx % int(meta.get("shards", 1))
+    spec = deps.catalog.models[model]
+    expires_at = meta.get("expires_at")
 
     async def end(fields: dict[str, Any], counters: dict[str, Any]) -> str:
-        counters = {"cost_unknown": int(item.get("lost", 0)), **counters}
-        fields = {"ended_at": _dec(deps.clock()), **fields}
-        recorded = await io(
-            deps.items.record_end,
-            batch_id,
-            idx,
-            owner=owner,
-            epoch=epoch,
-            shard=shard,
-            fields=fields,
-            counters=counters,
-        )
-        if recorded.kind == "lease_lost":
-            logger.warning("lease lost before recording", extra={"batch_id": batch_id, "idx": idx})
-            return "stop"
-        if recorded.kind == "shard_finished":
-            await finish_shard(deps, batch_id, shard)
-        return "next"
+        return await _record(deps, meta, item, fields, counters, owner=owner, epoch=epoch)
 
-    # The batch as it is now, right before the call: cancelled, deleted or expired
-    # batches start nothing more.
-    current = await io(deps.jobs.get_meta, batch_id)
-    now = deps.clock()
-    if current is None:
-        return "stop"
-    expires_at = current.get("expires_at")
-    if current["status"] == CANCELLING:
-        await end({"status": ITEM_CANCELLED, "error": _batch_error("batch_cancelled")}, {"cancelled": 1})
-        return "stop"
-    if current["status"] != IN_PROGRESS or (expires_at is not None and now >= float(expires_at)):
-        await end({"status": ITEM_EXPIRED, "error": _batch_error("batch_expired")}, {"failed": 1})
-        return "stop"
-    if current.get("results_full"):
-        return await end({"status": ITEM_FAILED, "error": _results_full_error(settings)}, {"failed": 1})
-
-    spec = deps.catalog.models[model]
-    body = (
-        codec.unpack(item["req"])
-        if "req" in item
-        else codec.unpack(await io(deps.blobs.get, str(item["req_ref"])))
-    )
-    outcome = await call_upstream(deps, spec, str(meta["endpoint"]), body, meta.get("anthropic_version"))
     now = deps.clock()
     attempts = int(item.get("attempts", 1))
     cost = 0  # billionths of a dollar
