@@ -44,13 +44,17 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    The simulator must have seen exactly N + 2 x N/10 requests for the gateway's run.
 4. **Cold start**: ``python -c "import functions.api.handler"`` in a fresh interpreter with
    the stack's environment, minus ``python -c "pass"``, medians of 3.
+5. **Validation** (``bench.validation``, after the stack has stopped): a 50,000-line file
+   through the file validator against one ``json.loads`` per line, and peak memory.
 
 Also printed, to find where time goes: the gateway's timeline (create call, in_progress
 seen, first upstream request, last request in flight, final status seen, results read),
 slot occupancy (``/_sim/stats`` ``in_flight`` sampled every 100 ms, mean / 16, over the
 whole run and over the window from the first request to the last one in flight) and what
 it implies, the idle time a slot adds to each request (500 ms x (1/occupancy - 1)); the
-upstream requests per 10 s of both runs (a stall shows as a run of zeros); the
+upstream requests per 10 s of both runs (a stall shows as a run of zeros); moto's
+latency for one consistent GetItem (p50/p90, idle and every 250 ms during the gateway
+run: each call on the per-item path waits about that long); the
 simulator's request counts and ``max_in_flight``; calls by operation and by process; and
 the CPU seconds each stack process used during the gateway run.
 

@@ -7,10 +7,13 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import boto3
 import httpx
+from batchgw import resources
 from batchgw.aws import read_recorded_calls
 
 # --- the simulator's slots ------------------------------------------------------------------
@@ -113,6 +116,73 @@ def sim_stats(client: httpx.Client, model: str) -> dict[str, int]:
 
 def sim_reset(client: httpx.Client) -> None:
     client.post("/_sim/reset").raise_for_status()
+
+
+# --- moto's latency ---------------------------------------------------------------------------
+
+
+class MotoProbe:
+    """Times one consistent DynamoDB GetItem on moto every ``interval`` seconds.
+
+    Every call on the per-item path goes through the same server (and, for DynamoDB, the
+    same lock), so this is what each of them waits under the load of the moment.
+    """
+
+    def __init__(self, env: Mapping[str, str], interval: float = 0.25) -> None:
+        self._client = boto3.client(  # type: ignore[call-overload]
+            "dynamodb",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name=env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+        self._table = env[resources.JOBS.env_var]
+        self._interval = interval
+        self._stop = threading.Event()
+        self._samples: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="moto-probe", daemon=True)
+
+    def once(self) -> float:
+        start = time.perf_counter()
+        self._client.get_item(
+            TableName=self._table,
+            Key={"pk": {"S": "bench-probe"}, "sk": {"S": "meta"}},
+            ConsistentRead=True,
+        )
+        return time.perf_counter() - start
+
+    def idle_latencies(self, count: int = 20) -> list[float]:
+        return [self.once() for _ in range(count)]
+
+    def __enter__(self) -> MotoProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            at = time.monotonic()
+            try:
+                seconds = self.once()
+            except Exception:  # a probe that fails says nothing about latency
+                continue
+            with self._lock:
+                self._samples.append((at, seconds))
+
+    def latencies(self, start: float, end: float) -> list[float]:
+        with self._lock:
+            return [seconds for at, seconds in self._samples if start <= at <= end]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # --- the stack's processes --------------------------------------------------------------------

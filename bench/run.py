@@ -1,7 +1,8 @@
 """``make bench`` (``python -m bench.run``): the gateway against a direct client, in one run.
 
 See ``bench/__init__.py`` for what is measured and how. Options: ``--n`` (env
-``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``, ``--workers``,
+``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``,
+``--skip-validation`` (the 50,000-line file check of ``bench.validation``), ``--workers``,
 ``--no-warmup``, ``--out`` (default ``bench/last.json``).
 """
 
@@ -26,13 +27,16 @@ from batchgw.aws import CALLS_DIR_ENV
 from batchgw.catalog import load_catalog
 from batchgw.settings import Settings
 
+from bench import validation
 from bench.direct import DirectRun, run_direct
 from bench.gateway import GatewayRun, Stalled, api_client, run_batch
 from bench.probes import (
     CallSnapshot,
+    MotoProbe,
     Occupancy,
     SimSampler,
     cpu_seconds,
+    percentile,
     settled_calls,
     sim_reset,
     sim_stats,
@@ -51,6 +55,7 @@ WARMUP_REQUESTS = 2 * MODEL_CAP
 POLL_CALIBRATION = 20  # status polls made after a run to learn what one poll costs in AWS calls
 IMPORT_RUNS = 3
 THROUGHPUT_BUCKET_SECONDS = 10.0
+VALIDATION_LINES = 50_000
 DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
 
 
@@ -66,6 +71,7 @@ class GatewayFigures:
     calls_per_status_poll: float
     cpu_by_role: dict[str, float]  # CPU seconds each kind of process used during the run
     throughput: list[int]  # upstream requests per THROUGHPUT_BUCKET_SECONDS
+    moto_ms: dict[str, float | None]  # GetItem latency on moto: p50/p90, idle and under load
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -104,12 +110,21 @@ def measure_gateway(
 ) -> GatewayFigures:
     sim_reset(sim)
     calls_before = settled_calls(calls_dir)
+    probe = MotoProbe(stack.env)
+    idle = probe.idle_latencies()
     cpu_before = cpu_seconds(list(roles))
-    with SimSampler(stack.sim_url, MODEL) as sampler:
+    with SimSampler(stack.sim_url, MODEL) as sampler, probe:
         run = run_batch(api, workload)
         cpu_after = cpu_seconds(list(roles))
-        occupancy = sampler.occupancy(run.t0, run.t0 + run.total_seconds)
-        throughput = sampler.throughput(run.t0, run.t0 + run.total_seconds, THROUGHPUT_BUCKET_SECONDS)
+        end = run.t0 + run.total_seconds
+        occupancy = sampler.occupancy(run.t0, end)
+        throughput = sampler.throughput(run.t0, end, THROUGHPUT_BUCKET_SECONDS)
+        loaded = probe.latencies(run.t0, end)
+    moto_ms = {
+        f"{label}_{name}": None if value is None else 1000 * value
+        for label, values in (("idle", idle), ("loaded", loaded))
+        for name, value in (("p50", percentile(values, 0.5)), ("p90", percentile(values, 0.9)))
+    }
     stats = sim_stats(sim, MODEL)
     calls = settled_calls(calls_dir) - calls_before
 
@@ -130,7 +145,7 @@ def measure_gateway(
         problems.append(f"{stats['max_in_flight']} requests were in flight at once (cap {MODEL_CAP})")
     stack.check()
     cpu = _cpu_by_role(roles, cpu_before, cpu_after)
-    return GatewayFigures(run, occupancy, stats, calls, per_poll, cpu, throughput, problems)
+    return GatewayFigures(run, occupancy, stats, calls, per_poll, cpu, throughput, moto_ms, problems)
 
 
 @dataclass
@@ -200,6 +215,10 @@ def _rel(value: float | None, t0: float) -> float | None:
     return None if value is None else value - t0
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
 def _idle_ms(busy_fraction: float) -> float | None:
     return SIM_LATENCY_MS * (1 / busy_fraction - 1) if busy_fraction > 0 else None
 
@@ -264,6 +283,14 @@ def print_dispatch(result: dict[str, Any], gw: GatewayFigures, direct: DirectFig
             "-"
             if result["slot_idle_ms_per_request"] is None
             else f"{result['slot_idle_ms_per_request']:.0f} ms",
+        ),
+        (
+            "moto GetItem latency p50 / p90, idle",
+            f"{_ms(gw.moto_ms['idle_p50'])} / {_ms(gw.moto_ms['idle_p90'])}",
+        ),
+        (
+            "moto GetItem latency p50 / p90, during the gateway run",
+            f"{_ms(gw.moto_ms['loaded_p50'])} / {_ms(gw.moto_ms['loaded_p90'])}",
         ),
         ("max in flight, gateway / direct", f"{gw.sim['max_in_flight']} / {direct.sim['max_in_flight']}"),
         ("upstream requests, gateway / direct", f"{gw.sim['requests']} / {direct.sim['requests']}"),
@@ -347,6 +374,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-retry", action="store_true", help="skip the retry run")
     parser.add_argument("--workers", type=int, default=2, help="worker poller processes (default 2)")
     parser.add_argument("--no-warmup", action="store_true", help="measure the stack's very first batch")
+    parser.add_argument(
+        "--skip-validation", action="store_true", help="skip the file validation run (bench.validation)"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the figures")
     args = parser.parse_args(argv)
     if args.n < 1 or (args.retry_n is not None and args.retry_n < 1):
@@ -404,6 +434,8 @@ class Bench:
                 self._run(stack, api, sim)
         except Stalled as exc:
             self.problems.append(str(exc))
+        if not self.args.skip_validation:
+            self._validation()
         broken = counter_thread_failures(self.logs)
         if broken:
             self.warnings.append(
@@ -477,6 +509,7 @@ class Bench:
                 # A slot is busy for the latency per request, so a mean occupancy f in the busy
                 # window means each request also leaves its slot idle latency * (1/f - 1).
                 "slot_idle_ms_per_request": _idle_ms(gw.occupancy.busy_fraction(MODEL_CAP)),
+                "moto_get_item_ms": gw.moto_ms,
                 "sim_stats": {"gateway": gw.sim, "direct": direct.sim},
                 "cpu_seconds_by_role": gw.cpu_by_role,
                 "direct_cpu_ms_per_request": 1000 * direct.run.client_cpu_seconds / direct.run.requests_sent,
@@ -497,6 +530,27 @@ class Bench:
             f"({handler_s:.3f} s with the import, {bare_s:.3f} s a bare interpreter)"
         )
         stack.check()
+
+    def _validation(self) -> None:
+        """Issue 4's figure (``bench.validation``), after the stack has stopped: in this process."""
+        print(f"\nvalidation: a {VALIDATION_LINES}-line file against one json.loads per line...", flush=True)
+        figures = validation.measure(VALIDATION_LINES)
+        self.result.update(figures)
+        _table(
+            [
+                ("validator / json.loads per line", f"{figures['validation_ratio']:.2f}"),
+                (
+                    "  seconds",
+                    f"{figures['validation_seconds']:.2f} s / {figures['json_loads_seconds']:.2f} s",
+                ),
+                (
+                    "peak traced memory (share of the file)",
+                    f"{figures['validation_peak_bytes'] / 1e6:.1f} MB "
+                    f"({figures['validation_peak_over_file']:.1%} of "
+                    f"{figures['validation_file_bytes'] / 1e6:.1f} MB)",
+                ),
+            ]
+        )
 
     def _retry(
         self,
