@@ -59,6 +59,11 @@ def fail(param: str | None, message: str, code: RequestInvalidCode = "invalid_bo
     raise RequestInvalid(code, message, param=param)
 
 
+def fail_one_of(param: str, value: Any, choices: tuple[str, ...]) -> NoReturn:
+    """Refuse ``param``, whose ``value`` is none of ``choices``."""
+    fail(param, f"{param} must be one of {', '.join(choices)}; got {shown(value)}")
+
+
 def shown(value: Any) -> str:
     """A value as an error message quotes it: its repr, cut to 40 characters."""
     text = repr(value)
@@ -73,4 +78,13 @@ def is_number(value: Any) -> bool:
     return type(value) is int or type(value) is float
 
 
-__all__ = ["RequestInvalid", "RequestInvalidCode", "fail", "is_int", "is_number", "join_param", "shown"]
+__all__ = [
+    "RequestInvalid",
+    "RequestInvalidCode",
+    "fail",
+    "fail_one_of",
+    "is_int",
+    "is_number",
+    "join_param",
+    "shown",
+]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchgw.validation import fail, is_int, shown
+from batchgw.validation import fail, fail_one_of, is_int, shown
+from batchgw.validation.common import check_input, check_model, check_stream
 
 MAX_INPUTS = 2048  # strings or token arrays in one request, as OpenAI's endpoint allows
 ENCODING_FORMATS = ("float", "base64")
@@ -33,62 +34,37 @@ def validate_embeddings_body(body: Any) -> str:
                 f"{', '.join(sorted(_FIELDS - {'stream'}))} and nothing is silently dropped",
             )
 
-    model = body.get("model")
-    if model is None:
-        fail("model", "model is required")
-    if not isinstance(model, str) or not model:
-        fail("model", "model must be a non-empty string")
-
-    _check_input(body.get("input"))
-
-    stream = body.get("stream")
-    if stream is True:
-        fail(
-            "stream",
-            "stream does not apply to embeddings and must not be true in a batch",
-            "unsupported_feature",
-        )
-    if stream is not None and stream is not False:
-        fail("stream", "stream must be a boolean")
+    model = check_model(body.get("model"))
+    items = check_input(
+        body.get("input"), "a string, an array of strings or an array of token arrays", MAX_INPUTS
+    )
+    if items is not None:
+        _check_items(items)
+    check_stream(body.get("stream"), "stream does not apply to embeddings and must not be true in a batch")
 
     dimensions = body.get("dimensions")
     if dimensions is not None and (not is_int(dimensions) or dimensions < 1):
         fail("dimensions", f"dimensions must be a positive integer; got {shown(dimensions)}")
     encoding_format = body.get("encoding_format")
     if encoding_format is not None and encoding_format not in ENCODING_FORMATS:
-        fail(
-            "encoding_format",
-            f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}; got {shown(encoding_format)}",
-        )
+        fail_one_of("encoding_format", encoding_format, ENCODING_FORMATS)
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         fail("user", "user must be a string")
     return model
 
 
-def _check_input(value: Any) -> None:
-    if value is None:
-        fail("input", "input is required")
-    if isinstance(value, str):
-        if not value:
-            fail("input", "input must not be an empty string")
-        return
-    if not isinstance(value, list):
-        fail("input", "input must be a string, an array of strings or an array of token arrays")
-    if not value:
-        fail("input", "input must not be an empty array")
-    if len(value) > MAX_INPUTS:
-        fail("input", f"input has {len(value)} items; a request may have at most {MAX_INPUTS}")
-
-    first = value[0]
+def _check_items(items: list[Any]) -> None:
+    """An input array's items: all non-empty strings, all token ids or all token arrays, as the first."""
+    first = items[0]
     if isinstance(first, str):
-        for index, text in enumerate(value):
+        for index, text in enumerate(items):
             if not isinstance(text, str) or not text:
                 fail(f"input[{index}]", f"input[{index}] must be a non-empty string, as input[0] is")
     elif is_int(first):
-        _check_tokens(value, "input")
+        _check_tokens(items, "input")
     elif isinstance(first, list):
-        for index, tokens in enumerate(value):
+        for index, tokens in enumerate(items):
             at = f"input[{index}]"
             if not isinstance(tokens, list) or not tokens:
                 fail(at, f"{at} must be a non-empty array of token ids, as input[0] is")

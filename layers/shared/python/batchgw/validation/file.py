@@ -34,12 +34,12 @@ import hashlib
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from batchgw.catalog import Catalog
 from batchgw.errors import BadRequest
 from batchgw.settings import Settings
-from batchgw.validation import RequestInvalid
+from batchgw.validation import RequestInvalid, shown
 from batchgw.validation.create import CUSTOM_ID_MAX_CHARS, PlannedRequest, plan_request
 from batchgw.validation.jsonbody import parse_json
 
@@ -64,23 +64,16 @@ FileLineCode = Literal[
 
 MAX_ERRORS = 20
 
-# The codes a body check may report as they are; any other (a validator added later with
-# a code of its own) is reported as invalid_body, so the report only uses the spec's codes.
-_BODY_CODES: frozenset[str] = frozenset(
-    {
-        "invalid_line",
-        "invalid_custom_id",
-        "invalid_method",
-        "invalid_url",
-        "invalid_body",
-        "unsupported_feature",
-        "missing_max_tokens",
-        "model_not_found",
-        "model_unsupported",
-        "model_not_priced",
-        "max_tokens_too_large",
-    }
-)
+# The codes a body check may report as they are: the spec's, but for those only the scan of
+# the file itself reports. Any other (a validator added later with a code of its own) is
+# reported as invalid_body, so the report only uses the spec's codes.
+_BODY_CODES: frozenset[str] = frozenset(get_args(FileLineCode)) - {
+    "invalid_json",
+    "duplicate_custom_id",
+    "line_too_large",
+    "too_many_lines",
+    "empty_file",
+}
 _LINE_KEYS = ("custom_id", "method", "url", "body")
 _LINE_KEY_SET = frozenset(_LINE_KEYS)
 _LINE_SHAPE = 'each line is {"custom_id", "method", "url", "body"}'
@@ -301,14 +294,14 @@ class _Scanner:
         if item["method"] != "POST":
             raise LineInvalid(
                 "invalid_method",
-                f'method must be "POST"; got {_shown(item["method"])}',
+                f'method must be "POST"; got {shown(item["method"])}',
                 line=number,
                 param="method",
             )
         if item["url"] != self.endpoint:
             raise LineInvalid(
                 "invalid_url",
-                f"url must be the batch's endpoint '{self.endpoint}'; got {_shown(item['url'])}",
+                f"url must be the batch's endpoint '{self.endpoint}'; got {shown(item['url'])}",
                 line=number,
                 param="url",
             )
@@ -459,11 +452,6 @@ def _empty() -> LineInvalid:
     return LineInvalid(
         "empty_file", "The file has no requests: it is empty or every line is blank", line=None
     )
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 __all__ = [

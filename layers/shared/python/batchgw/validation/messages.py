@@ -15,13 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from batchgw.validation import fail, is_int, is_number, shown
-from batchgw.validation.chat import (
+from batchgw.validation import fail, fail_one_of, is_int, is_number, shown
+from batchgw.validation.common import (
     MAX_CONTENT_PARTS,
-    MAX_MESSAGES,
-    MAX_STOP_SEQUENCES,
-    MAX_TOOLS,
-    TOOL_NAME,
+    check_content_array,
+    check_messages,
+    check_model,
+    check_name_and_description,
+    check_stop_sequences,
+    check_stream,
+    each_tool,
+    fail_role,
 )
 
 
@@ -106,6 +110,7 @@ _SERVER_BLOCKS = frozenset(
     }
 )
 _TOOL_KEYS = frozenset({"type", "name", "description", "input_schema", "cache_control", "strict"})
+_DOCUMENT_SOURCE_TYPES = ("base64", "text", "url", "content")
 _FILES_API = "Files API sources are not supported in a batch; send the content as base64, text or by URL"
 
 
@@ -123,12 +128,7 @@ def validate_messages_body(body: Any, version: str) -> str:
         fail(None, "body must be a JSON object")
     _check_fields(body)
 
-    model = body.get("model")
-    if model is None:
-        fail("model", "model is required")
-    if not isinstance(model, str) or not model:
-        fail("model", "model must be a non-empty string")
-
+    model = check_model(body.get("model"))
     max_tokens = body.get("max_tokens")
     if max_tokens is None:
         fail("max_tokens", "max_tokens is required for a /v1/messages request", "missing_max_tokens")
@@ -137,12 +137,10 @@ def validate_messages_body(body: Any, version: str) -> str:
 
     _check_messages(body.get("messages"), rules, version)
     _check_system(body.get("system"))
-    _check_stop_sequences(body.get("stop_sequences"))
-    stream = body.get("stream")
-    if stream is True:
-        fail("stream", "stream must not be true in a batch", "unsupported_feature")
-    if stream is not None and stream is not False:
-        fail("stream", "stream must be a boolean")
+    stop_sequences = body.get("stop_sequences")
+    if stop_sequences is not None:
+        check_stop_sequences(stop_sequences, "stop_sequences", "an array of strings")
+    check_stream(body.get("stream"))
     _check_sampling(body, rules, version)
     _check_tools(body.get("tools"))
     _check_tool_choice(body.get("tool_choice"))
@@ -184,15 +182,7 @@ def _check_sampling(body: dict[str, Any], rules: VersionRules, version: str) -> 
 
 
 def _check_messages(messages: Any, rules: VersionRules, version: str) -> None:
-    if messages is None:
-        fail("messages", "messages is required")
-    if not isinstance(messages, list):
-        fail("messages", "messages must be an array")
-    if not messages:
-        fail("messages", "messages must have at least one message")
-    if len(messages) > MAX_MESSAGES:
-        fail("messages", f"messages has {len(messages)} items; a request may have at most {MAX_MESSAGES}")
-    for index, message in enumerate(messages):
+    for index, message in enumerate(check_messages(messages)):
         where = f"messages[{index}]"
         if not isinstance(message, dict):
             fail(where, f"{where} must be an object")
@@ -201,24 +191,13 @@ def _check_messages(messages: Any, rules: VersionRules, version: str) -> None:
                 fail(f"{where}.{key}", f"unknown field '{key}' in {where}; a message has role and content")
         role = message.get("role")
         if role not in ROLES:
-            if role is None:
-                fail(f"{where}.role", f"{where}.role is required")
-            fail(f"{where}.role", f"{where}.role must be one of {', '.join(ROLES)}; got {shown(role)}")
+            fail_role(where, role, ROLES)
         content = message.get("content")
         if content is None:
             fail(f"{where}.content", f"{where}.content is required")
         if isinstance(content, str):
             continue
-        if not isinstance(content, list):
-            fail(f"{where}.content", f"{where}.content must be a string or an array of content blocks")
-        if not content:
-            fail(f"{where}.content", f"{where}.content must not be an empty array")
-        if len(content) > MAX_CONTENT_PARTS:
-            fail(
-                f"{where}.content",
-                f"{where}.content has {len(content)} blocks; a message may have at most {MAX_CONTENT_PARTS}",
-            )
-        for position, block in enumerate(content):
+        for position, block in enumerate(check_content_array(content, f"{where}.content", "blocks")):
             _check_block(block, f"{where}.content[{position}]", role, rules, version)
 
 
@@ -234,9 +213,7 @@ def _check_block(block: Any, where: str, role: str, rules: VersionRules, version
             "unsupported_feature",
         )
     if not isinstance(block_type, str) or block_type not in _BLOCK_KEYS:
-        fail(
-            f"{where}.type", f"{where}.type must be one of {', '.join(BLOCK_TYPES)}; got {shown(block_type)}"
-        )
+        fail_one_of(f"{where}.type", block_type, BLOCK_TYPES)
     for key in block:
         if key not in _BLOCK_KEYS[block_type]:
             fail(f"{where}.{key}", f"unknown field '{key}' in a {block_type} block")
@@ -313,10 +290,7 @@ def _check_image_source(source: Any, where: str) -> None:
     if source_type == "base64":
         media_type = source.get("media_type")
         if media_type not in IMAGE_MEDIA_TYPES:
-            fail(
-                f"{where}.media_type",
-                f"{where}.media_type must be one of {', '.join(IMAGE_MEDIA_TYPES)}; got {shown(media_type)}",
-            )
+            fail_one_of(f"{where}.media_type", media_type, IMAGE_MEDIA_TYPES)
         if not isinstance(source.get("data"), str):
             fail(f"{where}.data", f"{where}.data must be a base64 string")
     elif source_type == "url":
@@ -350,7 +324,7 @@ def _check_document(block: dict[str, Any], where: str) -> None:
         elif not isinstance(content, str):
             fail(f"{at}.content", f"{at}.content must be a string or an array of text and image blocks")
     else:
-        fail(f"{at}.type", f"{at}.type must be one of base64, text, url, content; got {shown(source_type)}")
+        fail_one_of(f"{at}.type", source_type, _DOCUMENT_SOURCE_TYPES)
     for key in ("title", "context"):
         value = block.get(key)
         if value is not None and not isinstance(value, str):
@@ -386,7 +360,7 @@ def _check_nested_blocks(blocks: list[Any], where: str, types: tuple[str, ...]) 
             fail(at, f"{at} must be an object")
         block_type = block.get("type")
         if block_type not in types:
-            fail(f"{at}.type", f"{at}.type must be one of {', '.join(types)}; got {shown(block_type)}")
+            fail_one_of(f"{at}.type", block_type, types)
         for key in block:
             if key not in _BLOCK_KEYS[block_type]:
                 fail(f"{at}.{key}", f"unknown field '{key}' in a {block_type} block")
@@ -415,29 +389,10 @@ def _check_system(system: Any) -> None:
         _check_cache_control(block.get("cache_control"), f"{at}.cache_control")
 
 
-def _check_stop_sequences(stop: Any) -> None:
-    if stop is None:
-        return
-    if not isinstance(stop, list) or not all(isinstance(item, str) for item in stop):
-        fail("stop_sequences", "stop_sequences must be an array of strings")
-    if len(stop) > MAX_STOP_SEQUENCES:
-        fail(
-            "stop_sequences",
-            f"stop_sequences has {len(stop)} sequences; a request may have at most {MAX_STOP_SEQUENCES}",
-        )
-
-
 def _check_tools(tools: Any) -> None:
     if tools is None:
         return
-    if not isinstance(tools, list):
-        fail("tools", "tools must be an array")
-    if len(tools) > MAX_TOOLS:
-        fail("tools", f"tools has {len(tools)} items; a request may have at most {MAX_TOOLS}")
-    for index, tool in enumerate(tools):
-        at = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            fail(at, f"{at} must be an object")
+    for at, tool in each_tool(tools):
         tool_type = tool.get("type")
         if tool_type is not None and tool_type != "custom":
             if isinstance(tool_type, str):
@@ -451,12 +406,7 @@ def _check_tools(tools: Any) -> None:
         for key in tool:
             if key not in _TOOL_KEYS:
                 fail(f"{at}.{key}", f"unknown field '{key}' in a tool")
-        name = tool.get("name")
-        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            fail(f"{at}.name", f"{at}.name must be 1-64 letters, digits, '_' or '-'; got {shown(name)}")
-        description = tool.get("description")
-        if description is not None and not isinstance(description, str):
-            fail(f"{at}.description", f"{at}.description must be a string")
+        check_name_and_description(tool, at)
         schema = tool.get("input_schema")
         if not isinstance(schema, dict) or schema.get("type") != "object":
             fail(f"{at}.input_schema", f"{at}.input_schema must be a JSON schema object of type 'object'")
@@ -473,10 +423,7 @@ def _check_tool_choice(choice: Any) -> None:
         fail("tool_choice", "tool_choice must be an object")
     choice_type = choice.get("type")
     if choice_type not in TOOL_CHOICE_TYPES:
-        fail(
-            "tool_choice.type",
-            f"tool_choice.type must be one of {', '.join(TOOL_CHOICE_TYPES)}; got {shown(choice_type)}",
-        )
+        fail_one_of("tool_choice.type", choice_type, TOOL_CHOICE_TYPES)
     for key in choice:
         if key not in ("type", "name", "disable_parallel_tool_use"):
             fail(f"tool_choice.{key}", f"unknown field '{key}' in tool_choice")
@@ -509,10 +456,7 @@ def _check_thinking(thinking: Any, max_tokens: int) -> None:
         fail("thinking", "thinking must be an object")
     thinking_type = thinking.get("type")
     if thinking_type not in THINKING_TYPES:
-        fail(
-            "thinking.type",
-            f"thinking.type must be one of {', '.join(THINKING_TYPES)}; got {shown(thinking_type)}",
-        )
+        fail_one_of("thinking.type", thinking_type, THINKING_TYPES)
     if thinking_type != "enabled":
         return
     budget = thinking.get("budget_tokens")

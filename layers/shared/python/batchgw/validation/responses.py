@@ -10,8 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchgw.validation import fail, is_int, is_number, shown
-from batchgw.validation.chat import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, TOOL_NAME
+from batchgw.validation import fail, fail_one_of, is_int, is_number, shown
+from batchgw.validation.common import (
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    check_at_most,
+    check_content_array,
+    check_input,
+    check_model,
+    check_name_and_description,
+    each_tool,
+    fail_role,
+)
 
 ROLES = ("user", "assistant", "system", "developer")
 CONTENT_TYPES = ("input_text", "output_text", "input_image")
@@ -71,12 +81,7 @@ def validate_responses_body(body: Any) -> str:
     if not isinstance(body, dict):
         fail(None, "body must be a JSON object")
 
-    model = body.get("model")
-    if model is None:
-        fail("model", "model is required")
-    if not isinstance(model, str) or not model:
-        fail("model", "model must be a non-empty string")
-
+    model = check_model(body.get("model"))
     _check_independent(body)
     for key in body:
         if key not in _OPTIONAL_FIELDS and key not in ("model", "input", "store", "stream", "background"):
@@ -86,7 +91,10 @@ def validate_responses_body(body: Any) -> str:
                 "unsupported_feature",
             )
 
-    _check_input(body.get("input"))
+    items = check_input(body.get("input"), "a string or an array of input items", MAX_MESSAGES)
+    if items is not None:
+        for index, item in enumerate(items):
+            _check_item(item, f"input[{index}]")
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         fail("instructions", "instructions must be a string")
@@ -117,7 +125,7 @@ def validate_responses_body(body: Any) -> str:
         fail("user", "user must be a string")
     truncation = body.get("truncation")
     if truncation is not None and truncation not in TRUNCATIONS:
-        fail("truncation", f"truncation must be one of {', '.join(TRUNCATIONS)}; got {shown(truncation)}")
+        fail_one_of("truncation", truncation, TRUNCATIONS)
     return model
 
 
@@ -145,23 +153,6 @@ def _check_independent(body: dict[str, Any]) -> None:
             fail(key, reason, "unsupported_feature")
 
 
-def _check_input(value: Any) -> None:
-    if value is None:
-        fail("input", "input is required")
-    if isinstance(value, str):
-        if not value:
-            fail("input", "input must not be an empty string")
-        return
-    if not isinstance(value, list):
-        fail("input", "input must be a string or an array of input items")
-    if not value:
-        fail("input", "input must not be an empty array")
-    if len(value) > MAX_MESSAGES:
-        fail("input", f"input has {len(value)} items; a request may have at most {MAX_MESSAGES}")
-    for index, item in enumerate(value):
-        _check_item(item, f"input[{index}]")
-
-
 def _check_item(item: Any, where: str) -> None:
     if not isinstance(item, dict):
         fail(where, f"{where} must be an object")
@@ -177,6 +168,7 @@ def _check_item(item: Any, where: str) -> None:
             fail(f"{where}.call_id", f"{where}.call_id must be a string")
         output = item.get("output")
         if isinstance(output, list):
+            check_at_most(output, f"{where}.output", MAX_CONTENT_PARTS, "parts", "message")
             _check_parts(output, f"{where}.output")
         elif not isinstance(output, str):
             fail(f"{where}.output", f"{where}.output must be a string or an array of content parts")
@@ -193,30 +185,22 @@ def _check_item(item: Any, where: str) -> None:
             "unsupported_feature",
         )
     else:
-        fail(f"{where}.type", f"{where}.type must be one of {', '.join(ITEM_TYPES)}; got {shown(item_type)}")
+        fail_one_of(f"{where}.type", item_type, ITEM_TYPES)
 
 
 def _check_message(item: dict[str, Any], where: str) -> None:
     role = item.get("role")
     if role not in ROLES:
-        if role is None:
-            fail(f"{where}.role", f"{where}.role is required")
-        fail(f"{where}.role", f"{where}.role must be one of {', '.join(ROLES)}; got {shown(role)}")
+        fail_role(where, role, ROLES)
     content = item.get("content")
     if content is None:
         fail(f"{where}.content", f"{where}.content is required")
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        fail(f"{where}.content", f"{where}.content must be a string or an array of content parts")
-    if not content:
-        fail(f"{where}.content", f"{where}.content must not be an empty array")
-    _check_parts(content, f"{where}.content")
+    if not isinstance(content, str):
+        _check_parts(check_content_array(content, f"{where}.content", "parts"), f"{where}.content")
 
 
 def _check_parts(parts: list[Any], where: str) -> None:
-    if len(parts) > MAX_CONTENT_PARTS:
-        fail(where, f"{where} has {len(parts)} parts; a message may have at most {MAX_CONTENT_PARTS}")
+    """Content parts, counted already."""
     for index, part in enumerate(parts):
         at = f"{where}[{index}]"
         if not isinstance(part, dict):
@@ -242,20 +226,13 @@ def _check_parts(parts: list[Any], where: str) -> None:
                 "unsupported_feature",
             )
         else:
-            fail(f"{at}.type", f"{at}.type must be one of {', '.join(CONTENT_TYPES)}; got {shown(part_type)}")
+            fail_one_of(f"{at}.type", part_type, CONTENT_TYPES)
 
 
 def _check_tools(tools: Any) -> None:
     if tools is None:
         return
-    if not isinstance(tools, list):
-        fail("tools", "tools must be an array")
-    if len(tools) > MAX_TOOLS:
-        fail("tools", f"tools has {len(tools)} items; a request may have at most {MAX_TOOLS}")
-    for index, tool in enumerate(tools):
-        at = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            fail(at, f"{at} must be an object")
+    for at, tool in each_tool(tools):
         tool_type = tool.get("type")
         if tool_type != "function":
             if isinstance(tool_type, str) and tool_type:
@@ -265,12 +242,7 @@ def _check_tools(tools: Any) -> None:
                     "unsupported_feature",
                 )
             fail(f"{at}.type", f"{at}.type must be 'function'; got {shown(tool_type)}")
-        name = tool.get("name")
-        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            fail(f"{at}.name", f"{at}.name must be 1-64 letters, digits, '_' or '-'; got {shown(name)}")
-        description = tool.get("description")
-        if description is not None and not isinstance(description, str):
-            fail(f"{at}.description", f"{at}.description must be a string")
+        check_name_and_description(tool, at)
         parameters = tool.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
             fail(f"{at}.parameters", f"{at}.parameters must be an object (a JSON schema)")
