@@ -65,9 +65,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     moto_patches.apply()
     with mock_aws():
-        aws.get_clients.cache_clear()
+        aws.reset_clients()
         yield
-    aws.get_clients.cache_clear()
+    aws.reset_clients()
 
 
 def make_deps(sim: Simulator, clock: FakeClock, **overrides: Any) -> Deps:

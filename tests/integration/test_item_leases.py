@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 from decimal import Decimal
 
 import pytest
@@ -265,3 +266,24 @@ def test_a_stale_lease_does_not_block_delete_but_a_live_one_does(sim: Simulator)
         service.get_batch(deps, ALICE, batch_id)
     lifecycle.purge(deps, batch_id)
     assert deps.items.get(batch_id, 0) is None and deps.jobs.shards(batch_id) == []
+
+
+def test_a_chain_runs_its_own_retries_with_its_slot(sim: Simulator) -> None:
+    deps = make_deps(
+        sim,
+        time.time,
+        BATCH_MODEL_CONCURRENCY="1",
+        BATCH_RETRY_BASE_SECONDS="0.2",
+        BATCH_RETRY_MAX_SECONDS="0.4",
+    )
+    requests = [chat_request("r-0", "flaky [[sim status=503 fail=2]]")] + [
+        chat_request(f"r-{i}", f"fine {i}") for i in range(1, 4)
+    ]
+    batch = service.create_batch(deps, ALICE, body_of(requests))
+    lifecycle.prepare(deps, batch["id"])
+    [chain] = [ChainMessage.decode(m["Body"]) for m in receive_all(deps)]
+    _run(deps, chain, "w")  # one message: the chain ran everything, its retries included
+    job = deps.jobs.get(batch["id"])
+    assert job is not None and (job.counts.completed, job.counts.left) == (4, 0)
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 6
+    assert receive_all(deps) == []  # no message was needed for the retries

@@ -59,13 +59,28 @@ class AwsClients:
         return self._client("secretsmanager")
 
 
+_clients_lock = threading.Lock()
+
+
 @lru_cache(maxsize=1)
-def get_clients() -> AwsClients:
+def _build_clients() -> AwsClients:
     clients = AwsClients()
     calls_dir = os.environ.get(CALLS_DIR_ENV)
     if calls_dir:
         record_calls(clients.session, Path(calls_dir))
     return clients
+
+
+def get_clients() -> AwsClients:
+    """This process's clients (built once, even when threads ask at the same moment)."""
+    with _clients_lock:
+        return _build_clients()
+
+
+def reset_clients() -> None:
+    """Forget this process's clients (tests that start a fresh moto)."""
+    with _clients_lock:
+        _build_clients.cache_clear()
 
 
 # Benchmarks set this to a directory: every process then writes the AWS calls it made

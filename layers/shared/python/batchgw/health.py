@@ -16,7 +16,7 @@ class ModelHealth:
         self.pause_seconds = pause_seconds
         self._lock = threading.Lock()
         self._paused: dict[str, float] = {}
-        self._failures: dict[str, int] = {}
+        self._failures: dict[str, set[str]] = {}
 
     def paused_until(self, model: str) -> float:
         with self._lock:
@@ -26,17 +26,22 @@ class ModelHealth:
         with self._lock:
             self._paused[model] = max(until, self._paused.get(model, 0.0))
 
-    def failure(self, model: str) -> bool:
-        """Count a retryable failure; True when it completes a run that pauses the model."""
+    def failure(self, model: str, request: str) -> bool:
+        """Count a retryable failure of ``request``; True when it completes a run of
+        failures, of that many different requests with no success between, that pauses the
+        model. One request failing again and again is that request's trouble, not the
+        model's: it counts once."""
         with self._lock:
-            count = self._failures.get(model, 0) + 1
-            tripped = count >= self.failures_to_pause
-            self._failures[model] = 0 if tripped else count
+            run = self._failures.setdefault(model, set())
+            run.add(request)
+            tripped = len(run) >= self.failures_to_pause
+            if tripped:
+                run.clear()
             return tripped
 
     def success(self, model: str) -> None:
         with self._lock:
-            self._failures[model] = 0
+            self._failures.pop(model, None)
 
 
 class StoredResults:

@@ -20,6 +20,7 @@ worker, and the lost attempt is counted as one of unknown cost.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import math
 import random
@@ -178,6 +179,11 @@ async def _run_chain(
     While one request is with the upstream, the chain already claims its next position;
     when the answer comes, recording it and re-reading the batch happen at once. So
     between two upstream calls of a chain there is one AWS round trip, not three.
+
+    A position that must be tried again stays the chain's: it waits on the chain's heap
+    and runs, with the chain's slot, as soon as it is due. A position the chain finds
+    waiting (a chain that died left it) joins the heap too. When the chain stops before
+    they are due, each waiting position is handed to a message of its own.
     """
     settings = deps.settings
     batch_id = message.batch_id
@@ -186,40 +192,59 @@ async def _run_chain(
     idx = message.next_idx
     verdict: str | None = None  # what the batch allows next; read fresh for the first request
     prefetch: asyncio.Task[Claim] | None = None
+    retries: list[tuple[float, int]] = []
+    finished = False
     try:
-        while idx < total:
+        while True:
             now = deps.clock()
+            if prefetch is None and retries and retries[0][0] <= now:
+                target, from_heap = heapq.heappop(retries)[1], True
+            elif idx < total:
+                target, from_heap = idx, False
+            elif retries and not message.single and _worth_waiting(deps, retries[0][0], deadline):
+                await asyncio.sleep(max(0.0, retries[0][0] - now))
+                continue
+            else:
+                finished = not message.single and not retries
+                return finished
             if expires_at is not None and now >= float(expires_at):
                 return False  # the window has closed: no new request starts
             if deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
-                await io(deps.queue.send, _resume(message, idx))
+                if idx < total:
+                    await io(deps.queue.send, _resume(message, idx))
                 return False
             if slot.model is not None and deps.health.paused_until(slot.model) > now:
-                await _requeue(deps, _resume(message, idx), deps.health.paused_until(slot.model) - now)
+                if idx < total:
+                    await _requeue(deps, _resume(message, idx), deps.health.paused_until(slot.model) - now)
                 return False
-            if prefetch is not None:
+            if prefetch is not None and not from_heap:
                 claim, prefetch = await prefetch, None
             else:
-                claim = await io(deps.items.claim, batch_id, idx, owner, now, settings.batch_lease_seconds)
+                claim = await io(deps.items.claim, batch_id, target, owner, now, settings.batch_lease_seconds)
             if claim.kind == "held":
                 # Another worker holds this item: a live duplicate of this chain, or a dead
                 # worker whose lease has not yet run out. Come back when the lease ends: then
                 # the item has ended (skip on) or can be taken over.
                 assert claim.item is not None
+                if from_heap:
+                    continue  # a retry another worker runs: it is that worker's now
                 await _requeue(deps, _resume(message, idx), float(claim.item["lease_until"]) - now + 1)
                 return False
             if claim.kind == "missing":
-                logger.warning("no such item", extra={"batch_id": batch_id, "idx": idx})
+                logger.warning("no such item", extra={"batch_id": batch_id, "idx": target})
                 return False
-            if claim.kind == "waiting" and message.single:
-                # A retry message that came before its time (waits beyond SQS's 15 minutes).
+            if claim.kind == "waiting":
                 assert claim.item is not None
-                await _requeue(deps, message, float(claim.item["next_at"]) - now)
-                return False
+                if message.single:
+                    # A retry message that came before its time (waits beyond SQS's 15 minutes).
+                    await _requeue(deps, message, float(claim.item["next_at"]) - now)
+                    return False
+                heapq.heappush(retries, (float(claim.item["next_at"]), target))
             if claim.kind in ("ended", "waiting"):
                 if message.single:
                     return False
-                idx += message.stride
+                if not from_heap:
+                    idx += message.stride
                 continue
             item = claim.item
             assert item is not None
@@ -231,7 +256,10 @@ async def _run_chain(
                 wait = settings.batch_slot_wait_seconds * (1 + random.random())
                 if grant.paused_until is not None:
                     wait = max(wait, grant.paused_until - now)
-                await _requeue(deps, _resume(message, idx), wait)
+                if from_heap:
+                    heapq.heappush(retries, (now + wait, target))
+                if idx < total:
+                    await _requeue(deps, _resume(message, idx), wait)
                 return False
             if verdict is None:
                 verdict = await _verdict(deps, batch_id)
@@ -241,30 +269,61 @@ async def _run_chain(
                 await _end_unrun(deps, meta, item, owner=owner, epoch=epoch, verdict=verdict)
                 if verdict != "results_full" or message.single:
                     return False
-                idx += message.stride
+                if not from_heap:
+                    idx += message.stride
                 continue
-            following = idx + message.stride
-            if not message.single and following < total:
+            if not from_heap:
+                idx += message.stride
+            if not message.single and idx < total and not (retries and retries[0][0] <= now):
                 lease = settings.batch_lease_seconds + settings.batch_upstream_timeout_seconds
                 prefetch = asyncio.create_task(
-                    io(deps.items.claim, batch_id, following, owner, deps.clock(), lease)
+                    io(deps.items.claim, batch_id, idx, owner, deps.clock(), lease)
                 )
             outcome = await _call(deps, meta, item)
             step, verdict = await asyncio.gather(
-                _finish(deps, meta, item, outcome, owner=owner, epoch=epoch), _verdict(deps, batch_id)
+                _finish(
+                    deps,
+                    meta,
+                    item,
+                    outcome,
+                    owner=owner,
+                    epoch=epoch,
+                    retries=None if message.single else retries,
+                ),
+                _verdict(deps, batch_id),
             )
             if step == "stop" or message.single:
                 return False
             if step == "pause":
                 await slot.release()
                 pause = deps.health.paused_until(str(item["model"])) - deps.clock()
-                await _requeue(deps, _resume(message, following), pause)
+                if idx < total:
+                    await _requeue(deps, _resume(message, idx), pause)
                 return False
-            idx = following
-        return not message.single
     finally:
         if prefetch is not None:
             await _give_back(deps, meta, prefetch, owner)
+        if retries and not finished:
+            await _hand_off(deps, batch_id, retries)
+
+
+# How long a chain that has walked all its positions waits, slot in hand, for its next
+# retry to come due before it hands its retries to messages of their own instead.
+CHAIN_RETRY_WAIT_SECONDS = 30.0
+
+
+def _worth_waiting(deps: Deps, due: float, deadline: float) -> bool:
+    now = deps.clock()
+    limit = deadline - deps.settings.batch_upstream_timeout_seconds - SEGMENT_MARGIN_SECONDS
+    return due - now <= CHAIN_RETRY_WAIT_SECONDS and due < limit
+
+
+async def _hand_off(deps: Deps, batch_id: str, retries: list[tuple[float, int]]) -> None:
+    """Give each waiting position a message of its own, delayed until it is due."""
+    now = deps.clock()
+    for due, position in retries:
+        await _requeue(deps, ChainMessage(batch_id, -1, position, 0, single=True), due - now)
+    retries.clear()
 
 
 async def _release(deps: Deps, meta: dict[str, Any], item: dict[str, Any], *, owner: str, epoch: int) -> None:
@@ -375,8 +434,10 @@ async def _finish(
     *,
     owner: str,
     epoch: int,
+    retries: list[tuple[float, int]] | None = None,
 ) -> str:
-    """Record what became of a request that ran.
+    """Record what became of a request that ran. A retry goes on ``retries`` (the chain's
+    heap of positions waiting for their next try) or, without one, into a message.
 
     Returns ``next`` (go on), ``stop`` (the chain must stop) or ``pause`` (the model is
     paused: the chain resumes after the pause).
@@ -398,7 +459,7 @@ async def _finish(
         cost = spec.price.cost_nano(outcome.input_tokens, outcome.output_tokens)
 
     if outcome.kind == "retry":
-        if deps.health.failure(model):
+        if deps.health.failure(model, f"{batch_id}/{idx}"):
             until = now + deps.health.pause_seconds
             deps.health.note_pause(model, until)
             await io(deps.slots.pause, model, until)
@@ -422,7 +483,10 @@ async def _finish(
             fields["attempts"] = attempts - 1
         if not await io(deps.items.schedule_retry, batch_id, idx, owner=owner, epoch=epoch, fields=fields):
             return "stop"
-        await _requeue(deps, ChainMessage(batch_id, -1, idx, 0, single=True), step.next_at - now)
+        if retries is None:  # a lone retry message: the next try gets a message of its own
+            await _requeue(deps, ChainMessage(batch_id, -1, idx, 0, single=True), step.next_at - now)
+        else:  # the chain keeps it, and runs it with its own slot when it is due
+            heapq.heappush(retries, (step.next_at, idx))
         if step.pause_model_until is not None:
             deps.health.note_pause(model, step.pause_model_until)
             await io(deps.slots.pause, model, step.pause_model_until)
