@@ -110,6 +110,16 @@ def upload_file() -> Response:
     return _json(200, files.upload_file(get_deps(), _principal(), _content_type(), _raw_body()))
 
 
+@app.post("/v1/files/presigned")
+def presign_upload() -> Response:
+    return _json(200, files.presign_upload(get_deps(), _principal(), parse_json(_raw_body())))
+
+
+@app.post("/v1/files/<file_id>/complete")
+def complete_presigned(file_id: str) -> Response:
+    return _json(200, files.complete_presigned(get_deps(), _principal(), file_id))
+
+
 @app.get("/v1/files")
 def list_files() -> Response:
     return _json(200, files.list_files(get_deps(), _principal(), _params()))

@@ -187,3 +187,24 @@ def test_cancel_through_the_sdk(client: OpenAI, tmp_path: Path) -> None:
         json.loads(x)["error"]["code"] for x in client.files.content(done.error_file_id).text.splitlines()
     }
     assert "batch_cancelled" in codes
+
+
+def test_a_file_can_go_straight_to_s3_by_presigned_url(
+    client: OpenAI, stack: LocalStack, tmp_path: Path
+) -> None:
+    data = (write(tmp_path, [line(f"p-{i}", f"presigned {i}") for i in range(3)])).read_bytes()
+    api = httpx.Client(base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"})
+    ticket = api.post(
+        "/files/presigned", json={"filename": "p.jsonl", "purpose": "batch", "bytes": len(data)}
+    ).json()
+    file_id = ticket["file"]["id"]
+    assert api.get(f"/files/{file_id}").status_code == 404  # not usable before it is complete
+    assert api.post(f"/files/{file_id}/complete").status_code == 400  # nothing uploaded yet
+    assert httpx.put(ticket["upload_url"], content=data).status_code == 200
+    done = api.post(f"/files/{file_id}/complete").json()
+    assert done["id"] == file_id and done["bytes"] == len(data)
+    assert client.files.content(file_id).content == data
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert wait_batch(client, batch.id).request_counts.completed == 3  # type: ignore[union-attr]

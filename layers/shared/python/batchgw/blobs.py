@@ -98,6 +98,30 @@ class BlobStore:
             raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
         return True
 
+    def presigned_put(self, key: str, size: int, expires_in: int = 3600) -> str:
+        return str(
+            self._s3.generate_presigned_url(
+                "put_object",
+                Params={"Bucket": self._bucket, "Key": key, "ContentLength": size},
+                ExpiresIn=expires_in,
+            )
+        )
+
+    def size(self, key: str) -> int | None:
+        try:
+            return int(self._s3.head_object(Bucket=self._bucket, Key=key)["ContentLength"])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+
+    def iter_chunks(self, key: str, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+        try:
+            body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+        except ClientError as exc:
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        yield from body.iter_chunks(chunk)
+
     def presigned_get(self, key: str, expires_in: int = 3600) -> str:
         return str(
             self._s3.generate_presigned_url(

@@ -161,11 +161,13 @@ def upload_file(deps: Deps, principal: Principal, content_type: str | None, body
     return file_object(_new_input_file(deps, principal, filename or "upload.jsonl", data))
 
 
-def visible_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
+def visible_file(deps: Deps, principal: Principal, file_id: str, *, pending: bool = False) -> dict[str, Any]:
+    """The caller's live file; one still waiting for its presigned upload only if ``pending``."""
     record = deps.files.get(file_id) if file_id.startswith("file-") else None
     if (
         record is None
         or record.get("deleted")
+        or (bool(record.get("pending")) != pending)
         or (record["owner"] != principal.user_id and not principal.is_admin)
         or (record.get("expires_at") is not None and int(record["expires_at"]) <= deps.clock())
     ):
@@ -195,7 +197,8 @@ def list_files(deps: Deps, principal: Principal, params: dict[str, list[str]]) -
     records = [
         r
         for r in deps.files.for_owner(principal.user_id, OWNER_INDEX)
-        if (purpose is None or r["purpose"] == purpose)
+        if not r.get("pending")
+        and (purpose is None or r["purpose"] == purpose)
         and (r.get("expires_at") is None or int(r["expires_at"]) > now)
     ]
     if order == "asc":
@@ -230,6 +233,79 @@ def file_content(deps: Deps, principal: Principal, file_id: str) -> tuple[bytes 
     if int(record["bytes"]) <= INLINE_DOWNLOAD_LIMIT:
         return deps.blobs.get(file_key(file_id)), None, digest
     return None, deps.blobs.presigned_get(file_key(file_id)), digest
+
+
+# --- presigned uploads: the bytes go straight to S3 -------------------------------------------
+
+
+def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
+    """POST /v1/files/presigned: a file record waiting for its bytes, and a presigned S3 PUT
+    URL for them (valid for an hour). ``POST /v1/files/{id}/complete`` then checks the
+    object's size and records its SHA-256; until then the file cannot be used."""
+    _require_role(deps, principal)
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    filename, purpose, size = body.get("filename"), body.get("purpose"), body.get("bytes")
+    if not isinstance(filename, str) or not filename:
+        raise BadRequest("'filename' must be a non-empty string.", param="filename")
+    if purpose != "batch":
+        raise BadRequest("Only purpose 'batch' files can be uploaded.", param="purpose")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise BadRequest("'bytes' must be a positive integer.", param="bytes")
+    if size > deps.settings.max_body_bytes:
+        raise PayloadTooLarge(f"The file is larger than {deps.settings.batch_max_body_mb:g} MiB.")
+    _count_upload(deps, principal)
+    now = int(deps.clock())
+    file_id = f"file-{uuid.uuid4().hex}"
+    record = {
+        "pk": file_id,
+        "owner": principal.user_id,
+        "bytes": size,
+        "created_at": now,
+        "expires_at": int(now + deps.settings.batch_file_retention_days * 86400),
+        "filename": filename,
+        "purpose": purpose,
+        "pending": True,
+        "created_key": created_key(int(deps.clock() * 1000), file_id),
+        "ttl": now + UPLOAD_SECONDS + 86400,
+    }
+    deps.files.put_new(record)
+    url = deps.blobs.presigned_put(file_key(file_id), size, expires_in=UPLOAD_SECONDS)
+    return {
+        "file": file_object(record),
+        "upload_url": url,
+        "method": "PUT",
+        "headers": {"Content-Length": str(size)},
+        "expires_at": now + UPLOAD_SECONDS,
+    }
+
+
+def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
+    """POST /v1/files/{id}/complete: the presigned upload is done; check and record it."""
+    record = visible_file(deps, principal, file_id, pending=True)
+    size = deps.blobs.size(file_key(file_id))
+    if size is None:
+        raise BadRequest("Nothing was uploaded to the file's URL yet.", code="upload_incomplete")
+    if size != int(record["bytes"]):
+        raise BadRequest(
+            f"The upload holds {size} bytes; the file declared {record['bytes']}.",
+            code="upload_size_mismatch",
+        )
+    digest = hashlib.sha256()
+    for chunk in deps.blobs.iter_chunks(file_key(file_id)):
+        digest.update(chunk)
+    limit = int(deps.settings.batch_files_max_total_mb_per_user * 1024 * 1024)
+    stored = sum(
+        int(r["bytes"])
+        for r in deps.files.for_owner(principal.user_id, OWNER_INDEX)
+        if r.get("purpose") == "batch" and not r.get("pending")
+    )
+    if stored + size > limit:
+        raise TooManyRequests(
+            "Your input files would exceed your storage limit; delete some first.", code="file_storage_limit"
+        )
+    deps.files.complete(file_id, digest.hexdigest(), ttl=int(record["expires_at"]) + 86400)
+    return file_object(record)
 
 
 # --- the Uploads API ----------------------------------------------------------------------

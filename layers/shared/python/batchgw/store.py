@@ -955,6 +955,17 @@ class FileStore:
             ExpressionAttributeValues={":t": {"BOOL": True}, ":ttl": {"N": str(ttl)}},
         )
 
+    def complete(self, file_id: str, digest: str, ttl: int) -> None:
+        """A presigned upload arrived: record its SHA-256 and make the file usable."""
+        self._db.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": file_id}},
+            UpdateExpression="SET sha256 = :d, #ttl = :ttl REMOVE pending",
+            ConditionExpression="attribute_exists(pending)",
+            ExpressionAttributeNames={"#ttl": "ttl"},
+            ExpressionAttributeValues={":d": {"S": digest}, ":ttl": {"N": str(ttl)}},
+        )
+
     def for_owner(self, owner: str, index: str) -> Iterator[dict[str, Any]]:
         """The owner's live files, newest first."""
         kwargs: dict[str, Any] = {
