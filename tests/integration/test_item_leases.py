@@ -19,7 +19,7 @@ from batchgw.worker import run_message
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
-from tests.support import FakeClock
+from tests.support import FakeClock, wait_for
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -287,3 +287,44 @@ def test_a_chain_runs_its_own_retries_with_its_slot(sim: Simulator) -> None:
     assert job is not None and (job.counts.completed, job.counts.left) == (4, 0)
     assert sim.stats()["models"]["sim-chat"]["requests"] == 6
     assert receive_all(deps) == []  # no message was needed for the retries
+
+
+def test_a_chain_stopped_by_a_pause_hands_on_its_waiting_retries(sim: Simulator) -> None:
+    deps = make_deps(
+        sim,
+        time.time,
+        BATCH_MODEL_CONCURRENCY="1",
+        BATCH_RETRY_BASE_SECONDS="0.1",
+        BATCH_RETRY_MAX_SECONDS="0.2",
+        BATCH_MODEL_PAUSE_AFTER_FAILURES="1",
+        BATCH_MODEL_PAUSE_SECONDS="1",
+    )
+    # The last request fails once and pauses the model: the chain, at the end of its walk,
+    # waits for the retry, finds the model paused when it is due, and must hand it on.
+    requests = [
+        chat_request("p-0", "ok 0"),
+        chat_request("p-1", "ok 1"),
+        chat_request("p-2", "[[sim status=503 fail=1]] 2"),
+    ]
+    batch = service.create_batch(deps, ALICE, body_of(requests))
+    lifecycle.prepare(deps, batch["id"])
+    sqs = aws.get_clients().sqs
+
+    def step() -> bool:
+        job = deps.jobs.get(batch["id"])
+        assert job is not None
+        if job.counts.left == 0:
+            return True
+        resp = sqs.receive_message(
+            QueueUrl=deps.settings.work_queue_url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=1,
+            VisibilityTimeout=60,
+        )
+        for message in resp.get("Messages", []):
+            _run(deps, ChainMessage.decode(message["Body"]), "w")
+            sqs.delete_message(QueueUrl=deps.settings.work_queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return False
+
+    wait_for(step, timeout=60, interval=0, what="every request to end")  # nothing left waiting for good
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 4  # three requests, the last one twice

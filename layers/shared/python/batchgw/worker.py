@@ -197,14 +197,11 @@ async def _run_chain(
     try:
         while True:
             now = deps.clock()
-            if prefetch is None and retries and retries[0][0] <= now:
-                target, from_heap = heapq.heappop(retries)[1], True
-            elif idx < total:
-                target, from_heap = idx, False
-            elif retries and not message.single and _worth_waiting(deps, retries[0][0], deadline):
-                await asyncio.sleep(max(0.0, retries[0][0] - now))
-                continue
-            else:
+            from_heap = prefetch is None and bool(retries) and retries[0][0] <= now
+            if not from_heap and idx >= total:
+                if retries and not message.single and _worth_waiting(deps, retries[0][0], deadline):
+                    await asyncio.sleep(max(0.0, retries[0][0] - now))
+                    continue
                 finished = not message.single and not retries
                 return finished
             if expires_at is not None and now >= float(expires_at):
@@ -217,6 +214,9 @@ async def _run_chain(
                 if idx < total:
                     await _requeue(deps, _resume(message, idx), deps.health.paused_until(slot.model) - now)
                 return False
+            # Only now, past every reason to stop, does the target leave the heap: a stop
+            # above hands every waiting position on.
+            target = heapq.heappop(retries)[1] if from_heap else idx
             if prefetch is not None and not from_heap:
                 claim, prefetch = await prefetch, None
             else:
