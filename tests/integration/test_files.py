@@ -1,0 +1,69 @@
+"""File quotas and retention on moto, through the files service."""
+
+from __future__ import annotations
+
+import pytest
+from batchgw import files
+from batchgw.auth import Principal
+from batchgw.errors import BadRequest, NotFound, TooManyRequests
+
+from local.simulator import Simulator
+from tests.integration.conftest import make_deps
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+BOUNDARY = "xYzBoUnDaRy"
+
+
+def multipart(data: bytes, purpose: str = "batch") -> tuple[str, bytes]:
+    body = (
+        (
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n{purpose}\r\n'
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+            "Content-Type: application/jsonl\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{BOUNDARY}--\r\n".encode()
+    )
+    return f"multipart/form-data; boundary={BOUNDARY}", body
+
+
+def upload(deps, data: bytes = b'{"x": 1}\n'):  # type: ignore[no-untyped-def]
+    content_type, body = multipart(data)
+    return files.upload_file(deps, ALICE, content_type, body)
+
+
+def test_uploads_per_hour_are_limited_and_failed_ones_count(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_FILE_UPLOADS_PER_HOUR="2")
+    upload(deps)
+    content_type, body = multipart(b"", purpose="batch")
+    with pytest.raises(BadRequest):  # an empty file fails, and still counts
+        files.upload_file(deps, ALICE, content_type, body)
+    with pytest.raises(TooManyRequests):
+        upload(deps)
+    clock.advance(3600)  # the next hour
+    assert upload(deps)["object"] == "file"
+
+
+def test_stored_bytes_per_user_are_limited(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock(), BATCH_FILES_MAX_TOTAL_MB_PER_USER=str(2048 / 1024 / 1024))
+    first = upload(deps, b"a" * 1500)
+    with pytest.raises(TooManyRequests):
+        upload(deps, b"b" * 1000)
+    files.delete_file(deps, ALICE, first["id"])  # deleting frees the room
+    assert upload(deps, b"b" * 1000)["bytes"] == 1000
+
+
+def test_a_file_reads_as_not_found_after_its_retention(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_FILE_RETENTION_DAYS="1")
+    record = upload(deps)
+    assert record["expires_at"] == record["created_at"] + 86400
+    assert files.get_file(deps, ALICE, record["id"])["id"] == record["id"]
+    clock.advance(86401)
+    with pytest.raises(NotFound):
+        files.get_file(deps, ALICE, record["id"])
+    assert files.list_files(deps, ALICE, {})["data"] == []
