@@ -458,7 +458,9 @@ async def _finish(
     if spec.price is not None and outcome.usage_known:
         cost = spec.price.cost_nano(outcome.input_tokens, outcome.output_tokens)
 
-    if outcome.kind == "retry":
+    # A model's health is judged by requests trying for the first time: a request that
+    # failed before and fails again says more about itself than about the model.
+    if outcome.kind == "retry" and attempts <= 1:
         if deps.health.failure(model, f"{batch_id}/{idx}"):
             until = now + deps.health.pause_seconds
             deps.health.note_pause(model, until)
