@@ -28,18 +28,16 @@ MODEL_CAP = 4
 FINAL = ("completed", "failed", "expired", "cancelled")
 
 
-def start_stack(tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]) -> LocalStack:
+def stack_for(tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]) -> LocalStack:
+    """A local stack on free ports (a context manager: ``with`` starts and stops it)."""
     logs = tmp_path_factory.mktemp(f"{name}-logs")
-    return LocalStack(api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=2, log_dir=logs).start()
+    return LocalStack(api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=2, log_dir=logs)
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    running = start_stack(tmp_path_factory, "stack", STACK_ENV)
-    try:
+    with stack_for(tmp_path_factory, "stack", STACK_ENV) as running:
         yield running
-    finally:
-        running.stop()
 
 
 class Api:

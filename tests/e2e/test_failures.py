@@ -14,7 +14,7 @@ import pytest
 from batchgw.work import ChainMessage
 
 from local.run import LocalStack
-from tests.e2e.conftest import STACK_ENV, Api, chat, start_stack
+from tests.e2e.conftest import STACK_ENV, Api, chat, stack_for
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -177,11 +177,8 @@ def short_window(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStac
         "BATCH_COMPLETION_WINDOW_HOURS": str(WINDOW_SECONDS / 3600),
         "BATCH_RETENTION_DAYS": str(RETENTION_SECONDS / 86400),
     }
-    running = start_stack(tmp_path_factory, "window", env)
-    try:
+    with stack_for(tmp_path_factory, "window", env) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_at_the_window_unstarted_requests_expire_and_running_ones_finish(short_window: LocalStack) -> None:
@@ -239,11 +236,8 @@ FAULT_ENV = {
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    running = start_stack(tmp_path_factory, "fault", FAULT_ENV)
-    try:
+    with stack_for(tmp_path_factory, "fault", FAULT_ENV) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_workers_killed_mid_request_lose_nothing(faulty: LocalStack) -> None:

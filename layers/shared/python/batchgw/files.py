@@ -238,13 +238,8 @@ def file_content(deps: Deps, principal: Principal, file_id: str) -> tuple[bytes 
 # --- presigned uploads: the bytes go straight to S3 -------------------------------------------
 
 
-def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
-    """POST /v1/files/presigned: a file record waiting for its bytes, and a presigned S3 PUT
-    URL for them (valid for an hour). ``POST /v1/files/{id}/complete`` then checks the
-    object's size and records its SHA-256; until then the file cannot be used."""
-    _require_role(deps, principal)
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
+def _declared_file(deps: Deps, body: dict[str, Any]) -> tuple[str, int]:
+    """The filename and size a presigned upload or an Uploads API upload declares."""
     filename, purpose, size = body.get("filename"), body.get("purpose"), body.get("bytes")
     if not isinstance(filename, str) or not filename:
         raise BadRequest("'filename' must be a non-empty string.", param="filename")
@@ -254,6 +249,17 @@ def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any
         raise BadRequest("'bytes' must be a positive integer.", param="bytes")
     if size > deps.settings.max_body_bytes:
         raise PayloadTooLarge(f"The file is larger than {deps.settings.batch_max_body_mb:g} MiB.")
+    return filename, size
+
+
+def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
+    """POST /v1/files/presigned: a file record waiting for its bytes, and a presigned S3 PUT
+    URL for them (valid for an hour). ``POST /v1/files/{id}/complete`` then checks the
+    object's size and records its SHA-256; until then the file cannot be used."""
+    _require_role(deps, principal)
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    filename, size = _declared_file(deps, body)
     _count_upload(deps, principal)
     now = int(deps.clock())
     file_id = f"file-{uuid.uuid4().hex}"
@@ -264,7 +270,7 @@ def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any
         "created_at": now,
         "expires_at": int(now + deps.settings.batch_file_retention_days * 86400),
         "filename": filename,
-        "purpose": purpose,
+        "purpose": "batch",
         "pending": True,
         "created_key": created_key(int(deps.clock() * 1000), file_id),
         "ttl": now + UPLOAD_SECONDS + 86400,
@@ -334,17 +340,10 @@ def create_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]
     _require_role(deps, principal)
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
-    filename, purpose, size, mime = (body.get(k) for k in ("filename", "purpose", "bytes", "mime_type"))
-    if not isinstance(filename, str) or not filename:
-        raise BadRequest("'filename' must be a non-empty string.", param="filename")
-    if purpose != "batch":
-        raise BadRequest("Only purpose 'batch' uploads are accepted.", param="purpose")
+    filename, size = _declared_file(deps, body)
+    mime = body.get("mime_type")
     if not isinstance(mime, str) or not mime:
         raise BadRequest("'mime_type' must be a non-empty string.", param="mime_type")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise BadRequest("'bytes' must be a positive integer.", param="bytes")
-    if size > deps.settings.max_body_bytes:
-        raise PayloadTooLarge(f"An upload may hold at most {deps.settings.batch_max_body_mb:g} MiB.")
     _count_upload(deps, principal)
     now = int(deps.clock())
     upload_id = f"upload_{uuid.uuid4().hex}"
@@ -354,7 +353,7 @@ def create_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]
         "upload_id": upload_id,
         "owner": principal.user_id,
         "filename": filename,
-        "purpose": purpose,
+        "purpose": "batch",
         "bytes": size,
         "mime_type": mime,
         "status": "pending",
