@@ -1,0 +1,50 @@
+"""The worker function's handler on moto, driven by an SQS event like the event source's."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from batchgw import lifecycle, service
+from batchgw.auth import Principal
+
+from functions.worker import handler as worker
+from local.simulator import Simulator
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.support import FakeClock, load_event
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+
+
+class Context:
+    function_name = "batchgw-worker"
+    memory_limit_in_mb = 1024
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:batchgw-worker"
+    aws_request_id = "req-w"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 900_000
+
+
+def test_a_message_for_an_unknown_batch_is_consumed(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    deps = make_deps(sim, FakeClock())
+    monkeypatch.setattr(worker, "get_deps", lambda: deps)
+    assert worker.handler(load_event("sqs_chain_message"), Context()) == {"batchItemFailures": []}  # type: ignore[arg-type]
+
+
+def test_a_chain_message_runs_its_requests(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    deps = make_deps(sim, time.time, BATCH_MODEL_CONCURRENCY="1")  # the handler times its deadline for real
+    monkeypatch.setattr(worker, "get_deps", lambda: deps)
+    batch = service.create_batch(
+        deps, ALICE, body_of([chat_request(f"h-{i}", f"via sqs {i}") for i in range(3)])
+    )
+    lifecycle.prepare(deps, batch["id"])
+    [message] = receive_all(deps)
+    event = load_event("sqs_chain_message")
+    event["Records"][0].update(body=message["Body"], receiptHandle=message["ReceiptHandle"])
+    assert worker.handler(event, Context()) == {"batchItemFailures": []}  # type: ignore[arg-type]
+    assert service.get_batch(deps, ALICE, batch["id"])["request_counts"]["completed"] == 3
+    assert json.loads(message["Body"])["w"] == 1
