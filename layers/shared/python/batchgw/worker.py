@@ -129,15 +129,17 @@ async def run_message(
     the chain runs: if this worker dies, the message (and so the chain) comes back after
     about one lease, not after the queue's long default visibility.
     """
-    meta = await io(deps.jobs.get_meta, message.batch_id)
-    if meta is None or meta["status"] != IN_PROGRESS:
-        return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
-    if deps.settings.max_results_bytes_per_batch is not None:
-        shards = await io(deps.jobs.shards, message.batch_id)
-        deps.stored.raise_to(message.batch_id, sum(int(s.get("stored_bytes", 0)) for s in shards))
+    # First of all, shorten the message's visibility to one lease: from here on, a worker
+    # that dies gives its chain back after about one lease.
     heartbeat = asyncio.create_task(_keep_invisible(deps, receipt)) if receipt else None
     slot = SlotHolder(deps)
     try:
+        meta = await io(deps.jobs.get_meta, message.batch_id)
+        if meta is None or meta["status"] != IN_PROGRESS:
+            return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
+        if deps.settings.max_results_bytes_per_batch is not None:
+            shards = await io(deps.jobs.shards, message.batch_id)
+            deps.stored.raise_to(message.batch_id, sum(int(s.get("stored_bytes", 0)) for s in shards))
         finished = await _run_chain(deps, meta, message, slot, owner=owner, deadline=deadline)
     finally:
         if heartbeat is not None:
