@@ -9,7 +9,7 @@ results or ``StorageError`` here, never beyond.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -64,6 +64,20 @@ def _values(values: dict[str, Any]) -> dict[str, Any]:
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _conditional(failure: str, call: Callable[..., Any], **request: Any) -> bool:
+    """Make one conditional write: True if it applied, False if its condition did not hold.
+
+    Any other error becomes a StorageError saying ``failure``.
+    """
+    try:
+        call(**request)
+    except ClientError as exc:
+        if _code(exc) == "ConditionalCheckFailedException":
+            return False
+        raise StorageError(failure) from exc
+    return True
 
 
 def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -221,15 +235,13 @@ class JobStore:
 
     def delete_meta(self, batch_id: str) -> bool:
         """Remove the batch's record (it then reads as not found everywhere)."""
-        try:
-            self._db.delete_item(
-                TableName=self._table, Key=self._key(batch_id), ConditionExpression="attribute_exists(pk)"
-            )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not delete batch {batch_id}") from exc
-        return True
+        return _conditional(
+            f"could not delete batch {batch_id}",
+            self._db.delete_item,
+            TableName=self._table,
+            Key=self._key(batch_id),
+            ConditionExpression="attribute_exists(pk)",
+        )
 
     def clear_token(self, batch_id: str, token: str) -> None:
         """Forget a task token once used (only if it is still the one stored)."""
@@ -547,13 +559,7 @@ class ItemStore:
         update = self._item_end_update(
             batch_id, idx, owner, epoch, {**fields, "status": ITEM_RETRY}, ITEM_RUNNING
         )
-        try:
-            self._db.update_item(**update)
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not schedule a retry of {batch_id}/{idx}") from exc
-        return True
+        return _conditional(f"could not schedule a retry of {batch_id}/{idx}", self._db.update_item, **update)
 
     def sweep(
         self,
@@ -864,20 +870,16 @@ class SlotStore:
             self._create(model)
 
     def renew(self, model: str, token: str, *, now: float, lease_seconds: float) -> bool:
-        try:
-            self._db.update_item(
-                TableName=self._table,
-                Key=self._key(model),
-                UpdateExpression="SET s.#t = :until",
-                ConditionExpression="attribute_exists(s.#t)",
-                ExpressionAttributeNames={"#t": token},
-                ExpressionAttributeValues=_values({":until": Decimal(str(round(now + lease_seconds, 3)))}),
-            )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not renew a slot of {model}") from exc
-        return True
+        return _conditional(
+            f"could not renew a slot of {model}",
+            self._db.update_item,
+            TableName=self._table,
+            Key=self._key(model),
+            UpdateExpression="SET s.#t = :until",
+            ConditionExpression="attribute_exists(s.#t)",
+            ExpressionAttributeNames={"#t": token},
+            ExpressionAttributeValues=_values({":until": Decimal(str(round(now + lease_seconds, 3)))}),
+        )
 
     def release(self, model: str, token: str) -> None:
         self._db.update_item(
@@ -930,15 +932,13 @@ class FileStore:
 
     def put_new(self, record: dict[str, Any]) -> bool:
         """Store a file record; False if one with that id exists (or was deleted) already."""
-        try:
-            self._db.put_item(
-                TableName=self._table, Item=to_ddb(record), ConditionExpression="attribute_not_exists(pk)"
-            )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not store file {record['pk']}") from exc
-        return True
+        return _conditional(
+            f"could not store file {record['pk']}",
+            self._db.put_item,
+            TableName=self._table,
+            Item=to_ddb(record),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
 
     def get(self, file_id: str) -> dict[str, Any] | None:
         resp = self._db.get_item(TableName=self._table, Key={"pk": {"S": file_id}}, ConsistentRead=True)
@@ -994,16 +994,14 @@ class ControlStore:
         self._table = table
 
     def put(self, record: dict[str, Any], *, new: bool = False) -> bool:
-        try:
-            kwargs: dict[str, Any] = {"TableName": self._table, "Item": to_ddb(record)}
-            if new:
-                kwargs["ConditionExpression"] = "attribute_not_exists(pk)"
-            self._db.put_item(**kwargs)
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not store {record['pk']}") from exc
-        return True
+        condition = {"ConditionExpression": "attribute_not_exists(pk)"} if new else {}
+        return _conditional(
+            f"could not store {record['pk']}",
+            self._db.put_item,
+            TableName=self._table,
+            Item=to_ddb(record),
+            **condition,
+        )
 
     def get(self, pk: str, sk: str) -> dict[str, Any] | None:
         resp = self._db.get_item(
@@ -1033,34 +1031,26 @@ class ControlStore:
         values = {f":f{i}": v for i, v in enumerate(fields.values())} | {
             f":e{i}": v for i, v in enumerate(expect.values())
         }
-        try:
-            self._db.update_item(
-                TableName=self._table,
-                Key={"pk": {"S": pk}, "sk": {"S": sk}},
-                UpdateExpression="SET " + ", ".join(f"#f{i} = :f{i}" for i in range(len(fields))),
-                ConditionExpression=" AND ".join(f"#e{i} = :e{i}" for i in range(len(expect))),
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=_values(values),
-            )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not update {pk}") from exc
-        return True
+        return _conditional(
+            f"could not update {pk}",
+            self._db.update_item,
+            TableName=self._table,
+            Key={"pk": {"S": pk}, "sk": {"S": sk}},
+            UpdateExpression="SET " + ", ".join(f"#f{i} = :f{i}" for i in range(len(fields))),
+            ConditionExpression=" AND ".join(f"#e{i} = :e{i}" for i in range(len(expect))),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=_values(values),
+        )
 
     def count_within(self, pk: str, sk: str, *, limit: int, ttl: int) -> bool:
         """Add one to a counter unless it already reached ``limit`` (then False)."""
-        try:
-            self._db.update_item(
-                TableName=self._table,
-                Key={"pk": {"S": pk}, "sk": {"S": sk}},
-                UpdateExpression="ADD n :one SET #ttl = :ttl",
-                ConditionExpression="attribute_not_exists(n) OR n < :limit",
-                ExpressionAttributeNames={"#ttl": "ttl"},
-                ExpressionAttributeValues=_values({":one": 1, ":limit": limit, ":ttl": ttl}),
-            )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"could not count {pk}") from exc
-        return True
+        return _conditional(
+            f"could not count {pk}",
+            self._db.update_item,
+            TableName=self._table,
+            Key={"pk": {"S": pk}, "sk": {"S": sk}},
+            UpdateExpression="ADD n :one SET #ttl = :ttl",
+            ConditionExpression="attribute_not_exists(n) OR n < :limit",
+            ExpressionAttributeNames={"#ttl": "ttl"},
+            ExpressionAttributeValues=_values({":one": 1, ":limit": limit, ":ttl": ttl}),
+        )
