@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -22,10 +21,12 @@ processor = AsyncBatchProcessor(event_type=EventType.SQS)
 
 
 async def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
-    deadline = time.time() + lambda_context.get_remaining_time_in_millis() / 1000
+    deps = get_deps()
+    # The deadline on the same clock the worker reads, so a test's clock governs it too.
+    deadline = deps.clock() + lambda_context.get_remaining_time_in_millis() / 1000
     owner = f"{lambda_context.aws_request_id}:{uuid.uuid4().hex[:8]}"
     await run_message(
-        get_deps(),
+        deps,
         ChainMessage.decode(record.body),
         owner=owner,
         deadline=deadline,

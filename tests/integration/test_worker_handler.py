@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from batchgw import lifecycle, service
@@ -36,7 +35,7 @@ def test_a_message_for_an_unknown_batch_is_consumed(sim: Simulator, monkeypatch:
 
 
 def test_a_chain_message_runs_its_requests(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    deps = make_deps(sim, time.time, BATCH_MODEL_CONCURRENCY="1")  # the handler times its deadline for real
+    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY="1")
     monkeypatch.setattr(worker, "get_deps", lambda: deps)
     batch = service.create_batch(
         deps, ALICE, body_of([chat_request(f"h-{i}", f"via sqs {i}") for i in range(3)])
