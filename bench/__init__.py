@@ -7,7 +7,7 @@ are four runs. The figures are printed and written to ``bench/last.json`` (git-i
 
 One local stack (``local.run.LocalStack``, free ports, 2 worker processes) runs with
 ``BATCH_MODEL_CONCURRENCY=16`` and the simulator's base latency at 500 ms; every
-process that uses ``batchgw.aws.get_clients()`` counts its AWS calls into a temporary
+process that uses ``batchgw.storage.aws.get_clients()`` counts its AWS calls into a temporary
 ``BATCHGW_AWS_CALLS_DIR``. A 32-request warm-up batch runs first (its workers' first
 invocations are cold starts, which the measured runs then do not pay). Then:
 
@@ -39,7 +39,7 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    request carries ``[[sim status=503 fail=2]]``, so it fails twice with 503 and then
    succeeds; the gateway retries with its real backoff (``BATCH_RETRY_BASE_SECONDS``,
    default 5 s, doubling, half jittered). The direct client runs the same requests and
-   retries 503s with the same rule (``batchgw.outcomes.backoff_seconds``, same settings),
+   retries 503s with the same rule (``batchgw.domain.decisions.backoff_seconds``, same settings),
    sleeping outside its semaphore as the gateway frees the slot while a request waits.
    The simulator must have seen exactly N + 2 x N/10 requests for the gateway's run.
 4. **Cold start**: ``python -c "import functions.api.handler"`` in a fresh interpreter with

@@ -3,7 +3,7 @@
 At most ``concurrency`` requests are in flight (a semaphore held only around the HTTP
 call); the client opens at most that many connections. With ``retry`` it retries what the
 gateway retries (408, 425, 429, 5xx but 504) after the gateway's own backoff
-(``batchgw.outcomes.backoff_seconds`` with the same settings, or a longer
+(``batchgw.domain.decisions.backoff_seconds`` with the same settings, or a longer
 ``Retry-After``), sleeping outside the semaphore, as the gateway frees the model slot
 while a request waits for its retry.
 """
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
-from batchgw.outcomes import backoff_seconds
-from batchgw.settings import Settings
+from batchgw.config.settings import Settings
+from batchgw.domain.decisions import backoff_seconds
 
 from bench.workload import ENDPOINT, Workload
 

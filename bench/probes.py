@@ -13,8 +13,8 @@ from pathlib import Path
 
 import boto3
 import httpx
-from batchgw import resources
-from batchgw.aws import read_recorded_calls
+from batchgw.config import resources
+from batchgw.storage.aws import read_recorded_calls
 
 # --- the simulator's slots ------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class MotoProbe:
             aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         )
-        self._table = env[resources.JOBS.env_var]
+        self._table = env[resources.BATCHES.env_var]
         self._interval = interval
         self._stop = threading.Event()
         self._samples: list[tuple[float, float]] = []
@@ -251,7 +251,8 @@ def cpu_seconds(pids: list[int]) -> dict[int, float]:
 
 @dataclass
 class CallSnapshot:
-    """AWS calls recorded so far (``batchgw.aws``, ``BATCHGW_AWS_CALLS_DIR``), in total and per pid."""
+    """AWS calls recorded so far (``batchgw.storage.aws``, ``BATCHGW_AWS_CALLS_DIR``), in total
+    and per pid."""
 
     total: Counter[str]
     by_pid: dict[int, Counter[str]] = field(default_factory=dict)

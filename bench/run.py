@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from batchgw.aws import CALLS_DIR_ENV
-from batchgw.catalog import load_catalog
-from batchgw.settings import Settings
+from batchgw.config.catalog import load_catalog
+from batchgw.config.settings import Settings
+from batchgw.storage.aws import CALLS_DIR_ENV
 
 from bench import validation
 from bench.direct import DirectRun, run_direct
@@ -236,8 +236,8 @@ def _calls_note(calls: Counter[str]) -> str:
         "   and DeleteMessageBatch (their boto3 client is their own)"
     )
     return (
-        "  (a botocore before-call hook in every process that uses batchgw.aws.get_clients(): the api\n"
-        "   handler (create, status polls, result pages), the lifecycle function (run in the moto\n"
+        "  (a botocore before-call hook in every process that uses batchgw.storage.aws.get_clients():\n"
+        "   the api handler (create, status polls, result pages), the lifecycle function (run in the moto\n"
         f"   process), the workers; {pollers};\n"
         "   never moto's Step Functions interpreter's internal calls. The headline figure subtracts\n"
         "   the benchmark's own status polls.)"

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from batchgw.catalog import load_catalog
-from batchgw.settings import Settings
+from batchgw.config.catalog import load_catalog
+from batchgw.config.settings import Settings
 from batchgw.validation.file import split_lines, validate_file
 
 from tests.support import REPO_ROOT

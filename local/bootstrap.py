@@ -1,4 +1,4 @@
-"""Create the gateway's resources in a running moto, from ``batchgw.resources``.
+"""Create the gateway's resources in a running moto, from ``batchgw.config.resources``.
 
 ``bootstrap(env)`` makes every table, queue (with its dead-letter queue) and bucket the
 specs define, seeds the local API keys, creates the Lambda functions the workflow names
@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import boto3
-from batchgw import auth, resources
-from batchgw.resources import QueueSpec, TableSpec
-from batchgw.settings import Settings
+from batchgw.config import resources
+from batchgw.config.resources import QueueSpec, TableSpec
+from batchgw.config.settings import Settings
+from batchgw.storage.control import key_item
 from botocore.config import Config
 
 from local.env import (
@@ -33,6 +34,7 @@ from local.env import (
     queue_name,
     setup_logging,
 )
+from local.keys import LOCAL_KEYS
 
 log = logging.getLogger("local.bootstrap")
 
@@ -140,11 +142,11 @@ def create_bucket(s3: Any, spec: resources.BucketSpec, name: str) -> None:
 
 
 def seed_keys(env: Mapping[str, str]) -> None:
-    """Store the local keys (``batchgw.auth.LOCAL_KEYS``) in the control table."""
+    """Store the local keys (``local.keys.LOCAL_KEYS``) in the control table."""
     dynamodb = _session(env).resource("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL"])  # type: ignore[call-overload]
     table = dynamodb.Table(env[resources.CONTROL.env_var])
-    for api_key, (user_id, role) in auth.LOCAL_KEYS.items():
-        table.put_item(Item=auth.key_record(api_key, user_id, role, name="local"))
+    for api_key, (user_id, role) in LOCAL_KEYS.items():
+        table.put_item(Item=key_item(api_key, user_id, role, name="local"))
 
 
 def _dummy_zip() -> bytes:

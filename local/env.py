@@ -2,7 +2,7 @@
 
 Every process of the local stack (moto, the api adapter, the pollers, the simulator)
 gets the same environment, built here by ``stack_env``. Resource *definitions* come
-from ``batchgw.resources``; this module only decides the local *names* of those
+from ``batchgw.config.resources``; this module only decides the local *names* of those
 resources (``batchgw-<logical id>``) and the values moto gives them.
 
 Also here: what every local process needs to call a real handler the way Lambda does
@@ -31,8 +31,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from batchgw import resources
-from batchgw.resources import QueueSpec
+from batchgw.config import resources
+from batchgw.config.resources import QueueSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"

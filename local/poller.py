@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchgw import aws
-from batchgw.resources import WORK_QUEUE
+from batchgw.config.resources import WORK_QUEUE
+from batchgw.storage import aws
 from botocore.config import Config
 
 from local.env import (

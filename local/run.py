@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from batchgw import auth, resources
+from batchgw.config import resources
 
 from local.bootstrap import bootstrap
 from local.env import (
@@ -56,6 +56,7 @@ from local.env import (
     stack_env,
     watch_parent,
 )
+from local.keys import LOCAL_KEYS
 
 log = logging.getLogger("local.run")
 
@@ -394,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as exc:
         log.error("the stack did not start: %s", exc)
         return 1
-    keys = "\n".join(f"  {key:<16} {user} ({role})" for key, (user, role) in auth.LOCAL_KEYS.items())
+    keys = "\n".join(f"  {key:<16} {user} ({role})" for key, (user, role) in LOCAL_KEYS.items())
     print(
         f"\nbatchgw is running.\n  API        {stack.api_url}\n  simulator  {stack.sim_url}\n"
         f"  moto       {stack.moto_url}\nAPI keys:\n{keys}\nCtrl-C stops it.\n",

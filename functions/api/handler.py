@@ -1,4 +1,4 @@
-"""API function: the HTTP API's routes, each a thin call into batchgw.service."""
+"""API function: the HTTP API's routes, each a thin call into ``batchgw.api``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw import codec, files, service
-from batchgw.auth import Principal
+from batchgw.api import auth, batches, files, results, uploads
+from batchgw.api.params import Download
 from batchgw.deps import get_deps
-from batchgw.errors import ApiError, BadRequest, NotFound
+from batchgw.domain import codec
+from batchgw.domain.errors import ApiError, BadRequest, NotFound
+from batchgw.domain.principal import Principal
 from batchgw.observability import logger
 from batchgw.validation.jsonbody import parse_json
 
@@ -23,8 +25,8 @@ def _json(status: int, body: Any) -> Response:
 
 def _principal() -> Principal:
     deps = get_deps()
-    service.ensure_enabled(deps)
-    return service.authenticate(deps, app.current_event.headers.get("authorization"))
+    auth.ensure_enabled(deps)
+    return auth.authenticate(deps, app.current_event.headers.get("authorization"))
 
 
 def _raw_body() -> bytes:
@@ -37,6 +39,22 @@ def _params() -> dict[str, list[str]]:
     """Query parameters; HTTP API joins repeated ones with commas, so split them back."""
     raw = app.current_event.query_string_parameters or {}
     return {name: value.split(",") if name == "status" else [value] for name, value in raw.items()}
+
+
+def _download(download: Download, *, text: bool) -> Response:
+    """A file answer: 302 to its presigned URL, or its bytes (as text or binary)."""
+    headers = {}
+    if download.sha256 is not None:
+        headers = {"ETag": f'"{download.sha256}"', "x-content-sha256": download.sha256}
+    if download.location is not None:
+        return Response(status_code=302, headers={**headers, "Location": download.location}, body="")
+    body = download.body or b""
+    return Response(
+        status_code=200,
+        content_type=download.content_type,
+        body=body.decode() if text else body,
+        headers=headers,
+    )
 
 
 @app.exception_handler(ApiError)
@@ -59,7 +77,7 @@ def create_batch() -> Response:
         raise BadRequest("anthropic-beta is not supported: batches support no beta.", param="anthropic-beta")
     return _json(
         200,
-        service.create_batch(
+        batches.create_batch(
             get_deps(), principal, _raw_body(), anthropic_version=headers.get("anthropic-version")
         ),
     )
@@ -67,35 +85,32 @@ def create_batch() -> Response:
 
 @app.get("/v1/batches")
 def list_batches() -> Response:
-    return _json(200, service.list_batches(get_deps(), _principal(), _params()))
+    return _json(200, batches.list_batches(get_deps(), _principal(), _params()))
 
 
 @app.get("/v1/batches/<batch_id>")
 def get_batch(batch_id: str) -> Response:
-    return _json(200, service.get_batch(get_deps(), _principal(), batch_id))
+    return _json(200, batches.get_batch(get_deps(), _principal(), batch_id))
 
 
 @app.post("/v1/batches/<batch_id>/cancel")
 def cancel_batch(batch_id: str) -> Response:
-    return _json(200, service.cancel_batch(get_deps(), _principal(), batch_id))
+    return _json(200, batches.cancel_batch(get_deps(), _principal(), batch_id))
 
 
 @app.delete("/v1/batches/<batch_id>")
 def delete_batch(batch_id: str) -> Response:
-    return _json(200, service.delete_batch(get_deps(), _principal(), batch_id))
+    return _json(200, batches.delete_batch(get_deps(), _principal(), batch_id))
 
 
 @app.get("/v1/batches/<batch_id>/results")
 def batch_results(batch_id: str) -> Response:
-    return _json(200, service.results_page(get_deps(), _principal(), batch_id, _params()))
+    return _json(200, results.results_page(get_deps(), _principal(), batch_id, _params()))
 
 
 @app.get("/v1/batches/<batch_id>/output.jsonl")
 def batch_output(batch_id: str) -> Response:
-    download = service.output_jsonl(get_deps(), _principal(), batch_id)
-    if download.location is not None:
-        return Response(status_code=302, headers={"Location": download.location}, body="")
-    return Response(status_code=200, content_type=download.content_type, body=(download.body or b"").decode())
+    return _download(results.output_jsonl(get_deps(), _principal(), batch_id), text=True)
 
 
 # --- files and uploads --------------------------------------------------------------------
@@ -137,33 +152,27 @@ def delete_file(file_id: str) -> Response:
 
 @app.get("/v1/files/<file_id>/content")
 def file_content(file_id: str) -> Response:
-    data, location, digest = files.file_content(get_deps(), _principal(), file_id)
-    headers = {"ETag": f'"{digest}"', "x-content-sha256": digest}
-    if location is not None:
-        return Response(status_code=302, headers={**headers, "Location": location}, body="")
-    return Response(
-        status_code=200, content_type="application/octet-stream", body=data or b"", headers=headers
-    )
+    return _download(files.file_content(get_deps(), _principal(), file_id), text=False)
 
 
 @app.post("/v1/uploads")
 def create_upload() -> Response:
-    return _json(200, files.create_upload(get_deps(), _principal(), parse_json(_raw_body())))
+    return _json(200, uploads.create_upload(get_deps(), _principal(), parse_json(_raw_body())))
 
 
 @app.post("/v1/uploads/<upload_id>/parts")
 def add_upload_part(upload_id: str) -> Response:
-    return _json(200, files.add_part(get_deps(), _principal(), upload_id, _content_type(), _raw_body()))
+    return _json(200, uploads.add_part(get_deps(), _principal(), upload_id, _content_type(), _raw_body()))
 
 
 @app.post("/v1/uploads/<upload_id>/complete")
 def complete_upload(upload_id: str) -> Response:
-    return _json(200, files.complete_upload(get_deps(), _principal(), upload_id, parse_json(_raw_body())))
+    return _json(200, uploads.complete_upload(get_deps(), _principal(), upload_id, parse_json(_raw_body())))
 
 
 @app.post("/v1/uploads/<upload_id>/cancel")
 def cancel_upload(upload_id: str) -> Response:
-    return _json(200, files.cancel_upload(get_deps(), _principal(), upload_id))
+    return _json(200, uploads.cancel_upload(get_deps(), _principal(), upload_id))
 
 
 # --- the retired Message Batches API ------------------------------------------------------

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw import lifecycle
 from batchgw.deps import get_deps
 from batchgw.observability import logger
+from batchgw.run import lifecycle
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -1,4 +1,4 @@
-"""Worker function: SQS chain messages → batchgw.worker, reporting partial failures."""
+"""Worker function: SQS work messages → ``batchgw.run.chain``, reporting partial failures."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import get_deps
+from batchgw.domain.chains import decode
 from batchgw.observability import logger
-from batchgw.work import ChainMessage
-from batchgw.worker import run_message
+from batchgw.run.chain import run_message
 
 processor = AsyncBatchProcessor(event_type=EventType.SQS)
 
@@ -27,7 +27,7 @@ async def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> No
     owner = f"{lambda_context.aws_request_id}:{uuid.uuid4().hex[:8]}"
     await run_message(
         deps,
-        ChainMessage.decode(record.body),
+        decode(record.body),
         owner=owner,
         deadline=deadline,
         receipt=record.receipt_handle,

@@ -10,8 +10,8 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
-from batchgw.catalog import Catalog
-from batchgw.settings import Settings
+from batchgw.config.catalog import Catalog
+from batchgw.config.settings import Settings
 from constructs import Construct
 
 from infra.constructs import REPO_ROOT

@@ -17,7 +17,7 @@ from typing import Any
 import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling, Names, Stage
 from aws_cdk import aws_lambda as lambda_
-from batchgw.catalog import Catalog, load_catalog
+from batchgw.config.catalog import Catalog, load_catalog
 from constructs import Construct
 
 from infra.constructs import REPO_ROOT

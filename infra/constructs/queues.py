@@ -1,10 +1,10 @@
-"""SQS queues, each with its dead-letter queue, built from ``batchgw.resources.QUEUES``."""
+"""SQS queues, each with its dead-letter queue, built from ``batchgw.config.resources.QUEUES``."""
 
 from __future__ import annotations
 
 from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
-from batchgw import resources
+from batchgw.config import resources
 from constructs import Construct
 
 # The longest SQS retention: a message that keeps failing stays inspectable for two weeks.

@@ -1,11 +1,11 @@
-"""DynamoDB tables and the data bucket, built from the specs in ``batchgw.resources``."""
+"""DynamoDB tables and the data bucket, built from the specs in ``batchgw.config.resources``."""
 
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
-from batchgw import resources
+from batchgw.config import resources
 from constructs import Construct
 
 _ATTRIBUTE_TYPES = {

@@ -10,7 +10,7 @@ from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
-from batchgw import resources
+from batchgw.config import resources
 from constructs import Construct
 
 from infra.constructs import REPO_ROOT

@@ -11,7 +11,7 @@ from decimal import Decimal
 import boto3
 import httpx
 import pytest
-from batchgw.work import ChainMessage
+from batchgw.domain.chains import ChainMessage
 
 from local.run import LocalStack
 from tests.e2e.conftest import STACK_ENV, Api, chat, stack_for

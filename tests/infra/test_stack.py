@@ -18,8 +18,8 @@ import pytest
 from aws_cdk import App, CfnElement
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
-from batchgw import resources
-from batchgw.settings import Settings
+from batchgw.config import resources
+from batchgw.config.settings import Settings
 from constructs import IConstruct
 
 from infra.app import SKIP_BUNDLING, bundling_enabled, cdk_json_context
@@ -247,7 +247,7 @@ def test_functions_share_the_code_dependencies_and_models_layers(
 
 def test_shared_layer_ships_the_batchgw_package_in_the_layer_layout(synth: Synth) -> None:
     shared = synth.code_asset(synth.stack.layers.shared, key="Content")
-    assert (shared / "python" / "batchgw" / "resources.py").is_file()
+    assert (shared / "python" / "batchgw" / "config" / "resources.py").is_file()
     assert not list(shared.rglob("__pycache__"))
 
 

@@ -8,14 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from batchgw import aws, resources
-from batchgw.catalog import load_catalog
+from batchgw.config import resources
+from batchgw.config.catalog import load_catalog
+from batchgw.config.settings import Settings
 from batchgw.deps import Deps, build_deps
-from batchgw.settings import Settings
+from batchgw.storage import aws
+from batchgw.storage.workflow import Next, step
 from moto import mock_aws
 
 from local import moto_patches
 from local.bootstrap import create_bucket, create_queue, create_table
+from local.keys import LOCAL_KEYS
 from local.simulator import Simulator
 from tests.support import REPO_ROOT, FakeClock
 
@@ -40,8 +43,8 @@ class FakeWorkflow:
     def start_purge(self, batch_id: str) -> None:
         self.purges.append(batch_id)
 
-    def wake(self, token: str, output: dict[str, Any]) -> bool:
-        self.woken.append((token, output))
+    def wake(self, token: str, next_state: Next) -> bool:
+        self.woken.append((token, step(next_state)))
         return True
 
 
@@ -83,13 +86,8 @@ def make_deps(sim: Simulator, clock: FakeClock, **overrides: Any) -> Deps:
     catalog = load_catalog(REPO_ROOT / "config" / "models.local.json", {"BATCHGW_SIM_PORT": str(sim.port)})
     deps = build_deps(settings, catalog, clock=clock)
     deps.workflow = FakeWorkflow()  # type: ignore[assignment]
-    from batchgw.auth import LOCAL_KEYS, key_record
-
     for key, (user, role) in LOCAL_KEYS.items():
-        clients.dynamodb.put_item(
-            TableName=settings.control_table,
-            Item={k: {"S": v} for k, v in key_record(key, user, role).items()},
-        )
+        deps.keys.put(key, user, role)
     return deps
 
 

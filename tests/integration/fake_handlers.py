@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import boto3
-from batchgw.resources import DATA_BUCKET
+from batchgw.config.resources import DATA_BUCKET
 
 
 def _s3() -> Any:

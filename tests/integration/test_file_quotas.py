@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from batchgw import files
-from batchgw.auth import Principal
-from batchgw.errors import BadRequest, NotFound, TooManyRequests
+from batchgw.api import files
+from batchgw.domain.errors import BadRequest, NotFound, TooManyRequests
+from batchgw.domain.principal import Principal
 
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps

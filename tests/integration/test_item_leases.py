@@ -1,4 +1,4 @@
-"""The item state machine on moto: leases, fencing, and duplicate deliveries."""
+"""The request state machine on moto: leases, fencing, and duplicate deliveries."""
 
 from __future__ import annotations
 
@@ -9,13 +9,18 @@ import time
 from decimal import Decimal
 
 import pytest
-from batchgw import aws, lifecycle, service
-from batchgw.auth import Principal
+from batchgw.api import batches
+from batchgw.api import results as results_api
 from batchgw.deps import Deps
-from batchgw.errors import Conflict, NotFound
-from batchgw.records import ITEM_SUCCEEDED
-from batchgw.work import ChainMessage
-from batchgw.worker import run_message
+from batchgw.domain.batch import Tally
+from batchgw.domain.chains import RequestMessage, WorkMessage, decode
+from batchgw.domain.errors import Conflict, NotFound
+from batchgw.domain.principal import Principal
+from batchgw.domain.request import RequestEnd
+from batchgw.domain.states import RequestStatus
+from batchgw.run import lifecycle
+from batchgw.run.chain import run_message
+from batchgw.storage import aws
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
@@ -27,14 +32,14 @@ ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
 
 
 def _prepared_batch(deps: Deps, n: int) -> str:
-    batch = service.create_batch(
+    batch = batches.create_batch(
         deps, ALICE, body_of([chat_request(f"r-{i}", f"hello {i}") for i in range(n)])
     )
     lifecycle.prepare(deps, batch["id"])
     return str(batch["id"])
 
 
-def _run(deps: Deps, message: ChainMessage, owner: str) -> None:
+def _run(deps: Deps, message: WorkMessage, owner: str) -> None:
     asyncio.run(run_message(deps, message, owner=owner, deadline=deps.clock() + 900))
 
 
@@ -46,7 +51,7 @@ def test_two_workers_racing_for_one_item_only_one_claims_it(sim: Simulator) -> N
 
     def claim(owner: str) -> None:
         barrier.wait()
-        results.append(deps.items.claim(batch_id, 0, owner, deps.clock(), 60).kind)
+        results.append(deps.requests.claim(batch_id, 0, owner, deps.clock(), 60).kind)
 
     threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
     for thread in threads:
@@ -60,35 +65,29 @@ def test_a_stale_workers_write_is_refused_by_the_fencing_epoch(sim: Simulator) -
     clock = FakeClock()
     deps = make_deps(sim, clock)
     batch_id = _prepared_batch(deps, 1)
-    first = deps.items.claim(batch_id, 0, "old", clock(), 60)
+    first = deps.requests.claim(batch_id, 0, "old", clock(), 60)
     assert first.kind == "claimed"
     clock.advance(61)  # the old worker's lease runs out; a new worker takes the item over
-    second = deps.items.claim(batch_id, 0, "new", clock(), 60)
+    second = deps.requests.claim(batch_id, 0, "new", clock(), 60)
     assert second.kind == "claimed" and second.took_over
-    assert second.item is not None and first.item is not None
-    assert int(second.item["epoch"]) == int(first.item["epoch"]) + 1
+    assert second.request is not None and first.request is not None
+    assert second.request.epoch == first.request.epoch + 1
 
-    stale = deps.items.record_end(
-        batch_id,
-        0,
-        owner="old",
-        epoch=int(first.item["epoch"]),
+    stale = deps.requests.record_end(
+        first.request,
         shard=0,
-        fields={"status": ITEM_SUCCEEDED},
-        counters={"completed": 1},
+        end=RequestEnd(RequestStatus.SUCCEEDED, ended_at=clock()),
+        tally=Tally(completed=1),
     )
-    assert stale.kind == "lease_lost"
-    fresh = deps.items.record_end(
-        batch_id,
-        0,
-        owner="new",
-        epoch=int(second.item["epoch"]),
+    assert stale == "lease_lost"
+    fresh = deps.requests.record_end(
+        second.request,
         shard=0,
-        fields={"status": ITEM_SUCCEEDED},
-        counters={"completed": 1, "cost_unknown": 1},
+        end=RequestEnd(RequestStatus.SUCCEEDED, ended_at=clock()),
+        tally=Tally(completed=1, cost_unknown=1),
     )
-    assert fresh.kind == "shard_finished"
-    job = deps.jobs.get(batch_id)
+    assert fresh == "shard_finished"
+    job = deps.batches.get(batch_id)
     assert job is not None
     assert job.counts.completed == 1 and job.counts.left == 0
     assert job.counts.cost_unknown_attempts == 1
@@ -98,30 +97,27 @@ def test_the_same_worker_with_an_old_epoch_cannot_write(sim: Simulator) -> None:
     clock = FakeClock()
     deps = make_deps(sim, clock)
     batch_id = _prepared_batch(deps, 1)
-    first = deps.items.claim(batch_id, 0, "w", clock(), 60)
+    first = deps.requests.claim(batch_id, 0, "w", clock(), 60)
     clock.advance(61)
-    again = deps.items.claim(batch_id, 0, "w", clock(), 60)
-    assert first.item is not None and again.item is not None
-    stale = deps.items.record_end(
-        batch_id,
-        0,
-        owner="w",
-        epoch=int(first.item["epoch"]),
+    again = deps.requests.claim(batch_id, 0, "w", clock(), 60)
+    assert first.request is not None and again.request is not None
+    stale = deps.requests.record_end(
+        first.request,
         shard=0,
-        fields={"status": ITEM_SUCCEEDED},
-        counters={"completed": 1},
+        end=RequestEnd(RequestStatus.SUCCEEDED, ended_at=clock()),
+        tally=Tally(completed=1),
     )
-    assert stale.kind == "lease_lost"
+    assert stale == "lease_lost"
 
 
 def test_a_duplicated_chain_message_gives_one_result_per_request(sim: Simulator) -> None:
     deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=4)
     batch_id = _prepared_batch(deps, 10)
-    messages = [ChainMessage.decode(m["Body"]) for m in receive_all(deps)]
+    messages = [decode(m["Body"]) for m in receive_all(deps)]
     assert len(messages) == 4  # chains, not requests
 
     # Every message delivered twice: once concurrently with its twin, once again after.
-    async def both(message: ChainMessage) -> None:
+    async def both(message: WorkMessage) -> None:
         await asyncio.gather(
             run_message(deps, message, owner="a", deadline=deps.clock() + 900),
             run_message(deps, message, owner="b", deadline=deps.clock() + 900),
@@ -135,10 +131,10 @@ def test_a_duplicated_chain_message_gives_one_result_per_request(sim: Simulator)
     for message in messages:
         _run(deps, message, "d")
 
-    job = deps.jobs.get(batch_id)
+    job = deps.batches.get(batch_id)
     assert job is not None
     assert (job.counts.completed, job.counts.failed, job.counts.left) == (10, 0, 0)
-    page = service.results_page(deps, ALICE, batch_id, {})
+    page = results_api.results_page(deps, ALICE, batch_id, {})
     assert [r["status"] for r in page["data"]] == ["completed"] * 10
     stats = sim.stats()["models"]["sim-chat"]
     assert stats["requests"] == 10  # no request ran twice
@@ -148,7 +144,7 @@ def test_a_batch_runs_to_completed_with_results_in_submission_order(sim: Simulat
     deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=3)
     batch_id = _prepared_batch(deps, 7)
     for message in receive_all(deps):
-        _run(deps, ChainMessage.decode(message["Body"]), "w")
+        _run(deps, decode(message["Body"]), "w")
     woken = deps.workflow.woken  # type: ignore[attr-defined]
     assert woken == []  # nothing parked yet: the park step finds the batch done itself
     lifecycle.park(deps, batch_id, "token-1")
@@ -157,14 +153,14 @@ def test_a_batch_runs_to_completed_with_results_in_submission_order(sim: Simulat
     assert ended["status"] == "completed"
     assert lifecycle.finalize(deps, batch_id) == ended  # idempotent
 
-    batch = service.get_batch(deps, ALICE, batch_id)
+    batch = batches.get_batch(deps, ALICE, batch_id)
     assert batch["status"] == "completed"
     assert batch["request_counts"] == {"total": 7, "completed": 7, "failed": 0}
     assert batch["usage"]["input_tokens"] > 0 and batch["cost_usd"] > 0
-    page = service.results_page(deps, ALICE, batch_id, {"limit": ["5"]})
+    page = results_api.results_page(deps, ALICE, batch_id, {"limit": ["5"]})
     assert [r["custom_id"] for r in page["data"]] == [f"r-{i}" for i in range(5)]
     assert page["has_more"] is True
-    rest = service.results_page(deps, ALICE, batch_id, {"after": [page["last_id"]]})
+    rest = results_api.results_page(deps, ALICE, batch_id, {"after": [page["last_id"]]})
     assert [r["custom_id"] for r in rest["data"]] == ["r-5", "r-6"]
     body = rest["data"][1]["response"]["body"]
     assert "hello 6" in body["choices"][0]["message"]["content"]
@@ -178,22 +174,22 @@ def test_the_last_item_wakes_a_parked_workflow(sim: Simulator) -> None:
     woken = deps.workflow.woken  # type: ignore[attr-defined]
     assert woken == []
     for message in receive_all(deps):
-        _run(deps, ChainMessage.decode(message["Body"]), "w")
+        _run(deps, decode(message["Body"]), "w")
     assert woken == [("token-2", {"next": "finalize", "wait_seconds": 0})]
 
 
 def test_once_a_batch_fills_its_result_storage_the_rest_fail_without_running(sim: Simulator) -> None:
     deps = make_deps(sim, FakeClock(), BATCH_MAX_RESULTS_MB_PER_BATCH="0.004")  # 4,194 bytes
     requests = [chat_request(f"s-{i}", secrets.token_hex(1500)) for i in range(5)]  # ~1.6 KB stored each
-    batch = service.create_batch(deps, ALICE, body_of(requests))
+    batch = batches.create_batch(deps, ALICE, body_of(requests))
     lifecycle.prepare(deps, batch["id"])
     for message in receive_all(deps):  # five chains of one request each, run in order
-        _run(deps, ChainMessage.decode(message["Body"]), "w")
-    results = service.results_page(deps, ALICE, batch["id"], {})["data"]
+        _run(deps, decode(message["Body"]), "w")
+    results = results_api.results_page(deps, ALICE, batch["id"], {})["data"]
     assert [r["status"] for r in results] == ["completed", "completed", "failed", "failed", "failed"]
     assert {r["error"]["code"] for r in results[2:]} == {"result_too_large"}
     assert sim.stats()["models"]["sim-chat"]["requests"] == 3  # the last two never ran
-    job = deps.jobs.get(batch["id"])
+    job = deps.batches.get(batch["id"])
     assert job is not None and (job.counts.completed, job.counts.failed) == (2, 3)
 
 
@@ -206,11 +202,11 @@ def test_failures_in_a_row_pause_the_model_for_every_process(sim: Simulator) -> 
         BATCH_MODEL_PAUSE_AFTER_FAILURES="3",
         BATCH_MODEL_PAUSE_SECONDS="60",
     )
-    batch = service.create_batch(
+    batch = batches.create_batch(
         deps, ALICE, body_of([chat_request(f"f-{i}", "[[sim status=500]]") for i in range(5)])
     )
     lifecycle.prepare(deps, batch["id"])
-    [chain] = [ChainMessage.decode(m["Body"]) for m in receive_all(deps)]
+    [chain] = [decode(m["Body"]) for m in receive_all(deps)]
     _run(deps, chain, "w")
     assert sim.stats()["models"]["sim-chat"]["requests"] == 3  # the third failure paused the model
     assert deps.slots.holders("sim-chat") == {}  # the chain let its slot go
@@ -228,20 +224,20 @@ def test_a_retry_message_that_arrives_before_its_time_is_delayed_again(sim: Simu
     deps = make_deps(sim, clock)
     batch_id = _prepared_batch(deps, 1)
     receive_all(deps)  # the chain is not needed here
-    claim = deps.items.claim(batch_id, 0, "w", clock(), 60)
-    assert claim.item is not None
+    claim = deps.requests.claim(batch_id, 0, "w", clock(), 60)
+    assert claim.request is not None
     # A model_queued wait of an hour: longer than SQS's 15-minute delay.
-    deps.items.schedule_retry(
-        batch_id,
-        0,
-        owner="w",
-        epoch=int(claim.item["epoch"]),
-        fields={"next_at": Decimal(str(clock() + 3600))},
+    deps.requests.schedule_retry(
+        claim.request,
+        next_at=clock() + 3600,
+        error={"code": "model_queued", "message": "queued", "status": 503},
+        attempt_cost_nano=0,
+        uses_attempt=False,
     )
     clock.advance(900)  # the delayed message arrives, 45 minutes early
-    _run(deps, ChainMessage(batch_id, -1, 0, 0, single=True), "x")
-    item = deps.items.get(batch_id, 0)
-    assert item is not None and item["status"] == "retry_wait"  # not run early
+    _run(deps, RequestMessage(batch_id, 0), "x")
+    request = deps.requests.get(batch_id, 0)
+    assert request is not None and request.status == "retry_wait"  # not run early
     assert sim.stats()["models"]["sim-chat"]["requests"] == 0
     attributes = aws.get_clients().sqs.get_queue_attributes(
         QueueUrl=deps.settings.work_queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
@@ -253,19 +249,19 @@ def test_a_stale_lease_does_not_block_delete_but_a_live_one_does(sim: Simulator)
     clock = FakeClock()
     deps = make_deps(sim, clock)
     batch_id = _prepared_batch(deps, 2)
-    deps.items.claim(batch_id, 0, "dead-worker", clock(), 60)
+    deps.requests.claim(batch_id, 0, "dead-worker", clock(), 60)
     with pytest.raises(Conflict):
-        service.delete_batch(deps, ALICE, batch_id)
+        batches.delete_batch(deps, ALICE, batch_id)
     clock.advance(61)
-    assert service.delete_batch(deps, ALICE, batch_id) == {
+    assert batches.delete_batch(deps, ALICE, batch_id) == {
         "id": batch_id,
         "object": "batch.deleted",
         "deleted": True,
     }
     with pytest.raises(NotFound):
-        service.get_batch(deps, ALICE, batch_id)
+        batches.get_batch(deps, ALICE, batch_id)
     lifecycle.purge(deps, batch_id)
-    assert deps.items.get(batch_id, 0) is None and deps.jobs.shards(batch_id) == []
+    assert deps.requests.get(batch_id, 0) is None and deps.batches.shards(batch_id) == []
 
 
 def test_a_chain_runs_its_own_retries_with_its_slot(sim: Simulator) -> None:
@@ -279,11 +275,11 @@ def test_a_chain_runs_its_own_retries_with_its_slot(sim: Simulator) -> None:
     requests = [chat_request("r-0", "flaky [[sim status=503 fail=2]]")] + [
         chat_request(f"r-{i}", f"fine {i}") for i in range(1, 4)
     ]
-    batch = service.create_batch(deps, ALICE, body_of(requests))
+    batch = batches.create_batch(deps, ALICE, body_of(requests))
     lifecycle.prepare(deps, batch["id"])
-    [chain] = [ChainMessage.decode(m["Body"]) for m in receive_all(deps)]
+    [chain] = [decode(m["Body"]) for m in receive_all(deps)]
     _run(deps, chain, "w")  # one message: the chain ran everything, its retries included
-    job = deps.jobs.get(batch["id"])
+    job = deps.batches.get(batch["id"])
     assert job is not None and (job.counts.completed, job.counts.left) == (4, 0)
     assert sim.stats()["models"]["sim-chat"]["requests"] == 6
     assert receive_all(deps) == []  # no message was needed for the retries
@@ -306,12 +302,12 @@ def test_a_chain_stopped_by_a_pause_hands_on_its_waiting_retries(sim: Simulator)
         chat_request("p-1", "ok 1"),
         chat_request("p-2", "[[sim status=503 fail=1]] 2"),
     ]
-    batch = service.create_batch(deps, ALICE, body_of(requests))
+    batch = batches.create_batch(deps, ALICE, body_of(requests))
     lifecycle.prepare(deps, batch["id"])
     sqs = aws.get_clients().sqs
 
     def step() -> bool:
-        job = deps.jobs.get(batch["id"])
+        job = deps.batches.get(batch["id"])
         assert job is not None
         if job.counts.left == 0:
             return True
@@ -322,7 +318,7 @@ def test_a_chain_stopped_by_a_pause_hands_on_its_waiting_retries(sim: Simulator)
             VisibilityTimeout=60,
         )
         for message in resp.get("Messages", []):
-            _run(deps, ChainMessage.decode(message["Body"]), "w")
+            _run(deps, decode(message["Body"]), "w")
             sqs.delete_message(QueueUrl=deps.settings.work_queue_url, ReceiptHandle=message["ReceiptHandle"])
         return False
 

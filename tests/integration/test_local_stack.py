@@ -16,11 +16,13 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-from batchgw import auth, resources
-from batchgw.settings import Settings
+from batchgw.config import resources
+from batchgw.config.settings import Settings
+from batchgw.storage.control import key_item
 
 from local import env as local_env
 from local.adapter import API_GATEWAY_MAX_BODY, build_event
+from local.keys import LOCAL_KEYS
 from local.poller import Poller, failed_message_ids, sqs_event
 from local.run import LocalStack
 from tests.integration import fake_handlers
@@ -91,12 +93,12 @@ def test_ports_of_zero_become_distinct_free_ports() -> None:
 def test_stack_env_points_everything_at_moto_and_passes_batch_settings_through() -> None:
     ports = local_env.Ports(api=9180, sim=9181, moto=9182)
     env = local_env.stack_env(
-        ports, base={"BATCH_LEASE_SECONDS": "5", "HOME": "/x", "BATCHGW_JOBS_TABLE": "nope"}
+        ports, base={"BATCH_LEASE_SECONDS": "5", "HOME": "/x", "BATCHGW_BATCHES_TABLE": "nope"}
     )
     assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9182"
     assert env["MOTO_PORT"] == "9182" and env["BATCHGW_SIM_PORT"] == "9181" and env["BATCHGW_PORT"] == "9180"
     assert env["BATCH_LEASE_SECONDS"] == "5" and "HOME" not in env
-    assert env["BATCHGW_JOBS_TABLE"] == "batchgw-jobs"  # the stack owns resource names
+    assert env["BATCHGW_BATCHES_TABLE"] == "batchgw-batches"  # the stack owns resource names
     assert env["BATCHGW_WORK_QUEUE_URL"] == "http://127.0.0.1:9182/123456789012/batchgw-work"
     assert env["BATCHGW_STATE_MACHINE_ARN"].endswith(":stateMachine:batchgw-batch")
     assert Path(env["BATCHGW_MODELS_CONFIG"]).is_file()
@@ -145,8 +147,8 @@ def test_bootstrap_creates_every_resource_from_the_specs(stack: LocalStack, aws:
     for bucket in resources.BUCKETS:
         s3.head_bucket(Bucket=stack.env[bucket.env_var])
 
-    for key, (user, role) in auth.LOCAL_KEYS.items():
-        record = auth.key_record(key, user, role)
+    for key, (user, role) in LOCAL_KEYS.items():
+        record = key_item(key, user, role)
         item = dynamodb.get_item(
             TableName=stack.env[resources.CONTROL.env_var],
             Key={"pk": {"S": record["pk"]}, "sk": {"S": record["sk"]}},

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from batchgw import lifecycle, service
-from batchgw.auth import Principal
+from batchgw.api import batches
+from batchgw.domain.principal import Principal
+from batchgw.run import lifecycle
 
 from functions.worker import handler as worker
 from local.simulator import Simulator
@@ -37,7 +38,7 @@ def test_a_message_for_an_unknown_batch_is_consumed(sim: Simulator, monkeypatch:
 def test_a_chain_message_runs_its_requests(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
     deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY="1")
     monkeypatch.setattr(worker, "get_deps", lambda: deps)
-    batch = service.create_batch(
+    batch = batches.create_batch(
         deps, ALICE, body_of([chat_request(f"h-{i}", f"via sqs {i}") for i in range(3)])
     )
     lifecycle.prepare(deps, batch["id"])
@@ -45,5 +46,5 @@ def test_a_chain_message_runs_its_requests(sim: Simulator, monkeypatch: pytest.M
     event = load_event("sqs_chain_message")
     event["Records"][0].update(body=message["Body"], receiptHandle=message["ReceiptHandle"])
     assert worker.handler(event, Context()) == {"batchItemFailures": []}  # type: ignore[arg-type]
-    assert service.get_batch(deps, ALICE, batch["id"])["request_counts"]["completed"] == 3
+    assert batches.get_batch(deps, ALICE, batch["id"])["request_counts"]["completed"] == 3
     assert json.loads(message["Body"])["w"] == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchgw.health import ModelHealth
+from batchgw.domain.health import ModelHealth
 
 
 def test_failures_of_different_requests_in_a_row_pause_the_model() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from batchgw.errors import BadRequest
+from batchgw.domain.errors import BadRequest
 from batchgw.validation.jsonbody import parse_json
 
 

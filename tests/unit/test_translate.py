@@ -8,17 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchgw.catalog import Catalog, load_catalog
-from batchgw.translate import (
-    TranslationError,
-    chat_to_message,
-    check_translatable,
-    messages_to_chat,
-    translates,
-)
+from batchgw.config.catalog import Catalog, load_catalog
+from batchgw.run.translate import TranslationError, chat_to_message, messages_to_chat
 from batchgw.validation import RequestInvalid
 from batchgw.validation.chat import validate_chat_body
 from batchgw.validation.messages import validate_messages_body
+from batchgw.validation.translatable import check_translatable
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "models.local.json"
 
@@ -56,9 +51,9 @@ def _chat(message: dict[str, Any], finish_reason: str = "stop", **choice: Any) -
 
 def test_only_messages_on_an_openai_route_are_translated() -> None:
     catalog: Catalog = load_catalog(CONFIG)
-    assert translates(catalog.models["sim-chat-only"], "/v1/messages")
-    assert not translates(catalog.models["sim-claude"], "/v1/messages")
-    assert not translates(catalog.models["sim-chat"], "/v1/chat/completions")
+    assert catalog.models["sim-chat-only"].translates("/v1/messages")
+    assert not catalog.models["sim-claude"].translates("/v1/messages")
+    assert not catalog.models["sim-chat"].translates("/v1/chat/completions")
 
 
 def test_check_translatable_names_the_parameter_and_model() -> None:

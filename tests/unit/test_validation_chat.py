@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchgw.catalog import Catalog, load_catalog
-from batchgw.errors import BadRequest
-from batchgw.settings import Settings
+from batchgw.config.catalog import Catalog, load_catalog
+from batchgw.config.settings import Settings
+from batchgw.domain.errors import BadRequest
 from batchgw.validation import RequestInvalid
 from batchgw.validation.chat import (
     MAX_CONTENT_PARTS,

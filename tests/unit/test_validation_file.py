@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchgw.catalog import Catalog, load_catalog
-from batchgw.settings import Settings
+from batchgw.config.catalog import Catalog, load_catalog
+from batchgw.config.settings import Settings
 from batchgw.validation import RequestInvalid
 from batchgw.validation.create import BODY_VALIDATORS, PlannedRequest
 from batchgw.validation.file import (

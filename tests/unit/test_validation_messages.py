@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchgw.catalog import Catalog, load_catalog
-from batchgw.errors import BadRequest
-from batchgw.settings import Settings
+from batchgw.config.catalog import Catalog, load_catalog
+from batchgw.config.settings import Settings
+from batchgw.domain.errors import BadRequest
 from batchgw.validation import RequestInvalid
 from batchgw.validation.create import CreatePlan, check_anthropic_version, plan_request, validate_create
 from batchgw.validation.messages import KNOWN_ANTHROPIC_VERSIONS, validate_messages_body

@@ -1,6 +1,8 @@
 """Wiring: the adapters every handler uses, built once per process from the settings.
 
 Tests build ``Deps`` themselves (a fake clock, moto-backed clients) instead.
+
+May import: ``storage``, ``config``, ``domain``.
 """
 
 from __future__ import annotations
@@ -10,22 +12,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from batchgw.aws import get_clients
-from batchgw.blobs import BlobStore
-from batchgw.catalog import Catalog, get_catalog
-from batchgw.health import ModelHealth, StoredResults
-from batchgw.settings import Settings, get_settings
-from batchgw.store import ControlStore, FileStore, ItemStore, JobStore, KeyStore, SlotStore
-from batchgw.work import WorkQueue
-from batchgw.workflow import Workflow
+from batchgw.config.catalog import Catalog, get_catalog
+from batchgw.config.settings import Settings, get_settings
+from batchgw.domain.health import ModelHealth, StoredResults
+from batchgw.storage.aws import get_clients
+from batchgw.storage.batches import BatchStore
+from batchgw.storage.blobs import BlobStore
+from batchgw.storage.control import ControlStore, KeyStore
+from batchgw.storage.files import FileStore
+from batchgw.storage.queue import WorkQueue
+from batchgw.storage.requests import RequestStore
+from batchgw.storage.slots import SlotStore
+from batchgw.storage.workflow import Workflow
 
 
 @dataclass
 class Deps:
     settings: Settings
     catalog: Catalog
-    jobs: JobStore
-    items: ItemStore
+    batches: BatchStore
+    requests: RequestStore
     slots: SlotStore
     blobs: BlobStore
     queue: WorkQueue
@@ -33,8 +39,8 @@ class Deps:
     keys: KeyStore
     files: FileStore
     control: ControlStore
-    health: ModelHealth
-    stored: StoredResults
+    health: ModelHealth  # what this process knows of each model's failures and pauses
+    stored: StoredResults  # bytes of responses each batch stored, as this process knows them
     clock: Callable[[], float]
 
 
@@ -43,8 +49,8 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     return Deps(
         settings=settings,
         catalog=catalog,
-        jobs=JobStore(clients.dynamodb, settings.jobs_table),
-        items=ItemStore(clients.dynamodb, settings.items_table, settings.jobs_table),
+        batches=BatchStore(clients.dynamodb, settings.batches_table),
+        requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),
         slots=SlotStore(clients.dynamodb, settings.control_table),
         blobs=BlobStore(clients.s3, settings.data_bucket),
         queue=WorkQueue(clients.sqs, settings.work_queue_url),

@@ -1,8 +1,8 @@
-"""Powertools logger and metrics, one instance each per process."""
+"""The Powertools logger, one per process: every module logs through it, structured
+(``logger.info("request ended", extra={...})``), so each line carries its fields."""
 
 from __future__ import annotations
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger
 
 logger = Logger(service="batchgw")
-metrics = Metrics(namespace="batchgw", service="batchgw")

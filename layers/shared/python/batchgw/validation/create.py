@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from batchgw.catalog import ENDPOINTS, Catalog, ModelSpec
-from batchgw.errors import BadRequest
-from batchgw.settings import Settings
-from batchgw.translate import check_translatable, translates
+from batchgw.config.catalog import ENDPOINTS, Catalog, ModelSpec
+from batchgw.config.settings import Settings
+from batchgw.domain.errors import BadRequest
 from batchgw.validation import RequestInvalid, join_param
 from batchgw.validation.chat import validate_chat_body
 from batchgw.validation.embeddings import validate_embeddings_body
 from batchgw.validation.messages import KNOWN_ANTHROPIC_VERSIONS, validate_messages_body
 from batchgw.validation.responses import validate_responses_body
+from batchgw.validation.translatable import check_translatable
 
 DEFAULT_URL = "/v1/chat/completions"
 MESSAGES_URL = "/v1/messages"
@@ -254,7 +254,7 @@ def plan_request(
         raise RequestInvalid("model_not_found", exc.message, param="body.model") from exc
     if not serves(spec, url):
         raise RequestInvalid("model_unsupported", f"Model '{name}' does not serve {url}", param="body.model")
-    if translates(spec, url):
+    if spec.translates(url):
         try:
             check_translatable(body)
         except RequestInvalid as exc:
@@ -267,7 +267,7 @@ def serves(spec: ModelSpec, url: str) -> bool:
 
     A model serves the endpoints its catalog entry lists, over its route's protocol: an
     Anthropic route only /v1/messages. A Messages request also runs on an OpenAI route
-    that serves chat completions, translated to one (``translate.translates``).
+    that serves chat completions, translated to one (``ModelSpec.translates``).
     """
     if spec.route.protocol == "anthropic":
         return url == MESSAGES_URL and url in spec.endpoints

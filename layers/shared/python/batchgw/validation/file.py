@@ -36,9 +36,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from batchgw.catalog import Catalog
-from batchgw.errors import BadRequest
-from batchgw.settings import Settings
+from batchgw.config.catalog import Catalog
+from batchgw.config.settings import Settings
+from batchgw.domain.errors import BadRequest
 from batchgw.validation import RequestInvalid, shown
 from batchgw.validation.create import CUSTOM_ID_MAX_CHARS, PlannedRequest, plan_request
 from batchgw.validation.jsonbody import parse_json

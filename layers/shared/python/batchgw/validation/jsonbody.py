@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from batchgw.errors import BadRequest
+from batchgw.domain.errors import BadRequest
 
 # A lone surrogate can only come from a ``\uD800``-``\uDFFF`` escape (or a str that already
 # holds one); such text cannot be stored or forwarded as UTF-8.

@@ -7,7 +7,7 @@ API sources, MCP servers, containers, betas. Unknown fields are refused too, as
 Anthropic's API refuses them; nothing is silently dropped.
 
 Whether the model's route can carry the request (an OpenAI-protocol route gets it
-translated to a chat completion) is checked separately, by ``translate.check_translatable``.
+translated to a chat completion) is checked separately, by ``validation.translatable``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,294 @@
+"""The batch API's rules: create, read, cancel, delete and list batches.
+
+Every read checks the caller: another user's batch reads as not found (an admin may read
+any). Create stores the request and starts the workflow; it never calls a model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from batchgw.api.auth import require_role
+from batchgw.api.files import visible_file
+from batchgw.api.params import Params, int_param, last, list_page, time_param
+from batchgw.api.shapes import batch_object
+from batchgw.config.catalog import ENDPOINTS
+from batchgw.deps import Deps
+from batchgw.domain import codec
+from batchgw.domain.batch import BatchRecord, CountedBatch, InputMethod, created_key
+from batchgw.domain.errors import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    StorageError,
+    TooManyRequests,
+)
+from batchgw.domain.files import file_key
+from batchgw.domain.principal import Principal
+from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
+from batchgw.storage.blobs import input_file_key, input_key
+from batchgw.storage.workflow import Next
+from batchgw.validation.create import check_anthropic_version, check_metadata, validate_create
+from batchgw.validation.jsonbody import parse_json
+
+COMPLETION_WINDOWS = {"24h": 24, "48h": 48, "72h": 72, "168h": 168}
+FILE_CREATE_KEYS = {"input_file_id", "endpoint", "completion_window", "metadata"}
+_STATUS_NAMES = frozenset(s.value for s in BatchStatus)
+
+
+# --- create ------------------------------------------------------------------------------
+
+
+def create_batch(
+    deps: Deps, principal: Principal, raw: bytes, *, anthropic_version: str | None = None
+) -> dict[str, Any]:
+    """POST /v1/batches: direct requests (``requests``) or a JSONL file (``input_file_id``)."""
+    settings = deps.settings
+    require_role(deps, principal, "create batches")
+    if len(raw) > settings.max_body_bytes:
+        raise PayloadTooLarge(
+            f"The request body ({len(raw)} bytes) is larger than the limit of "
+            f"{settings.batch_max_body_mb:g} MiB."
+        )
+    body = parse_json(raw)
+    if isinstance(body, dict) and "input_file_id" in body:
+        return _create_from_file(deps, principal, body, anthropic_version)
+    plan = validate_create(
+        body,
+        settings=settings,
+        catalog=deps.catalog,
+        role=principal.role,
+        anthropic_version=anthropic_version,
+    )
+    _check_user_limits(deps, principal, len(plan.requests))
+    batch_id = _new_batch_id()
+    lines = [
+        codec.dumps({"custom_id": r.custom_id, "model": r.model, "body": r.body}).encode()
+        for r in plan.requests
+    ]
+    deps.blobs.put_lines_gz(input_key(batch_id), lines)
+    hours = settings.batch_completion_window_hours
+    record = _new_record(
+        deps,
+        principal,
+        batch_id,
+        endpoint=plan.endpoint,
+        metadata=plan.metadata,
+        window_label="none" if hours == 0 else f"{hours:g}h",
+        window_seconds=settings.completion_window_seconds,
+        anthropic_version=anthropic_version,
+        input_method="inline",
+        total=len(plan.requests),
+        models=tuple(sorted({r.model for r in plan.requests})),
+    )
+    return _store_and_start(deps, record)
+
+
+def _create_from_file(
+    deps: Deps, principal: Principal, body: dict[str, Any], anthropic_version: str | None
+) -> dict[str, Any]:
+    """A batch from an uploaded JSONL file: checked here only as far as the call goes; the
+    file itself is validated by the workflow, in the background."""
+    if "output_expires_after" in body:
+        raise BadRequest(
+            "'output_expires_after' is not supported.",
+            code="unsupported_capability",
+            param="output_expires_after",
+        )
+    unknown = sorted(set(body) - FILE_CREATE_KEYS)
+    if unknown:
+        raise BadRequest(f"Unknown field '{unknown[0]}'.", param=unknown[0])
+    endpoint = body.get("endpoint")
+    if endpoint not in ENDPOINTS:
+        raise BadRequest(f"'endpoint' must be one of {', '.join(ENDPOINTS)}.", param="endpoint")
+    window = body.get("completion_window")
+    if window not in COMPLETION_WINDOWS:
+        raise BadRequest(
+            "'completion_window' must be one of 24h, 48h, 72h or 168h.", param="completion_window"
+        )
+    anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
+    metadata = check_metadata(body.get("metadata"))
+    file_id = body.get("input_file_id")
+    if not isinstance(file_id, str):
+        raise BadRequest("'input_file_id' must be a file id.", param="input_file_id")
+    file = visible_file(deps, principal, file_id)
+    if file.purpose != "batch":
+        raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
+    _check_user_limits(deps, principal, 0)
+    batch_id = _new_batch_id()
+    # The batch keeps its own copy: deleting the input file later does not affect it.
+    deps.blobs.copy(file_key(file_id), input_file_key(batch_id))
+    lifted = deps.settings.completion_window_seconds is None
+    record = _new_record(
+        deps,
+        principal,
+        batch_id,
+        endpoint=endpoint,
+        metadata=metadata,
+        window_label=window,
+        window_seconds=None if lifted else COMPLETION_WINDOWS[window] * 3600,
+        anthropic_version=anthropic_version,
+        input_method="file",
+        input_file_id=file_id,
+    )
+    return _store_and_start(deps, record)
+
+
+def _new_batch_id() -> str:
+    return f"batch_{uuid.uuid4().hex}"
+
+
+def _new_record(
+    deps: Deps,
+    principal: Principal,
+    batch_id: str,
+    *,
+    endpoint: str,
+    metadata: dict[str, str] | None,
+    window_label: str,
+    window_seconds: float | None,
+    anthropic_version: str | None,
+    input_method: InputMethod,
+    input_file_id: str | None = None,
+    total: int = 0,
+    models: tuple[str, ...] = (),
+) -> BatchRecord:
+    clock_now = deps.clock()
+    now = int(clock_now)
+    return BatchRecord(
+        id=batch_id,
+        owner=principal.user_id,
+        owner_role=principal.role,
+        key_id=principal.key_id,
+        status=BatchStatus.VALIDATING,
+        endpoint=endpoint,
+        completion_window=window_label,
+        created_at=now,
+        created_key=created_key(int(clock_now * 1000), batch_id),
+        expires_at=None if window_seconds is None else int(now + window_seconds),
+        metadata=metadata,
+        anthropic_version=anthropic_version,
+        retention_seconds=int(deps.settings.retention_seconds),
+        input_method=input_method,
+        input_file_id=input_file_id,
+        total=total,
+        models=models,
+    )
+
+
+def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
+    deps.batches.create(record)
+    try:
+        deps.workflow.start(record.id)
+    except StorageError as exc:
+        raise ServiceUnavailable("The batch could not be started; try again.") from exc
+    return batch_object(CountedBatch(record))
+
+
+def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> None:
+    """Unfinished batches and unfinished requests per user (429 above either limit).
+
+    Read from the owner index; two creates racing at the limit may both pass.
+    """
+    settings = deps.settings
+    unfinished, _ = deps.batches.list_for_owner(
+        principal.user_id,
+        limit=settings.batch_max_active_per_user + 1,
+        statuses=sorted(UNFINISHED_STATUSES),
+    )
+    if len(unfinished) >= settings.batch_max_active_per_user:
+        raise TooManyRequests(
+            f"You have {len(unfinished)} unfinished batches, the most allowed "
+            f"({settings.batch_max_active_per_user}).",
+            code="too_many_active_batches",
+        )
+    queued = sum(batch.total for batch in unfinished)
+    if queued + new_requests > settings.batch_max_queued_requests_per_user:
+        raise TooManyRequests(
+            f"This batch would take your unfinished requests to {queued + new_requests}, over the limit "
+            f"of {settings.batch_max_queued_requests_per_user}.",
+            code="queued_request_limit",
+        )
+
+
+# --- read, cancel, delete ----------------------------------------------------------------
+
+
+def visible_batch(deps: Deps, principal: Principal, batch_id: str) -> CountedBatch:
+    """The caller's batch (any batch, for an admin); 404 otherwise."""
+    batch = deps.batches.get(batch_id) if batch_id.startswith("batch_") else None
+    if batch is None or (batch.record.owner != principal.user_id and not principal.is_admin):
+        raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found")
+    return batch
+
+
+def get_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    return batch_object(visible_batch(deps, principal, batch_id))
+
+
+def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    """Cancel: unstarted requests will not run; an ended batch comes back unchanged."""
+    record = visible_batch(deps, principal, batch_id).record
+    cancellable = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
+    if record.status in cancellable:
+        now = int(deps.clock())
+        cancelling = deps.batches.change(
+            record.id, {"status": BatchStatus.CANCELLING, "cancelling_at": now}, from_statuses=cancellable
+        )
+        # Parked: wake the workflow to settle the unstarted requests now. (If it is not
+        # parked yet, it finds the batch cancelling when it parks.)
+        token = None if cancelling is None else cancelling.task_token
+        if token is not None and deps.workflow.wake(token, Next.CANCEL):
+            deps.batches.clear_token(record.id, token)
+    return batch_object(visible_batch(deps, principal, batch_id))
+
+
+def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    """Delete the batch with its requests and results, whatever its status, unless a
+    request is running under a live lease (409); the data is purged in the background."""
+    record = visible_batch(deps, principal, batch_id).record
+    if deps.requests.live_lease(record.id, deps.clock()):
+        raise Conflict(
+            f"Batch '{batch_id}' has requests running; cancel it and wait for them to finish.",
+            code="batch_not_deletable",
+        )
+    if deps.batches.delete_record(record.id):
+        deps.workflow.stop(record.id)
+        deps.workflow.start_purge(record.id)
+    return {"id": record.id, "object": "batch.deleted", "deleted": True}
+
+
+# --- list --------------------------------------------------------------------------------
+
+
+def list_batches(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """The caller's batches, newest first, filtered by status and creation time."""
+    limit = int_param(params, "limit", default=20, low=1, high=100)
+    statuses = [s for value in params.get("status", []) for s in value.split(",") if s]
+    unknown = [s for s in statuses if s not in _STATUS_NAMES]
+    if unknown:
+        raise BadRequest(f"Unknown status '{unknown[0]}'.", param="status")
+    before_key = None
+    after = last(params, "after")
+    if after:
+        anchor = deps.batches.get_record(after) if after.startswith("batch_") else None
+        if anchor is None or anchor.owner != principal.user_id:
+            raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
+        before_key = anchor.created_key
+    records, has_more = deps.batches.list_for_owner(
+        principal.user_id,
+        limit=limit,
+        before_key=before_key,
+        created_after=time_param(params, "created_after"),
+        created_before=time_param(params, "created_before"),
+        statuses=statuses,
+    )
+    data = []
+    for record in records:
+        batch = deps.batches.get(record.id)
+        if batch is not None:
+            data.append(batch_object(batch))
+    return list_page(data, has_more=has_more)

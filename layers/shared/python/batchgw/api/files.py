@@ -1,0 +1,257 @@
+"""Files: batch input files in, result files out, in OpenAI's shapes.
+
+A file's bytes live in S3 (``files/<id>``); its record (size, SHA-256, owner, purpose,
+expiry) in the files table. Files up to the API's payload limit come through
+``POST /v1/files``; larger ones through a presigned S3 upload (here) or the Uploads API
+(``api.uploads``). Another user's file, and an expired or deleted one, reads as not found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from email.parser import BytesParser
+from email.policy import HTTP
+from typing import Any
+
+from batchgw.api.auth import require_role
+from batchgw.api.params import INLINE_ANSWER_LIMIT, Download, Params, int_param, last, list_page
+from batchgw.api.shapes import file_object
+from batchgw.deps import Deps
+from batchgw.domain.batch import created_key
+from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, TooManyRequests
+from batchgw.domain.files import FileRecord, file_key
+from batchgw.domain.principal import Principal
+
+UPLOAD_SECONDS = 3600  # an upload must complete within an hour, as OpenAI's do
+
+
+def count_upload(deps: Deps, principal: Principal) -> None:
+    """Uploads per hour (BATCH_FILE_UPLOADS_PER_HOUR), counted before the upload runs,
+    so failed uploads count too."""
+    now = int(deps.clock())
+    hour = now // 3600
+    limit = deps.settings.batch_file_uploads_per_hour
+    if not deps.control.count_within(
+        f"uploads#{principal.user_id}", f"hour#{hour}", limit=limit, ttl=(hour + 2) * 3600
+    ):
+        raise TooManyRequests(f"You may upload {limit} files per hour.", code="upload_rate_limited")
+
+
+def _input_record(
+    deps: Deps,
+    principal: Principal,
+    filename: str,
+    size: int,
+    *,
+    sha256: str | None = None,
+    pending: bool = False,
+) -> FileRecord:
+    """A new batch input file's record, expiring after BATCH_FILE_RETENTION_DAYS (a pending
+    one's record expires with its upload URL, unless completed)."""
+    file_id = f"file-{uuid.uuid4().hex}"
+    clock_now = deps.clock()
+    now = int(clock_now)
+    expires_at = int(clock_now + deps.settings.batch_file_retention_days * 86400)
+    return FileRecord(
+        id=file_id,
+        owner=principal.user_id,
+        bytes=size,
+        created_at=now,
+        created_key=created_key(int(clock_now * 1000), file_id),
+        filename=filename,
+        purpose="batch",
+        expires_at=expires_at,
+        sha256=sha256,
+        pending=pending,
+        ttl=now + UPLOAD_SECONDS + 86400 if pending else expires_at + 86400,
+    )
+
+
+def _stored_input_bytes(deps: Deps, principal: Principal, *, with_pending: bool) -> int:
+    return sum(
+        r.bytes
+        for r in deps.files.for_owner(principal.user_id)
+        if r.purpose == "batch" and (with_pending or not r.pending)
+    )
+
+
+def _check_room(deps: Deps, principal: Principal, size: int) -> None:
+    """429 when the user's input files would go over BATCH_FILES_MAX_TOTAL_MB_PER_USER."""
+    settings = deps.settings
+    limit = int(settings.batch_files_max_total_mb_per_user * 1024 * 1024)
+    stored = _stored_input_bytes(deps, principal, with_pending=True)
+    if stored + size > limit:
+        raise TooManyRequests(
+            f"Your input files would take {stored + size} bytes, over the limit of "
+            f"{settings.batch_files_max_total_mb_per_user:g} MiB; delete some first.",
+            code="file_storage_limit",
+        )
+
+
+def new_input_file(deps: Deps, principal: Principal, filename: str, data: bytes) -> FileRecord:
+    """Store a batch input file's bytes and record (the size and storage limits checked)."""
+    settings = deps.settings
+    if len(data) > settings.max_body_bytes:
+        raise PayloadTooLarge(f"The file is larger than {settings.batch_max_body_mb:g} MiB.")
+    if not data:
+        raise BadRequest("The file is empty.", param="file")
+    _check_room(deps, principal, len(data))
+    record = _input_record(deps, principal, filename, len(data), sha256=hashlib.sha256(data).hexdigest())
+    deps.blobs.put(file_key(record.id), data, "application/jsonl")
+    deps.files.create(record)
+    return record
+
+
+def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """The fields of a multipart/form-data body: name -> (filename, bytes)."""
+    if not content_type or not content_type.lower().startswith("multipart/form-data"):
+        raise BadRequest("Send the file as multipart/form-data.")
+    message = BytesParser(policy=HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode() + b"\r\nMIME-Version: 1.0\r\n\r\n" + body
+    )
+    if not message.is_multipart():
+        raise BadRequest("The multipart/form-data body could not be read.")
+    fields: dict[str, tuple[str | None, bytes]] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            continue
+        payload = part.get_payload(decode=True)
+        fields[name] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
+    return fields
+
+
+def upload_file(deps: Deps, principal: Principal, content_type: str | None, body: bytes) -> dict[str, Any]:
+    """POST /v1/files."""
+    require_role(deps, principal, "upload files")
+    count_upload(deps, principal)
+    fields = parse_multipart(content_type, body)
+    purpose = fields.get("purpose", (None, b""))[1].decode(errors="replace").strip()
+    if purpose != "batch":
+        raise BadRequest("Only purpose 'batch' files can be uploaded.", param="purpose")
+    if "file" not in fields:
+        raise BadRequest("The 'file' field is missing.", param="file")
+    filename, data = fields["file"]
+    return file_object(new_input_file(deps, principal, filename or "upload.jsonl", data))
+
+
+def visible_file(deps: Deps, principal: Principal, file_id: str, *, pending: bool = False) -> FileRecord:
+    """The caller's live file; one still waiting for its presigned upload only if ``pending``."""
+    record = deps.files.get(file_id) if file_id.startswith("file-") else None
+    if (
+        record is None
+        or record.deleted
+        or record.pending != pending
+        or (record.owner != principal.user_id and not principal.is_admin)
+        or record.expired(deps.clock())
+    ):
+        raise NotFound(f"No such file: '{file_id}'.", code="file_not_found")
+    return record
+
+
+def get_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
+    return file_object(visible_file(deps, principal, file_id))
+
+
+def list_files(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    limit = int_param(params, "limit", default=10000, low=1, high=10000)
+    purpose, after, order = last(params, "purpose"), last(params, "after"), last(params, "order") or "desc"
+    if order not in ("asc", "desc"):
+        raise BadRequest("'order' must be 'asc' or 'desc'.", param="order")
+    now = deps.clock()
+    records = [
+        r
+        for r in deps.files.for_owner(principal.user_id)
+        if r.visible(now) and (purpose is None or r.purpose == purpose)
+    ]
+    if order == "asc":
+        records.reverse()
+    if after:
+        ids = [r.id for r in records]
+        if after not in ids:
+            raise BadRequest(f"'after' names no file of yours: '{after}'.", param="after")
+        records = records[ids.index(after) + 1 :]
+    return list_page([file_object(r) for r in records[:limit]], has_more=len(records) > limit)
+
+
+def delete_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
+    """Delete for good; a batch already created from it keeps its own copy."""
+    record = visible_file(deps, principal, file_id)
+    deps.blobs.delete(file_key(file_id))
+    deps.files.mark_deleted(file_id, ttl=int(deps.clock()) + 30 * 86400)
+    return {"id": record.id, "object": "file", "deleted": True}
+
+
+def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
+    """The file's bytes inline when small, else a presigned URL; with its SHA-256."""
+    record = visible_file(deps, principal, file_id)
+    if record.bytes <= INLINE_ANSWER_LIMIT:
+        return Download(
+            body=deps.blobs.get(file_key(file_id)),
+            content_type="application/octet-stream",
+            sha256=record.sha256,
+        )
+    return Download(location=deps.blobs.presigned_get(file_key(file_id)), sha256=record.sha256)
+
+
+# --- presigned uploads: the bytes go straight to S3 -------------------------------------------
+
+
+def declared_file(deps: Deps, body: Any) -> tuple[str, int]:
+    """The filename and size a presigned upload or an Uploads API upload declares."""
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    filename, purpose, size = body.get("filename"), body.get("purpose"), body.get("bytes")
+    if not isinstance(filename, str) or not filename:
+        raise BadRequest("'filename' must be a non-empty string.", param="filename")
+    if purpose != "batch":
+        raise BadRequest("Only purpose 'batch' files can be uploaded.", param="purpose")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise BadRequest("'bytes' must be a positive integer.", param="bytes")
+    if size > deps.settings.max_body_bytes:
+        raise PayloadTooLarge(f"The file is larger than {deps.settings.batch_max_body_mb:g} MiB.")
+    return filename, size
+
+
+def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
+    """POST /v1/files/presigned: a file record waiting for its bytes, and a presigned S3 PUT
+    URL for them (valid for an hour). ``POST /v1/files/{id}/complete`` then checks the
+    object's size and records its SHA-256; until then the file cannot be used."""
+    require_role(deps, principal, "upload files")
+    filename, size = declared_file(deps, body)
+    count_upload(deps, principal)
+    record = _input_record(deps, principal, filename, size, pending=True)
+    deps.files.create(record)
+    url = deps.blobs.presigned_put(file_key(record.id), size, expires_in=UPLOAD_SECONDS)
+    return {
+        "file": file_object(record),
+        "upload_url": url,
+        "method": "PUT",
+        "headers": {"Content-Length": str(size)},
+        "expires_at": record.created_at + UPLOAD_SECONDS,
+    }
+
+
+def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
+    """POST /v1/files/{id}/complete: the presigned upload is done; check and record it."""
+    record = visible_file(deps, principal, file_id, pending=True)
+    size = deps.blobs.size(file_key(file_id))
+    if size is None:
+        raise BadRequest("Nothing was uploaded to the file's URL yet.", code="upload_incomplete")
+    if size != record.bytes:
+        raise BadRequest(
+            f"The upload holds {size} bytes; the file declared {record.bytes}.", code="upload_size_mismatch"
+        )
+    digest = hashlib.sha256()
+    for chunk in deps.blobs.iter_chunks(file_key(file_id)):
+        digest.update(chunk)
+    if _stored_input_bytes(deps, principal, with_pending=False) + size > int(
+        deps.settings.batch_files_max_total_mb_per_user * 1024 * 1024
+    ):
+        raise TooManyRequests(
+            "Your input files would exceed your storage limit; delete some first.", code="file_storage_limit"
+        )
+    assert record.expires_at is not None
+    deps.files.complete(file_id, digest.hexdigest(), ttl=record.expires_at + 86400)
+    return file_object(record)

@@ -1,0 +1,69 @@
+"""The objects a client sees, made from stored records (one explicit conversion each)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchgw.domain import money
+from batchgw.domain.batch import TIMESTAMPS, CountedBatch
+from batchgw.domain.files import FileRecord
+
+
+def batch_object(batch: CountedBatch) -> dict[str, Any]:
+    """The batch object, with every field the spec lists."""
+    record, counts = batch.record, batch.counts
+    timestamps = {name: getattr(record, name) for name in TIMESTAMPS}
+    return {
+        "id": record.id,
+        "object": "batch",
+        "endpoint": record.endpoint,
+        "errors": record.errors,
+        "input_file_id": record.input_file_id,
+        "completion_window": record.completion_window,
+        "status": record.status.value,
+        "output_file_id": record.output_file_id,
+        "error_file_id": record.error_file_id,
+        **{name: timestamps[name] for name in TIMESTAMPS if name != "results_expires_at"},
+        "request_counts": {"total": record.total, "completed": counts.completed, "failed": counts.failed},
+        "metadata": record.metadata,
+        "usage": {
+            "input_tokens": counts.input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": counts.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": counts.input_tokens + counts.output_tokens,
+        },
+        "anthropic_version": record.anthropic_version,
+        "cost_usd": money.usd_float(counts.cost_nano),
+        "cost_unknown_attempts": counts.cost_unknown_attempts,
+        "results_expires_at": timestamps["results_expires_at"],
+        "error": record.error,
+    }
+
+
+def file_object(record: FileRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "object": "file",
+        "bytes": record.bytes,
+        "created_at": record.created_at,
+        "expires_at": record.expires_at,
+        "filename": record.filename,
+        "purpose": record.purpose,
+        "status": "processed",
+        "status_details": None,
+    }
+
+
+def upload_object(record: dict[str, Any], file: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "id": record["upload_id"],
+        "object": "upload",
+        "bytes": int(record["bytes"]),
+        "created_at": int(record["created_at"]),
+        "expires_at": int(record["expires_at"]),
+        "filename": record["filename"],
+        "purpose": record["purpose"],
+        "status": record["status"],
+        "file": file,
+    }

@@ -1,0 +1,132 @@
+"""Every limit, duration and resource name the gateway reads, as one validated model.
+
+Settings come from the environment (the spec's names, e.g. ``BATCH_MODEL_CONCURRENCY``)
+and are validated once at cold start. Durations are plain seconds so that a test can
+shrink any of them; the spec's hours/days settings accept fractions here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from batchgw.domain.principal import ROLES
+
+
+class Settings(BaseModel):
+    """The gateway's settings. Field aliases are the environment variable names."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    # --- the spec's settings -------------------------------------------------------
+    batch_enabled: bool = Field(True, alias="BATCH_ENABLED")
+    batch_min_role: str = Field("internal", alias="BATCH_MIN_ROLE")
+    batch_model_concurrency: int = Field(64, ge=0, alias="BATCH_MODEL_CONCURRENCY")
+    batch_max_requests: int = Field(50_000, ge=1, alias="BATCH_MAX_REQUESTS")
+    batch_max_body_mb: float = Field(32, gt=0, alias="BATCH_MAX_BODY_MB")
+    batch_max_active_per_user: int = Field(10, ge=1, alias="BATCH_MAX_ACTIVE_PER_USER")
+    batch_completion_window_hours: float = Field(24, ge=0, le=168, alias="BATCH_COMPLETION_WINDOW_HOURS")
+    batch_retention_days: float = Field(7, gt=0, alias="BATCH_RETENTION_DAYS")
+    batch_max_queued_requests_per_user: int = Field(100_000, ge=1, alias="BATCH_MAX_QUEUED_REQUESTS_PER_USER")
+    batch_max_line_kb: int = Field(4096, ge=1, alias="BATCH_MAX_LINE_KB")
+    batch_max_result_kb: int = Field(4096, ge=1, alias="BATCH_MAX_RESULT_KB")
+    batch_max_results_mb_per_batch: float = Field(8192, ge=0, alias="BATCH_MAX_RESULTS_MB_PER_BATCH")
+    batch_files_max_total_mb_per_user: float = Field(512, ge=0, alias="BATCH_FILES_MAX_TOTAL_MB_PER_USER")
+    batch_file_uploads_per_hour: int = Field(60, ge=0, alias="BATCH_FILE_UPLOADS_PER_HOUR")
+    batch_file_retention_days: float = Field(30, gt=0, alias="BATCH_FILE_RETENTION_DAYS")
+    batch_anthropic_versions: str = Field("2023-06-01,2026-10-21", alias="BATCH_ANTHROPIC_VERSIONS")
+
+    # --- durations fixed by DESIGN.md (seconds) -------------------------------------
+    batch_retry_base_seconds: float = Field(5, gt=0, alias="BATCH_RETRY_BASE_SECONDS")
+    batch_retry_max_seconds: float = Field(900, gt=0, alias="BATCH_RETRY_MAX_SECONDS")
+    batch_lease_seconds: float = Field(900, gt=0, alias="BATCH_LEASE_SECONDS")
+    batch_model_queued_default_seconds: float = Field(120, ge=0, alias="BATCH_MODEL_QUEUED_DEFAULT_SECONDS")
+    batch_model_queued_pause_max_seconds: float = Field(
+        900, ge=0, alias="BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS"
+    )
+    batch_upstream_timeout_seconds: float = Field(600, gt=0, alias="BATCH_UPSTREAM_TIMEOUT_SECONDS")
+
+    # --- worker shape ---------------------------------------------------------------
+    # How long a worker invocation may run (the Lambda timeout); a chain of work stops
+    # claiming new requests when less than one upstream timeout is left.
+    batch_worker_timeout_seconds: float = Field(900, gt=0, alias="BATCH_WORKER_TIMEOUT_SECONDS")
+    # Counter shards per batch: spreads the per-result counter writes over several items.
+    batch_counter_shards: int = Field(8, ge=1, le=64, alias="BATCH_COUNTER_SHARDS")
+    # Delay before a chain that found its model full asks again.
+    batch_slot_wait_seconds: float = Field(2, ge=0, alias="BATCH_SLOT_WAIT_SECONDS")
+
+    # Retryable failures in a row on a model (timeouts and model_queued excluded) that
+    # pause its batch work, and for how long.
+    batch_model_pause_after_failures: int = Field(5, ge=1, alias="BATCH_MODEL_PAUSE_AFTER_FAILURES")
+    batch_model_pause_seconds: float = Field(60, ge=0, alias="BATCH_MODEL_PAUSE_SECONDS")
+
+    # --- resources (set by CDK on AWS, by the local stack locally) ------------------
+    batches_table: str = Field("batchgw-batches", alias="BATCHGW_BATCHES_TABLE")
+    requests_table: str = Field("batchgw-requests", alias="BATCHGW_REQUESTS_TABLE")
+    control_table: str = Field("batchgw-control", alias="BATCHGW_CONTROL_TABLE")
+    files_table: str = Field("batchgw-files", alias="BATCHGW_FILES_TABLE")
+    data_bucket: str = Field("batchgw-data", alias="BATCHGW_DATA_BUCKET")
+    work_queue_url: str = Field("", alias="BATCHGW_WORK_QUEUE_URL")
+    state_machine_arn: str = Field("", alias="BATCHGW_STATE_MACHINE_ARN")
+    models_config_path: str = Field("config/models.local.json", alias="BATCHGW_MODELS_CONFIG")
+
+    @field_validator("batch_min_role")
+    @classmethod
+    def _known_role(cls, value: str) -> str:
+        if value not in ROLES:
+            raise ValueError(f"must be one of {', '.join(ROLES)}")
+        return value
+
+    # --- derived --------------------------------------------------------------------
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.batch_max_body_mb * 1024 * 1024)
+
+    @property
+    def max_result_bytes(self) -> int:
+        return self.batch_max_result_kb * 1024
+
+    @property
+    def max_results_bytes_per_batch(self) -> int | None:
+        """None when the operator removed the limit (0)."""
+        mb = self.batch_max_results_mb_per_batch
+        return None if mb == 0 else int(mb * 1024 * 1024)
+
+    @property
+    def completion_window_seconds(self) -> float | None:
+        """None when the operator lifted the window (``BATCH_COMPLETION_WINDOW_HOURS=0``)."""
+        hours = self.batch_completion_window_hours
+        return None if hours == 0 else hours * 3600
+
+    @property
+    def retention_seconds(self) -> float:
+        return self.batch_retention_days * 86400
+
+    @property
+    def anthropic_versions(self) -> tuple[str, ...]:
+        return tuple(v.strip() for v in self.batch_anthropic_versions.split(",") if v.strip())
+
+    @property
+    def work_visibility_seconds(self) -> int:
+        """SQS visibility of work messages: six times the worker timeout, as AWS advises."""
+        return int(6 * self.batch_worker_timeout_seconds)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        names = {field.alias for field in cls.model_fields.values() if field.alias}
+        values: dict[str, Any] = {name: env[name] for name in names if name in env}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:  # fail the cold start with a readable reason
+            raise RuntimeError(f"invalid settings: {exc}") from exc
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings for this process, read once (cold start)."""
+    return Settings.from_env()

@@ -1,0 +1,297 @@
+"""A batch as stored: its record, its counters, and the keys that order and count it.
+
+A batch is one record (``BatchRecord``) plus up to ``BATCH_COUNTER_SHARDS`` counter
+shards: request ``i`` is counted in shard ``i % shards``, so the per-result counter
+writes spread over several DynamoDB items. ``Counts`` is their sum.
+
+Stored attribute names are short and fixed; they are mapped here, once, in
+``from_item`` / ``to_item``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from decimal import Decimal
+from typing import Any, Literal
+
+from batchgw.domain import codec
+from batchgw.domain.money import usd
+from batchgw.domain.states import BatchStatus
+
+InputMethod = Literal["inline", "file"]
+
+RECORD_SK = "meta"  # the sort key of a batch's record
+SHARD_PREFIX = "ctr#"  # the sort keys of its counter shards
+
+
+def shard_sk(shard: int) -> str:
+    return f"{SHARD_PREFIX}{shard:02d}"
+
+
+def shard_of_sk(sk: str) -> int:
+    return int(sk.removeprefix(SHARD_PREFIX))
+
+
+def shard_totals(total: int, shards: int) -> list[int]:
+    """How many requests each shard counts: request ``i`` belongs to shard ``i % shards``."""
+    return [len(range(k, total, shards)) for k in range(shards)]
+
+
+def created_key(created_ms: int, record_id: str) -> str:
+    """Sort key of the owner indexes (milliseconds, so read backwards it is newest first)."""
+    return f"{created_ms:015d}#{record_id}"
+
+
+def created_bound(seconds: int) -> str:
+    """The owner index's key at the start of second ``seconds``."""
+    return f"{seconds * 1000:015d}#"
+
+
+# A batch's timestamps, as the batch object lists them (unix seconds, or None).
+TIMESTAMPS = (
+    "created_at",
+    "in_progress_at",
+    "expires_at",
+    "finalizing_at",
+    "completed_at",
+    "failed_at",
+    "expired_at",
+    "cancelling_at",
+    "cancelled_at",
+    "results_expires_at",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """A batch's stored record (its counters live apart, in shards: see ``Counts``)."""
+
+    id: str
+    owner: str
+    status: BatchStatus
+    endpoint: str
+    created_at: int
+    created_key: str
+    owner_role: str = "internal"
+    key_id: str | None = None
+    completion_window: str = "24h"
+    expires_at: int | None = None  # None: no window (BATCH_COMPLETION_WINDOW_HOURS=0)
+    metadata: dict[str, str] | None = None
+    anthropic_version: str | None = None
+    retention_seconds: int | None = None
+    input_method: InputMethod = "inline"
+    input_file_id: str | None = None
+    total: int = 0
+    models: tuple[str, ...] = ()
+    # Set by prepare: how many counter shards and chains the batch has.
+    shards: int | None = None
+    chains: int | None = None
+    shards_done: int = 0
+    # The parked workflow's task token, while it waits for the batch's requests to end.
+    task_token: str | None = None
+    expiring: bool = False  # the window closed; requests still running finish
+    cancel_swept: bool = False  # a cancel's unstarted requests were ended
+    results_full: bool = False  # the batch's stored responses reached their limit
+    final_status: BatchStatus | None = None  # where a finalizing batch ends
+    errors: dict[str, Any] | None = None  # a failed file batch's validation report
+    error: dict[str, Any] | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    in_progress_at: int | None = None
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
+    results_expires_at: int | None = None
+
+    @property
+    def prepared(self) -> bool:
+        """Whether its requests and counter shards are written."""
+        return self.shards is not None
+
+    @property
+    def shard_count(self) -> int:
+        return self.shards or 1
+
+    @property
+    def all_shards_done(self) -> bool:
+        return self.shards_done >= self.shard_count
+
+    def window_closed(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def shard_of(self, index: int) -> int:
+        return index % self.shard_count
+
+    def replace(self, **changes: Any) -> BatchRecord:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> BatchRecord:
+        def num(name: str) -> int | None:
+            value = item.get(name)
+            return None if value is None else int(value)
+
+        final = item.get("final_status")
+        return cls(
+            id=str(item["pk"]),
+            owner=str(item["owner"]),
+            status=BatchStatus(item["status"]),
+            endpoint=str(item["endpoint"]),
+            created_at=int(item["created_at"]),
+            created_key=str(item["created_key"]),
+            owner_role=str(item.get("owner_role", "internal")),
+            key_id=item.get("key_id"),
+            completion_window=str(item.get("completion_window", "24h")),
+            expires_at=num("expires_at"),
+            metadata=codec.plain(item.get("metadata")),
+            anthropic_version=item.get("anthropic_version"),
+            retention_seconds=num("retention_seconds"),
+            input_method="file" if item.get("input_method") == "file" else "inline",
+            input_file_id=item.get("input_file_id"),
+            total=int(item.get("total", 0)),
+            models=tuple(item.get("models") or ()),
+            shards=num("shards"),
+            chains=num("chains"),
+            shards_done=int(item.get("shards_done", 0)),
+            task_token=item.get("task_token"),
+            expiring=bool(item.get("expiring")),
+            cancel_swept=bool(item.get("cancel_swept")),
+            results_full=bool(item.get("results_full")),
+            final_status=None if final is None else BatchStatus(final),
+            errors=codec.plain(item.get("errors")),
+            error=codec.plain(item.get("error")),
+            output_file_id=item.get("output_file_id"),
+            error_file_id=item.get("error_file_id"),
+            **{name: num(name) for name in _LATER_TIMESTAMPS},
+        )
+
+    def to_item(self) -> dict[str, Any]:
+        """The stored item (None, False and empty values are left out)."""
+        item: dict[str, Any] = {"pk": self.id, "sk": RECORD_SK}
+        for f in fields(self):
+            if f.name == "id":
+                continue
+            value = getattr(self, f.name)
+            if value is None or value is False or value == ():
+                continue
+            item[f.name] = list(value) if isinstance(value, tuple) else value
+        return item
+
+
+_LATER_TIMESTAMPS = tuple(name for name in TIMESTAMPS if name not in ("created_at", "expires_at"))
+
+
+@dataclass(slots=True)
+class Counts:
+    """A batch's counters, summed over its shards."""
+
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    left: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_nano: int = 0
+    cost_unknown_attempts: int = 0
+    stored_bytes: int = 0
+
+    @property
+    def cost_usd(self) -> Decimal:
+        return usd(self.cost_nano)
+
+    @classmethod
+    def of_shards(cls, shards: list[ShardRecord]) -> Counts:
+        counts = cls()
+        for shard in shards:
+            counts.completed += shard.completed
+            counts.failed += shard.failed
+            counts.cancelled += shard.cancelled
+            counts.left += shard.left
+            counts.input_tokens += shard.input_tokens
+            counts.output_tokens += shard.output_tokens
+            counts.cost_nano += shard.cost_nano
+            counts.cost_unknown_attempts += shard.cost_unknown
+            counts.stored_bytes += shard.stored_bytes
+        return counts
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRecord:
+    """One counter shard: what its requests added up to, and how many are left to end."""
+
+    shard: int
+    left: int = 0
+    done: bool = False  # counted in the record's ``shards_done``
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_nano: int = 0
+    cost_unknown: int = 0
+    stored_bytes: int = 0
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> ShardRecord:
+        def num(name: str) -> int:
+            return int(item.get(name, 0))
+
+        return cls(
+            shard=shard_of_sk(str(item["sk"])),
+            left=num("left"),
+            done=bool(item.get("done")),
+            completed=num("completed"),
+            failed=num("failed"),
+            cancelled=num("cancelled"),
+            input_tokens=num(SHARD_COUNTERS["input_tokens"]),
+            output_tokens=num(SHARD_COUNTERS["output_tokens"]),
+            cost_nano=num(SHARD_COUNTERS["cost_nano"]),
+            cost_unknown=num(SHARD_COUNTERS["cost_unknown"]),
+            stored_bytes=num(SHARD_COUNTERS["stored_bytes"]),
+        )
+
+
+# Shard counter names as stored (``Tally`` field -> attribute).
+SHARD_COUNTERS = {
+    "completed": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "input_tokens": "in_tok",
+    "output_tokens": "out_tok",
+    "cost_nano": "cost_nano",
+    "cost_unknown": "cost_unknown",
+    "stored_bytes": "stored_bytes",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What one ended request adds to its shard's counters."""
+
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_nano: int = 0
+    cost_unknown: int = 0
+    stored_bytes: int = 0
+
+    def counters(self, times: int = 1) -> dict[str, int]:
+        """The non-zero counters, by stored name, for ``times`` such requests."""
+        return {
+            stored: getattr(self, name) * times
+            for name, stored in SHARD_COUNTERS.items()
+            if getattr(self, name)
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CountedBatch:
+    """A batch's record with its counters summed: everything the batch object shows."""
+
+    record: BatchRecord
+    counts: Counts = field(default_factory=Counts)

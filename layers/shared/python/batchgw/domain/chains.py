@@ -1,0 +1,55 @@
+"""The work queue's messages: chains of a batch's requests, and lone requests.
+
+A batch of N requests is run by W chains (W ≤ its models' concurrency): chain ``c`` owns
+indexes c, c+W, c+2W, ... A ``ChainMessage`` says where its chain resumes; the worker
+runs the chain in order and, when it must stop, sends the message for where it stopped.
+So the queue holds about W messages per batch, whatever N is (invariant 4).
+
+A ``RequestMessage`` carries one request on its own: a retry that its chain could not
+keep (the chain stopped before the retry came due).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ChainMessage:
+    batch_id: str
+    chain: int
+    next_index: int
+    stride: int
+
+    def resume_at(self, index: int) -> ChainMessage:
+        return replace(self, next_index=index)
+
+    def encode(self) -> str:
+        return _encode({"b": self.batch_id, "c": self.chain, "i": self.next_index, "w": self.stride})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMessage:
+    batch_id: str
+    index: int
+
+    def encode(self) -> str:
+        return _encode({"b": self.batch_id, "i": self.index, "s": 1})
+
+
+WorkMessage = ChainMessage | RequestMessage
+
+
+def decode(text: str) -> WorkMessage:
+    body = json.loads(text)
+    if body.get("s"):
+        return RequestMessage(batch_id=str(body["b"]), index=int(body["i"]))
+    return ChainMessage(
+        batch_id=str(body["b"]), chain=int(body["c"]), next_index=int(body["i"]), stride=int(body["w"])
+    )
+
+
+def _encode(body: dict[str, Any]) -> str:
+    return json.dumps(body, separators=(",", ":"))

@@ -1,0 +1,263 @@
+"""What an attempt's outcome means for its request: try again when, end how, cost what.
+
+Pure rules (no AWS, no clock of their own), so each one is tested directly. ``decide``
+is the whole decision after a request ran; ``not_run`` ends one that may not run.
+
+- 408, 425, 429 and 5xx other than 504 are retried with exponential backoff (base
+  doubling to the cap, with jitter), honouring a longer ``Retry-After``, while the
+  window is open; a try that would start after the window closes fails the request with
+  the last error it got. Without a window a request is tried at most 2,000 times.
+- 503 ``model_queued`` uses no attempt: the request waits for the deployment's
+  ``Retry-After`` (default 120 s; a negative or non-finite one is the default; capped at
+  168 h) and the model takes no new batch requests for that long, at most the pause cap.
+- Any other 4xx, a 504 or the call's own timeout ends the request at once; a timeout's
+  cost is unknown (the upstream may have run it).
+- A success larger than one request may store fails ``result_too_large``; one that no
+  longer fits the batch's result storage fails too, and marks the batch full.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, Protocol
+
+from batchgw.domain import codec
+from batchgw.domain.batch import BatchRecord, Tally
+from batchgw.domain.outcome import Outcome
+from batchgw.domain.request import RequestRecord
+from batchgw.domain.states import BatchStatus, RequestStatus
+
+MAX_TRIES_WITHOUT_WINDOW = 2000
+MAX_QUEUED_WAIT_SECONDS = 168 * 3600
+
+
+class DecisionSettings(Protocol):
+    """The settings the decision reads (``config.Settings`` has them all)."""
+
+    batch_retry_base_seconds: float
+    batch_retry_max_seconds: float
+    batch_model_queued_default_seconds: float
+    batch_model_queued_pause_max_seconds: float
+    batch_max_results_mb_per_batch: float
+
+    @property
+    def max_result_bytes(self) -> int: ...
+
+    @property
+    def max_results_bytes_per_batch(self) -> int | None: ...
+
+
+class PriceList(Protocol):
+    """A model's prices (``config.catalog.Price``)."""
+
+    def cost_nano(self, input_tokens: int, output_tokens: int) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Try again at ``next_at``; ``uses_attempt`` is False for model_queued waits."""
+
+    next_at: float
+    error: dict[str, Any]
+    uses_attempt: bool = True
+    pause_model_until: float | None = None
+    attempt_cost_nano: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """The request's final state, and what it adds to the batch's counters.
+
+    ``response`` is the packed response to store (a success); ``results_full`` says the
+    batch's stored responses reached their limit (every request still to run fails too).
+    """
+
+    status: RequestStatus
+    tally: Tally
+    error: dict[str, Any] | None = None
+    cost_nano: int = 0
+    response: bytes | None = None
+    results_full: bool = False
+
+
+Decision = Retry | End
+
+
+class Verdict(StrEnum):
+    """What a batch allows its next request, read right before the request would start."""
+
+    RUN = "run"
+    GONE = "gone"  # deleted: its requests are being purged
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"  # its window closed, or it no longer runs for another reason
+    RESULTS_FULL = "results_full"  # its stored responses reached their limit
+
+
+def verdict(batch: BatchRecord | None, now: float) -> Verdict:
+    """Whether a request of ``batch`` (as just read, strongly consistent) may start now."""
+    if batch is None:
+        return Verdict.GONE
+    if batch.status is BatchStatus.CANCELLING:
+        return Verdict.CANCELLED
+    if batch.status is not BatchStatus.IN_PROGRESS or batch.expiring or batch.window_closed(now):
+        return Verdict.EXPIRED
+    return Verdict.RESULTS_FULL if batch.results_full else Verdict.RUN
+
+
+def backoff_seconds(attempt: int, settings: DecisionSettings, rng: random.Random | None = None) -> float:
+    """Delay before try ``attempt + 1``: base * 2^(attempt-1) up to the cap, half of it jittered."""
+    rng = rng or random.Random()
+    exponent = min(max(attempt - 1, 0), 60)
+    delay = min(settings.batch_retry_max_seconds, settings.batch_retry_base_seconds * (2**exponent))
+    return delay / 2 + rng.random() * delay / 2
+
+
+def queued_wait_seconds(retry_after: float | None, settings: DecisionSettings) -> float:
+    if retry_after is None or not math.isfinite(retry_after) or retry_after < 0:
+        return settings.batch_model_queued_default_seconds
+    return min(retry_after, MAX_QUEUED_WAIT_SECONDS)
+
+
+def decide(
+    outcome: Outcome,
+    request: RequestRecord,
+    settings: DecisionSettings,
+    *,
+    now: float,
+    expires_at: float | None,
+    price: PriceList | None,
+    stored_bytes: int = 0,
+    rng: random.Random | None = None,
+) -> Decision:
+    """What becomes of ``request`` after an attempt that came back as ``outcome``.
+
+    ``request.attempts`` counts the tries made so far, this one included;
+    ``stored_bytes`` is what the batch's responses are known to take already.
+    """
+    cost = 0  # nano-dollars
+    if price is not None and outcome.usage_known:
+        cost = price.cost_nano(outcome.input_tokens, outcome.output_tokens)
+    charge = Tally(
+        input_tokens=outcome.input_tokens,
+        output_tokens=outcome.output_tokens,
+        cost_nano=cost,
+        cost_unknown=request.lost,
+    )
+    if outcome.kind in ("retry", "queued"):
+        retry = _retry(outcome, request.attempts, settings, now=now, expires_at=expires_at, rng=rng)
+        if retry is not None:
+            return Retry(
+                next_at=retry.next_at,
+                error=retry.error,
+                uses_attempt=retry.uses_attempt,
+                pause_model_until=retry.pause_model_until,
+                attempt_cost_nano=cost,
+            )
+        return _failed(_error_of(outcome), charge, cost)
+    if outcome.kind == "success":
+        return _succeeded(outcome, charge, cost, settings, stored_bytes)
+    # A permanent failure: the model refused it, or it timed out (its cost then unknown).
+    if not outcome.usage_known:
+        charge = _with(charge, cost_unknown=request.lost + 1)
+    return _failed(_error_of(outcome), charge, cost)
+
+
+def _retry(
+    outcome: Outcome,
+    attempts: int,
+    settings: DecisionSettings,
+    *,
+    now: float,
+    expires_at: float | None,
+    rng: random.Random | None,
+) -> Retry | None:
+    """When to try a request that may pass again; None when it may not (tries or window)."""
+    error = _error_of(outcome)
+    if outcome.kind == "queued":
+        wait = queued_wait_seconds(outcome.retry_after, settings)
+        pause = min(wait, settings.batch_model_queued_pause_max_seconds)
+        return Retry(next_at=now + wait, error=error, uses_attempt=False, pause_model_until=now + pause)
+    if expires_at is None and attempts >= MAX_TRIES_WITHOUT_WINDOW:
+        return None
+    delay = backoff_seconds(attempts, settings, rng)
+    if outcome.retry_after is not None and outcome.retry_after > delay:
+        delay = min(outcome.retry_after, MAX_QUEUED_WAIT_SECONDS)
+    next_at = now + delay
+    if expires_at is not None and next_at >= expires_at:
+        return None  # a try that would start after the window: fail with the last error
+    return Retry(next_at=next_at, error=error)
+
+
+def _succeeded(
+    outcome: Outcome, charge: Tally, cost: int, settings: DecisionSettings, stored_bytes: int
+) -> End:
+    if outcome.body_bytes > settings.max_result_bytes:
+        error = {
+            "code": "result_too_large",
+            "status": None,
+            "message": f"the response ({outcome.body_bytes} bytes) is larger than one request may "
+            f"store ({settings.max_result_bytes} bytes)",
+        }
+        return _failed(error, charge, cost)
+    packed = codec.pack(outcome.body)
+    limit = settings.max_results_bytes_per_batch
+    if limit is not None and stored_bytes + len(packed) > limit:
+        # The batch's responses have reached their storage limit: this one and every
+        # request still to run fail without being stored (or run).
+        return replace(_failed(results_full_error(settings), charge, cost), results_full=True)
+    return End(
+        RequestStatus.SUCCEEDED,
+        _with(charge, completed=1, stored_bytes=len(packed)),
+        cost_nano=cost,
+        response=packed,
+    )
+
+
+def _failed(error: dict[str, Any], charge: Tally, cost: int) -> End:
+    return End(RequestStatus.FAILED, _with(charge, failed=1), error=error, cost_nano=cost)
+
+
+def _with(tally: Tally, **changes: int) -> Tally:
+    return replace(tally, **changes)
+
+
+def _error_of(outcome: Outcome) -> dict[str, Any]:
+    return outcome.error or {"code": "upstream_error", "message": "upstream failed", "status": None}
+
+
+def not_run(reason: Verdict, request: RequestRecord, settings: DecisionSettings) -> End:
+    """The end of a claimed request that may not run (its lost attempts still count).
+
+    Any reason but a cancel or full result storage ends it as expired: past the window,
+    or stopped for a reason read too late to tell.
+    """
+    lost = Tally(cost_unknown=request.lost)
+    if reason is Verdict.CANCELLED:
+        return End(RequestStatus.CANCELLED, _with(lost, cancelled=1), error=not_run_error("batch_cancelled"))
+    if reason is Verdict.RESULTS_FULL:
+        return End(RequestStatus.FAILED, _with(lost, failed=1), error=results_full_error(settings))
+    return End(RequestStatus.EXPIRED, _with(lost, failed=1), error=not_run_error("batch_expired"))
+
+
+_NOT_RUN_MESSAGES = {
+    "batch_cancelled": "Not run: the batch was cancelled.",
+    "batch_expired": "Not run before the completion window closed.",
+    "batch_failed": "Not run: the batch failed.",
+}
+
+
+def not_run_error(code: str) -> dict[str, Any]:
+    """The error of a request that never ran (``batch_cancelled``, ``batch_expired``...)."""
+    return {"code": code, "message": _NOT_RUN_MESSAGES[code], "status": None}
+
+
+def results_full_error(settings: DecisionSettings) -> dict[str, Any]:
+    return {
+        "code": "result_too_large",
+        "status": None,
+        "message": f"the batch's stored responses reached their limit "
+        f"({settings.batch_max_results_mb_per_batch:g} MiB)",
+    }

@@ -1,0 +1,191 @@
+"""One attempt of one claimed request: call its upstream, decide, store the decision.
+
+The decision is pure (``domain.decisions.decide``); the steps here only carry it out: a
+retry is scheduled on the request, an end is recorded and counted in one transaction,
+and every request's end is logged once, with its batch, index, model, outcome, attempts
+and duration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from batchgw.deps import Deps
+from batchgw.domain.batch import BatchRecord
+from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, verdict
+from batchgw.domain.outcome import Outcome
+from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
+from batchgw.domain.states import RequestStatus
+from batchgw.observability import logger
+from batchgw.run import completion, upstream
+from batchgw.run.aio import io
+from batchgw.storage.blobs import body_key
+from batchgw.storage.requests import Recorded, Released
+
+
+class After(StrEnum):
+    """What the chain does after a request's attempt was stored."""
+
+    NEXT = "next"  # go on
+    STOP = "stop"  # this worker lost the request: the chain stops
+    PAUSE = "pause"  # the model is paused: the chain resumes after the pause
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    after: After
+    retry_at: float | None = None  # the request waits for another try, due then
+
+
+async def read_verdict(deps: Deps, batch_id: str) -> Verdict:
+    """What the batch allows its next request, read now (strongly consistent)."""
+    return verdict(await io(deps.batches.get_record, batch_id), deps.clock())
+
+
+async def call(deps: Deps, batch: BatchRecord, held: RequestRecord) -> Outcome:
+    """Send the request to its model's upstream (its body read from S3 if kept there)."""
+    if held.request_ref is None:
+        body = deps.blobs.load_body(held.request_packed, None)
+    else:
+        body = await io(deps.blobs.load_body, None, held.request_ref)
+    return await upstream.run_request(
+        deps.catalog.models[held.model],
+        batch.endpoint,
+        body,
+        timeout=deps.settings.batch_upstream_timeout_seconds,
+        anthropic_version=batch.anthropic_version,
+    )
+
+
+async def settle(
+    deps: Deps, batch: BatchRecord, held: RequestRecord, outcome: Outcome, *, started: float
+) -> Settled:
+    """Decide what becomes of a request that ran, and store it."""
+    now = deps.clock()
+    await _judge_model(deps, batch, held, outcome, now)
+    decision = decide(
+        outcome,
+        held,
+        deps.settings,
+        now=now,
+        expires_at=batch.expires_at,
+        price=deps.catalog.models[held.model].price,
+        stored_bytes=deps.stored.known(batch.id),
+    )
+    if isinstance(decision, Retry):
+        return await _schedule_retry(deps, held, decision)
+    if decision.results_full:
+        await io(deps.batches.change, batch.id, {"results_full": True})
+    return await end(deps, batch, held, decision, outcome=outcome, started=started)
+
+
+async def _judge_model(
+    deps: Deps, batch: BatchRecord, held: RequestRecord, outcome: Outcome, now: float
+) -> None:
+    """Count the outcome towards the model's health, pausing it after failures in a row.
+
+    A model is judged by requests trying for the first time: a request that failed
+    before and fails again says more about itself than about the model.
+    """
+    if outcome.kind == "retry" and held.attempts <= 1:
+        if deps.health.failure(held.model, f"{batch.id}/{held.index}"):
+            until = now + deps.health.pause_seconds
+            deps.health.note_pause(held.model, until)
+            await io(deps.slots.pause, held.model, until)
+    elif outcome.kind == "success":
+        deps.health.success(held.model)
+
+
+async def _schedule_retry(deps: Deps, held: RequestRecord, retry: Retry) -> Settled:
+    scheduled = await io(
+        deps.requests.schedule_retry,
+        held,
+        next_at=retry.next_at,
+        error=retry.error,
+        attempt_cost_nano=retry.attempt_cost_nano,
+        uses_attempt=retry.uses_attempt,
+    )
+    if not scheduled:
+        return Settled(After.STOP)
+    if retry.pause_model_until is None:
+        return Settled(After.NEXT, retry_at=retry.next_at)
+    deps.health.note_pause(held.model, retry.pause_model_until)
+    await io(deps.slots.pause, held.model, retry.pause_model_until)
+    return Settled(After.PAUSE, retry_at=retry.next_at)
+
+
+async def end(
+    deps: Deps,
+    batch: BatchRecord,
+    held: RequestRecord,
+    decision: End,
+    *,
+    outcome: Outcome | None = None,
+    started: float | None = None,
+) -> Settled:
+    """Record a request's end and count it; the chain stops if the lease was lost."""
+    now = deps.clock()
+    ending = RequestEnd(status=decision.status, ended_at=now, error=decision.error)
+    if outcome is not None:  # it ran: what it cost, and what it answered
+        ending = await _ran(deps, batch, held, decision, outcome, now)
+    shard = batch.shard_of(held.index)
+    recorded = await io(deps.requests.record_end, held, shard=shard, end=ending, tally=decision.tally)
+    if recorded is Recorded.LEASE_LOST:
+        logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
+        return Settled(After.STOP)
+    logger.info(
+        "request ended",
+        extra={
+            "batch_id": batch.id,
+            "index": held.index,
+            "model": held.model,
+            "outcome": decision.status.value,
+            "error_code": None if decision.error is None else decision.error.get("code"),
+            "attempts": held.attempts,
+            "duration_ms": None if started is None else round((now - started) * 1000),
+        },
+    )
+    if recorded is Recorded.SHARD_FINISHED:
+        await io(completion.shard_finished, deps, batch.id, shard)
+    return Settled(After.NEXT)
+
+
+async def _ran(
+    deps: Deps, batch: BatchRecord, held: RequestRecord, decision: End, outcome: Outcome, now: float
+) -> RequestEnd:
+    """The end of a request that ran: its cost, and a success's answer (in S3 when large)."""
+    if decision.status is not RequestStatus.SUCCEEDED or decision.response is None:
+        return RequestEnd(
+            status=decision.status, ended_at=now, error=decision.error, cost_nano=decision.cost_nano
+        )
+    packed = decision.response
+    deps.stored.add(batch.id, len(packed))
+    ref = None
+    if len(packed) > INLINE_BODY_LIMIT:
+        ref = body_key(batch.id, held.index, "res")
+        await io(deps.blobs.put, ref, packed)
+    return RequestEnd(
+        status=decision.status,
+        ended_at=now,
+        cost_nano=decision.cost_nano,
+        status_code=outcome.status_code,
+        upstream_request_id=outcome.request_id,
+        usage={"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens},
+        response_packed=None if ref else packed,
+        response_ref=ref,
+    )
+
+
+async def end_unrun(deps: Deps, batch: BatchRecord, held: RequestRecord, reason: Verdict) -> Settled:
+    """End a claimed request that may not run (cancelled, expired, results full)."""
+    if reason is Verdict.GONE:
+        return Settled(After.STOP)  # the batch was deleted: its requests are being purged
+    return await end(deps, batch, held, not_run(reason, held, deps.settings))
+
+
+async def release(deps: Deps, batch: BatchRecord, held: RequestRecord) -> None:
+    """Put a claimed request back in the queue; if the batch no longer runs, end it now
+    (cancelled or expired), since the step that settles unstarted requests may be past."""
+    if await io(deps.requests.release, held) is Released.STOPPED:
+        await end_unrun(deps, batch, held, await read_verdict(deps, batch.id))

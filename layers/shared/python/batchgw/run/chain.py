@@ -1,0 +1,304 @@
+"""The worker's loop: run one message, a chain of a batch's requests or a lone request.
+
+For each index of its chain the worker
+
+1. claims the request: a conditional write that takes its lease (owner, epoch + 1);
+2. holds a slot of the request's model (a self-expiring lease, kept across the chain);
+3. reads the batch (strongly consistent): no request starts once the batch is
+   cancelled, deleted or past its window;
+4. calls the upstream with httpx;
+5. decides what the outcome means and stores it: the end, counted in the batch's
+   shard in one transaction that holds only while this worker still has the lease at
+   that epoch, or the next try.
+
+While one request is with the upstream the chain claims its next index; when the answer
+comes, storing it and re-reading the batch happen at once, so between two upstream calls
+of a chain there is one AWS round trip. A request that must be tried again stays the
+chain's: it waits on the chain's heap and runs, with the chain's slot, once due. When the
+chain stops before they are due, each waiting request is handed to a message of its own.
+
+Whatever dies where, the lease runs out and the message comes back: the request is taken
+over by the next worker, and the lost attempt is counted as one of unknown cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import random
+
+from batchgw.deps import Deps
+from batchgw.domain.batch import BatchRecord
+from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
+from batchgw.domain.decisions import Verdict
+from batchgw.domain.request import RequestRecord
+from batchgw.domain.states import BatchStatus
+from batchgw.observability import logger
+from batchgw.run import attempt, completion
+from batchgw.run.aio import io
+from batchgw.run.attempt import After
+from batchgw.run.slot import SlotHolder
+from batchgw.storage.requests import Claim, ClaimKind
+
+# Time kept in hand at the end of an invocation to send the chain's continuation.
+SEGMENT_MARGIN_SECONDS = 5.0
+# How long a chain that has walked all its indexes waits, slot in hand, for its next
+# retry to come due before it hands its retries to messages of their own instead.
+CHAIN_RETRY_WAIT_SECONDS = 30.0
+
+
+async def run_message(
+    deps: Deps, message: WorkMessage, *, owner: str, deadline: float, receipt: str | None = None
+) -> None:
+    """Run one message until its chain ends, its time is up, or it must stop.
+
+    With the message's ``receipt``, its visibility is kept at one lease and renewed while
+    the chain runs: if this worker dies, the message (and so the chain) comes back after
+    about one lease, not after the queue's long default visibility.
+    """
+    heartbeat = asyncio.create_task(_keep_invisible(deps, receipt)) if receipt else None
+    try:
+        batch = await io(deps.batches.get_record, message.batch_id)
+        if batch is None or batch.status is not BatchStatus.IN_PROGRESS:
+            return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
+        if deps.settings.max_results_bytes_per_batch is not None:
+            shards = await io(deps.batches.shards, batch.id)
+            deps.stored.raise_to(batch.id, sum(shard.stored_bytes for shard in shards))
+        finished = await ChainRun(deps, batch, message, owner=owner, deadline=deadline).run()
+    finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
+    if finished:
+        # Normally the last record woke the workflow; this covers a worker that died
+        # between recording the last request and waking it (its message came back to us).
+        await io(completion.settle, deps, batch.id)
+        await io(completion.wake_if_done, deps, batch.id)
+
+
+async def _keep_invisible(deps: Deps, receipt: str) -> None:
+    lease = deps.settings.batch_lease_seconds
+    while True:
+        try:
+            await io(deps.queue.hold, receipt, math.ceil(lease))
+        except Exception:  # a lost receipt only costs the early comeback: keep running
+            logger.warning("could not extend the message's visibility", exc_info=True)
+            return
+        await asyncio.sleep(lease / 3)
+
+
+class ChainRun:
+    """One run of a chain (or of a lone request) in this worker."""
+
+    def __init__(
+        self, deps: Deps, batch: BatchRecord, message: WorkMessage, *, owner: str, deadline: float
+    ) -> None:
+        self.deps = deps
+        self.batch = batch
+        self.message = message
+        self.owner = owner
+        self.deadline = deadline
+        self.lone = isinstance(message, RequestMessage)
+        self.next_index = message.index if isinstance(message, RequestMessage) else message.next_index
+        self.stride = 0 if isinstance(message, RequestMessage) else message.stride
+        self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
+        self.prefetch: asyncio.Task[Claim] | None = None  # the next index, claimed ahead
+        self.verdict: Verdict | None = None  # what the batch allows; None: read it afresh
+        self.slot = SlotHolder(deps)
+
+    async def run(self) -> bool:
+        """Run; True when the chain reached its end (nothing left for it to start)."""
+        finished = False
+        try:
+            finished = await self._loop()
+            return finished
+        finally:
+            await self._give_back_prefetched()
+            if self.retries and not finished:
+                await self._hand_off_retries()
+            await self.slot.release()
+
+    async def _loop(self) -> bool:
+        deps = self.deps
+        while True:
+            now = deps.clock()
+            from_heap = self.prefetch is None and self._retry_due(now)
+            if not from_heap and not self._has_next():
+                if self.retries and not self.lone and self._worth_waiting(self.retries[0][0]):
+                    await asyncio.sleep(max(0.0, self.retries[0][0] - now))
+                    continue
+                return not self.lone and not self.retries
+            if await self._must_stop(now):
+                return False
+            # Only now, past every reason to stop, does the target leave the heap: a stop
+            # above hands every waiting request on.
+            target = heapq.heappop(self.retries)[1] if from_heap else self.next_index
+            claim = await self._claim(target, from_heap, now)
+            if claim.kind is not ClaimKind.CLAIMED:
+                if await self._passed(claim, target, from_heap, now):
+                    continue
+                return False
+            held = claim.request
+            assert held is not None
+            if not await self._take_slot(held, target, from_heap, now):
+                return False
+            if self.verdict is None:
+                self.verdict = await attempt.read_verdict(deps, self.batch.id)
+            if self.verdict is not Verdict.RUN:
+                # Cancelled, deleted, past the window, or out of result storage: the claimed
+                # request ends without running (and with results full, so do the others).
+                await attempt.end_unrun(deps, self.batch, held, self.verdict)
+                if self.verdict is not Verdict.RESULTS_FULL or self.lone:
+                    return False
+                self._advance(from_heap)
+                continue
+            self._advance(from_heap)
+            self._claim_ahead(now)
+            started = deps.clock()
+            outcome = await attempt.call(deps, self.batch, held)
+            settled, self.verdict = await asyncio.gather(
+                attempt.settle(deps, self.batch, held, outcome, started=started),
+                attempt.read_verdict(deps, self.batch.id),
+            )
+            if settled.retry_at is not None:
+                await self._keep_retry(target, settled.retry_at)
+            if settled.after is After.STOP or self.lone:
+                return False
+            if settled.after is After.PAUSE:
+                await self.slot.release()
+                await self._hand_on(after=deps.health.paused_until(held.model) - deps.clock())
+                return False
+
+    # --- the steps ----------------------------------------------------------------------------
+
+    def _has_next(self) -> bool:
+        return self.next_index < self.batch.total
+
+    def _retry_due(self, now: float) -> bool:
+        return bool(self.retries) and self.retries[0][0] <= now
+
+    def _advance(self, from_heap: bool) -> None:
+        if not from_heap:
+            self.next_index += self.stride
+
+    async def _must_stop(self, now: float) -> bool:
+        """Stop (handing the chain on where needed) when the window has closed, the
+        invocation's time is nearly up, or the chain's model is paused."""
+        settings = self.deps.settings
+        if self.batch.window_closed(now):
+            return True  # no new request starts
+        if self.deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
+            await self._hand_on(after=0)
+            return True
+        model = self.slot.model
+        if model is not None and self.deps.health.paused_until(model) > now:
+            await self._hand_on(after=self.deps.health.paused_until(model) - now)
+            return True
+        return False
+
+    async def _claim(self, target: int, from_heap: bool, now: float) -> Claim:
+        if self.prefetch is not None and not from_heap:
+            claim, self.prefetch = await self.prefetch, None
+            return claim
+        settings = self.deps.settings
+        return await io(
+            self.deps.requests.claim, self.batch.id, target, self.owner, now, settings.batch_lease_seconds
+        )
+
+    async def _passed(self, claim: Claim, target: int, from_heap: bool, now: float) -> bool:
+        """A target this worker did not get: True to go on with the chain, False to stop."""
+        if claim.kind is ClaimKind.HELD:
+            # Another worker holds it: a live duplicate of this chain, or a dead worker
+            # whose lease has not yet run out. Come back when the lease ends: then the
+            # request has ended (skip on) or can be taken over.
+            if from_heap:
+                return True  # a retry another worker runs: it is that worker's now
+            assert claim.request is not None
+            await self._hand_on(after=(claim.request.lease_until or now) - now + 1)
+            return False
+        if claim.kind is ClaimKind.MISSING:
+            logger.warning("no such request", extra={"batch_id": self.batch.id, "index": target})
+            return False
+        if claim.kind is ClaimKind.WAITING:
+            assert claim.request is not None and claim.request.next_at is not None
+            if self.lone:
+                # A retry message that came before its time (waits beyond SQS's 15 minutes).
+                await self._send(self.message, after=claim.request.next_at - now)
+                return False
+            heapq.heappush(self.retries, (claim.request.next_at, target))
+        if self.lone:
+            return False  # ended already
+        self._advance(from_heap)
+        return True
+
+    async def _take_slot(self, held: RequestRecord, target: int, from_heap: bool, now: float) -> bool:
+        """Hold a slot of the request's model; if full or paused, hand the request back
+        and the chain on, to ask again later."""
+        grant = await self.slot.hold(held.model)
+        if grant.granted:
+            return True
+        await attempt.release(self.deps, self.batch, held)
+        wait = self.deps.settings.batch_slot_wait_seconds * (1 + random.random())
+        if grant.paused_until is not None:
+            wait = max(wait, grant.paused_until - now)
+        if from_heap:
+            heapq.heappush(self.retries, (now + wait, target))
+        await self._hand_on(after=wait)
+        return False
+
+    def _claim_ahead(self, now: float) -> None:
+        """Claim the chain's next index while this request runs (its lease covers the call)."""
+        if self.lone or not self._has_next() or self._retry_due(now):
+            return
+        settings = self.deps.settings
+        lease = settings.batch_lease_seconds + settings.batch_upstream_timeout_seconds
+        self.prefetch = asyncio.create_task(
+            io(self.deps.requests.claim, self.batch.id, self.next_index, self.owner, self.deps.clock(), lease)
+        )
+
+    async def _keep_retry(self, index: int, due: float) -> None:
+        """A chain keeps its retries; a lone request's next try gets a message of its own."""
+        if self.lone:
+            await self._send(RequestMessage(self.batch.id, index), after=due - self.deps.clock())
+        else:
+            heapq.heappush(self.retries, (due, index))
+
+    def _worth_waiting(self, due: float) -> bool:
+        now = self.deps.clock()
+        limit = self.deadline - self.deps.settings.batch_upstream_timeout_seconds - SEGMENT_MARGIN_SECONDS
+        return due - now <= CHAIN_RETRY_WAIT_SECONDS and due < limit
+
+    # --- handing work on ----------------------------------------------------------------------
+
+    async def _hand_on(self, *, after: float) -> None:
+        """Send the message that resumes this chain (or retries this lone request) where it
+        stopped, visible ``after`` seconds from now; nothing when the chain has no index left."""
+        if not self._has_next():
+            return
+        message: WorkMessage = self.message
+        if isinstance(message, ChainMessage):
+            message = message.resume_at(self.next_index)
+        await self._send(message, after=after)
+
+    async def _hand_off_retries(self) -> None:
+        """Give each waiting request a message of its own, delayed until it is due."""
+        now = self.deps.clock()
+        for due, index in self.retries:
+            await self._send(RequestMessage(self.batch.id, index), after=due - now)
+        self.retries.clear()
+
+    async def _give_back_prefetched(self) -> None:
+        """Release an index claimed ahead that the chain will not run now."""
+        if self.prefetch is None:
+            return
+        prefetch, self.prefetch = self.prefetch, None
+        try:
+            claim = await prefetch
+        except Exception:  # the lease runs out on its own
+            logger.warning("claim ahead failed", exc_info=True)
+            return
+        if claim.kind is ClaimKind.CLAIMED and claim.request is not None:
+            await attempt.release(self.deps, self.batch, claim.request)
+
+    async def _send(self, message: WorkMessage, *, after: float) -> None:
+        await io(self.deps.queue.send, message, max(0, math.ceil(after)))

@@ -1,0 +1,345 @@
+"""The workflow's steps: prepare a batch, park until it is done, expire or cancel what has
+not started, finalize, purge.
+
+Each step is idempotent, since Step Functions retries a failed task: a retried prepare
+rewrites the same requests, and finalizing a final batch changes nothing. A step that
+routes the workflow answers ``step(Next...)`` (``storage.workflow``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from batchgw.deps import Deps
+from batchgw.domain import codec
+from batchgw.domain.batch import BatchRecord, Tally, shard_totals
+from batchgw.domain.chains import ChainMessage
+from batchgw.domain.decisions import not_run_error
+from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
+from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
+from batchgw.observability import logger
+from batchgw.run import completion
+from batchgw.run.result_files import write_result_files
+from batchgw.storage.blobs import body_key, input_file_key, input_key
+from batchgw.storage.dynamo import timestamp
+from batchgw.storage.workflow import Next, step
+from batchgw.validation.file import iter_planned, report_object, split_lines, validate_file
+
+# Requests written per flush while preparing (bounded memory whatever the batch's size).
+WRITE_CHUNK = 500
+READ_CHUNK_BYTES = 256 * 1024
+_UNPREPARED = (BatchStatus.VALIDATING, BatchStatus.CANCELLING)
+
+
+def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Validate a file batch's input, write the batch's requests and counter shards, then
+    start its chains."""
+    batch = deps.batches.get_record(batch_id)
+    if batch is None:
+        return step(Next.FINALIZE)
+    if batch.status in _UNPREPARED and not batch.prepared:
+        if batch.input_method == "file":
+            checked = _validate_input_file(deps, batch)
+            if checked is None:
+                return step(Next.FINALIZE)
+            batch = checked
+        total = _write_requests(deps, batch_id, _requests_of(deps, batch))
+        shards = min(deps.settings.batch_counter_shards, total)
+        deps.batches.put_shards(batch_id, shard_totals(total, shards))
+        prepared = deps.batches.change(
+            batch_id,
+            {"shards": shards, "chains": _chain_count(deps, batch, total)},
+            from_statuses=_UNPREPARED,
+        )
+        if prepared is None:
+            return step(Next.FINALIZE)
+        batch = prepared
+    if batch.status is BatchStatus.VALIDATING:
+        started = deps.batches.change(
+            batch_id,
+            {"status": BatchStatus.IN_PROGRESS, "in_progress_at": int(deps.clock())},
+            from_statuses=[BatchStatus.VALIDATING],
+        )
+        current = started or deps.batches.get_record(batch_id)
+        if current is None:
+            return step(Next.FINALIZE)
+        batch = current
+    if batch.status is BatchStatus.CANCELLING:
+        return step(Next.CANCEL)
+    if batch.status is not BatchStatus.IN_PROGRESS:
+        return step(Next.FINALIZE)
+    chains = batch.chains or 1
+    deps.queue.send_many([ChainMessage(batch_id, c, c, chains) for c in range(chains)])
+    logger.info("batch started", extra={"batch_id": batch_id, "total": batch.total, "chains": chains})
+    if batch.expires_at is None:
+        return step(Next.PARK)
+    return step(Next.PARK_UNTIL_DEADLINE, max(1, math.ceil(batch.expires_at - deps.clock())))
+
+
+def _chain_count(deps: Deps, batch: BatchRecord, total: int) -> int:
+    caps = [
+        deps.catalog.concurrency(deps.catalog.models[model], deps.settings.batch_model_concurrency)
+        for model in batch.models
+        if model in deps.catalog.models
+    ]
+    return max(1, min(total, max(caps, default=1)))
+
+
+def _input_lines(deps: Deps, batch: BatchRecord) -> Iterator[bytes]:
+    """A file batch's input, as physical lines streamed from S3 (bounded memory)."""
+    return split_lines(
+        deps.blobs.iter_chunks(input_file_key(batch.id), READ_CHUNK_BYTES),
+        max_line_bytes=deps.settings.batch_max_line_kb * 1024,
+    )
+
+
+def _requests_of(deps: Deps, batch: BatchRecord) -> Iterator[tuple[str, str, Any]]:
+    """The batch's requests as (custom_id, canonical model, body), streamed from S3."""
+    if batch.input_method == "file":
+        for planned in iter_planned(
+            _input_lines(deps, batch),
+            endpoint=batch.endpoint,
+            catalog=deps.catalog,
+            role=batch.owner_role,
+            anthropic_version=batch.anthropic_version,
+            settings=deps.settings,
+        ):
+            yield planned.custom_id, planned.model, planned.body
+        return
+    for line in deps.blobs.iter_lines_gz(input_key(batch.id)):
+        request = json.loads(line)
+        yield request["custom_id"], request["model"], request["body"]
+
+
+def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
+    """Check a file batch's input, streaming; fail the batch (nothing run) on any problem.
+
+    Returns the batch with the file's request count and models, or None when it failed.
+    """
+    report = validate_file(
+        _input_lines(deps, batch),
+        endpoint=batch.endpoint,
+        settings=deps.settings,
+        catalog=deps.catalog,
+        role=batch.owner_role,
+        anthropic_version=batch.anthropic_version,
+    )
+    errors: list[dict[str, Any]] = list(report.errors)
+    if report.ok:
+        others = _unfinished_requests(deps, batch)
+        limit = deps.settings.batch_max_queued_requests_per_user
+        if others + report.total > limit:
+            errors = [
+                {
+                    "code": "queued_request_limit",
+                    "line": None,
+                    "param": None,
+                    "message": f"The file's {report.total} requests would take your unfinished requests "
+                    f"to {others + report.total}, over the limit of {limit}.",
+                }
+            ]
+    if errors:
+        now = deps.clock()
+        deps.batches.change(
+            batch.id,
+            {
+                "status": BatchStatus.FAILED,
+                "failed_at": int(now),
+                "errors": report_object(errors),
+                **_retention_fields(deps, batch, now),
+            },
+            from_statuses=_UNPREPARED,
+        )
+        logger.info("batch input refused", extra={"batch_id": batch.id, "problems": len(errors)})
+        return None
+    return deps.batches.change(
+        batch.id, {"total": report.total, "models": sorted(report.models)}, from_statuses=_UNPREPARED
+    )
+
+
+def _unfinished_requests(deps: Deps, batch: BatchRecord) -> int:
+    """Requests of the owner's other unfinished batches."""
+    others, _ = deps.batches.list_for_owner(batch.owner, limit=1000, statuses=sorted(UNFINISHED_STATUSES))
+    return sum(other.total for other in others if other.id != batch.id)
+
+
+def _write_requests(deps: Deps, batch_id: str, requests: Iterator[tuple[str, str, Any]]) -> int:
+    """Store every request (a body too large for its record goes to S3); their count."""
+    pending: list[RequestRecord] = []
+    total = 0
+    for index, (custom_id, model, body) in enumerate(requests):
+        packed = codec.pack(body)
+        stored: bytes | str = packed
+        if len(packed) > INLINE_BODY_LIMIT:
+            stored = body_key(batch_id, index, "req")
+            deps.blobs.put(stored, packed)
+        pending.append(RequestRecord.new(batch_id, index, custom_id, model, stored))
+        total = index + 1
+        if len(pending) >= WRITE_CHUNK:
+            deps.requests.put_new(pending)
+            pending = []
+    if pending:
+        deps.requests.put_new(pending)
+    return total
+
+
+def park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
+    """Keep the waiting task's token, or wake it at once if there is already work to do:
+    the batch is done, deleted, or cancelled with its unstarted requests not yet settled."""
+    batch = deps.batches.change(batch_id, {"task_token": token})
+    next_state = None
+    if batch is None or batch.all_shards_done:
+        next_state = Next.FINALIZE
+    elif batch.status is BatchStatus.CANCELLING and not batch.cancel_swept:
+        next_state = Next.CANCEL
+    if next_state is not None:
+        deps.workflow.wake(token, next_state)
+        if batch is not None:
+            deps.batches.clear_token(batch_id, token)
+    return {}
+
+
+def expire(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """The window closed: unstarted requests end as batch_expired; running ones finish."""
+    expiring = deps.batches.change(
+        batch_id, {"expiring": True}, from_statuses=[BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING]
+    )
+    if expiring is None:
+        return step(Next.FINALIZE)
+    logger.info("batch window closed", extra={"batch_id": batch_id})
+    return _end_unstarted(
+        deps,
+        batch_id,
+        RequestStatus.EXPIRED,
+        not_run_error("batch_expired"),
+        Tally(failed=1),
+        failed_retries=True,
+    )
+
+
+def cancel(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """The batch was cancelled: unstarted requests end as cancelled; running ones finish."""
+    if deps.batches.change(batch_id, {"cancel_swept": True}, from_statuses=[BatchStatus.CANCELLING]) is None:
+        return step(Next.FINALIZE)
+    return _end_unstarted(
+        deps, batch_id, RequestStatus.CANCELLED, not_run_error("batch_cancelled"), Tally(cancelled=1)
+    )
+
+
+def _end_unstarted(
+    deps: Deps,
+    batch_id: str,
+    status: RequestStatus,
+    error: dict[str, Any],
+    tally: Tally,
+    *,
+    failed_retries: bool = False,
+) -> dict[str, Any]:
+    """End every unstarted request of the batch, then count the shards that emptied.
+
+    With ``failed_retries``, a request that has run before and waits for its next try
+    fails with the last error it got instead: it is not a request that never ran.
+    """
+    batch = deps.batches.get_record(batch_id)
+    if batch is None:
+        return step(Next.FINALIZE)
+    now = deps.clock()
+    if failed_retries:
+        deps.requests.sweep(
+            batch_id,
+            end=RequestEnd(RequestStatus.FAILED, ended_at=now),
+            tally=Tally(failed=1),
+            shards=batch.shard_count,
+            attempted=True,
+        )
+    deps.requests.sweep(
+        batch_id,
+        end=RequestEnd(status, ended_at=now, error=error),
+        tally=tally,
+        shards=batch.shard_count,
+        attempted=False if failed_retries else None,
+    )
+    completion.settle(deps, batch_id)
+    batch = deps.batches.get_record(batch_id)
+    if batch is None or batch.all_shards_done:
+        return step(Next.FINALIZE)
+    return step(Next.PARK)  # running requests finish, the last one wakes us
+
+
+def _retention_fields(deps: Deps, batch: BatchRecord, now: float) -> dict[str, Any]:
+    retention = (
+        deps.settings.retention_seconds if batch.retention_seconds is None else batch.retention_seconds
+    )
+    # DynamoDB's TTL removes the batch's record even if its purge never ran.
+    return {"results_expires_at": int(now + retention), "ttl": int(now + retention + 86400)}
+
+
+_FINAL_FROM = {
+    BatchStatus.IN_PROGRESS: BatchStatus.COMPLETED,
+    BatchStatus.CANCELLING: BatchStatus.CANCELLED,
+    BatchStatus.VALIDATING: BatchStatus.FAILED,
+}
+
+
+def finalize(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Give the batch its final status, once; a file batch is ``finalizing`` while its
+    result files are written. Says when the batch is to be purged."""
+    batch = deps.batches.get_record(batch_id)
+    if batch is None:
+        return {"status": "deleted", "purge_at": _iso(deps.clock())}
+    if batch.status.is_final:
+        purge_at = deps.clock() if batch.results_expires_at is None else batch.results_expires_at
+        return {"status": batch.status.value, "purge_at": _iso(purge_at)}
+    now = deps.clock()
+    if batch.status is BatchStatus.FINALIZING and batch.final_status is not None:
+        final = batch.final_status
+    elif batch.expiring:
+        final = BatchStatus.EXPIRED
+    else:
+        final = _FINAL_FROM.get(batch.status, BatchStatus.COMPLETED)
+    if batch.input_method == "file":
+        if batch.status is not BatchStatus.FINALIZING:
+            entered = deps.batches.change(
+                batch_id,
+                {
+                    "status": BatchStatus.FINALIZING,
+                    "finalizing_at": int(now),
+                    "final_status": final,
+                    **_retention_fields(deps, batch, now),
+                },
+                from_statuses=[batch.status],
+            )
+            if entered is None:
+                return finalize(deps, batch_id)
+            batch = entered
+        extra = write_result_files(deps, batch)
+    else:
+        extra = _retention_fields(deps, batch, now)
+    ended = deps.batches.change(
+        batch_id,
+        {"status": final, f"{final.value}_at": int(now), "ended_at": timestamp(now), **extra},
+        from_statuses=[batch.status],
+        remove=["task_token"],
+    )
+    if ended is None:
+        return finalize(deps, batch_id)
+    logger.info("batch ended", extra={"batch_id": batch_id, "status": final.value})
+    assert ended.results_expires_at is not None
+    return {"status": final.value, "purge_at": _iso(ended.results_expires_at)}
+
+
+def _iso(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def purge(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Delete the batch, its requests and every object it stored (retention, or DELETE)."""
+    deps.requests.delete_all(batch_id)
+    deps.batches.delete_all(batch_id)
+    deps.blobs.delete_batch(batch_id)
+    logger.info("batch purged", extra={"batch_id": batch_id})
+    return {}

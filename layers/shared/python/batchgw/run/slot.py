@@ -1,0 +1,49 @@
+"""The model slot a chain holds while it runs, renewed before it can lapse."""
+
+from __future__ import annotations
+
+from batchgw.deps import Deps
+from batchgw.run.aio import io
+from batchgw.storage.slots import SlotGrant, SlotStore
+
+
+class SlotHolder:
+    """One chain's hold on one slot of one model at a time (see ``storage.slots``)."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+        self.model: str | None = None
+        self.token = SlotStore.new_token()
+        self._until = 0.0
+
+    async def hold(self, model: str) -> SlotGrant:
+        """Hold a slot of ``model``: the one held (renewed when half its lease is gone), or a
+        new one, letting go of another model's. Not granted while the model is full or paused."""
+        deps = self._deps
+        lease = deps.settings.batch_lease_seconds
+        now = deps.clock()
+        paused_until = deps.health.paused_until(model)
+        if paused_until > now:
+            await self.release()
+            return SlotGrant(False, paused_until=paused_until)
+        if self.model == model:
+            if self._until - now > lease / 2:
+                return SlotGrant(True)
+            if await io(deps.slots.renew, model, self.token, now=now, lease_seconds=lease):
+                self._until = now + lease
+                return SlotGrant(True)
+            self.model = None  # our lease lapsed and was purged: take a slot anew
+        await self.release()
+        spec = deps.catalog.models[model]
+        cap = deps.catalog.concurrency(spec, deps.settings.batch_model_concurrency)
+        grant = await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
+        if grant.granted:
+            self.model, self._until = model, now + lease
+        elif grant.paused_until is not None:
+            deps.health.note_pause(model, grant.paused_until)
+        return grant
+
+    async def release(self) -> None:
+        if self.model is not None:
+            model, self.model = self.model, None
+            await io(self._deps.slots.release, model, self.token)

@@ -1,0 +1,248 @@
+"""Calling a model's upstream and classifying what came back.
+
+The route (protocol, base URL, key) comes from the catalog. The outcome is one of:
+``success`` (a JSON answer), ``failed`` (permanent), ``retry`` (may pass: 408, 425, 429,
+5xx other than 504, a connection that could not be opened) or ``queued`` (the
+deployment is waiting for capacity: 503 ``model_queued``, which uses no attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import weakref
+from functools import lru_cache
+from typing import Any
+
+import httpx
+
+from batchgw.config.catalog import ModelSpec
+from batchgw.domain import codec
+from batchgw.domain.outcome import Outcome
+from batchgw.run import translate
+from batchgw.storage.aws import get_clients
+
+RETRYABLE = frozenset({408, 425, 429})
+
+_PATHS = {
+    "/v1/chat/completions": "/chat/completions",
+    "/v1/embeddings": "/embeddings",
+    "/v1/responses": "/responses",
+    "/v1/messages": "/messages",
+}
+
+_ERROR_CODES = {
+    400: "invalid_request",
+    422: "invalid_request",
+    403: "forbidden",
+    404: "model_not_found",
+    408: "timeout",
+    429: "rate_limited",
+    503: "service_unavailable",
+    504: "timeout",
+}
+
+
+def error_code_for(status: int) -> str:
+    if status in _ERROR_CODES:
+        return _ERROR_CODES[status]
+    return "upstream_error" if status >= 500 or status == 401 else "invalid_request"
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+@lru_cache(maxsize=64)
+def _secret(secret_id: str) -> str:
+    value = get_clients().secrets.get_secret_value(SecretId=secret_id)
+    return str(value.get("SecretString", ""))
+
+
+def api_key_for(spec: ModelSpec) -> str | None:
+    route = spec.route
+    if route.api_key_env and os.environ.get(route.api_key_env):
+        return os.environ[route.api_key_env]
+    if route.api_key_secret:
+        return _secret(route.api_key_secret)
+    return None
+
+
+def _headers(spec: ModelSpec, anthropic_version: str | None) -> dict[str, str]:
+    key = api_key_for(spec)
+    headers = {"content-type": "application/json"}
+    if spec.route.protocol == "anthropic":
+        headers["anthropic-version"] = anthropic_version or "2023-06-01"
+        if key:
+            headers["x-api-key"] = key
+    elif key:
+        headers["authorization"] = f"Bearer {key}"
+    return headers
+
+
+def _usage(endpoint: str, body: Any) -> tuple[int, int]:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0
+    if "prompt_tokens" in usage:  # chat completions, embeddings
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        return prompt, completion
+    return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+
+
+_http_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def http_client() -> httpx.AsyncClient:
+    """One pooled client per event loop (Lambda reuses its loop across invocations)."""
+    loop = asyncio.get_running_loop()
+    client = _http_clients.get(loop)
+    if client is None:
+        client = httpx.AsyncClient(limits=httpx.Limits(max_connections=512, max_keepalive_connections=256))
+        _http_clients[loop] = client
+    return client
+
+
+async def run_request(
+    spec: ModelSpec, endpoint: str, body: dict[str, Any], *, timeout: float, anthropic_version: str | None
+) -> Outcome:
+    """Run one batch request as its endpoint would.
+
+    A Messages request on a route that speaks only chat runs as a chat completion, and
+    its answer comes back as a Messages message (``run.translate``).
+    """
+    if not spec.translates(endpoint):
+        return await call(
+            http_client(), spec, endpoint, body, timeout=timeout, anthropic_version=anthropic_version
+        )
+    outcome = await call(
+        http_client(), spec, "/v1/chat/completions", translate.messages_to_chat(body), timeout=timeout
+    )
+    if outcome.kind != "success":
+        return outcome
+    try:
+        message = translate.chat_to_message(
+            outcome.body, model=str(body["model"]), stop_sequences=body.get("stop_sequences")
+        )
+    except translate.TranslationError as exc:
+        return Outcome(
+            "failed",
+            status_code=502,
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            error={
+                "code": "upstream_error",
+                "status": 502,
+                "message": f"the answer cannot be given as a Messages message: {exc}",
+            },
+        )
+    return outcome.replace(body=message, body_bytes=len(codec.dumps(message)))
+
+
+async def call(
+    client: httpx.AsyncClient,
+    spec: ModelSpec,
+    endpoint: str,
+    body: dict[str, Any],
+    *,
+    timeout: float,
+    anthropic_version: str | None = None,
+) -> Outcome:
+    """Send one request to the model's route and classify the answer."""
+    payload = {**body, "model": spec.upstream_model}
+    url = spec.route.base_url.rstrip("/") + _PATHS[endpoint]
+    try:
+        resp = await client.post(
+            url,
+            content=json.dumps(payload, separators=(",", ":")).encode(),
+            headers=_headers(spec, anthropic_version),
+            timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
+        )
+    except httpx.ConnectTimeout as exc:
+        return Outcome(
+            "retry",
+            error={"code": "service_unavailable", "message": f"connect timeout: {exc}", "status": None},
+        )
+    except httpx.ConnectError as exc:
+        return Outcome(
+            "retry",
+            error={"code": "service_unavailable", "message": f"cannot connect: {exc}", "status": None},
+        )
+    except httpx.TimeoutException:
+        return Outcome(
+            "failed",
+            error={"code": "timeout", "message": "the upstream call timed out", "status": 504},
+            usage_known=False,
+        )
+    except httpx.HTTPError as exc:
+        return Outcome(
+            "retry",
+            error={"code": "upstream_error", "message": f"upstream error: {exc}", "status": None},
+            usage_known=False,
+        )
+    return classify(endpoint, resp.status_code, resp.content, resp.headers)
+
+
+def classify(endpoint: str, status: int, content: bytes, headers: httpx.Headers | dict[str, str]) -> Outcome:
+    request_id = headers.get("x-request-id") or headers.get("request-id")
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    if 200 <= status < 300:
+        try:
+            body = json.loads(content.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return Outcome(
+                "failed",
+                status_code=502,
+                request_id=request_id,
+                usage_known=False,
+                error={
+                    "code": "upstream_error",
+                    "status": 502,
+                    "message": "the upstream answer is not valid JSON or UTF-8",
+                },
+            )
+        prompt, completion = _usage(endpoint, body)
+        rid = request_id or (body.get("id") if isinstance(body, dict) else None)
+        return Outcome(
+            "success",
+            status_code=status,
+            body=body,
+            body_bytes=len(content),
+            request_id=rid,
+            input_tokens=prompt,
+            output_tokens=completion,
+        )
+    message, code = _error_message(content, status)
+    error = {"code": error_code_for(status), "message": message, "status": status}
+    if status == 503 and code == "model_queued":
+        return Outcome(
+            "queued", status_code=status, error=error, retry_after=retry_after, request_id=request_id
+        )
+    if status in RETRYABLE or (status >= 500 and status != 504):
+        return Outcome(
+            "retry", status_code=status, error=error, retry_after=retry_after, request_id=request_id
+        )
+    return Outcome("failed", status_code=status, error=error, request_id=request_id)
+
+
+def _error_message(content: bytes, status: int) -> tuple[str, str | None]:
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return f"upstream answered {status}", None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        code = error.get("code") or error.get("type")
+        return str(error.get("message") or f"upstream answered {status}"), None if code is None else str(code)
+    return f"upstream answered {status}", None

@@ -1,0 +1,140 @@
+"""S3: batch inputs, request and response bodies too large for their record, files."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from typing import IO, Any
+
+from botocore.exceptions import ClientError
+
+from batchgw.domain import codec
+from batchgw.domain.errors import StorageError
+
+
+def input_key(batch_id: str) -> str:
+    return f"inputs/{batch_id}/requests.jsonl.gz"
+
+
+def body_key(batch_id: str, index: int, kind: str) -> str:
+    return f"bodies/{batch_id}/{index}.{kind}.json"
+
+
+def input_file_key(batch_id: str) -> str:
+    """A file batch's own copy of its input file."""
+    return f"inputs/{batch_id}/input.jsonl"
+
+
+def export_key(batch_id: str) -> str:
+    return f"exports/{batch_id}/output.jsonl"
+
+
+class BlobStore:
+    def __init__(self, client: Any, bucket: str) -> None:
+        self._s3 = client
+        self._bucket = bucket
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        try:
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=data, ContentType=content_type)
+        except ClientError as exc:
+            raise StorageError(f"could not write s3://{self._bucket}/{key}") from exc
+
+    def get(self, key: str) -> bytes:
+        try:
+            return bytes(self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read())
+        except ClientError as exc:
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+
+    def put_lines_gz(self, key: str, lines: list[bytes]) -> None:
+        self.put(key, gzip.compress(b"\n".join(lines) + b"\n", compresslevel=1), "application/gzip")
+
+    def iter_lines_gz(self, key: str) -> Iterator[bytes]:
+        """The lines of a gzipped JSONL object, streamed (bounded memory)."""
+        try:
+            body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+        except ClientError as exc:
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        with gzip.GzipFile(fileobj=body) as stream:
+            for line in stream:
+                line = line.rstrip(b"\n")
+                if line:
+                    yield line
+
+    def put_stream(self, key: str, stream: IO[bytes], content_type: str = "application/jsonl") -> None:
+        """Upload a file object of any size (multipart when large)."""
+        try:
+            self._s3.upload_fileobj(stream, self._bucket, key, ExtraArgs={"ContentType": content_type})
+        except ClientError as exc:
+            raise StorageError(f"could not write s3://{self._bucket}/{key}") from exc
+
+    def delete(self, key: str) -> None:
+        self._s3.delete_object(Bucket=self._bucket, Key=key)
+
+    def copy(self, source: str, target: str) -> None:
+        """Server-side copy (a batch keeps its own copy of its input file)."""
+        try:
+            self._s3.copy_object(
+                Bucket=self._bucket, Key=target, CopySource={"Bucket": self._bucket, "Key": source}
+            )
+        except ClientError as exc:
+            raise StorageError(f"could not copy s3://{self._bucket}/{source}") from exc
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._s3.head_object(Bucket=self._bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        return True
+
+    def presigned_put(self, key: str, size: int, expires_in: int = 3600) -> str:
+        return str(
+            self._s3.generate_presigned_url(
+                "put_object",
+                Params={"Bucket": self._bucket, "Key": key, "ContentLength": size},
+                ExpiresIn=expires_in,
+            )
+        )
+
+    def size(self, key: str) -> int | None:
+        try:
+            return int(self._s3.head_object(Bucket=self._bucket, Key=key)["ContentLength"])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+
+    def load_body(self, packed: bytes | None, ref: str | None) -> Any:
+        """A body kept packed in its record, or in S3 under ``ref``; None when neither."""
+        if packed is not None:
+            return codec.unpack(packed)
+        if ref is not None:
+            return codec.unpack(self.get(ref))
+        return None
+
+    def iter_chunks(self, key: str, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+        try:
+            body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+        except ClientError as exc:
+            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        yield from body.iter_chunks(chunk)
+
+    def presigned_get(self, key: str, expires_in: int = 3600) -> str:
+        return str(
+            self._s3.generate_presigned_url(
+                "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_in
+            )
+        )
+
+    def delete_batch(self, batch_id: str) -> None:
+        for prefix in (f"inputs/{batch_id}/", f"bodies/{batch_id}/", f"exports/{batch_id}/"):
+            self.delete_prefix(prefix)
+
+    def delete_prefix(self, prefix: str) -> None:
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self._bucket, Prefix=prefix):
+            keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+            if keys:
+                self._s3.delete_objects(Bucket=self._bucket, Delete={"Objects": keys, "Quiet": True})

@@ -1,0 +1,280 @@
+"""The DynamoDB kernel: what every adapter does with the low-level client, written once.
+
+- ``to_item`` / ``from_item``: Python values to DynamoDB's typed attributes and back;
+  ``timestamp`` rounds a clock reading to the millisecond stored.
+- ``Update``: an update expression from SET / ADD / REMOVE parts and a condition, with
+  its placeholders made here (adapters name their condition clauses; see each adapter).
+- ``Table``: get, put, update, query (every page), batch writes in chunks of 25, and
+  transactions whose cancellation reasons come back as a value.
+
+A conditional write answers whether it applied; every other SDK error becomes a
+``StorageError`` saying what failed, raised from the SDK's own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from batchgw.domain.errors import StorageError
+
+_ser = TypeSerializer()
+_de = TypeDeserializer()
+
+CONDITION_FAILED = "ConditionalCheckFailedException"
+TRANSACTION_CANCELLED = "TransactionCanceledException"
+BATCH_WRITE_LIMIT = 25
+TRANSACTION_LIMIT = 100
+_CONFLICT_RETRIES = 8
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+def to_ddb(value: Any) -> Any:
+    """A Python value as boto3 serializes it: floats become Decimals, recursively."""
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, dict):
+        return {k: to_ddb(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_ddb(v) for v in value]
+    return value
+
+
+def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's attributes as DynamoDB's typed map (None values left out)."""
+    return {k: _ser.serialize(to_ddb(v)) for k, v in values.items() if v is not None}
+
+
+def from_item(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """DynamoDB's typed map as Python values (binary as bytes, numbers as Decimal)."""
+    out = {k: _de.deserialize(v) for k, v in raw.items()}
+    for key, value in out.items():
+        if isinstance(value, Binary):
+            out[key] = bytes(value.value)
+    return out
+
+
+def timestamp(seconds: float) -> Decimal:
+    """A clock reading as stored: seconds, to the millisecond."""
+    return Decimal(str(round(seconds, 3)))
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+# --- update expressions -------------------------------------------------------------------------
+
+
+@dataclass
+class Update:
+    """One update expression and its condition, with generated placeholders.
+
+    ``set``, ``add`` and ``remove`` name attributes plainly (setting None removes the
+    attribute); ``extra_set`` and
+    ``extra_remove`` hold parts written by hand (``epoch = if_not_exists(epoch, :zero) +
+    :one``, ``s.#t``) whose placeholders, like the condition's, are given in ``names`` and
+    ``values``.
+    """
+
+    set: Mapping[str, Any] = field(default_factory=dict)
+    add: Mapping[str, int | Decimal] = field(default_factory=dict)
+    remove: Sequence[str] = ()
+    extra_set: Sequence[str] = ()
+    extra_remove: Sequence[str] = ()
+    condition: str | None = None
+    names: Mapping[str, str] = field(default_factory=dict)
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def request(self, table: str, key: Mapping[str, Any]) -> dict[str, Any]:
+        """The parameters of ``update_item`` (or of a transaction's ``Update``)."""
+        names = dict(self.names)
+        values = dict(self.values)
+        placeholder_of = {attribute: placeholder for placeholder, attribute in names.items()}
+
+        def name(prefix: str, attribute: str) -> str:
+            # An attribute the condition already names keeps its one placeholder.
+            if attribute not in placeholder_of:
+                placeholder_of[attribute] = names_key = f"#{prefix}{len(names)}"
+                names[names_key] = attribute
+            return placeholder_of[attribute]
+
+        sets = list(self.extra_set)
+        cleared = []  # setting an attribute to None removes it
+        for i, (attribute, value) in enumerate(self.set.items()):
+            if value is None:
+                cleared.append(name("r", attribute))
+                continue
+            values[f":s{i}"] = value
+            sets.append(f"{name('s', attribute)} = :s{i}")
+        adds = []
+        for i, (attribute, amount) in enumerate(self.add.items()):
+            values[f":a{i}"] = amount
+            adds.append(f"{name('a', attribute)} :a{i}")
+        removes = [*self.extra_remove, *cleared, *(name("r", attribute) for attribute in self.remove)]
+        parts = [
+            f"{verb} {', '.join(clauses)}"
+            for verb, clauses in (("SET", sets), ("ADD", adds), ("REMOVE", removes))
+            if clauses
+        ]
+        request: dict[str, Any] = {"TableName": table, "Key": dict(key), "UpdateExpression": " ".join(parts)}
+        if self.condition:
+            request["ConditionExpression"] = self.condition
+        if names:
+            request["ExpressionAttributeNames"] = names
+        if values:
+            request["ExpressionAttributeValues"] = to_item(values)
+        return request
+
+
+def one_of(name_placeholder: str, prefix: str, choices: Iterable[str]) -> tuple[str, dict[str, str]]:
+    """A condition ``#n IN (:p0, :p1...)`` and its values."""
+    values = {f":{prefix}{i}": choice for i, choice in enumerate(choices)}
+    return f"{name_placeholder} IN ({', '.join(values)})", values
+
+
+# --- transactions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """A transaction that did not apply: one cancellation code per action, in order."""
+
+    reasons: Sequence[str]
+
+    def failed(self, action: int) -> bool:
+        """Whether action ``action``'s condition did not hold."""
+        return action < len(self.reasons) and self.reasons[action] == "ConditionalCheckFailed"
+
+    @property
+    def failed_actions(self) -> list[int]:
+        return [i for i in range(len(self.reasons)) if self.failed(i)]
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+
+class Table:
+    """One table through the low-level client."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def get(self, key: Mapping[str, Any], *, consistent: bool = True) -> dict[str, Any] | None:
+        raw = self.client.get_item(TableName=self.name, Key=dict(key), ConsistentRead=consistent).get("Item")
+        return None if raw is None else from_item(raw)
+
+    def put(self, values: Mapping[str, Any], *, condition: str | None = None, failure: str) -> bool:
+        """Store an item; False when ``condition`` did not hold."""
+        request: dict[str, Any] = {"TableName": self.name, "Item": to_item(values)}
+        if condition:
+            request["ConditionExpression"] = condition
+        return self._conditional(failure, self.client.put_item, request)
+
+    def update(self, key: Mapping[str, Any], update: Update, *, failure: str) -> bool:
+        """Apply ``update``; False when its condition did not hold."""
+        return self._conditional(failure, self.client.update_item, update.request(self.name, key))
+
+    def update_returning(
+        self, key: Mapping[str, Any], update: Update, *, failure: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Apply ``update``: (the item after it, None), or (None, the item as it was) when
+        its condition did not hold (None too if there was no item)."""
+        request = update.request(self.name, key)
+        request["ReturnValues"] = "ALL_NEW"
+        request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        try:
+            resp = self.client.update_item(**request)
+        except ClientError as exc:
+            if error_code(exc) != CONDITION_FAILED:
+                raise StorageError(failure) from exc
+            old = exc.response.get("Item")
+            return None, None if old is None else from_item(old)
+        return from_item(resp["Attributes"]), None
+
+    def delete(self, key: Mapping[str, Any], *, condition: str | None = None, failure: str) -> bool:
+        request: dict[str, Any] = {"TableName": self.name, "Key": dict(key)}
+        if condition:
+            request["ConditionExpression"] = condition
+        return self._conditional(failure, self.client.delete_item, request)
+
+    def query(self, *, limit: int | None = None, **request: Any) -> Iterator[dict[str, Any]]:
+        """Every item a query finds, page after page (raw typed maps: see ``from_item``).
+
+        With ``limit``, each page asks for at most that many; the caller stops reading
+        when it has enough.
+        """
+        request = {"TableName": self.name, **request}
+        while True:
+            if limit is not None:
+                request["Limit"] = limit
+            resp = self._call("could not query " + self.name, self.client.query, request)
+            yield from resp.get("Items", [])
+            if "LastEvaluatedKey" not in resp:
+                return
+            request["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def put_many(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._write_many([{"PutRequest": {"Item": to_item(item)}} for item in items])
+
+    def delete_many(self, keys: Iterable[Mapping[str, Any]]) -> None:
+        self._write_many([{"DeleteRequest": {"Key": dict(key)}} for key in keys])
+
+    def transact(self, actions: Sequence[Mapping[str, Any]], *, failure: str) -> Cancelled | None:
+        """Run one transaction: None when it applied, else why it was cancelled.
+
+        A conflict with another transaction in flight is retried (a few times, briefly):
+        it says nothing about the conditions.
+        """
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                self.client.transact_write_items(TransactItems=list(actions))
+                return None
+            except ClientError as exc:
+                if error_code(exc) != TRANSACTION_CANCELLED:
+                    raise StorageError(failure) from exc
+                reasons = [str(r.get("Code")) for r in exc.response.get("CancellationReasons", [])]
+                cancelled = Cancelled(reasons)
+                if cancelled.failed_actions or "TransactionConflict" not in reasons:
+                    return cancelled
+                time.sleep(0.01 * (attempt + 1))
+        raise StorageError(f"{failure}: transaction conflicts persisted")
+
+    def _write_many(self, requests: list[dict[str, Any]]) -> None:
+        for start in range(0, len(requests), BATCH_WRITE_LIMIT):
+            pending = {self.name: requests[start : start + BATCH_WRITE_LIMIT]}
+            for _ in range(10):
+                resp = self._call(
+                    f"could not write to {self.name}", self.client.batch_write_item, {"RequestItems": pending}
+                )
+                pending = resp.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+            else:
+                raise StorageError(f"could not write {len(pending.get(self.name, []))} items to {self.name}")
+
+    @staticmethod
+    def _conditional(failure: str, call: Any, request: dict[str, Any]) -> bool:
+        try:
+            call(**request)
+        except ClientError as exc:
+            if error_code(exc) == CONDITION_FAILED:
+                return False
+            raise StorageError(failure) from exc
+        return True
+
+    @staticmethod
+    def _call(failure: str, call: Any, request: dict[str, Any]) -> Any:
+        try:
+            return call(**request)
+        except ClientError as exc:
+            raise StorageError(failure) from exc

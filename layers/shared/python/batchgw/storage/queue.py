@@ -1,0 +1,51 @@
+"""SQS: the work queue that carries chain and lone-request messages to the worker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from batchgw.domain.chains import WorkMessage
+from batchgw.domain.errors import StorageError
+
+MAX_DELAY_SECONDS = 900  # SQS's longest DelaySeconds
+MAX_VISIBILITY_SECONDS = 43200  # and its longest visibility timeout
+SEND_BATCH_LIMIT = 10
+
+
+class WorkQueue:
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self._sqs = client
+        self._url = queue_url
+
+    def send(self, message: WorkMessage, delay_seconds: int = 0) -> None:
+        """Send ``message``, visible after ``delay_seconds`` (at most SQS's 15 minutes: a
+        longer wait is re-delayed by whoever receives it early)."""
+        delay = max(0, min(MAX_DELAY_SECONDS, delay_seconds))
+        try:
+            self._sqs.send_message(QueueUrl=self._url, MessageBody=message.encode(), DelaySeconds=delay)
+        except ClientError as exc:
+            raise StorageError(f"could not send {message}") from exc
+
+    def send_many(self, messages: Sequence[WorkMessage]) -> None:
+        for start in range(0, len(messages), SEND_BATCH_LIMIT):
+            chunk = messages[start : start + SEND_BATCH_LIMIT]
+            entries = [{"Id": str(i), "MessageBody": m.encode()} for i, m in enumerate(chunk)]
+            try:
+                resp = self._sqs.send_message_batch(QueueUrl=self._url, Entries=entries)
+            except ClientError as exc:
+                raise StorageError(f"could not send {len(chunk)} messages") from exc
+            for failed in resp.get("Failed", []):
+                self.send(chunk[int(failed["Id"])])
+
+    def hold(self, receipt: str, seconds: int) -> None:
+        """Keep a received message invisible for ``seconds`` more."""
+        visibility = max(0, min(MAX_VISIBILITY_SECONDS, seconds))
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=visibility
+            )
+        except ClientError as exc:
+            raise StorageError("could not keep a message invisible") from exc

@@ -1,0 +1,405 @@
+"""A batch's requests, one item each, and their lease-guarded state changes.
+
+A worker writes a request only while it holds the request's lease: the owner it wrote
+when it claimed the request, at the epoch that claim raised. Any other worker's write
+(a duplicate delivery, a worker whose lease ran out and was taken over) is refused.
+
+Timeline of one request's lease::
+
+    queued ──claim──▶ running(owner A, epoch 1, until t1) ──record_end──▶ succeeded/failed
+                          │ A dies; t1 passes
+                          ▼
+                      running(owner B, epoch 2, lost + 1) ──▶ ... A's late write: refused
+    running ──schedule_retry──▶ retry_wait(next_at) ──claim once due──▶ running(epoch + 1)
+    running ──release──▶ queued (attempt given back; only while the batch runs)
+
+Ending a request and counting it in its batch's counter shard are one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from batchgw.domain.batch import RECORD_SK, Tally, shard_sk
+from batchgw.domain.errors import StorageError
+from batchgw.domain.request import RequestEnd, RequestRecord
+from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
+
+# The clauses of a request's conditional writes.
+is_queued = "#st = :queued"
+retry_is_due = "(#st = :retry AND next_at <= :now)"
+is_running = "#st = :running"
+lease_ran_out = "lease_until < :now"
+lease_is_mine = "lease_owner = :me AND epoch = :epoch"
+epoch_unchanged = "epoch = :epoch"
+never_attempted = "(attribute_not_exists(attempts) OR attempts = :zero)"
+attempted_before = "attempts > :zero"
+# ... and of the checks on the batch's record and counter shard that go with them.
+batch_runs = "#st = :in_progress AND attribute_not_exists(expiring)"
+more_than_one_left = "#left > :one"
+exactly_one_left = "#left = :one"
+
+# Takes the lease: running, this owner, until the lease ends; one more epoch and attempt.
+_TAKE_LEASE = (
+    "#st = :running",
+    "lease_owner = :me",
+    "lease_until = :until",
+    "epoch = if_not_exists(epoch, :zero) + :one",
+    "attempts = if_not_exists(attempts, :zero) + :one",
+)
+_STATUS = {"#st": "status"}
+SWEEP_CHUNK = 99  # requests per transaction, with their shard's counter update
+
+
+class ClaimKind(StrEnum):
+    CLAIMED = "claimed"  # this worker holds it now
+    ENDED = "ended"  # already terminal
+    HELD = "held"  # another worker's lease is live
+    WAITING = "waiting"  # a retry is scheduled for it, not due yet
+    MISSING = "missing"  # no such request
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    kind: ClaimKind
+    request: RequestRecord | None = None  # as it is now (claimed) or as it was (otherwise)
+    took_over: bool = False  # claimed from a worker whose lease ran out
+
+
+class Recorded(StrEnum):
+    OK = "ok"
+    SHARD_FINISHED = "shard_finished"  # this was the last request of its shard
+    LEASE_LOST = "lease_lost"  # another worker holds the request: nothing was written
+
+
+class Released(StrEnum):
+    RELEASED = "released"  # queued again
+    LOST = "lost"  # this worker no longer holds it
+    STOPPED = "stopped"  # the batch no longer runs: end the request instead
+
+
+class RequestStore:
+    def __init__(self, client: Any, requests_table: str, batches_table: str) -> None:
+        self._table = Table(client, requests_table)
+        self._batches = batches_table
+
+    @staticmethod
+    def _key(batch_id: str, index: int) -> dict[str, Any]:
+        return {"pk": {"S": batch_id}, "idx": {"N": str(index)}}
+
+    def put_new(self, requests: Sequence[RequestRecord]) -> None:
+        self._table.put_many(request.to_item() for request in requests)
+
+    def get(self, batch_id: str, index: int) -> RequestRecord | None:
+        item = self._table.get(self._key(batch_id, index))
+        return None if item is None else RequestRecord.from_item(item)
+
+    # --- leases -------------------------------------------------------------------------------
+
+    def claim(self, batch_id: str, index: int, owner: str, now: float, lease_seconds: float) -> Claim:
+        """Take the request's lease if it is queued, due for a retry, or its lease has run out.
+
+        Raises nothing on contention: the claim says who has it.
+        """
+        values = {
+            ":running": RequestStatus.RUNNING.value,
+            ":me": owner,
+            ":until": timestamp(now + lease_seconds),
+            ":now": timestamp(now),
+            ":one": 1,
+            ":zero": 0,
+        }
+        claimable = Update(
+            extra_set=_TAKE_LEASE,
+            condition=f"{is_queued} OR {retry_is_due}",
+            names=_STATUS,
+            values={
+                **values,
+                ":queued": RequestStatus.QUEUED.value,
+                ":retry": RequestStatus.RETRY_WAIT.value,
+            },
+        )
+        failure = f"could not claim {batch_id}/{index}"
+        key = self._key(batch_id, index)
+        after, before = self._table.update_returning(key, claimable, failure=failure)
+        if after is not None:
+            return Claim(ClaimKind.CLAIMED, RequestRecord.from_item(after))
+        if before is None:
+            return Claim(ClaimKind.MISSING)
+        old = RequestRecord.from_item(before)
+        if old.status.is_terminal:
+            return Claim(ClaimKind.ENDED, old)
+        if old.status is RequestStatus.RETRY_WAIT:
+            return Claim(ClaimKind.WAITING, old)
+        if old.status is RequestStatus.RUNNING and (old.lease_until or 0) >= now:
+            return Claim(ClaimKind.HELD, old)
+        # A running request whose lease ran out: its worker is gone. Take it over, counting
+        # the lost attempt, whose cost is unknown (the upstream may have run it).
+        takeover = Update(
+            extra_set=(*_TAKE_LEASE, "lost = if_not_exists(lost, :zero) + :one"),
+            condition=f"{is_running} AND {lease_ran_out} AND {epoch_unchanged}",
+            names=_STATUS,
+            values={**values, ":epoch": old.epoch},
+        )
+        after, _ = self._table.update_returning(
+            key, takeover, failure=f"could not take over {batch_id}/{index}"
+        )
+        if after is None:
+            return Claim(ClaimKind.HELD, old)
+        return Claim(ClaimKind.CLAIMED, RequestRecord.from_item(after), took_over=True)
+
+    def release(self, held: RequestRecord) -> Released:
+        """Hand a claimed request back untouched (queued again, its attempt given back).
+
+        Only while the batch still runs: the request update and a check of the batch's
+        record are one transaction, so a request cannot go back to the queue after a
+        cancel or the window's end has settled the unstarted ones.
+        """
+        give_back = Update(
+            extra_set=("#st = :queued", "attempts = attempts - :one"),
+            remove=["lease_owner", "lease_until"],
+            condition=f"{is_running} AND {lease_is_mine}",
+            names=_STATUS,
+            values={
+                ":queued": RequestStatus.QUEUED.value,
+                ":running": RequestStatus.RUNNING.value,
+                ":me": held.lease_owner,
+                ":epoch": held.epoch,
+                ":one": 1,
+            },
+        )
+        cancelled = self._table.transact(
+            [
+                {"Update": give_back.request(self._table.name, self._key(held.batch_id, held.index))},
+                self._batch_runs_check(held.batch_id),
+            ],
+            failure=f"could not release {held.batch_id}/{held.index}",
+        )
+        if cancelled is None:
+            return Released.RELEASED
+        if cancelled.failed(0):
+            return Released.LOST
+        if cancelled.failed(1):
+            return Released.STOPPED
+        raise StorageError(f"could not release {held.batch_id}/{held.index}: {list(cancelled.reasons)}")
+
+    def _batch_runs_check(self, batch_id: str) -> dict[str, Any]:
+        return {
+            "ConditionCheck": {
+                "TableName": self._batches,
+                "Key": {"pk": {"S": batch_id}, "sk": {"S": RECORD_SK}},
+                "ConditionExpression": batch_runs,
+                "ExpressionAttributeNames": _STATUS,
+                "ExpressionAttributeValues": {":in_progress": {"S": BatchStatus.IN_PROGRESS.value}},
+            }
+        }
+
+    # --- ends and retries ---------------------------------------------------------------------
+
+    def record_end(self, held: RequestRecord, *, shard: int, end: RequestEnd, tally: Tally) -> Recorded:
+        """End a running request and count it in its shard, in one transaction.
+
+        The request write holds only while this worker still has the lease at its epoch;
+        the shard's ``left`` falls by one. The common case is one call; the last request
+        of a shard takes a second, conditional on being last, so exactly one writer
+        learns that the shard finished.
+        """
+        ended = self._ended(held, end).request(self._table.name, self._key(held.batch_id, held.index))
+        failure = f"could not record {held.batch_id}/{held.index}"
+        for last in (False, True):
+            count = self._count(held.batch_id, shard, tally, last=last)
+            cancelled = self._table.transact([{"Update": ended}, {"Update": count}], failure=failure)
+            if cancelled is None:
+                return Recorded.SHARD_FINISHED if last else Recorded.OK
+            if cancelled.failed(0):
+                return Recorded.LEASE_LOST
+            if not cancelled.failed(1):
+                raise StorageError(f"{failure}: {list(cancelled.reasons)}")
+            # not "more than one left": try again as the shard's last request
+        raise StorageError(f"shard {shard} of {held.batch_id} has no request left to count {held.index}")
+
+    def _ended(self, held: RequestRecord, end: RequestEnd) -> Update:
+        return Update(
+            set=end.stored_fields(),
+            remove=["lease_owner", "lease_until"],
+            condition=f"{is_running} AND {lease_is_mine}",
+            names=_STATUS,
+            values={":running": RequestStatus.RUNNING.value, ":me": held.lease_owner, ":epoch": held.epoch},
+        )
+
+    def _count(self, batch_id: str, shard: int, tally: Tally, *, last: bool) -> dict[str, Any]:
+        update = Update(
+            add={"left": -1, **tally.counters()},
+            condition=exactly_one_left if last else more_than_one_left,
+            names={"#left": "left"},
+            values={":one": 1},
+        )
+        return update.request(self._batches, {"pk": {"S": batch_id}, "sk": {"S": shard_sk(shard)}})
+
+    def schedule_retry(
+        self,
+        held: RequestRecord,
+        *,
+        next_at: float,
+        error: dict[str, Any],
+        attempt_cost_nano: int,
+        uses_attempt: bool,
+    ) -> bool:
+        """Put a running request back to wait for its next try (no count changes).
+
+        ``uses_attempt`` False gives the attempt back (a model_queued wait). False when
+        this worker no longer holds the request.
+        """
+        fields: dict[str, Any] = {
+            "status": RequestStatus.RETRY_WAIT.value,
+            "next_at": timestamp(next_at),
+            "error": error,
+            "attempt_cost_nano": attempt_cost_nano,
+        }
+        if not uses_attempt:
+            fields["attempts"] = held.attempts - 1
+        update = Update(
+            set=fields,
+            remove=["lease_owner", "lease_until"],
+            condition=f"{is_running} AND {lease_is_mine}",
+            names=_STATUS,
+            values={":running": RequestStatus.RUNNING.value, ":me": held.lease_owner, ":epoch": held.epoch},
+        )
+        return self._table.update(
+            self._key(held.batch_id, held.index),
+            update,
+            failure=f"could not schedule a retry of {held.batch_id}/{held.index}",
+        )
+
+    # --- the batch's unstarted requests -------------------------------------------------------
+
+    def sweep(
+        self,
+        batch_id: str,
+        *,
+        end: RequestEnd,
+        tally: Tally,
+        shards: int,
+        attempted: bool | None = None,
+    ) -> set[int]:
+        """End every unstarted request (queued or waiting for a retry) with ``end``,
+        counting each once. Returns the shards touched.
+
+        ``attempted`` narrows it to requests that have (True) or have not (False) used an
+        attempt yet (a model_queued wait uses none). Used when a batch is cancelled or its
+        window closes. Each chunk is one transaction (its requests, conditional on their
+        state, and their shard's counters); a request a worker claimed meanwhile drops out
+        of the chunk and is left to that worker.
+        """
+        unstarted, statuses = one_of("#st", "u", [RequestStatus.QUEUED.value, RequestStatus.RETRY_WAIT.value])
+        condition = unstarted
+        values: dict[str, Any] = dict(statuses)
+        if attempted is not None:
+            condition += f" AND {attempted_before if attempted else never_attempted}"
+            values[":zero"] = 0
+        pending: dict[int, list[int]] = {}
+        for raw in self._table.query(
+            KeyConditionExpression="pk = :pk",
+            FilterExpression=condition,
+            ProjectionExpression="idx",
+            ExpressionAttributeNames=_STATUS,
+            ExpressionAttributeValues=to_item({":pk": batch_id, **values}),
+            ConsistentRead=True,
+        ):
+            index = int(raw["idx"]["N"])
+            pending.setdefault(index % shards, []).append(index)
+        for shard, indexes in pending.items():
+            for start in range(0, len(indexes), SWEEP_CHUNK):
+                chunk = indexes[start : start + SWEEP_CHUNK]
+                self._sweep_chunk(batch_id, shard, chunk, end, tally, condition, values)
+        return set(pending)
+
+    def _sweep_chunk(
+        self,
+        batch_id: str,
+        shard: int,
+        indexes: list[int],
+        end: RequestEnd,
+        tally: Tally,
+        condition: str,
+        values: dict[str, Any],
+    ) -> None:
+        update = Update(set=end.stored_fields(), condition=condition, names=_STATUS, values=values)
+        failure = f"could not end unstarted requests of {batch_id}"
+        while indexes:
+            actions = [{"Update": update.request(self._table.name, self._key(batch_id, i))} for i in indexes]
+            n = len(indexes)
+            count = Update(add={"left": -n, **tally.counters(n)})
+            actions.append(
+                {
+                    "Update": count.request(
+                        self._batches, {"pk": {"S": batch_id}, "sk": {"S": shard_sk(shard)}}
+                    )
+                }
+            )
+            cancelled = self._table.transact(actions, failure=failure)
+            if cancelled is None:
+                return
+            taken = {indexes[i] for i in cancelled.failed_actions if i < n}
+            if not taken:
+                raise StorageError(f"{failure}: {list(cancelled.reasons)}")
+            indexes = [i for i in indexes if i not in taken]
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def live_lease(self, batch_id: str, now: float) -> bool:
+        """Whether any request of the batch is held by a worker whose lease has not run out."""
+        for _ in self._table.query(
+            KeyConditionExpression="pk = :pk",
+            FilterExpression="#st = :running AND lease_until > :now",
+            ProjectionExpression="idx",
+            ExpressionAttributeNames=_STATUS,
+            ExpressionAttributeValues={
+                ":pk": {"S": batch_id},
+                ":running": {"S": RequestStatus.RUNNING.value},
+                ":now": {"N": str(timestamp(now))},
+            },
+            ConsistentRead=True,
+        ):
+            return True
+        return False
+
+    def page(self, batch_id: str, *, after_index: int, limit: int) -> tuple[list[RequestRecord], bool]:
+        """Up to ``limit`` requests after index ``after_index``, in submission order, and
+        whether more follow."""
+        found: list[RequestRecord] = []
+        for raw in self._table.query(
+            limit=limit + 1,
+            KeyConditionExpression="pk = :pk AND idx > :after",
+            ExpressionAttributeValues={":pk": {"S": batch_id}, ":after": {"N": str(after_index)}},
+            ConsistentRead=True,
+        ):
+            found.append(RequestRecord.from_item(from_item(raw)))
+            if len(found) > limit:
+                break
+        return found[:limit], len(found) > limit
+
+    def all(self, batch_id: str, page_size: int = 500) -> Iterator[RequestRecord]:
+        """Every request of the batch in submission order, a page at a time."""
+        after = -1
+        while True:
+            requests, more = self.page(batch_id, after_index=after, limit=page_size)
+            yield from requests
+            if not more or not requests:
+                return
+            after = requests[-1].index
+
+    def delete_all(self, batch_id: str) -> None:
+        keys = (
+            {"pk": raw["pk"], "idx": raw["idx"]}
+            for raw in self._table.query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": batch_id}},
+                ProjectionExpression="pk, idx",
+            )
+        )
+        self._table.delete_many(list(keys))
