@@ -40,7 +40,7 @@ class Settings(BaseModel):
     batch_file_retention_days: float = Field(30, gt=0, alias="BATCH_FILE_RETENTION_DAYS")
     batch_anthropic_versions: str = Field("2023-06-01,2026-10-21", alias="BATCH_ANTHROPIC_VERSIONS")
 
-    # --- durations fixed by DESIGN.md (seconds) -------------------------------------
+    # --- durations every rule reads (seconds) ----------------------------------------
     batch_retry_base_seconds: float = Field(5, gt=0, alias="BATCH_RETRY_BASE_SECONDS")
     batch_retry_max_seconds: float = Field(900, gt=0, alias="BATCH_RETRY_MAX_SECONDS")
     batch_lease_seconds: float = Field(900, gt=0, alias="BATCH_LEASE_SECONDS")

@@ -10,6 +10,7 @@ Stored attribute names are short and fixed; they are mapped here, once, in
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal
 from typing import Any, Literal
@@ -184,77 +185,7 @@ class BatchRecord:
 _LATER_TIMESTAMPS = tuple(name for name in TIMESTAMPS if name not in ("created_at", "expires_at"))
 
 
-@dataclass(slots=True)
-class Counts:
-    """A batch's counters, summed over its shards."""
-
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    left: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_nano: int = 0
-    cost_unknown_attempts: int = 0
-    stored_bytes: int = 0
-
-    @property
-    def cost_usd(self) -> Decimal:
-        return usd(self.cost_nano)
-
-    @classmethod
-    def of_shards(cls, shards: list[ShardRecord]) -> Counts:
-        counts = cls()
-        for shard in shards:
-            counts.completed += shard.completed
-            counts.failed += shard.failed
-            counts.cancelled += shard.cancelled
-            counts.left += shard.left
-            counts.input_tokens += shard.input_tokens
-            counts.output_tokens += shard.output_tokens
-            counts.cost_nano += shard.cost_nano
-            counts.cost_unknown_attempts += shard.cost_unknown
-            counts.stored_bytes += shard.stored_bytes
-        return counts
-
-
-@dataclass(frozen=True, slots=True)
-class ShardRecord:
-    """One counter shard: what its requests added up to, and how many are left to end."""
-
-    shard: int
-    left: int = 0
-    done: bool = False  # counted in the record's ``shards_done``
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_nano: int = 0
-    cost_unknown: int = 0
-    stored_bytes: int = 0
-
-    @classmethod
-    def from_item(cls, item: dict[str, Any]) -> ShardRecord:
-        def num(name: str) -> int:
-            return int(item.get(name, 0))
-
-        return cls(
-            shard=shard_of_sk(str(item["sk"])),
-            left=num("left"),
-            done=bool(item.get("done")),
-            completed=num("completed"),
-            failed=num("failed"),
-            cancelled=num("cancelled"),
-            input_tokens=num(SHARD_COUNTERS["input_tokens"]),
-            output_tokens=num(SHARD_COUNTERS["output_tokens"]),
-            cost_nano=num(SHARD_COUNTERS["cost_nano"]),
-            cost_unknown=num(SHARD_COUNTERS["cost_unknown"]),
-            stored_bytes=num(SHARD_COUNTERS["stored_bytes"]),
-        )
-
-
-# Shard counter names as stored (``Tally`` field -> attribute).
+# Counter names as stored in a shard (``Tally`` field -> attribute).
 SHARD_COUNTERS = {
     "completed": "completed",
     "failed": "failed",
@@ -269,7 +200,7 @@ SHARD_COUNTERS = {
 
 @dataclass(frozen=True, slots=True)
 class Tally:
-    """What one ended request adds to its shard's counters."""
+    """What ended requests add to their shard's counters (one request's, or a sum)."""
 
     completed: int = 0
     failed: int = 0
@@ -277,8 +208,8 @@ class Tally:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_nano: int = 0
-    cost_unknown: int = 0
-    stored_bytes: int = 0
+    cost_unknown: int = 0  # attempts whose cost is unknown (timed out, or lost with a worker)
+    stored_bytes: int = 0  # packed bytes of the responses stored
 
     def counters(self, times: int = 1) -> dict[str, int]:
         """The non-zero counters, by stored name, for ``times`` such requests."""
@@ -287,6 +218,60 @@ class Tally:
             for name, stored in SHARD_COUNTERS.items()
             if getattr(self, name)
         }
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Tally:
+        return cls(**{name: int(item.get(stored, 0)) for name, stored in SHARD_COUNTERS.items()})
+
+    @classmethod
+    def total(cls, tallies: Iterable[Tally]) -> Tally:
+        sums = dict.fromkeys(SHARD_COUNTERS, 0)
+        for tally in tallies:
+            for name in SHARD_COUNTERS:
+                sums[name] += getattr(tally, name)
+        return cls(**sums)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRecord:
+    """One counter shard: what its requests added up to, and how many are left to end."""
+
+    shard: int
+    left: int = 0
+    done: bool = False  # counted in the record's ``shards_done``
+    tally: Tally = field(default_factory=Tally)
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> ShardRecord:
+        return cls(
+            shard=shard_of_sk(str(item["sk"])),
+            left=int(item.get("left", 0)),
+            done=bool(item.get("done")),
+            tally=Tally.from_item(item),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Counts(Tally):
+    """A batch's counters, summed over its shards, with the requests left to end."""
+
+    left: int = 0
+
+    @property
+    def cost_usd(self) -> Decimal:
+        return usd(self.cost_nano)
+
+    @property
+    def cost_unknown_attempts(self) -> int:
+        return self.cost_unknown
+
+    @classmethod
+    def of_shards(cls, shards: Iterable[ShardRecord]) -> Counts:
+        shards = list(shards)
+        total = Tally.total(shard.tally for shard in shards)
+        return cls(
+            **{name: getattr(total, name) for name in SHARD_COUNTERS}, left=sum(s.left for s in shards)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,7 @@ async def run_message(
             return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
         if deps.settings.max_results_bytes_per_batch is not None:
             shards = await io(deps.batches.shards, batch.id)
-            deps.stored.raise_to(batch.id, sum(shard.stored_bytes for shard in shards))
+            deps.stored.raise_to(batch.id, sum(shard.tally.stored_bytes for shard in shards))
         finished = await ChainRun(deps, batch, message, owner=owner, deadline=deadline).run()
     finally:
         if heartbeat is not None:
@@ -119,13 +119,11 @@ class ChainRun:
             await self.slot.release()
 
     async def _loop(self) -> bool:
-        deps = self.deps
         while True:
-            now = deps.clock()
+            now = self.deps.clock()
             from_heap = self.prefetch is None and self._retry_due(now)
             if not from_heap and not self._has_next():
-                if self.retries and not self.lone and self._worth_waiting(self.retries[0][0]):
-                    await asyncio.sleep(max(0.0, self.retries[0][0] - now))
+                if await self._waited_for_retry():
                     continue
                 return not self.lone and not self.retries
             if await self._must_stop(now):
@@ -134,39 +132,22 @@ class ChainRun:
             # above hands every waiting request on.
             target = heapq.heappop(self.retries)[1] if from_heap else self.next_index
             claim = await self._claim(target, from_heap, now)
-            if claim.kind is not ClaimKind.CLAIMED:
+            if claim.kind is not ClaimKind.CLAIMED or claim.request is None:
                 if await self._passed(claim, target, from_heap, now):
                     continue
                 return False
             held = claim.request
-            assert held is not None
             if not await self._take_slot(held, target, from_heap, now):
                 return False
             if self.verdict is None:
-                self.verdict = await attempt.read_verdict(deps, self.batch.id)
+                self.verdict = await attempt.read_verdict(self.deps, self.batch.id)
             if self.verdict is not Verdict.RUN:
-                # Cancelled, deleted, past the window, or out of result storage: the claimed
-                # request ends without running (and with results full, so do the others).
-                await attempt.end_unrun(deps, self.batch, held, self.verdict)
-                if self.verdict is not Verdict.RESULTS_FULL or self.lone:
-                    return False
-                self._advance(from_heap)
-                continue
+                if await self._ended_unrun(held, from_heap):
+                    continue
+                return False
             self._advance(from_heap)
             self._claim_ahead(now)
-            started = deps.clock()
-            outcome = await attempt.call(deps, self.batch, held)
-            settled, self.verdict = await asyncio.gather(
-                attempt.settle(deps, self.batch, held, outcome, started=started),
-                attempt.read_verdict(deps, self.batch.id),
-            )
-            if settled.retry_at is not None:
-                await self._keep_retry(target, settled.retry_at)
-            if settled.after is After.STOP or self.lone:
-                return False
-            if settled.after is After.PAUSE:
-                await self.slot.release()
-                await self._hand_on(after=deps.health.paused_until(held.model) - deps.clock())
+            if not await self._run(held, target):
                 return False
 
     # --- the steps ----------------------------------------------------------------------------
@@ -180,6 +161,13 @@ class ChainRun:
     def _advance(self, from_heap: bool) -> None:
         if not from_heap:
             self.next_index += self.stride
+
+    async def _waited_for_retry(self) -> bool:
+        """At the end of its walk, a chain waits (slot in hand) for a retry due soon."""
+        if not self.retries or self.lone or not self._worth_waiting(self.retries[0][0]):
+            return False
+        await asyncio.sleep(max(0.0, self.retries[0][0] - self.deps.clock()))
+        return True
 
     async def _must_stop(self, now: float) -> bool:
         """Stop (handing the chain on where needed) when the window has closed, the
@@ -245,6 +233,34 @@ class ChainRun:
             heapq.heappush(self.retries, (now + wait, target))
         await self._hand_on(after=wait)
         return False
+
+    async def _ended_unrun(self, held: RequestRecord, from_heap: bool) -> bool:
+        """Cancelled, deleted, past the window, or out of result storage: the claimed
+        request ends without running. True to go on (with results full, the chain ends its
+        other requests the same way)."""
+        assert self.verdict is not None
+        await attempt.end_unrun(self.deps, self.batch, held, self.verdict)
+        if self.verdict is not Verdict.RESULTS_FULL or self.lone:
+            return False
+        self._advance(from_heap)
+        return True
+
+    async def _run(self, held: RequestRecord, target: int) -> bool:
+        """Call the upstream, then store what it means while re-reading the batch (one
+        round trip). True to go on with the chain."""
+        deps = self.deps
+        started = deps.clock()
+        outcome = await attempt.call(deps, self.batch, held)
+        settled, self.verdict = await asyncio.gather(
+            attempt.settle(deps, self.batch, held, outcome, started=started),
+            attempt.read_verdict(deps, self.batch.id),
+        )
+        if settled.retry_at is not None:
+            await self._keep_retry(target, settled.retry_at)
+        if settled.after is After.PAUSE and not self.lone:
+            await self.slot.release()
+            await self._hand_on(after=deps.health.paused_until(held.model) - deps.clock())
+        return settled.after is After.NEXT and not self.lone
 
     def _claim_ahead(self, now: float) -> None:
         """Claim the chain's next index while this request runs (its lease covers the call)."""

@@ -1,8 +1,10 @@
-"""Pure validation of batch input: request bodies, direct requests and (later) file lines.
+"""Pure validation of batch input: request bodies, direct requests and file lines.
 
 Nothing here touches AWS or does I/O. Validators of one request raise ``RequestInvalid``,
-which carries the line code of a file's validation report (spec 001); the create call
-turns it into a ``BadRequest`` that names the request (spec 000).
+which carries the line code of a file's validation report; the create call turns it into
+a ``BadRequest`` that names the request.
+
+May import: ``config``, ``domain``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""A JSONL batch input file, checked line by line as it streams (spec 000 "Batches from a file").
+"""A JSONL batch input file, checked line by line as it streams (a batch "from a file").
 
 Each non-blank physical line is one request ``{"custom_id", "method", "url", "body"}``:
 all four keys, method ``"POST"``, url equal to the batch's endpoint, and a body the
 endpoint would take, checked by the same ``plan_request`` as a direct request. The
-validation report (spec 001) lists the problems by physical line number (1-based; blank
+validation report lists the problems by physical line number (1-based; blank
 lines are skipped but counted), with the spec's line codes.
 
 Choices the spec leaves open:

@@ -1,7 +1,7 @@
 """An Anthropic Messages request body, checked under the batch's ``anthropic-version``.
 
 A Messages batch names its API version once, in the create call's header, and every
-request is checked (and later runs) under it (spec 000, "Messages in a batch"). What a
+request is checked (and later runs) under it. What a
 batch cannot run as written is refused with ``unsupported_feature``: server tools, Files
 API sources, MCP servers, containers, betas. Unknown fields are refused too, as
 Anthropic's API refuses them; nothing is silently dropped.

@@ -1,9 +1,8 @@
 """A Responses request body, checked as a batch can run it: independent and complete.
 
-A batched Responses request stands on its own (spec 000, "Embeddings and Responses in a
-batch"): nothing stored (``store`` true), no earlier response or conversation, no
-background or streaming run, no hosted tools or file inputs. A field this module does not
-know is refused too, since the gateway would have to drop it.
+A batched Responses request stands on its own: nothing stored (``store`` true), no earlier
+response or conversation, no background or streaming run, no hosted tools or file inputs.
+A field this module does not know is refused too, since the gateway would have to drop it.
 """
 
 from __future__ import annotations
