@@ -1,31 +1,35 @@
-"""Lifecycle function: the workflow's steps (prepare, park, expire, cancel, finalize, purge)."""
+"""Lifecycle function: the workflow's steps (prepare, park, reconcile, expire, cancel,
+finalize, fail, purge)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw.deps import get_deps
+from batchgw.deps import Deps, get_deps
 from batchgw.observability import logger
-from batchgw.run import lifecycle
+from batchgw.run import lifecycle, reconcile
+
+STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
+    "prepare": lambda deps, event: lifecycle.prepare(deps, event["batch_id"]),
+    "park": lambda deps, event: lifecycle.park(deps, event["batch_id"], event["token"]),
+    "reconcile": lambda deps, event: reconcile.reconcile(deps, event["batch_id"]),
+    "expire": lambda deps, event: lifecycle.expire(deps, event["batch_id"]),
+    "cancel": lambda deps, event: lifecycle.cancel(deps, event["batch_id"]),
+    "finalize": lambda deps, event: lifecycle.finalize(deps, event["batch_id"]),
+    "fail": lambda deps, event: lifecycle.fail(
+        deps, event["batch_id"], lifecycle.cause_of(event.get("error"))
+    ),
+    "purge": lambda deps, event: lifecycle.purge(deps, event["batch_id"]),
+}
 
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    deps = get_deps()
     action = event["action"]
-    batch_id = event["batch_id"]
-    logger.append_keys(batch_id=batch_id, action=action)
-    if action == "prepare":
-        return lifecycle.prepare(deps, batch_id)
-    if action == "park":
-        return lifecycle.park(deps, batch_id, event["token"])
-    if action == "finalize":
-        return lifecycle.finalize(deps, batch_id)
-    if action == "expire":
-        return lifecycle.expire(deps, batch_id)
-    if action == "cancel":
-        return lifecycle.cancel(deps, batch_id)
-    if action == "purge":
-        return lifecycle.purge(deps, batch_id)
-    raise ValueError(f"unknown lifecycle action {action!r}")
+    logger.append_keys(batch_id=event.get("batch_id"), action=action)
+    step = STEPS.get(action)
+    if step is None:
+        raise ValueError(f"unknown lifecycle action {action!r}")
+    return step(get_deps(), event)

@@ -146,10 +146,10 @@ def queued(retry_after: str | None):  # type: ignore[no-untyped-def]
 
 
 def test_model_queued_uses_no_attempt_and_pauses_the_model() -> None:
-    step = next_step(queued("300"), attempts=1, now=NOW, expires_at=NOW + 60, settings=SETTINGS)
+    step = next_step(queued("300"), attempts=1, now=NOW, expires_at=NOW + 3600, settings=SETTINGS)
     assert isinstance(step, Retry)
     assert not step.uses_attempt
-    assert step.next_at == NOW + 300  # waits even past the window: the window's end expires it
+    assert step.next_at == NOW + 300
     assert step.pause_model_until == NOW + 300
 
 
@@ -234,9 +234,10 @@ def test_a_retry_keeps_its_attempts_known_cost_apart_and_counts_nothing_yet() ->
     assert step.error["code"] == "service_unavailable"
 
 
-def test_model_queued_past_the_window_still_waits_for_the_window_to_expire_it() -> None:
+def test_a_model_queued_wait_that_would_outlast_the_window_fails_with_that_error() -> None:
     step = next_step(queued("60"), attempts=1, now=NOW, expires_at=NOW + 10, settings=SETTINGS)
-    assert isinstance(step, Retry) and not step.uses_attempt and step.next_at == NOW + 60
+    assert isinstance(step, End) and step.status is RequestStatus.FAILED and step.tally.failed == 1
+    assert step.error is not None and step.error["status"] == 503 and "GPU" in step.error["message"]
 
 
 def test_a_permanent_failure_with_its_usage_known_costs_what_it_used() -> None:

@@ -16,7 +16,7 @@ from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS
 from batchgw.deps import Deps
 from batchgw.domain import codec
-from batchgw.domain.batch import BatchRecord, CountedBatch, InputMethod, created_key
+from batchgw.domain.batch import BatchRecord, CountedBatch, InputMethod, backstop_ttl, created_key
 from batchgw.domain.errors import (
     BadRequest,
     Conflict,
@@ -158,6 +158,8 @@ def _new_record(
 ) -> BatchRecord:
     clock_now = deps.clock()
     now = int(clock_now)
+    expires_at = None if window_seconds is None else int(now + window_seconds)
+    settings = deps.settings
     return BatchRecord(
         id=batch_id,
         owner=principal.user_id,
@@ -168,14 +170,20 @@ def _new_record(
         completion_window=window_label,
         created_at=now,
         created_key=created_key(int(clock_now * 1000), batch_id),
-        expires_at=None if window_seconds is None else int(now + window_seconds),
+        expires_at=expires_at,
         metadata=metadata,
         anthropic_version=anthropic_version,
-        retention_seconds=int(deps.settings.retention_seconds),
+        retention_seconds=int(settings.retention_seconds),
         input_method=input_method,
         input_file_id=input_file_id,
         total=total,
         models=models,
+        ttl=backstop_ttl(
+            now=clock_now,
+            expires_at=expires_at,
+            retention=settings.retention_seconds,
+            reconcile=settings.batch_reconcile_seconds,
+        ),
     )
 
 

@@ -49,6 +49,10 @@ class Settings(BaseModel):
         900, ge=0, alias="BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS"
     )
     batch_upstream_timeout_seconds: float = Field(600, gt=0, alias="BATCH_UPSTREAM_TIMEOUT_SECONDS")
+    # How often the workflow reconciles each unfinished batch while it waits (takes over
+    # abandoned requests, re-sends lost work, settles counters): a batch ends within about
+    # one lease plus this after its last request could have ended, whatever failed.
+    batch_reconcile_seconds: float = Field(300, ge=1, alias="BATCH_RECONCILE_SECONDS")
 
     # --- worker shape ---------------------------------------------------------------
     # How long a worker invocation may run (the Lambda timeout); a chain of work stops

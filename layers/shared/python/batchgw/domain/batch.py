@@ -48,6 +48,14 @@ def created_bound(seconds: int) -> str:
     return f"{seconds * 1000:015d}#"
 
 
+def backstop_ttl(*, now: float, expires_at: int | None, retention: float, reconcile: float) -> int:
+    """When DynamoDB's TTL may remove a batch's record even if its workflow died: a day
+    after its window and retention (without a window, two reconciles from now: each
+    reconcile moves it on)."""
+    end = expires_at if expires_at is not None else now + 2 * reconcile
+    return int(end + retention + 86400)
+
+
 # A batch's timestamps, as the batch object lists them (unix seconds, or None).
 TIMESTAMPS = (
     "created_at",
@@ -88,6 +96,8 @@ class BatchRecord:
     shards: int | None = None
     chains: int | None = None
     shards_done: int = 0
+    generation: int = 0  # of its chains: messages of an older generation are dropped
+    reconciled_left: int | None = None  # requests left at the last reconcile (None: none yet)
     # The parked workflow's task token, while it waits for the batch's requests to end.
     task_token: str | None = None
     expiring: bool = False  # the window closed; requests still running finish
@@ -106,6 +116,7 @@ class BatchRecord:
     cancelling_at: int | None = None
     cancelled_at: int | None = None
     results_expires_at: int | None = None
+    ttl: int | None = None  # when DynamoDB may remove the record (a backstop: see backstop_ttl)
 
     @property
     def prepared(self) -> bool:
@@ -122,6 +133,11 @@ class BatchRecord:
 
     def window_closed(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
+
+    @property
+    def stopping(self) -> bool:
+        """Cancelled, or past its window: no new request starts; running ones finish."""
+        return self.status is BatchStatus.CANCELLING or self.expiring
 
     def shard_of(self, index: int) -> int:
         return index % self.shard_count
@@ -157,6 +173,8 @@ class BatchRecord:
             shards=num("shards"),
             chains=num("chains"),
             shards_done=int(item.get("shards_done", 0)),
+            generation=int(item.get("generation", 0)),
+            reconciled_left=num("reconciled_left"),
             task_token=item.get("task_token"),
             expiring=bool(item.get("expiring")),
             cancel_swept=bool(item.get("cancel_swept")),
@@ -167,6 +185,7 @@ class BatchRecord:
             output_file_id=item.get("output_file_id"),
             error_file_id=item.get("error_file_id"),
             **{name: num(name) for name in _LATER_TIMESTAMPS},
+            ttl=num("ttl"),
         )
 
     def to_item(self) -> dict[str, Any]:

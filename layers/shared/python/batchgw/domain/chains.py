@@ -6,7 +6,8 @@ runs the chain in order and, when it must stop, sends the message for where it s
 So the queue holds about W messages per batch, whatever N is (invariant 4).
 
 A ``RequestMessage`` carries one request on its own: a retry that its chain could not
-keep (the chain stopped before the retry came due).
+keep (the chain stopped before the retry came due), or one the reconciler found
+abandoned.
 """
 
 from __future__ import annotations
@@ -18,16 +19,27 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class ChainMessage:
+    """Chain ``chain`` of a batch resumes at ``next_index``, stepping by ``stride``.
+
+    ``generation`` is the batch's chain generation when the message was first sent: the
+    reconciler, finding a batch stuck, starts a new generation of chains, and messages of
+    an older one are dropped when they arrive (so recovered chains never pile up).
+    """
+
     batch_id: str
     chain: int
     next_index: int
     stride: int
+    generation: int = 0
 
     def resume_at(self, index: int) -> ChainMessage:
         return replace(self, next_index=index)
 
     def encode(self) -> str:
-        return _encode({"b": self.batch_id, "c": self.chain, "i": self.next_index, "w": self.stride})
+        body: dict[str, Any] = {"b": self.batch_id, "c": self.chain, "i": self.next_index, "w": self.stride}
+        if self.generation:
+            body["g"] = self.generation
+        return _encode(body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +59,11 @@ def decode(text: str) -> WorkMessage:
     if body.get("s"):
         return RequestMessage(batch_id=str(body["b"]), index=int(body["i"]))
     return ChainMessage(
-        batch_id=str(body["b"]), chain=int(body["c"]), next_index=int(body["i"]), stride=int(body["w"])
+        batch_id=str(body["b"]),
+        chain=int(body["c"]),
+        next_index=int(body["i"]),
+        stride=int(body["w"]),
+        generation=int(body.get("g", 0)),
     )
 
 

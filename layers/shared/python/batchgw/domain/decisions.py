@@ -10,6 +10,7 @@ is the whole decision after a request ran; ``not_run`` ends one that may not run
 - 503 ``model_queued`` uses no attempt: the request waits for the deployment's
   ``Retry-After`` (default 120 s; a negative or non-finite one is the default; capped at
   168 h) and the model takes no new batch requests for that long, at most the pause cap.
+  A wait that would end after the window closes fails the request with that error.
 - Any other 4xx, a 504 or the call's own timeout ends the request at once; a timeout's
   cost is unknown (the upstream may have run it).
 - A success larger than one request may store fails ``result_too_large``; one that no
@@ -32,6 +33,9 @@ from batchgw.domain.states import BatchStatus, RequestStatus
 
 MAX_TRIES_WITHOUT_WINDOW = 2000
 MAX_QUEUED_WAIT_SECONDS = 168 * 3600
+# A request whose worker was lost this many times is not tried again (its workers keep
+# dying: it is more likely the request than the workers).
+MAX_LOST_ATTEMPTS = 3
 
 
 class DecisionSettings(Protocol):
@@ -94,6 +98,7 @@ class Verdict(StrEnum):
     CANCELLED = "cancelled"
     EXPIRED = "expired"  # its window closed, or it no longer runs for another reason
     RESULTS_FULL = "results_full"  # its stored responses reached their limit
+    SUPERSEDED = "superseded"  # a newer generation of its chains runs it (this chain stops)
 
 
 def verdict(batch: BatchRecord | None, now: float) -> Verdict:
@@ -178,6 +183,8 @@ def _retry(
     error = _error_of(outcome)
     if outcome.kind == "queued":
         wait = queued_wait_seconds(outcome.retry_after, settings)
+        if expires_at is not None and now + wait >= expires_at:
+            return None  # the wait would outlast the window: fail with this error
         pause = min(wait, settings.batch_model_queued_pause_max_seconds)
         return Retry(next_at=now + wait, error=error, uses_attempt=False, pause_model_until=now + pause)
     if expires_at is None and attempts >= MAX_TRIES_WITHOUT_WINDOW:
@@ -240,6 +247,52 @@ def not_run(reason: Verdict, request: RequestRecord, settings: DecisionSettings)
     if reason is Verdict.RESULTS_FULL:
         return End(RequestStatus.FAILED, _with(lost, failed=1), error=results_full_error(settings))
     return End(RequestStatus.EXPIRED, _with(lost, failed=1), error=not_run_error("batch_expired"))
+
+
+def stopped_retry(reason: Verdict, retry: Retry, request: RequestRecord) -> End:
+    """The end of a request that ran, failed in a way that may pass, and found its batch
+    stopped before its retry could be scheduled: cancelled, or past its window (then it
+    fails with the error it got). Its attempt's known cost is counted."""
+    charge = Tally(cost_nano=retry.attempt_cost_nano, cost_unknown=request.lost)
+    if reason is Verdict.CANCELLED:
+        error = not_run_error("batch_cancelled")
+        return End(
+            RequestStatus.CANCELLED, _with(charge, cancelled=1), error, cost_nano=retry.attempt_cost_nano
+        )
+    return End(RequestStatus.FAILED, _with(charge, failed=1), retry.error, cost_nano=retry.attempt_cost_nano)
+
+
+def abandoned(batch: BatchRecord, request: RequestRecord) -> End:
+    """The end of a request whose worker was lost while its batch was stopping (the
+    reconciler ends it): the lost attempt's cost is unknown. Cancelled with the batch, or
+    past the window: failed with its last error if it had one, else expired."""
+    charge = Tally(cost_unknown=request.lost + 1)
+    if batch.status is BatchStatus.CANCELLING:
+        return End(RequestStatus.CANCELLED, _with(charge, cancelled=1), not_run_error("batch_cancelled"))
+    if request.error is not None:
+        return End(RequestStatus.FAILED, _with(charge, failed=1), request.error)
+    return End(RequestStatus.EXPIRED, _with(charge, failed=1), not_run_error("batch_expired"))
+
+
+def too_often_lost(request: RequestRecord) -> End:
+    """The end of a request whose workers were lost ``MAX_LOST_ATTEMPTS`` times."""
+    error = {
+        "code": "worker_lost",
+        "status": None,
+        "message": f"The request's worker was lost {request.lost} times while running it; "
+        "it was not tried again.",
+    }
+    return End(RequestStatus.FAILED, Tally(failed=1, cost_unknown=request.lost), error)
+
+
+def unknown_model(request: RequestRecord) -> End:
+    """The end of a request whose model left the gateway's configuration before it ran."""
+    error = {
+        "code": "model_not_found",
+        "status": None,
+        "message": f"Model '{request.model}' is no longer served by this gateway.",
+    }
+    return End(RequestStatus.FAILED, Tally(failed=1, cost_unknown=request.lost), error)
 
 
 _NOT_RUN_MESSAGES = {

@@ -8,6 +8,8 @@ they would make the record too large (``request_ref`` / ``response_ref``).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,28 @@ from batchgw.domain.states import RequestStatus
 INLINE_BODY_LIMIT = 300 * 1024
 
 _ID_PREFIX = "batch_req_"
+
+# A stored error message is at most this long, and never carries a credential.
+MAX_ERROR_MESSAGE_CHARS = 4096
+_CREDENTIALS = (
+    (re.compile(r"(?i)(bearer\s+)[^\s\"',]+"), r"\1[redacted]"),
+    (re.compile(r"(?i)(x-api-key[\"']?\s*[:=]\s*[\"']?)[^\s\"',]+"), r"\1[redacted]"),
+    (re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{6,}"), r"\1-[redacted]"),
+    (re.compile(r"(://)[^/@\s]+@"), r"\1[redacted]@"),
+)
+
+
+def clean_message(text: str, secrets: Iterable[str] = ()) -> str:
+    """An error message fit to store and show: credentials (``secrets``, bearer tokens,
+    ``sk-`` keys, user:password in URLs) replaced, cut to MAX_ERROR_MESSAGE_CHARS."""
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    for pattern, replacement in _CREDENTIALS:
+        text = pattern.sub(replacement, text)
+    if len(text) > MAX_ERROR_MESSAGE_CHARS:
+        text = text[: MAX_ERROR_MESSAGE_CHARS - 3] + "..."
+    return text
 
 
 def request_id(batch_id: str, index: int) -> str:
@@ -49,6 +73,7 @@ class RequestRecord:
     lease_until: float | None = None
     next_at: float | None = None  # when a request in retry_wait is due
     lost: int = 0  # attempts whose worker died mid-call (cost unknown)
+    calls: int = 0  # upstream calls whose outcome was recorded
     error: dict[str, Any] | None = None
     request_packed: bytes | None = None
     request_ref: str | None = None
@@ -56,6 +81,8 @@ class RequestRecord:
     response_ref: str | None = None
     status_code: int | None = None
     upstream_request_id: str | None = None
+    ended_by: str | None = None
+    attempt_cost_nano: int = 0  # the known cost of the last attempt, while it waits for a retry
 
     @classmethod
     def new(cls, batch_id: str, index: int, custom_id: str, model: str, body: bytes | str) -> RequestRecord:
@@ -84,6 +111,7 @@ class RequestRecord:
             lease_until=opt_float("lease_until"),
             next_at=opt_float("next_at"),
             lost=int(item.get("lost", 0)),
+            calls=int(item.get("calls", 0)),
             error=None if error is None else codec.plain(error),
             request_packed=item.get("req"),
             request_ref=item.get("req_ref"),
@@ -91,6 +119,8 @@ class RequestRecord:
             response_ref=item.get("res_ref"),
             status_code=None if status_code is None else int(status_code),
             upstream_request_id=item.get("request_id"),
+            ended_by=item.get("ended_by"),
+            attempt_cost_nano=int(item.get("attempt_cost_nano", 0)),
         )
 
     def to_item(self) -> dict[str, Any]:
@@ -121,6 +151,7 @@ class RequestEnd:
     usage: dict[str, int] | None = None
     response_packed: bytes | None = None
     response_ref: str | None = None
+    ended_by: str | None = None  # the worker that ended it (to recognise its own write)
 
     def stored_fields(self) -> dict[str, Any]:
         """The attributes to set, by stored name (the clock reading kept to the millisecond)."""
@@ -134,5 +165,6 @@ class RequestEnd:
             "usage": self.usage,
             "res": self.response_packed,
             "res_ref": self.response_ref,
+            "ended_by": self.ended_by,
         }
         return {k: v for k, v in fields.items() if v is not None}

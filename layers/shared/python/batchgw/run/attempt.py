@@ -13,15 +13,15 @@ from enum import StrEnum
 
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
-from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, verdict
+from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, stopped_retry, verdict
 from batchgw.domain.outcome import Outcome
-from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
+from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import RequestStatus
 from batchgw.observability import logger
 from batchgw.run import completion, upstream
 from batchgw.run.aio import io
 from batchgw.storage.blobs import body_key
-from batchgw.storage.requests import Recorded, Released
+from batchgw.storage.requests import Recorded, Released, Scheduled
 
 
 class After(StrEnum):
@@ -44,18 +44,35 @@ async def read_verdict(deps: Deps, batch_id: str) -> Verdict:
 
 
 async def call(deps: Deps, batch: BatchRecord, held: RequestRecord) -> Outcome:
-    """Send the request to its model's upstream (its body read from S3 if kept there)."""
-    if held.request_ref is None:
-        body = deps.blobs.load_body(held.request_packed, None)
-    else:
-        body = await io(deps.blobs.load_body, None, held.request_ref)
-    return await upstream.run_request(
-        deps.catalog.models[held.model],
-        batch.endpoint,
-        body,
-        timeout=deps.settings.batch_upstream_timeout_seconds,
-        anthropic_version=batch.anthropic_version,
-    )
+    """Send the request to its model's upstream (its body read from S3 if kept there).
+
+    Whatever goes wrong here becomes the request's outcome, never an exception that would
+    bring the message back to call (and bill) the upstream again.
+    """
+    try:
+        if held.request_ref is None:
+            body = deps.blobs.load_body(held.request_packed, None)
+        else:
+            body = await io(deps.blobs.load_body, None, held.request_ref)
+        return await upstream.run_request(
+            deps.catalog.models[held.model],
+            batch.endpoint,
+            body,
+            timeout=deps.settings.batch_upstream_timeout_seconds,
+            anthropic_version=batch.anthropic_version,
+        )
+    except Exception as exc:
+        logger.exception("request call failed", extra={"batch_id": batch.id, "index": held.index})
+        return Outcome(
+            "failed",
+            status_code=502,
+            usage_known=False,
+            error={
+                "code": "upstream_error",
+                "status": 502,
+                "message": clean_message(f"the request could not be run: {type(exc).__name__}: {exc}"),
+            },
+        )
 
 
 async def settle(
@@ -74,7 +91,7 @@ async def settle(
         stored_bytes=deps.stored.known(batch.id),
     )
     if isinstance(decision, Retry):
-        return await _schedule_retry(deps, held, decision)
+        return await _schedule_retry(deps, batch, held, decision)
     if decision.results_full:
         await io(deps.batches.change, batch.id, {"results_full": True})
     return await end(deps, batch, held, decision, outcome=outcome, started=started)
@@ -97,7 +114,7 @@ async def _judge_model(
         deps.health.success(held.model)
 
 
-async def _schedule_retry(deps: Deps, held: RequestRecord, retry: Retry) -> Settled:
+async def _schedule_retry(deps: Deps, batch: BatchRecord, held: RequestRecord, retry: Retry) -> Settled:
     scheduled = await io(
         deps.requests.schedule_retry,
         held,
@@ -106,8 +123,15 @@ async def _schedule_retry(deps: Deps, held: RequestRecord, retry: Retry) -> Sett
         attempt_cost_nano=retry.attempt_cost_nano,
         uses_attempt=retry.uses_attempt,
     )
-    if not scheduled:
+    if scheduled is Scheduled.LOST:
         return Settled(After.STOP)
+    if scheduled is Scheduled.STOPPED:
+        # Cancelled or past the window meanwhile: the request ends now, since the step
+        # that settles the batch's unstarted requests may already have run.
+        reason = await read_verdict(deps, batch.id)
+        if reason is Verdict.GONE:
+            return Settled(After.STOP)
+        return await end(deps, batch, held, stopped_retry(reason, retry, held), called=True)
     if retry.pause_model_until is None:
         return Settled(After.NEXT, retry_at=retry.next_at)
     deps.health.note_pause(held.model, retry.pause_model_until)
@@ -123,14 +147,30 @@ async def end(
     *,
     outcome: Outcome | None = None,
     started: float | None = None,
+    called: bool = False,
 ) -> Settled:
-    """Record a request's end and count it; the chain stops if the lease was lost."""
+    """Record a request's end and count it; the chain stops if the lease was lost.
+
+    ``outcome``: the answer of the call it ran (what it cost, what it answered);
+    ``called``: it was called even without one (a retry that found its batch stopped).
+    """
     now = deps.clock()
     ending = RequestEnd(status=decision.status, ended_at=now, error=decision.error)
-    if outcome is not None:  # it ran: what it cost, and what it answered
+    if outcome is not None:
         ending = await _ran(deps, batch, held, decision, outcome, now)
+    elif called:
+        ending = RequestEnd(
+            status=decision.status, ended_at=now, error=decision.error, cost_nano=decision.cost_nano
+        )
     shard = batch.shard_of(held.index)
-    recorded = await io(deps.requests.record_end, held, shard=shard, end=ending, tally=decision.tally)
+    recorded = await io(
+        deps.requests.record_end,
+        held,
+        shard=shard,
+        end=ending,
+        tally=decision.tally,
+        called=called or outcome is not None,
+    )
     if recorded is Recorded.LEASE_LOST:
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
         return Settled(After.STOP)
@@ -162,7 +202,9 @@ async def _ran(
     packed = decision.response
     deps.stored.add(batch.id, len(packed))
     ref = None
-    if len(packed) > INLINE_BODY_LIMIT:
+    # The request and its response share one DynamoDB item (400 KB at most): a response
+    # that would take them past the inline budget goes to S3.
+    if len(packed) + len(held.request_packed or b"") > INLINE_BODY_LIMIT:
         ref = body_key(batch.id, held.index, "res")
         await io(deps.blobs.put, ref, packed)
     return RequestEnd(

@@ -31,7 +31,7 @@ import random
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
-from batchgw.domain.decisions import Verdict
+from batchgw.domain.decisions import MAX_LOST_ATTEMPTS, Verdict, too_often_lost, unknown_model, verdict
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import BatchStatus
 from batchgw.observability import logger
@@ -62,6 +62,8 @@ async def run_message(
         batch = await io(deps.batches.get_record, message.batch_id)
         if batch is None or batch.status is not BatchStatus.IN_PROGRESS:
             return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
+        if _superseded(message, batch):
+            return  # the reconciler started a new generation of this batch's chains
         if deps.settings.max_results_bytes_per_batch is not None:
             shards = await io(deps.batches.shards, batch.id)
             deps.stored.raise_to(batch.id, sum(shard.tally.stored_bytes for shard in shards))
@@ -74,6 +76,10 @@ async def run_message(
         # between recording the last request and waking it (its message came back to us).
         await io(completion.settle, deps, batch.id)
         await io(completion.wake_if_done, deps, batch.id)
+
+
+def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:
+    return isinstance(message, ChainMessage) and message.generation < batch.generation
 
 
 async def _keep_invisible(deps: Deps, receipt: str) -> None:
@@ -137,10 +143,21 @@ class ChainRun:
                     continue
                 return False
             held = claim.request
+            if await self._ended_poison(held):
+                if self.lone:
+                    return False
+                self._advance(from_heap)
+                continue
             if not await self._take_slot(held, target, from_heap, now):
                 return False
             if self.verdict is None:
-                self.verdict = await attempt.read_verdict(self.deps, self.batch.id)
+                await self._read_batch()
+            if self.verdict is Verdict.SUPERSEDED:
+                # A newer generation of chains runs the batch: give the request back to it.
+                await attempt.release(self.deps, self.batch, held)
+                if from_heap:
+                    await self._send(RequestMessage(self.batch.id, target), after=0)
+                return False
             if self.verdict is not Verdict.RUN:
                 if await self._ended_unrun(held, from_heap):
                     continue
@@ -206,7 +223,6 @@ class ChainRun:
             return False
         if claim.kind is ClaimKind.MISSING:
             logger.warning("no such request", extra={"batch_id": self.batch.id, "index": target})
-            return False
         if claim.kind is ClaimKind.WAITING:
             assert claim.request is not None and claim.request.next_at is not None
             if self.lone:
@@ -234,6 +250,33 @@ class ChainRun:
         await self._hand_on(after=wait)
         return False
 
+    async def _read_batch(self) -> None:
+        """Read the batch afresh (strongly consistent): what it allows the next request."""
+        batch = await io(self.deps.batches.get_record, self.batch.id)
+        self.verdict = verdict(batch, self.deps.clock())
+        if batch is not None and self.verdict is Verdict.RUN and _superseded(self.message, batch):
+            self.verdict = Verdict.SUPERSEDED
+
+    async def _ended_poison(self, held: RequestRecord) -> bool:
+        """End, without running, a request that cannot run: its workers were lost too many
+        times, or its model left the configuration. True when it was ended."""
+        if held.lost > MAX_LOST_ATTEMPTS:
+            decision = too_often_lost(held)
+        elif held.model not in self.deps.catalog.models:
+            decision = unknown_model(held)
+        else:
+            return False
+        logger.warning(
+            "request not run",
+            extra={
+                "batch_id": self.batch.id,
+                "index": held.index,
+                "code": (decision.error or {}).get("code"),
+            },
+        )
+        await attempt.end(self.deps, self.batch, held, decision)
+        return True
+
     async def _ended_unrun(self, held: RequestRecord, from_heap: bool) -> bool:
         """Cancelled, deleted, past the window, or out of result storage: the claimed
         request ends without running. True to go on (with results full, the chain ends its
@@ -251,16 +294,22 @@ class ChainRun:
         deps = self.deps
         started = deps.clock()
         outcome = await attempt.call(deps, self.batch, held)
-        settled, self.verdict = await asyncio.gather(
+        settled, _ = await asyncio.gather(
             attempt.settle(deps, self.batch, held, outcome, started=started),
-            attempt.read_verdict(deps, self.batch.id),
+            self._read_batch(),
         )
         if settled.retry_at is not None:
             await self._keep_retry(target, settled.retry_at)
-        if settled.after is After.PAUSE and not self.lone:
+        if self.lone:
+            return False
+        if settled.after is After.PAUSE:
             await self.slot.release()
             await self._hand_on(after=deps.health.paused_until(held.model) - deps.clock())
-        return settled.after is After.NEXT and not self.lone
+        elif settled.after is After.STOP:
+            # Another worker holds the request now (a duplicate of this chain, or one that
+            # took it over): hand the rest of the chain on rather than leave it to chance.
+            await self._hand_on(after=0)
+        return settled.after is After.NEXT
 
     def _claim_ahead(self, now: float) -> None:
         """Claim the chain's next index while this request runs (its lease covers the call)."""

@@ -14,9 +14,13 @@ from batchgw.storage.workflow import Next
 
 
 def shard_finished(deps: Deps, batch_id: str, shard: int) -> None:
-    """Count a finished shard once; whoever counts the last one wakes the workflow."""
-    if deps.batches.count_shard_done(batch_id, shard):
-        wake_if_done(deps, batch_id)
+    """Count a finished shard once, and wake the workflow if it was the last.
+
+    The wake is tried even when this call did not count the shard: a count whose answer
+    was lost (the SDK's retry then finds it done) must still lead to the wake-up.
+    """
+    deps.batches.count_shard_done(batch_id, shard)
+    wake_if_done(deps, batch_id)
 
 
 def wake_if_done(deps: Deps, batch_id: str) -> None:

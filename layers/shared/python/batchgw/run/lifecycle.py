@@ -19,7 +19,7 @@ from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
 from batchgw.domain.chains import ChainMessage
 from batchgw.domain.decisions import not_run_error
-from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
+from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.observability import logger
 from batchgw.run import completion
@@ -75,9 +75,15 @@ def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
     chains = batch.chains or 1
     deps.queue.send_many([ChainMessage(batch_id, c, c, chains) for c in range(chains)])
     logger.info("batch started", extra={"batch_id": batch_id, "total": batch.total, "chains": chains})
-    if batch.expires_at is None:
-        return step(Next.PARK)
-    return step(Next.PARK_UNTIL_DEADLINE, max(1, math.ceil(batch.expires_at - deps.clock())))
+    return park_step(deps, batch)
+
+
+def park_step(deps: Deps, batch: BatchRecord) -> dict[str, Any]:
+    """Park until woken, or until the next reconcile (at the latest when the window closes)."""
+    wait = deps.settings.batch_reconcile_seconds
+    if batch.expires_at is not None and not batch.expiring:
+        wait = min(wait, batch.expires_at - deps.clock())
+    return step(Next.PARK, max(1, math.ceil(wait)))
 
 
 def _chain_count(deps: Deps, batch: BatchRecord, total: int) -> int:
@@ -239,35 +245,62 @@ def _end_unstarted(
     *,
     failed_retries: bool = False,
 ) -> dict[str, Any]:
-    """End every unstarted request of the batch, then count the shards that emptied.
-
-    With ``failed_retries``, a request that has run before and waits for its next try
-    fails with the last error it got instead: it is not a request that never ran.
-    """
+    """End every unstarted request of the batch, count the shards that emptied, and route:
+    finalize when nothing is left, else park (running requests finish; the last wakes us)."""
     batch = deps.batches.get_record(batch_id)
     if batch is None:
         return step(Next.FINALIZE)
+    sweep(deps, batch, status, error, tally, failed_retries=failed_retries)
+    completion.settle(deps, batch_id)
+    batch = deps.batches.get_record(batch_id)
+    if batch is None or batch.all_shards_done:
+        return step(Next.FINALIZE)
+    return park_step(deps, batch)
+
+
+def sweep(
+    deps: Deps,
+    batch: BatchRecord,
+    status: RequestStatus,
+    error: dict[str, Any],
+    tally: Tally,
+    *,
+    failed_retries: bool = False,
+) -> None:
+    """End every unstarted request of the batch (queued, or waiting for a retry) as
+    ``status`` with ``error``. With ``failed_retries``, a request that has run before fails
+    with the last error it got instead: it is not a request that never ran."""
     now = deps.clock()
     if failed_retries:
         deps.requests.sweep(
-            batch_id,
+            batch.id,
             end=RequestEnd(RequestStatus.FAILED, ended_at=now),
             tally=Tally(failed=1),
             shards=batch.shard_count,
             attempted=True,
         )
     deps.requests.sweep(
-        batch_id,
+        batch.id,
         end=RequestEnd(status, ended_at=now, error=error),
         tally=tally,
         shards=batch.shard_count,
         attempted=False if failed_retries else None,
     )
-    completion.settle(deps, batch_id)
-    batch = deps.batches.get_record(batch_id)
-    if batch is None or batch.all_shards_done:
-        return step(Next.FINALIZE)
-    return step(Next.PARK)  # running requests finish, the last one wakes us
+
+
+def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:
+    """Sweep a stopping batch's unstarted requests again, as its expiry or cancel did."""
+    if batch.expiring:
+        sweep(
+            deps,
+            batch,
+            RequestStatus.EXPIRED,
+            not_run_error("batch_expired"),
+            Tally(failed=1),
+            failed_retries=True,
+        )
+    elif batch.status is BatchStatus.CANCELLING:
+        sweep(deps, batch, RequestStatus.CANCELLED, not_run_error("batch_cancelled"), Tally(cancelled=1))
 
 
 def _retention_fields(deps: Deps, batch: BatchRecord, now: float) -> dict[str, Any]:
@@ -330,6 +363,54 @@ def finalize(deps: Deps, batch_id: str) -> dict[str, Any]:
     logger.info("batch ended", extra={"batch_id": batch_id, "status": final.value})
     assert ended.results_expires_at is not None
     return {"status": final.value, "purge_at": _iso(ended.results_expires_at)}
+
+
+def cause_of(error: Any) -> str | None:
+    """What a failed step's error (the workflow's ``{"Error", "Cause"}``) says, briefly."""
+    if not isinstance(error, dict):
+        return None
+    name, cause = str(error.get("Error") or "error"), error.get("Cause")
+    try:
+        detail = json.loads(cause).get("errorMessage") if isinstance(cause, str) else None
+    except (ValueError, AttributeError):
+        detail = cause
+    return f"{name}: {str(detail)[:300]}" if detail else name
+
+
+def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
+    """A workflow step failed for good: the batch fails visibly (``error`` says where), its
+    unstarted requests end ``batch_failed``, and its retention is set. Requests still
+    running finish and are kept. Says when the batch is to be purged."""
+    batch = deps.batches.get_record(batch_id)
+    if batch is None:
+        return {"status": "deleted", "purge_at": _iso(deps.clock())}
+    if batch.status.is_final:
+        return finalize(deps, batch_id)
+    now = deps.clock()
+    error = {
+        "code": "batch_failed",
+        "message": clean_message(
+            f"The batch could not be run to its end: {cause or 'a workflow step failed'}."
+        ),
+    }
+    failed = deps.batches.change(
+        batch_id,
+        {
+            "status": BatchStatus.FAILED,
+            "failed_at": int(now),
+            "error": error,
+            **_retention_fields(deps, batch, now),
+        },
+        from_statuses=UNFINISHED_STATUSES,
+        remove=["task_token"],
+    )
+    if failed is None:
+        return fail(deps, batch_id, cause)
+    if failed.prepared:
+        sweep(deps, failed, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
+    logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})
+    assert failed.results_expires_at is not None
+    return {"status": BatchStatus.FAILED.value, "purge_at": _iso(failed.results_expires_at)}
 
 
 def _iso(epoch_seconds: float) -> str:

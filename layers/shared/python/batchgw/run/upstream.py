@@ -21,6 +21,7 @@ import httpx
 from batchgw.config.catalog import ModelSpec
 from batchgw.domain import codec
 from batchgw.domain.outcome import Outcome
+from batchgw.domain.request import clean_message
 from batchgw.run import translate
 from batchgw.storage.aws import get_clients
 
@@ -88,15 +89,29 @@ def _headers(spec: ModelSpec, anthropic_version: str | None) -> dict[str, str]:
     return headers
 
 
-def _usage(endpoint: str, body: Any) -> tuple[int, int]:
-    usage = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(usage, dict):
+class Malformed(ValueError):
+    """A 2xx answer that is JSON but not what the endpoint answers."""
+
+
+def _usage(body: dict[str, Any]) -> tuple[int, int]:
+    """(input, output) tokens from the answer's ``usage`` (zeros without one)."""
+    usage = body.get("usage")
+    if usage is None:
         return 0, 0
+    if not isinstance(usage, dict):
+        raise Malformed("its usage is not an object")
     if "prompt_tokens" in usage:  # chat completions, embeddings
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
-        return prompt, completion
-    return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+        return _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+    return _tokens(usage, "input_tokens"), _tokens(usage, "output_tokens")
+
+
+def _tokens(usage: dict[str, Any], name: str) -> int:
+    value = usage.get(name)
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise Malformed(f"usage.{name} is not a token count")
+    return value
 
 
 _http_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
@@ -162,6 +177,7 @@ async def call(
     """Send one request to the model's route and classify the answer."""
     payload = {**body, "model": spec.upstream_model}
     url = spec.route.base_url.rstrip("/") + _PATHS[endpoint]
+    secrets = _secrets_of(spec)
     try:
         resp = await client.post(
             url,
@@ -172,12 +188,20 @@ async def call(
     except httpx.ConnectTimeout as exc:
         return Outcome(
             "retry",
-            error={"code": "service_unavailable", "message": f"connect timeout: {exc}", "status": None},
+            error={
+                "code": "service_unavailable",
+                "message": clean_message(f"connect timeout: {exc}", secrets),
+                "status": None,
+            },
         )
     except httpx.ConnectError as exc:
         return Outcome(
             "retry",
-            error={"code": "service_unavailable", "message": f"cannot connect: {exc}", "status": None},
+            error={
+                "code": "service_unavailable",
+                "message": clean_message(f"cannot connect: {exc}", secrets),
+                "status": None,
+            },
         )
     except httpx.TimeoutException:
         return Outcome(
@@ -188,32 +212,56 @@ async def call(
     except httpx.HTTPError as exc:
         return Outcome(
             "retry",
-            error={"code": "upstream_error", "message": f"upstream error: {exc}", "status": None},
+            error={
+                "code": "upstream_error",
+                "message": clean_message(f"upstream error: {exc}", secrets),
+                "status": None,
+            },
             usage_known=False,
         )
-    return classify(endpoint, resp.status_code, resp.content, resp.headers)
+    return classify(endpoint, resp.status_code, resp.content, resp.headers, secrets=secrets)
 
 
-def classify(endpoint: str, status: int, content: bytes, headers: httpx.Headers | dict[str, str]) -> Outcome:
+def _secrets_of(spec: ModelSpec) -> tuple[str, ...]:
+    key = api_key_for(spec)
+    return (key,) if key else ()
+
+
+def _bad_answer(message: str, request_id: str | None) -> Outcome:
+    """A 2xx answer the gateway cannot use: the request fails (permanently) as upstream_error."""
+    return Outcome(
+        "failed",
+        status_code=502,
+        request_id=request_id,
+        usage_known=False,
+        error={"code": "upstream_error", "status": 502, "message": message},
+    )
+
+
+def classify(
+    endpoint: str,
+    status: int,
+    content: bytes,
+    headers: httpx.Headers | dict[str, str],
+    *,
+    secrets: tuple[str, ...] = (),
+) -> Outcome:
+    """What an upstream answer means (``secrets``: credentials never to keep in a message)."""
     request_id = headers.get("x-request-id") or headers.get("request-id")
     retry_after = parse_retry_after(headers.get("retry-after"))
     if 200 <= status < 300:
         try:
             body = json.loads(content.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
-            return Outcome(
-                "failed",
-                status_code=502,
-                request_id=request_id,
-                usage_known=False,
-                error={
-                    "code": "upstream_error",
-                    "status": 502,
-                    "message": "the upstream answer is not valid JSON or UTF-8",
-                },
-            )
-        prompt, completion = _usage(endpoint, body)
-        rid = request_id or (body.get("id") if isinstance(body, dict) else None)
+            return _bad_answer("the upstream answer is not valid JSON or UTF-8", request_id)
+        if not isinstance(body, dict):
+            return _bad_answer("the upstream answer is not a JSON object", request_id)
+        try:
+            prompt, completion = _usage(body)
+        except Malformed as exc:
+            return _bad_answer(f"the upstream answer is malformed: {exc}", request_id)
+        body_id = body.get("id")
+        rid = request_id or (body_id if isinstance(body_id, str) else None)
         return Outcome(
             "success",
             status_code=status,
@@ -224,7 +272,7 @@ def classify(endpoint: str, status: int, content: bytes, headers: httpx.Headers 
             output_tokens=completion,
         )
     message, code = _error_message(content, status)
-    error = {"code": error_code_for(status), "message": message, "status": status}
+    error = {"code": error_code_for(status), "message": clean_message(message, secrets), "status": status}
     if status == 503 and code == "model_queued":
         return Outcome(
             "queued", status_code=status, error=error, retry_after=retry_after, request_id=request_id

@@ -194,6 +194,21 @@ class BatchStore:
 
     # --- counter shards -----------------------------------------------------------------------
 
+    def correct_left(self, batch_id: str, shard: int, *, observed: int, actual: int) -> bool:
+        """Set a shard's ``left`` to ``actual``, only if it still is ``observed`` (nothing
+        was counted in it since it was read). For the reconciler, which found fewer
+        unfinished requests in the shard than it counts."""
+        return self._table.update(
+            self._key(batch_id, shard_sk(shard)),
+            Update(
+                set={"left": actual},
+                condition="#left = :observed",
+                names={"#left": "left"},
+                values={":observed": observed},
+            ),
+            failure=f"could not correct shard {shard} of {batch_id}",
+        )
+
     def put_shards(self, batch_id: str, totals: Sequence[int]) -> None:
         """Create the counter shards (idempotent: a retried prepare rewrites the same zeros)."""
         self._table.put_many(

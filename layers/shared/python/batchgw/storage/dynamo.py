@@ -14,6 +14,7 @@ A conditional write answers whether it applied; every other SDK error becomes a
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -232,12 +233,16 @@ class Table:
     def transact(self, actions: Sequence[Mapping[str, Any]], *, failure: str) -> Cancelled | None:
         """Run one transaction: None when it applied, else why it was cancelled.
 
-        A conflict with another transaction in flight is retried (a few times, briefly):
-        it says nothing about the conditions.
+        Each try carries a client request token, so the SDK's own retry of a try whose
+        answer was lost is recognised by DynamoDB as the same transaction. A conflict with
+        another transaction in flight is retried (a few times, briefly): it says nothing
+        about the conditions.
         """
         for attempt in range(_CONFLICT_RETRIES):
             try:
-                self.client.transact_write_items(TransactItems=list(actions))
+                self.client.transact_write_items(
+                    TransactItems=list(actions), ClientRequestToken=uuid.uuid4().hex
+                )
                 return None
             except ClientError as exc:
                 if error_code(exc) != TRANSACTION_CANCELLED:

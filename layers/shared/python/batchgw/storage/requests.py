@@ -19,7 +19,7 @@ Ending a request and counting it in its batch's counter shard are one transactio
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -74,6 +74,12 @@ class Recorded(StrEnum):
     OK = "ok"
     SHARD_FINISHED = "shard_finished"  # this was the last request of its shard
     LEASE_LOST = "lease_lost"  # another worker holds the request: nothing was written
+
+
+class Scheduled(StrEnum):
+    SCHEDULED = "scheduled"
+    LOST = "lost"  # this worker no longer holds it
+    STOPPED = "stopped"  # the batch no longer runs: end the request instead
 
 
 class Released(StrEnum):
@@ -136,6 +142,9 @@ class RequestStore:
         if old.status is RequestStatus.RETRY_WAIT:
             return Claim(ClaimKind.WAITING, old)
         if old.status is RequestStatus.RUNNING and (old.lease_until or 0) >= now:
+            if old.lease_owner == owner:
+                # Our own claim, applied already: the SDK retried a call whose answer was lost.
+                return Claim(ClaimKind.CLAIMED, old)
             return Claim(ClaimKind.HELD, old)
         # A running request whose lease ran out: its worker is gone. Take it over, counting
         # the lost attempt, whose cost is unknown (the upstream may have run it).
@@ -200,18 +209,59 @@ class RequestStore:
 
     # --- ends and retries ---------------------------------------------------------------------
 
-    def record_end(self, held: RequestRecord, *, shard: int, end: RequestEnd, tally: Tally) -> Recorded:
+    def record_end(
+        self, held: RequestRecord, *, shard: int, end: RequestEnd, tally: Tally, called: bool = False
+    ) -> Recorded:
         """End a running request and count it in its shard, in one transaction.
 
         The request write holds only while this worker still has the lease at its epoch;
         the shard's ``left`` falls by one. The common case is one call; the last request
         of a shard takes a second, conditional on being last, so exactly one writer
-        learns that the shard finished.
+        learns that the shard finished. ``called``: the end follows an upstream call
+        (counted in the request's ``calls``).
+
+        A refused write is read back: if it is this worker's own end, committed by a try
+        whose answer was lost, it counts as done (SHARD_FINISHED, so the caller checks the
+        shard, which is idempotent).
         """
-        ended = self._ended(held, end).request(self._table.name, self._key(held.batch_id, held.index))
-        failure = f"could not record {held.batch_id}/{held.index}"
+        end = replace(end, ended_by=held.lease_owner)
+        ended = self._ended(held, end, called).request(self._table.name, self._key(held.batch_id, held.index))
+        recorded = self._end_and_count(held.batch_id, held.index, ended, shard, tally)
+        if recorded is Recorded.LEASE_LOST and self._ended_by_us(held):
+            return Recorded.SHARD_FINISHED
+        return recorded
+
+    def end_abandoned(
+        self, request: RequestRecord, *, now: float, shard: int, end: RequestEnd, tally: Tally
+    ) -> bool:
+        """End a running request whose lease ran out (its worker is gone), counting it: for
+        a batch that stopped, where no worker will take it over. False if a worker claimed
+        or ended it meanwhile."""
+        abandoned = Update(
+            set=end.stored_fields(),
+            extra_set=["lost = if_not_exists(lost, :zero) + :one"],
+            remove=["lease_owner", "lease_until"],
+            condition=f"{is_running} AND {lease_ran_out} AND {epoch_unchanged}",
+            names=_STATUS,
+            values={
+                ":running": RequestStatus.RUNNING.value,
+                ":now": timestamp(now),
+                ":epoch": request.epoch,
+                ":zero": 0,
+                ":one": 1,
+            },
+        ).request(self._table.name, self._key(request.batch_id, request.index))
+        return (
+            self._end_and_count(request.batch_id, request.index, abandoned, shard, tally)
+            is not Recorded.LEASE_LOST
+        )
+
+    def _end_and_count(
+        self, batch_id: str, index: int, ended: dict[str, Any], shard: int, tally: Tally
+    ) -> Recorded:
+        failure = f"could not record {batch_id}/{index}"
         for last in (False, True):
-            count = self._count(held.batch_id, shard, tally, last=last)
+            count = self._count(batch_id, shard, tally, last=last)
             cancelled = self._table.transact([{"Update": ended}, {"Update": count}], failure=failure)
             if cancelled is None:
                 return Recorded.SHARD_FINISHED if last else Recorded.OK
@@ -220,11 +270,22 @@ class RequestStore:
             if not cancelled.failed(1):
                 raise StorageError(f"{failure}: {list(cancelled.reasons)}")
             # not "more than one left": try again as the shard's last request
-        raise StorageError(f"shard {shard} of {held.batch_id} has no request left to count {held.index}")
+        raise StorageError(f"shard {shard} of {batch_id} has no request left to count {index}")
 
-    def _ended(self, held: RequestRecord, end: RequestEnd) -> Update:
+    def _ended_by_us(self, held: RequestRecord) -> bool:
+        now = self.get(held.batch_id, held.index)
+        return (
+            now is not None
+            and now.status.is_terminal
+            and now.epoch == held.epoch
+            and now.ended_by is not None
+            and now.ended_by == held.lease_owner
+        )
+
+    def _ended(self, held: RequestRecord, end: RequestEnd, called: bool) -> Update:
         return Update(
             set=end.stored_fields(),
+            add={"calls": 1} if called else {},
             remove=["lease_owner", "lease_until"],
             condition=f"{is_running} AND {lease_is_mine}",
             names=_STATUS,
@@ -248,11 +309,15 @@ class RequestStore:
         error: dict[str, Any],
         attempt_cost_nano: int,
         uses_attempt: bool,
-    ) -> bool:
-        """Put a running request back to wait for its next try (no count changes).
+    ) -> Scheduled:
+        """Put a running request back to wait for its next try (no count changes), only
+        while its batch still runs: the request and a check of the batch's record are one
+        transaction, so no retry is scheduled after a cancel or the window's end has
+        settled the batch's unstarted requests (STOPPED: end it instead).
 
-        ``uses_attempt`` False gives the attempt back (a model_queued wait). False when
-        this worker no longer holds the request.
+        ``uses_attempt`` False gives the attempt back (a model_queued wait). A refused
+        write is read back: this worker's own retry, committed by a try whose answer was
+        lost, counts as SCHEDULED.
         """
         fields: dict[str, Any] = {
             "status": RequestStatus.RETRY_WAIT.value,
@@ -264,15 +329,34 @@ class RequestStore:
             fields["attempts"] = held.attempts - 1
         update = Update(
             set=fields,
+            add={"calls": 1},
             remove=["lease_owner", "lease_until"],
             condition=f"{is_running} AND {lease_is_mine}",
             names=_STATUS,
             values={":running": RequestStatus.RUNNING.value, ":me": held.lease_owner, ":epoch": held.epoch},
         )
-        return self._table.update(
-            self._key(held.batch_id, held.index),
-            update,
+        cancelled = self._table.transact(
+            [
+                {"Update": update.request(self._table.name, self._key(held.batch_id, held.index))},
+                self._batch_runs_check(held.batch_id),
+            ],
             failure=f"could not schedule a retry of {held.batch_id}/{held.index}",
+        )
+        if cancelled is None:
+            return Scheduled.SCHEDULED
+        if cancelled.failed(0):
+            now = self.get(held.batch_id, held.index)
+            ours = (
+                now is not None
+                and now.status is RequestStatus.RETRY_WAIT
+                and now.epoch == held.epoch
+                and now.next_at == float(timestamp(next_at))
+            )
+            return Scheduled.SCHEDULED if ours else Scheduled.LOST
+        if cancelled.failed(1):
+            return Scheduled.STOPPED
+        raise StorageError(
+            f"could not schedule a retry of {held.batch_id}/{held.index}: {list(cancelled.reasons)}"
         )
 
     # --- the batch's unstarted requests -------------------------------------------------------
@@ -367,6 +451,27 @@ class RequestStore:
         ):
             return True
         return False
+
+    def unfinished(self, batch_id: str) -> list[RequestRecord]:
+        """Every request of the batch that has not ended (queued, running, waiting for a
+        retry), without its bodies (the reconciler's view)."""
+        return [
+            RequestRecord.from_item(from_item(raw))
+            for raw in self._table.query(
+                KeyConditionExpression="pk = :pk",
+                FilterExpression="#st IN (:q, :r, :w)",
+                ProjectionExpression="pk, idx, custom_id, model, #st, attempts, epoch, lease_owner, "
+                "lease_until, next_at, lost, #err",
+                ExpressionAttributeNames={**_STATUS, "#err": "error"},
+                ExpressionAttributeValues={
+                    ":pk": {"S": batch_id},
+                    ":q": {"S": RequestStatus.QUEUED.value},
+                    ":r": {"S": RequestStatus.RUNNING.value},
+                    ":w": {"S": RequestStatus.RETRY_WAIT.value},
+                },
+                ConsistentRead=True,
+            )
+        ]
 
     def page(self, batch_id: str, *, after_index: int, limit: int) -> tuple[list[RequestRecord], bool]:
         """Up to ``limit`` requests after index ``after_index``, in submission order, and

@@ -18,8 +18,8 @@ _STALE_TOKEN = {"TaskDoesNotExist", "TaskTimedOut", "InvalidToken"}
 class Next(StrEnum):
     """Where the workflow goes after a step (its ``Route`` state reads ``$.step.next``)."""
 
-    PARK = "park"  # wait for the batch's requests to end
-    PARK_UNTIL_DEADLINE = "park_until_deadline"  # ... and expire it when its window closes
+    PARK = "park"  # wait for the batch's requests to end, or ``wait_seconds`` (then reconcile)
+    RECONCILE = "reconcile"
     EXPIRE = "expire"
     CANCEL = "cancel"
     FINALIZE = "finalize"

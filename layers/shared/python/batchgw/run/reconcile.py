@@ -1,0 +1,144 @@
+"""The reconciler: every unfinished batch, looked at again every BATCH_RECONCILE_SECONDS.
+
+Nothing in a batch's run relies on one message, one wake-up or one invocation arriving.
+While the workflow is parked it times out every reconcile period into this step, which
+
+- expires the batch once its window has closed, and cancels it if a cancel's wake-up
+  was lost;
+- when the batch is stopping (cancelled, or past its window), ends what the sweeps
+  could not reach: requests put back or scheduled after the sweep, and requests whose
+  worker was lost (their lease ran out), each counted once;
+- when the batch made no progress since the last reconcile, re-sends its lost work: a
+  lone message for each request whose lease ran out or whose retry is overdue, and a new
+  generation of chains from each chain's first queued request (the older generation's
+  messages are dropped when they arrive, so recovered chains never pile up);
+- corrects a counter shard that counts more unfinished requests than there are (only if
+  nothing was counted in it meanwhile), then counts every emptied shard;
+- finalizes the batch when every request has ended, else parks it again.
+
+A batch without a window is reconciled the same way, and its record's TTL backstop is
+moved on each time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from batchgw.deps import Deps
+from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl
+from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
+from batchgw.domain.decisions import abandoned
+from batchgw.domain.request import RequestEnd, RequestRecord
+from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.observability import logger
+from batchgw.run import completion
+from batchgw.run.lifecycle import park_step, sweep_stopped
+from batchgw.storage.workflow import Next, step
+
+
+def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Look at an unfinished batch again, mend what failed, and route the workflow."""
+    batch = deps.batches.get(batch_id)
+    if batch is None:
+        return step(Next.FINALIZE)
+    record = batch.record
+    now = deps.clock()
+    if record.status.is_final or record.status in (BatchStatus.VALIDATING, BatchStatus.FINALIZING):
+        return step(Next.FINALIZE)
+    if record.window_closed(now) and not record.expiring:
+        return step(Next.EXPIRE)
+    if record.status is BatchStatus.CANCELLING and not record.cancel_swept:
+        return step(Next.CANCEL)
+    progressed = record.reconciled_left is None or batch.counts.left < record.reconciled_left
+    if batch.counts.left > 0 and (record.stopping or not progressed):
+        _mend(deps, batch, now)
+    completion.settle(deps, batch_id)
+    after = deps.batches.get(batch_id)
+    if after is None or after.record.all_shards_done or after.record.status.is_final:
+        return step(Next.FINALIZE)
+    fields: dict[str, Any] = {"reconciled_left": after.counts.left}
+    if after.record.expires_at is None:
+        fields["ttl"] = backstop_ttl(
+            now=now,
+            expires_at=None,
+            retention=deps.settings.retention_seconds,
+            reconcile=deps.settings.batch_reconcile_seconds,
+        )
+    changed = deps.batches.change(batch_id, fields)
+    return park_step(deps, changed or after.record)
+
+
+def _mend(deps: Deps, batch: CountedBatch, now: float) -> None:
+    record = batch.record
+    unfinished = deps.requests.unfinished(record.id)
+    if record.stopping:
+        sweep_stopped(deps, record)
+        ended = sum(_end_abandoned(deps, record, r, now) for r in unfinished if _abandoned(r, now))
+        if ended:
+            logger.warning("abandoned requests ended", extra={"batch_id": record.id, "requests": ended})
+    else:
+        _resend_lost_work(deps, record, unfinished, now)
+    _correct_counters(deps, batch, unfinished)
+
+
+def _abandoned(request: RequestRecord, now: float) -> bool:
+    """Running, but its worker's lease ran out: the worker is gone."""
+    return request.status is RequestStatus.RUNNING and (request.lease_until or 0) < now
+
+
+def _end_abandoned(deps: Deps, batch: BatchRecord, request: RequestRecord, now: float) -> bool:
+    decision = abandoned(batch, request)
+    return deps.requests.end_abandoned(
+        request,
+        now=now,
+        shard=batch.shard_of(request.index),
+        end=RequestEnd(decision.status, ended_at=now, error=decision.error),
+        tally=decision.tally,
+    )
+
+
+def _resend_lost_work(deps: Deps, batch: BatchRecord, unfinished: list[RequestRecord], now: float) -> None:
+    """A batch that made no progress: send again whatever no live worker may be holding."""
+    overdue = now - deps.settings.batch_lease_seconds
+    lone: list[WorkMessage] = []
+    first_queued: dict[int, int] = {}
+    chains = batch.chains or 1
+    for request in unfinished:
+        if _abandoned(request, now) or (
+            request.status is RequestStatus.RETRY_WAIT and (request.next_at or 0) <= overdue
+        ):
+            lone.append(RequestMessage(batch.id, request.index))
+        elif request.status is RequestStatus.QUEUED:
+            chain = request.index % chains
+            first_queued[chain] = min(first_queued.get(chain, request.index), request.index)
+    messages = list(lone)
+    if first_queued:
+        generation = batch.generation + 1
+        if deps.batches.change(batch.id, {"generation": generation}, from_statuses=[BatchStatus.IN_PROGRESS]):
+            messages += [
+                ChainMessage(batch.id, chain, index, chains, generation)
+                for chain, index in sorted(first_queued.items())
+            ]
+    if messages:
+        deps.queue.send_many(messages)
+        logger.warning(
+            "lost work sent again",
+            extra={"batch_id": batch.id, "requests": len(lone), "chains": len(first_queued)},
+        )
+
+
+def _correct_counters(deps: Deps, batch: CountedBatch, unfinished: list[RequestRecord]) -> None:
+    """A shard that counts more requests left than there are unfinished ones (a request
+    that went missing) is set to what there is, if nothing was counted in it meanwhile."""
+    record = batch.record
+    per_shard = Counter(record.shard_of(r.index) for r in unfinished)
+    for shard in deps.batches.shards(record.id):
+        actual = per_shard.get(shard.shard, 0)
+        if shard.left > actual and deps.batches.correct_left(
+            record.id, shard.shard, observed=shard.left, actual=actual
+        ):
+            logger.error(
+                "counter shard corrected",
+                extra={"batch_id": record.id, "shard": shard.shard, "counted": shard.left, "left": actual},
+            )
