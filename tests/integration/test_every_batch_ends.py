@@ -1,0 +1,291 @@
+"""Every batch ends, whatever fails (moto, the injected clock): stops racing retries, the
+reconciler mending lost work, and writes whose answer was lost."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from batchgw.api import batches
+from batchgw.api import results as results_api
+from batchgw.deps import Deps
+from batchgw.domain.batch import Tally
+from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
+from batchgw.domain.outcome import Outcome
+from batchgw.domain.principal import Principal
+from batchgw.domain.request import RequestEnd, RequestRecord
+from batchgw.domain.states import RequestStatus
+from batchgw.run import attempt, lifecycle, reconcile
+from batchgw.run.chain import run_message
+from batchgw.run.upstream import classify
+from batchgw.storage.requests import ClaimKind, RequestStore
+
+from local.simulator import Simulator
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+RETRYABLE = {
+    "429": classify("/v1/chat/completions", 429, b'{"error": {"message": "slow down"}}', {}),
+    "503": classify("/v1/chat/completions", 503, b'{"error": {"message": "busy"}}', {}),
+    "model_queued": classify(
+        "/v1/chat/completions", 503, b'{"error": {"message": "warming up", "code": "model_queued"}}', {}
+    ),
+}
+
+
+def prepared(deps: Deps, n: int, text: str = "hello") -> str:
+    batch = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", f"{text} {i}") for i in range(n)])
+    )
+    lifecycle.prepare(deps, batch["id"])
+    return str(batch["id"])
+
+
+def run(deps: Deps, message: WorkMessage, owner: str = "w") -> None:
+    asyncio.run(run_message(deps, message, owner=owner, deadline=deps.clock() + 900))
+
+
+def settle(deps: Deps, batch_id: str, held: RequestRecord, outcome: Outcome) -> attempt.Settled:
+    batch = deps.batches.get_record(batch_id)
+    assert batch is not None
+    return asyncio.run(attempt.settle(deps, batch, held, outcome, started=deps.clock()))
+
+
+def claim(deps: Deps, batch_id: str, index: int, owner: str = "w") -> RequestRecord:
+    claimed = deps.requests.claim(batch_id, index, owner, deps.clock(), 60)
+    assert claimed.kind is ClaimKind.CLAIMED and claimed.request is not None
+    return claimed.request
+
+
+def statuses(deps: Deps, batch_id: str) -> list[tuple[str, str | None]]:
+    page = results_api.results_page(deps, ALICE, batch_id, {})
+    return [(r["status"], r["error"] and r["error"]["code"]) for r in page["data"]]
+
+
+def finish(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Park (finding the batch done) and finalize, as the workflow would."""
+    lifecycle.park(deps, batch_id, "token")
+    assert deps.workflow.woken[-1] == ("token", {"next": "finalize", "wait_seconds": 0})  # type: ignore[attr-defined]
+    lifecycle.finalize(deps, batch_id)
+    return batches.get_batch(deps, ALICE, batch_id)
+
+
+# --- a stop racing a request that is with the upstream ------------------------------------------
+
+
+@pytest.mark.parametrize("answer", sorted(RETRYABLE))
+def test_a_retry_that_finds_its_batch_cancelled_ends_the_request_cancelled(
+    sim: Simulator, answer: str
+) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 3)
+    receive_all(deps)
+    held = claim(deps, batch_id, 0)  # with the upstream while the cancel comes
+    batches.cancel_batch(deps, ALICE, batch_id)
+    assert lifecycle.cancel(deps, batch_id)["next"] == "park"  # the running request is left to finish
+
+    settled = settle(deps, batch_id, held, RETRYABLE[answer])
+    assert settled.retry_at is None  # no retry was scheduled after the stop
+    assert statuses(deps, batch_id) == [("cancelled", "batch_cancelled")] * 3
+    done = finish(deps, batch_id)
+    assert done["status"] == "cancelled"
+    assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 0}
+
+
+def test_a_retry_that_finds_the_window_closed_fails_with_its_last_error(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_COMPLETION_WINDOW_HOURS="1")
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    held = claim(deps, batch_id, 0)
+    clock.advance(3600)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "expire"
+    lifecycle.expire(deps, batch_id)
+
+    settle(deps, batch_id, held, RETRYABLE["503"])
+    assert statuses(deps, batch_id) == [("failed", "service_unavailable"), ("expired", "batch_expired")]
+    done = finish(deps, batch_id)
+    assert done["status"] == "expired" and done["request_counts"]["failed"] == 2
+
+
+# --- the reconciler -------------------------------------------------------------------------------
+
+
+def test_the_reconciler_ends_the_abandoned_requests_of_a_cancelled_batch(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    claim(deps, batch_id, 0, owner="a worker that dies")
+    batches.cancel_batch(deps, ALICE, batch_id)
+    lifecycle.cancel(deps, batch_id)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "park"  # its lease is still live
+    clock.advance(61)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "finalize"
+    assert statuses(deps, batch_id) == [("cancelled", "batch_cancelled")] * 2
+    lifecycle.finalize(deps, batch_id)
+    done = batches.get_batch(deps, ALICE, batch_id)
+    assert done["status"] == "cancelled" and done["cost_unknown_attempts"] == 1  # the lost attempt
+
+
+def test_the_reconciler_re_sends_lost_chains_as_a_new_generation(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY="2")
+    batch_id = prepared(deps, 6)
+    lost = [decode(m["Body"]) for m in receive_all(deps)]  # every chain message lost
+    assert reconcile.reconcile(deps, batch_id)["next"] == "park"  # the first look only notes the count
+    assert receive_all(deps) == []
+    clock.advance(300)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "park"  # no progress: send the work again
+    resent = [decode(m["Body"]) for m in receive_all(deps)]
+    assert sorted((m.chain, m.next_index, m.generation) for m in resent if isinstance(m, ChainMessage)) == [
+        (0, 0, 1),
+        (1, 1, 1),
+    ]
+    for message in lost:  # a message of the old generation turning up after all: dropped
+        run(deps, message, owner="late")
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 0
+    for message in resent:
+        run(deps, message)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "finalize"
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 6
+
+
+def test_the_reconciler_re_sends_an_abandoned_request_and_an_overdue_retry(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    claim(deps, batch_id, 0, owner="dead")  # its worker dies
+    waiting = claim(deps, batch_id, 1, owner="gone")  # its retry message is lost
+    deps.requests.schedule_retry(
+        waiting, next_at=clock() + 5, error={"code": "rate_limited"}, attempt_cost_nano=0, uses_attempt=True
+    )
+    reconcile.reconcile(deps, batch_id)
+    clock.advance(1000)
+    reconcile.reconcile(deps, batch_id)
+    resent = sorted(
+        m.index for m in map(decode, (m["Body"] for m in receive_all(deps))) if isinstance(m, RequestMessage)
+    )
+    assert resent == [0, 1]
+    for index in resent:
+        run(deps, RequestMessage(batch_id, index))
+    assert statuses(deps, batch_id) == [("completed", None)] * 2
+    assert batches.get_batch(deps, ALICE, batch_id)["cost_unknown_attempts"] == 1  # the dead worker's try
+
+
+def test_a_batch_without_a_window_is_reconciled_and_its_ttl_moves_on(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_COMPLETION_WINDOW_HOURS="0", BATCH_RECONCILE_SECONDS="60")
+    batch_id = prepared(deps, 1)
+    first = deps.batches.get_record(batch_id)
+    assert first is not None and first.expires_at is None and first.ttl is not None
+    clock.advance(3600)
+    step = reconcile.reconcile(deps, batch_id)
+    assert step == {"next": "park", "wait_seconds": 60}
+    later = deps.batches.get_record(batch_id)
+    assert later is not None and later.ttl is not None and later.ttl >= first.ttl + 3600
+
+
+def test_a_shard_counting_a_missing_request_is_corrected_and_the_batch_ends(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = prepared(deps, 2)
+    for message in receive_all(deps):
+        run(deps, decode(message["Body"]))
+    deps.requests._table.client.delete_item(  # a request lost from the table, counted as left
+        TableName=deps.settings.requests_table, Key={"pk": {"S": batch_id}, "idx": {"N": "1"}}
+    )
+    shard = deps.batches.shards(batch_id)[1]
+    deps.batches.correct_left(batch_id, 1, observed=shard.left, actual=1)
+    reconcile.reconcile(deps, batch_id)
+    clock.advance(300)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "finalize"
+
+
+def test_a_failed_workflow_step_fails_the_batch_visibly(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 3)
+    receive_all(deps)
+    claim(deps, batch_id, 0)
+    error = {"Error": "ValueError", "Cause": '{"errorMessage": "boom", "errorType": "ValueError"}'}
+    ended = lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
+    assert ended["status"] == "failed" and ended["purge_at"]
+    batch = batches.get_batch(deps, ALICE, batch_id)
+    assert batch["status"] == "failed" and batch["failed_at"] is not None
+    assert batch["error"]["code"] == "batch_failed" and "ValueError: boom" in batch["error"]["message"]
+    assert statuses(deps, batch_id) == [
+        ("in_progress", None),
+        ("failed", "batch_failed"),
+        ("failed", "batch_failed"),
+    ]
+
+
+# --- writes whose answer was lost -----------------------------------------------------------------
+
+
+class LostAnswers:
+    """A DynamoDB client whose chosen calls commit, lose their answer, and are sent again
+    (as the SDK does): the caller sees only the second call's answer."""
+
+    def __init__(self, client: Any, operations: set[str]) -> None:
+        self._client = client
+        self._operations = operations
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._client, name)
+        if name not in self._operations:
+            return call
+
+        def twice(**request: Any) -> Any:
+            call(**request)
+            return call(**request)
+
+        return twice
+
+
+def lossy_requests(deps: Deps, *operations: str) -> RequestStore:
+    return RequestStore(
+        LostAnswers(deps.requests._table.client, set(operations)),
+        deps.settings.requests_table,
+        deps.settings.batches_table,
+    )
+
+
+def test_a_claim_whose_answer_was_lost_is_still_ours(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 1)
+    claimed = lossy_requests(deps, "update_item").claim(batch_id, 0, "w", deps.clock(), 60)
+    assert claimed.kind is ClaimKind.CLAIMED and claimed.request is not None
+    assert claimed.request.lease_owner == "w" and claimed.request.attempts == 1
+
+
+def test_an_end_whose_answer_was_lost_is_counted_once(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 1)
+    held = claim(deps, batch_id, 0)
+    recorded = lossy_requests(deps, "transact_write_items").record_end(
+        held,
+        shard=0,
+        end=RequestEnd(RequestStatus.SUCCEEDED, ended_at=deps.clock()),
+        tally=Tally(completed=1),
+    )
+    assert recorded == "shard_finished"  # ours: the caller counts the shard (idempotently)
+    batch = deps.batches.get(batch_id)
+    assert batch is not None and (batch.counts.completed, batch.counts.left) == (1, 0)
+
+
+def test_a_retry_whose_answer_was_lost_is_scheduled(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 1)
+    held = claim(deps, batch_id, 0)
+    scheduled = lossy_requests(deps, "transact_write_items").schedule_retry(
+        held, next_at=deps.clock() + 5, error={"code": "rate_limited"}, attempt_cost_nano=0, uses_attempt=True
+    )
+    assert scheduled == "scheduled"
+    request = deps.requests.get(batch_id, 0)
+    assert request is not None and request.status is RequestStatus.RETRY_WAIT and request.calls == 1
