@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: install run test test-fast lint format synth bench clean
+.PHONY: install run test test-fast lint format synth bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ synth: install
 
 bench: install
 	$(PY) -m bench.run
+
+## A long seeded chaos run on a local stack (crashes, faults, duplicates, cancels); prints the totals.
+chaos: install
+	$(PY) -m tests.e2e.chaos --batches 30 --requests 60 --kills 20 --duplicates 30 --cancels 6 --window-seconds 90
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -30,6 +30,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,6 +80,15 @@ class Child:
     process: subprocess.Popen[bytes]
     log_file: IO[bytes] | None = None
     expected_exit: bool = False
+
+    @property
+    def replaceable(self) -> bool:
+        """A handler process (api, worker, poller): one that crashes is replaced, as Lambda
+        replaces an execution environment. moto and the simulator hold state: they are not."""
+        return not self.name.startswith(("moto", "simulator"))
+
+
+SUPERVISE_SECONDS = 0.2
 
 
 def queue_handlers(environ: Mapping[str, str]) -> dict[str, str]:
@@ -150,6 +160,9 @@ class LocalStack:
         self._children: dict[str, Child] = {}
         self._worker_names: list[str | None] = []
         self._started = False
+        self._lock = threading.RLock()
+        self._supervisor: threading.Thread | None = None
+        self.replaced: list[str] = []  # children that crashed and were replaced, by name
 
     # --- addresses ----------------------------------------------------------------------------
 
@@ -228,26 +241,71 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="local-stack-supervisor", daemon=True
+        )
+        self._supervisor.start()
         return self
 
     def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
         """Stop every child: consumers first, moto last; SIGTERM, then SIGKILL after ``timeout``."""
-        if not self._started:
-            return
-        self._started = False
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
         atexit.unregister(self.stop)
-        moto = self._children.pop("moto", None)
-        self._terminate(list(self._children.values()), timeout)
-        if moto is not None:
-            self._terminate([moto], timeout)
-        self._children.clear()
-        self._worker_names.clear()
+        if self._supervisor is not None:
+            self._supervisor.join()
+            self._supervisor = None
+        with self._lock:
+            moto = self._children.pop("moto", None)
+            self._terminate(list(self._children.values()), timeout)
+            if moto is not None:
+                self._terminate([moto], timeout)
+            self._children.clear()
+            self._worker_names.clear()
 
     def dead_children(self) -> list[str]:
-        """Children that exited without being asked to."""
-        return [
-            c.name for c in self._children.values() if not c.expected_exit and c.process.poll() is not None
-        ]
+        """Children that exited without being asked to and are not replaced (moto, the
+        simulator): the stack cannot go on without them."""
+        with self._lock:
+            return [
+                c.name
+                for c in self._children.values()
+                if not c.expected_exit and not c.replaceable and c.process.poll() is not None
+            ]
+
+    def _supervise(self) -> None:
+        """Replace every handler process that crashed, as Lambda replaces an execution
+        environment; the stack keeps serving."""
+        while self._started:
+            with self._lock:
+                if not self._started:
+                    return
+                crashed = [
+                    c
+                    for c in self._children.values()
+                    if c.replaceable and not c.expected_exit and c.process.poll() is not None
+                ]
+                for child in crashed:
+                    self._replace(child)
+            time.sleep(SUPERVISE_SECONDS)
+
+    def _replace(self, child: Child) -> None:
+        child.expected_exit = True  # handled: never replaced twice
+        if child.log_file:
+            child.log_file.close()
+        log.warning(
+            "process crashed; replaced",
+            extra={"child": child.name, "returncode": child.process.returncode},
+        )
+        self.replaced.append(child.name)
+        if child.name in self._worker_names:
+            self.start_worker(self._worker_names.index(child.name))
+            return
+        base = child.name.split(".")[0]
+        generation = sum(1 for name in self._children if name.split(".")[0] == base)
+        self._spawn(f"{base}.{generation}", *child.argv[child.argv.index("--child") + 2 :])
 
     def check(self) -> None:
         """Raise StackError if a child died on its own."""
@@ -266,6 +324,10 @@ class LocalStack:
 
     def start_worker(self, index: int) -> int:
         """Start a worker poller in slot ``index`` (a fresh process); returns its pid."""
+        with self._lock:
+            return self._start_worker(index)
+
+    def _start_worker(self, index: int) -> int:
         while len(self._worker_names) <= index:
             self._worker_names.append(None)
         old = self._worker_names[index]
@@ -288,16 +350,39 @@ class LocalStack:
         return child.process.pid
 
     def kill_worker(self, index: int) -> None:
-        """SIGKILL worker ``index`` (a crash mid-invocation: its in-flight messages stay on the queue)."""
-        name = self._worker_names[index]
-        if not name:
-            raise StackError(f"no worker {index}")
-        child = self._children[name]
-        child.expected_exit = True
-        child.process.kill()
-        child.process.wait()
-        if child.log_file:
-            child.log_file.close()
+        """SIGKILL worker ``index`` (a crash mid-invocation: its in-flight messages stay on the
+        queue); it is not replaced until ``start_worker``."""
+        with self._lock:
+            name = self._worker_names[index]
+            if not name:
+                raise StackError(f"no worker {index}")
+            child = self._children[name]
+            child.expected_exit = True
+            child.process.kill()
+            child.process.wait()
+            if child.log_file:
+                child.log_file.close()
+
+    def crash(self, name_prefix: str) -> int:
+        """SIGKILL the running child whose name starts with ``name_prefix`` (``worker-1``,
+        ``api-0``), as a crash: the stack replaces it. Returns the killed pid."""
+        with self._lock:
+            child = next(
+                c
+                for c in self._children.values()
+                if c.name.startswith(name_prefix) and not c.expected_exit and c.process.poll() is None
+            )
+            child.process.kill()
+            return child.process.pid
+
+    def pids(self, name_prefix: str) -> list[int]:
+        """The pids of the running children whose names start with ``name_prefix``."""
+        with self._lock:
+            return [
+                c.process.pid
+                for c in self._children.values()
+                if c.name.startswith(name_prefix) and c.process.poll() is None
+            ]
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -403,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     code = 0
     while not stopping:
-        dead = stack.dead_children()
+        dead = stack.dead_children()  # crashed handler processes are replaced; these cannot be
         if dead:
             log.error("a process stopped unexpectedly; stopping the stack", extra={"children": dead})
             code = 1

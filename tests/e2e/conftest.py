@@ -23,6 +23,7 @@ STACK_ENV = {
     "BATCH_RETRY_MAX_SECONDS": "1",
     # Tests provoke many failures on sim-chat on purpose; pausing it would slow the others.
     "BATCH_MODEL_PAUSE_AFTER_FAILURES": "1000",
+    "BATCH_RECONCILE_SECONDS": "3",
 }
 MODEL_CAP = 4
 FINAL = ("completed", "failed", "expired", "cancelled")

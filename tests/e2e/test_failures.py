@@ -120,6 +120,25 @@ def test_cancel_stops_unstarted_requests_and_keeps_running_ones(alice: Api, sim:
     assert again == alice.batch(batch["id"])  # an ended batch comes back unchanged
 
 
+@pytest.mark.parametrize("answer", ["status=429", "status=503", "queued"])
+def test_a_cancel_while_requests_are_with_the_upstream_ends_cancelled_whatever_they_answer(
+    alice: Api, sim: httpx.Client, answer: str
+) -> None:
+    requests = [chat(f"x-{i}", f"busy [[sim {answer} latency_ms=1500]] {i}") for i in range(6)]
+    batch = alice.create(requests).json()
+    wait_for(
+        lambda: sim.get("/_sim/stats").json()["models"]["sim-chat"]["in_flight"] > 0,
+        timeout=20,
+        what="requests with the upstream",
+    )
+    alice.http.post(f"/batches/{batch['id']}/cancel").raise_for_status()
+    done = alice.wait_final(batch["id"], timeout=30)
+    assert done["status"] == "cancelled"
+    results = alice.results(batch["id"])
+    assert [r["status"] for r in results] == ["cancelled"] * 6
+    assert {r["error"]["code"] for r in results} == {"batch_cancelled"}
+
+
 def test_delete_is_refused_while_a_request_runs_then_removes_everything(alice: Api) -> None:
     batch = alice.create([chat("d", "slow [[sim latency_ms=2500]]")]).json()
 

@@ -22,6 +22,7 @@ from batchgw.storage.control import key_item
 
 from local import env as local_env
 from local.adapter import API_GATEWAY_MAX_BODY, build_event
+from local.env import port_open
 from local.keys import LOCAL_KEYS
 from local.poller import Poller, failed_message_ids, sqs_event
 from local.run import LocalStack
@@ -453,4 +454,33 @@ def test_a_killed_worker_leaves_and_a_restarted_one_takes_over(stack: LocalStack
     assert second_pid != first_pid
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "after"}))
     assert wait_for(lambda: seen_by("after")) == {str(second_pid)}
+    stack.check()
+
+
+def test_a_crashed_worker_or_api_process_is_replaced_and_the_stack_keeps_serving(
+    stack: LocalStack, aws: Aws
+) -> None:
+    sqs = aws.client("sqs")
+    queue = stack.env[resources.WORK_QUEUE.env_var]
+
+    def seen_by(message_id: str) -> set[str]:
+        listed = aws.client("s3").list_objects_v2(
+            Bucket=stack.env["BATCHGW_DATA_BUCKET"], Prefix=f"seen/{message_id}/"
+        )
+        return {item["Key"].rsplit("/", 1)[1] for item in listed.get("Contents", [])}
+
+    workers_before = set(stack.pids("worker-"))
+    crashed = stack.crash("worker-")
+    replacement = wait_for(lambda: (set(stack.pids("worker-")) - workers_before) or None, timeout=10)
+    assert crashed not in stack.pids("worker-") and len(replacement) == 1
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "after-crash"}))
+    assert wait_for(lambda: seen_by("after-crash"), timeout=20)  # some worker, old or new, takes it
+
+    api_before = set(stack.pids("api-"))
+    stack.crash("api-")
+    wait_for(lambda: (set(stack.pids("api-")) - api_before) or None, timeout=10)
+    wait_for(lambda: port_open(stack.ports.api), timeout=20)
+    answered = httpx.post(f"{stack.api_url}/anything", content=b"{}")
+    assert answered.status_code == 200
+    assert len(stack.replaced) == 2 and stack.dead_children() == []
     stack.check()

@@ -1,0 +1,25 @@
+"""The short form of the seeded chaos run (``make chaos`` runs it long): see ``chaos.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.chaos import Chaos, ChaosConfig, chaos_stack
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("seed", [11])
+def test_every_batch_ends_with_one_outcome_per_request_whatever_fails(
+    tmp_path_factory: pytest.TempPathFactory, seed: int
+) -> None:
+    config = ChaosConfig(
+        seed=seed, batches=6, requests=25, kills=4, duplicates=6, cancels=2, window_seconds=40
+    )
+    with chaos_stack(tmp_path_factory.mktemp("chaos-logs"), config) as stack:
+        report = Chaos(stack, config).run()
+        replaced = len(stack.replaced)
+    print("\n".join(report.lines()))
+    assert report.violations == []
+    assert report.kills == replaced == config.kills  # every crashed worker was replaced
+    assert report.statuses["cancelled"] >= 1 and report.lost_attempts >= 0
