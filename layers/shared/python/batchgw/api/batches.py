@@ -11,7 +11,7 @@ from typing import Any
 
 from batchgw.api.auth import require_role
 from batchgw.api.files import visible_file
-from batchgw.api.params import Params, int_param, last, list_page, time_param
+from batchgw.api.params import Params, int_param, last, list_page, time_range
 from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS
 from batchgw.deps import Deps
@@ -286,12 +286,13 @@ def list_batches(deps: Deps, principal: Principal, params: Params) -> dict[str, 
         if anchor is None or anchor.owner != principal.user_id:
             raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
         before_key = anchor.created_key
+    created_after, created_before = time_range(params, "created_after", "created_before")
     records, has_more = deps.batches.list_for_owner(
         principal.user_id,
         limit=limit,
         before_key=before_key,
-        created_after=time_param(params, "created_after"),
-        created_before=time_param(params, "created_before"),
+        created_after=created_after,
+        created_before=created_before,
         statuses=statuses,
     )
     data = []

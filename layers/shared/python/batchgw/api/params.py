@@ -45,23 +45,37 @@ def int_param(params: Params, name: str, *, default: int, low: int, high: int) -
     return number
 
 
+MAX_UNIX_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
 def time_param(params: Params, name: str) -> int | None:
-    """Unix seconds or ISO 8601 (a naive time is UTC); None when absent."""
+    """Unix seconds or ISO 8601 (a naive time is UTC), up to the year 9999; None when absent."""
     value = last(params, name)
     if value is None:
         return None
     text = value.strip()
+    refused = BadRequest(f"'{name}' must be unix seconds or an ISO 8601 time.", param=name)
     try:
-        return int(float(text))
+        seconds = float(text)
     except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadRequest(f"'{name}' must be unix seconds or an ISO 8601 time.", param=name) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp())
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise refused from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        seconds = parsed.timestamp()
+    if not 0 <= seconds <= MAX_UNIX_SECONDS:  # NaN fails this too
+        raise refused
+    return int(seconds)
+
+
+def time_range(params: Params, after: str, before: str) -> tuple[int | None, int | None]:
+    """Two time bounds; 400 when they are reversed (nothing could lie between them)."""
+    low, high = time_param(params, after), time_param(params, before)
+    if low is not None and high is not None and low >= high:
+        raise BadRequest(f"'{after}' must be earlier than '{before}'.", param=after)
+    return low, high
 
 
 def list_page(data: Sequence[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
