@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
+import functools
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw.api import auth, batches, files, results, uploads
+from batchgw.api import auth, batches, files, openapi, results, uploads
 from batchgw.api.params import Download
 from batchgw.deps import get_deps
 from batchgw.domain import codec
@@ -19,7 +20,7 @@ from batchgw.validation.jsonbody import parse_json
 app = APIGatewayHttpResolver()
 
 
-def _json(status: int, body: Any) -> Response:
+def _json(status: int, body: Any) -> Response[Any]:
     return Response(status_code=status, content_type="application/json", body=codec.dumps(body))
 
 
@@ -41,7 +42,7 @@ def _params() -> dict[str, list[str]]:
     return {name: value.split(",") if name == "status" else [value] for name, value in raw.items()}
 
 
-def _download(download: Download, *, text: bool) -> Response:
+def _download(download: Download, *, text: bool) -> Response[Any]:
     """A file answer: 302 to its presigned URL, or its bytes (as text or binary)."""
     headers = {}
     if download.sha256 is not None:
@@ -58,19 +59,19 @@ def _download(download: Download, *, text: bool) -> Response:
 
 
 @app.exception_handler(ApiError)
-def _api_error(exc: ApiError) -> Response:
+def _api_error(exc: ApiError) -> Response[Any]:
     return _json(exc.status, exc.body())
 
 
 @app.not_found
-def _not_found(_: Exception) -> Response:
+def _not_found(_: Exception) -> Response[Any]:
     return _api_error(
         NotFound(f"Unknown route {app.current_event.request_context.http.method} {app.current_event.path}.")
     )
 
 
 @app.post("/v1/batches")
-def create_batch() -> Response:
+def create_batch() -> Response[Any]:
     principal = _principal()
     headers = app.current_event.headers
     if headers.get("anthropic-beta"):
@@ -84,32 +85,32 @@ def create_batch() -> Response:
 
 
 @app.get("/v1/batches")
-def list_batches() -> Response:
+def list_batches() -> Response[Any]:
     return _json(200, batches.list_batches(get_deps(), _principal(), _params()))
 
 
 @app.get("/v1/batches/<batch_id>")
-def get_batch(batch_id: str) -> Response:
+def get_batch(batch_id: str) -> Response[Any]:
     return _json(200, batches.get_batch(get_deps(), _principal(), batch_id))
 
 
 @app.post("/v1/batches/<batch_id>/cancel")
-def cancel_batch(batch_id: str) -> Response:
+def cancel_batch(batch_id: str) -> Response[Any]:
     return _json(200, batches.cancel_batch(get_deps(), _principal(), batch_id))
 
 
 @app.delete("/v1/batches/<batch_id>")
-def delete_batch(batch_id: str) -> Response:
+def delete_batch(batch_id: str) -> Response[Any]:
     return _json(200, batches.delete_batch(get_deps(), _principal(), batch_id))
 
 
 @app.get("/v1/batches/<batch_id>/results")
-def batch_results(batch_id: str) -> Response:
+def batch_results(batch_id: str) -> Response[Any]:
     return _json(200, results.results_page(get_deps(), _principal(), batch_id, _params()))
 
 
 @app.get("/v1/batches/<batch_id>/output.jsonl")
-def batch_output(batch_id: str) -> Response:
+def batch_output(batch_id: str) -> Response[Any]:
     return _download(results.output_jsonl(get_deps(), _principal(), batch_id), text=True)
 
 
@@ -121,58 +122,74 @@ def _content_type() -> str | None:
 
 
 @app.post("/v1/files")
-def upload_file() -> Response:
+def upload_file() -> Response[Any]:
     return _json(200, files.upload_file(get_deps(), _principal(), _content_type(), _raw_body()))
 
 
 @app.post("/v1/files/presigned")
-def presign_upload() -> Response:
+def presign_upload() -> Response[Any]:
     return _json(200, files.presign_upload(get_deps(), _principal(), parse_json(_raw_body())))
 
 
 @app.post("/v1/files/<file_id>/complete")
-def complete_presigned(file_id: str) -> Response:
+def complete_presigned(file_id: str) -> Response[Any]:
     return _json(200, files.complete_presigned(get_deps(), _principal(), file_id))
 
 
 @app.get("/v1/files")
-def list_files() -> Response:
+def list_files() -> Response[Any]:
     return _json(200, files.list_files(get_deps(), _principal(), _params()))
 
 
 @app.get("/v1/files/<file_id>")
-def get_file(file_id: str) -> Response:
+def get_file(file_id: str) -> Response[Any]:
     return _json(200, files.get_file(get_deps(), _principal(), file_id))
 
 
 @app.delete("/v1/files/<file_id>")
-def delete_file(file_id: str) -> Response:
+def delete_file(file_id: str) -> Response[Any]:
     return _json(200, files.delete_file(get_deps(), _principal(), file_id))
 
 
 @app.get("/v1/files/<file_id>/content")
-def file_content(file_id: str) -> Response:
+def file_content(file_id: str) -> Response[Any]:
     return _download(files.file_content(get_deps(), _principal(), file_id), text=False)
 
 
 @app.post("/v1/uploads")
-def create_upload() -> Response:
+def create_upload() -> Response[Any]:
     return _json(200, uploads.create_upload(get_deps(), _principal(), parse_json(_raw_body())))
 
 
 @app.post("/v1/uploads/<upload_id>/parts")
-def add_upload_part(upload_id: str) -> Response:
+def add_upload_part(upload_id: str) -> Response[Any]:
     return _json(200, uploads.add_part(get_deps(), _principal(), upload_id, _content_type(), _raw_body()))
 
 
 @app.post("/v1/uploads/<upload_id>/complete")
-def complete_upload(upload_id: str) -> Response:
+def complete_upload(upload_id: str) -> Response[Any]:
     return _json(200, uploads.complete_upload(get_deps(), _principal(), upload_id, parse_json(_raw_body())))
 
 
 @app.post("/v1/uploads/<upload_id>/cancel")
-def cancel_upload(upload_id: str) -> Response:
+def cancel_upload(upload_id: str) -> Response[Any]:
     return _json(200, uploads.cancel_upload(get_deps(), _principal(), upload_id))
+
+
+# --- the API's description ---------------------------------------------------------------
+
+
+@functools.cache
+def _openapi_document() -> str:
+    generated = app.get_openapi_schema(
+        title="batchgw", version="1", summary="The batch API of an LLM gateway"
+    )
+    return codec.dumps(openapi.complete(generated.model_dump(mode="json", by_alias=True, exclude_none=True)))
+
+
+@app.get("/v1/openapi.json")
+def openapi_json() -> Response[Any]:
+    return Response(status_code=200, content_type="application/json", body=_openapi_document())
 
 
 # --- the retired Message Batches API ------------------------------------------------------
@@ -183,7 +200,7 @@ RETIRED = (
 )
 
 
-def _gone() -> Response:
+def _gone() -> Response[Any]:
     return _json(
         410,
         {
@@ -195,7 +212,9 @@ def _gone() -> Response:
 
 for _prefix in ("/v1/messages/batches", "/anthropic/v1/messages/batches"):
     for _path in (_prefix, f"{_prefix}/<batch_id>", f"{_prefix}/<batch_id>/<action>"):
-        app.route(_path, method=["GET", "POST", "DELETE", "PUT", "PATCH"])(lambda **_: _gone())
+        app.route(_path, method=["GET", "POST", "DELETE", "PUT", "PATCH"], include_in_schema=False)(
+            lambda **_: _gone()
+        )
 
 
 @logger.inject_lambda_context(clear_state=True)
