@@ -42,7 +42,7 @@ def _params() -> dict[str, list[str]]:
     return {name: value.split(",") if name == "status" else [value] for name, value in raw.items()}
 
 
-def _download(download: Download, *, text: bool) -> Response[Any]:
+def _download(download: Download) -> Response[Any]:
     """A file answer: 302 to its presigned URL, or its bytes (as text or binary)."""
     headers = {}
     if download.sha256 is not None:
@@ -53,7 +53,7 @@ def _download(download: Download, *, text: bool) -> Response[Any]:
     return Response(
         status_code=200,
         content_type=download.content_type,
-        body=body.decode() if text else body,
+        body=body.decode() if download.text else body,
         headers=headers,
     )
 
@@ -106,12 +106,13 @@ def delete_batch(batch_id: str) -> Response[Any]:
 
 @app.get("/v1/batches/<batch_id>/results")
 def batch_results(batch_id: str) -> Response[Any]:
-    return _json(200, results.results_page(get_deps(), _principal(), batch_id, _params()))
+    page = results.results_page(get_deps(), _principal(), batch_id, _params())
+    return _download(page) if isinstance(page, Download) else _json(200, page)
 
 
 @app.get("/v1/batches/<batch_id>/output.jsonl")
 def batch_output(batch_id: str) -> Response[Any]:
-    return _download(results.output_jsonl(get_deps(), _principal(), batch_id), text=True)
+    return _download(results.output_jsonl(get_deps(), _principal(), batch_id))
 
 
 # --- files and uploads --------------------------------------------------------------------
@@ -153,7 +154,7 @@ def delete_file(file_id: str) -> Response[Any]:
 
 @app.get("/v1/files/<file_id>/content")
 def file_content(file_id: str) -> Response[Any]:
-    return _download(files.file_content(get_deps(), _principal(), file_id), text=False)
+    return _download(files.file_content(get_deps(), _principal(), file_id))
 
 
 @app.post("/v1/uploads")

@@ -15,7 +15,7 @@ from email.policy import HTTP
 from typing import Any
 
 from batchgw.api.auth import require_role
-from batchgw.api.params import INLINE_ANSWER_LIMIT, Download, Params, int_param, last, list_page
+from batchgw.api.params import ANSWER_LIMIT, Download, Params, binary_out_bytes, int_param, last, list_page
 from batchgw.api.shapes import file_object
 from batchgw.deps import Deps
 from batchgw.domain.batch import created_key
@@ -186,7 +186,7 @@ def delete_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any
 def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
     """The file's bytes inline when small, else a presigned URL; with its SHA-256."""
     record = visible_file(deps, principal, file_id)
-    if record.bytes <= INLINE_ANSWER_LIMIT:
+    if binary_out_bytes(record.bytes) <= ANSWER_LIMIT:
         return Download(
             body=deps.blobs.get(file_key(file_id)),
             content_type="application/octet-stream",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -9,21 +10,38 @@ from typing import Any
 
 from batchgw.domain.errors import BadRequest
 
-# An answer given inline stays under Lambda's 6 MB response limit; larger ones are
-# a 302 to a presigned S3 URL.
-INLINE_ANSWER_LIMIT = 5 * 1024 * 1024
+# What the function answers is the JSON of the response (``{"statusCode", "headers",
+# "body"}``), and Lambda refuses one over 6 MB. A body is measured as it goes out in that
+# JSON: a text body with its escaping (quotes, backslashes, non-ASCII as \u escapes), a
+# binary one base64-encoded. What would not fit answers 302 to a presigned S3 URL.
+LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
+ENVELOPE_ALLOWANCE = 16 * 1024  # the status, headers and the JSON around the body
+ANSWER_LIMIT = LAMBDA_RESPONSE_LIMIT - ENVELOPE_ALLOWANCE
+
+
+def text_out_bytes(text: str) -> int:
+    """The bytes ``text`` takes in the function's JSON response."""
+    return len(json.dumps(text))  # ASCII only: every other character is escaped
+
+
+def binary_out_bytes(size: int) -> int:
+    """The bytes ``size`` bytes of binary take in the function's JSON response (base64)."""
+    return 4 * ((size + 2) // 3) + 2
+
 
 Params = dict[str, list[str]]
 
 
 @dataclass(frozen=True)
 class Download:
-    """A file answer: bytes inline, or a redirect to a presigned URL when too large."""
+    """A file answer: bytes inline (``text``: sent as text, else binary), or a redirect to a
+    presigned URL when it would not fit the response."""
 
     body: bytes | None = None
     location: str | None = None
     content_type: str = "application/jsonl"
     sha256: str | None = None
+    text: bool = False
 
 
 def last(params: Params, name: str) -> str | None:

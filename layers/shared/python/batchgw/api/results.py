@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from batchgw.api.batches import visible_batch
-from batchgw.api.params import INLINE_ANSWER_LIMIT, Download, Params, int_param, last, list_page
+from batchgw.api.params import ANSWER_LIMIT, Download, Params, int_param, last, list_page, text_out_bytes
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.errors import BadRequest, Conflict
@@ -14,9 +14,15 @@ from batchgw.domain.request import request_index
 from batchgw.domain.results import file_line, line_bytes, result_line
 from batchgw.storage.blobs import export_key
 
+PAGE_ENVELOPE = 512  # the page's own keys and ids around its lines
 
-def results_page(deps: Deps, principal: Principal, batch_id: str, params: Params) -> dict[str, Any]:
-    """GET /v1/batches/{id}/results: up to ``limit`` results after ``after``, in order."""
+
+def results_page(
+    deps: Deps, principal: Principal, batch_id: str, params: Params
+) -> dict[str, Any] | Download:
+    """GET /v1/batches/{id}/results: up to ``limit`` results after ``after``, in order, as
+    many as fit the response (``has_more`` says the rest follows). A first result too large
+    to fit alone is answered as a redirect to the page, written to S3."""
     record = visible_batch(deps, principal, batch_id).record
     limit = int_param(params, "limit", default=100, low=1, high=1000)
     after = last(params, "after")
@@ -28,13 +34,18 @@ def results_page(deps: Deps, principal: Principal, batch_id: str, params: Params
         after_index = found
     requests, has_more = deps.requests.page(record.id, after_index=after_index, limit=limit)
     data: list[dict[str, Any]] = []
-    size = 0
+    size = PAGE_ENVELOPE
     for request in requests:
         line = result_line(request, deps.blobs.load_body(request.response_packed, request.response_ref))
-        line_size = len(codec.dumps(line))
-        if data and size + line_size > INLINE_ANSWER_LIMIT:
-            has_more = True
-            break
+        line_size = text_out_bytes(codec.dumps(line)) + 1  # and its comma
+        if size + line_size > ANSWER_LIMIT:
+            if data:
+                has_more = True
+                break
+            page = codec.dumps(list_page([line], has_more=has_more or len(requests) > 1)).encode()
+            key = f"{export_key(record.id)}.page-{request.index}.json"
+            deps.blobs.put(key, page, "application/json")
+            return Download(location=deps.blobs.presigned_get(key), content_type="application/json")
         data.append(line)
         size += line_size
     return list_page(data, has_more=has_more)
@@ -60,7 +71,7 @@ def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
         chunks.append(data)
         size += len(data)
     body = b"".join(chunks)
-    if size <= INLINE_ANSWER_LIMIT:
-        return Download(body=body)
+    if text_out_bytes(body.decode()) <= ANSWER_LIMIT:
+        return Download(body=body, text=True)
     deps.blobs.put(key, body, "application/jsonl")
     return Download(location=deps.blobs.presigned_get(key))
