@@ -12,6 +12,7 @@ from batchgw.api import results as results_api
 from batchgw.deps import Deps
 from batchgw.domain.batch import Tally
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
+from batchgw.domain.errors import ServiceUnavailable, StorageError
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd, RequestRecord
@@ -22,7 +23,7 @@ from batchgw.run.upstream import classify
 from batchgw.storage.requests import ClaimKind, RequestStore
 
 from local.simulator import Simulator
-from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.integration.conftest import FakeWorkflow, body_of, chat_request, make_deps, receive_all
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -289,3 +290,55 @@ def test_a_retry_whose_answer_was_lost_is_scheduled(sim: Simulator) -> None:
     assert scheduled == "scheduled"
     request = deps.requests.get(batch_id, 0)
     assert request is not None and request.status is RequestStatus.RETRY_WAIT and request.calls == 1
+
+
+# --- zombies --------------------------------------------------------------------------------------
+
+
+def test_a_create_whose_workflow_cannot_start_leaves_nothing_behind(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = make_deps(sim, FakeClock(), BATCH_MAX_ACTIVE_PER_USER="1")
+
+    def refuse(batch_id: str) -> None:
+        raise StorageError("Step Functions is down")
+
+    monkeypatch.setattr(deps.workflow, "start", refuse)
+    with pytest.raises(ServiceUnavailable):
+        batches.create_batch(deps, ALICE, body_of([chat_request("z", "hello")]))
+    assert batches.list_batches(deps, ALICE, {})["data"] == []
+    monkeypatch.undo()
+    deps.workflow.start = FakeWorkflow().start  # type: ignore[method-assign]
+    assert batches.create_batch(deps, ALICE, body_of([chat_request("z", "hello")]))["status"] == "validating"
+
+
+def test_a_cancel_whose_wake_up_failed_takes_effect_when_repeated(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    lifecycle.park(deps, batch_id, "parked")
+    woken = deps.workflow.woken  # type: ignore[attr-defined]
+    real_wake = deps.workflow.wake
+
+    def down(token: str, next_state: Any) -> bool:
+        raise StorageError("Step Functions is down")
+
+    monkeypatch.setattr(deps.workflow, "wake", down)
+    assert batches.cancel_batch(deps, ALICE, batch_id)["status"] == "cancelling"
+    monkeypatch.setattr(deps.workflow, "wake", real_wake)
+    assert batches.cancel_batch(deps, ALICE, batch_id)["status"] == "cancelling"
+    assert woken == [("parked", {"next": "cancel", "wait_seconds": 0})]
+    assert lifecycle.cancel(deps, batch_id)["next"] == "finalize"
+
+
+@pytest.mark.parametrize("window_hours", ["24", "0"])
+def test_every_batch_record_has_a_ttl_backstop_from_its_create(sim: Simulator, window_hours: str) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_COMPLETION_WINDOW_HOURS=window_hours)
+    created = batches.create_batch(deps, ALICE, body_of([chat_request("t", "hello")]))
+    record = deps.batches.get_record(created["id"])
+    assert record is not None and record.ttl is not None
+    retention = deps.settings.retention_seconds
+    assert record.ttl >= (record.expires_at or clock()) + retention

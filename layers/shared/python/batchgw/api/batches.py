@@ -29,6 +29,7 @@ from batchgw.domain.errors import (
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
+from batchgw.observability import logger
 from batchgw.storage.blobs import input_file_key, input_key
 from batchgw.storage.workflow import Next
 from batchgw.validation.create import check_anthropic_version, check_metadata, validate_create
@@ -188,11 +189,15 @@ def _new_record(
 
 
 def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
+    """Store the batch and start its workflow; if the workflow cannot start, nothing is
+    left behind (no batch counting against the user's limits) and the caller may retry."""
     deps.batches.create(record)
     try:
         deps.workflow.start(record.id)
     except StorageError as exc:
-        raise ServiceUnavailable("The batch could not be started; try again.") from exc
+        deps.batches.delete_record(record.id)
+        deps.blobs.delete_batch(record.id)
+        raise ServiceUnavailable("The batch could not be started; nothing was stored. Try again.") from exc
     return batch_object(CountedBatch(record))
 
 
@@ -238,20 +243,34 @@ def get_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]
 
 
 def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
-    """Cancel: unstarted requests will not run; an ended batch comes back unchanged."""
+    """Cancel: unstarted requests will not run; an ended batch comes back unchanged.
+
+    A parked workflow is woken to settle the unstarted requests now (one not parked yet
+    finds the batch cancelling when it parks). If the wake-up fails, the batch stays
+    ``cancelling``: the reconciler settles it within a period, and cancelling again
+    tries the wake-up again.
+    """
     record = visible_batch(deps, principal, batch_id).record
     cancellable = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
     if record.status in cancellable:
         now = int(deps.clock())
-        cancelling = deps.batches.change(
-            record.id, {"status": BatchStatus.CANCELLING, "cancelling_at": now}, from_statuses=cancellable
+        record = (
+            deps.batches.change(
+                record.id, {"status": BatchStatus.CANCELLING, "cancelling_at": now}, from_statuses=cancellable
+            )
+            or record
         )
-        # Parked: wake the workflow to settle the unstarted requests now. (If it is not
-        # parked yet, it finds the batch cancelling when it parks.)
-        token = None if cancelling is None else cancelling.task_token
-        if token is not None and deps.workflow.wake(token, Next.CANCEL):
-            deps.batches.clear_token(record.id, token)
+    if record.status is BatchStatus.CANCELLING and not record.cancel_swept and record.task_token is not None:
+        _wake_to_cancel(deps, record.id, record.task_token)
     return batch_object(visible_batch(deps, principal, batch_id))
+
+
+def _wake_to_cancel(deps: Deps, batch_id: str, token: str) -> None:
+    try:
+        if deps.workflow.wake(token, Next.CANCEL):
+            deps.batches.clear_token(batch_id, token)
+    except StorageError:
+        logger.warning("could not wake a cancelled batch's workflow", extra={"batch_id": batch_id})
 
 
 def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
