@@ -27,6 +27,7 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=True,
+    database=None,
 )
 
 
@@ -83,11 +84,77 @@ json_values = st.recursive(
 )
 
 CHAT = {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+FUNCTION = {"name": "lookup", "description": "find", "parameters": {"type": "object", "properties": {}}}
 BODIES = {
-    "/v1/chat/completions": CHAT,
-    "/v1/embeddings": {"model": "sim-embed", "input": ["a", "b"]},
-    "/v1/responses": {"model": "sim-chat", "input": "hi"},
-    "/v1/messages": {"model": "sim-claude", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/chat/completions": {
+        "model": "sim-chat",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "hi"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "found"},
+        ],
+        "tools": [{"type": "function", "function": FUNCTION}],
+        "tool_choice": {"type": "function", "function": {"name": "lookup"}},
+        "response_format": {"type": "json_object"},
+        "stop": ["x", "y"],
+        "max_tokens": 5,
+        "temperature": 0.5,
+    },
+    "/v1/embeddings": {
+        "model": "sim-embed",
+        "input": ["a", "b"],
+        "dimensions": 8,
+        "encoding_format": "float",
+    },
+    "/v1/responses": {
+        "model": "sim-chat",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "found"},
+        ],
+        "tools": [{"type": "function", **FUNCTION}],
+        "text": {"format": {"type": "text"}},
+        "max_output_tokens": 20,
+    },
+    "/v1/messages": {
+        "model": "sim-claude",
+        "max_tokens": 5,
+        "system": [{"type": "text", "text": "be brief"}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "hi"},
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "lookup", "input": {}}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "found"}]},
+        ],
+        "tools": [{"name": "lookup", "description": "find", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "auto"},
+        "stop_sequences": ["x"],
+    },
 }
 
 
@@ -254,3 +321,12 @@ def test_odd_results_parameters_answer_200_or_400(a_batch: str, params: dict[str
 def test_odd_file_list_parameters_answer_200_or_400(deps_installed: None, params: dict[str, str]) -> None:
     status, _ = answer(event_with_query("GET", "/v1/files", params))
     assert status in (200, 400)
+
+
+@pytest.mark.parametrize("url", sorted(BODIES))
+def test_the_bodies_the_fuzzing_mutates_start_valid(deps_installed: None, url: str) -> None:
+    event = http_event("POST", "/v1/batches", body=valid_create(url))
+    if url == "/v1/messages":
+        event["headers"] = {**event["headers"], "anthropic-version": "2023-06-01"}
+    status, body = answer(event)
+    assert status == 200, body

@@ -205,7 +205,7 @@ def _check_block(block: Any, where: str, role: str, rules: VersionRules, version
     if not isinstance(block, dict):
         fail(where, f"{where} must be an object")
     block_type = block.get("type")
-    if block_type in _SERVER_BLOCKS:
+    if isinstance(block_type, str) and block_type in _SERVER_BLOCKS:
         fail(
             f"{where}.type",
             f"{where} is a '{block_type}' block; server tools, MCP servers and containers are not "

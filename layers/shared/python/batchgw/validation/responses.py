@@ -177,7 +177,7 @@ def _check_item(item: Any, where: str) -> None:
             f"{where} refers to a stored item; a batched request must be independent",
             "unsupported_feature",
         )
-    elif item_type in _HOSTED_ITEMS:
+    elif isinstance(item_type, str) and item_type in _HOSTED_ITEMS:
         fail(
             f"{where}.type",
             f"{where} is a hosted tool's item; hosted tools are not supported in a batch",
