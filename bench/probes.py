@@ -274,9 +274,10 @@ class CallSnapshot:
 
 def snapshot_calls(directory: Path) -> CallSnapshot:
     by_pid: dict[int, Counter[str]] = {}
-    for path in directory.glob("*.json"):
+    for path in directory.glob("*.json"):  # <function>.<pid>.json: a process may have several
         try:
-            by_pid[int(path.stem)] = Counter(json.loads(path.read_text()))
+            calls = Counter(json.loads(path.read_text()))
+            by_pid.setdefault(int(path.stem.rpartition(".")[2]), Counter()).update(calls)
         except (OSError, ValueError):
             continue
     return CallSnapshot(read_recorded_calls(directory), by_pid)

@@ -36,6 +36,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
 
+from batchgw.storage.aws import FUNCTION_NAME_ENV
+
 from local.env import (
     ACCOUNT_ID,
     API_HANDLER_ENV,
@@ -346,6 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     setup_logging("api")
+    os.environ[FUNCTION_NAME_ENV] = API_FUNCTION_NAME  # as in the function's environment on Lambda
     server = ApiAdapter(args.port, args.handler, reuse_port=args.reuse_port, concurrency=args.concurrency)
     server.handlers.warm()  # import the handler before accepting requests: fail at start
     log.info("api adapter listening", extra={"port": args.port, "handler": args.handler})

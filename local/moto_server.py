@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import moto
+from batchgw.storage.aws import FUNCTION_NAME_ENV, calls_made_for
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.moto_api._internal.models import moto_api_backend
 from moto.server import ThreadedMotoServer
@@ -99,7 +100,8 @@ def run_handler(pool: HandlerPool, function: Any, event: Any, response_headers: 
         memory_limit_in_mb=int(function.memory_size),
     )
     try:
-        with pool.environment() as handler:
+        # this process runs every hooked function: each invocation's AWS calls count as its own
+        with calls_made_for(function.function_name), pool.environment() as handler:
             try:
                 result = handler(event, context)
             except Exception as exc:
@@ -214,7 +216,12 @@ def serve(port: int) -> None:
     # The Step Functions interpreter reaches Lambda (and the rest) on localhost:$MOTO_PORT.
     os.environ["MOTO_PORT"] = str(port)
     configure()
-    install_lambda_hook(lambda_handlers())
+    handlers = lambda_handlers()
+    if len(handlers) == 1:
+        # As in that function's environment on Lambda: the calls its invocations make off their
+        # own context (boto3's S3 transfer threads) are recorded as its own too.
+        os.environ[FUNCTION_NAME_ENV] = next(iter(handlers))
+    install_lambda_hook(handlers)
     install_atomic_receive()
     moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
     server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)

@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.name)
     if not args.queue_url:
         parser.error(f"--queue-url (or {WORK_QUEUE.env_var}) is required")
+    # As in the function's environment on Lambda; its AWS calls (and the mapping's, which Lambda
+    # makes with the function's role) are recorded as its own.
+    os.environ[aws.FUNCTION_NAME_ENV] = args.function_name
     poller = Poller(
         args.queue_url,
         args.handler,

@@ -1,7 +1,8 @@
 """boto3 clients, created lazily (moto must be up first) from one session per process.
 
 Every AWS call the gateway makes goes through these clients, so a benchmark can count
-them by hooking the session's events (``count_calls``).
+them by hooking the session's events (``count_calls``), and a test can check that each
+function's role allows every call it made (``record_calls``, by function).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -83,29 +85,70 @@ def reset_clients() -> None:
         _build_clients.cache_clear()
 
 
-# Benchmarks set this to a directory: every process then writes the AWS calls it made
-# there (``<pid>.json``, refreshed twice a second), so calls can be summed across processes.
+# Benchmarks and tests set this to a directory: every process then writes the AWS calls it
+# made there, one file per Lambda function it made them for (``<function>.<pid>.json``,
+# ``service.Operation`` -> count, refreshed twice a second), so calls can be summed across
+# processes or checked against each function's role.
 CALLS_DIR_ENV = "BATCHGW_AWS_CALLS_DIR"
+# Lambda names the function in every execution environment; the local stack sets it in each
+# handler process. A process that runs several functions (moto's Lambda hook) names the one
+# of each invocation with ``calls_made_for``.
+FUNCTION_NAME_ENV = "AWS_LAMBDA_FUNCTION_NAME"
+UNATTRIBUTED = "unattributed"  # calls made outside any function
+_invoked_function: ContextVar[str | None] = ContextVar("batchgw_invoked_function", default=None)
 
 
-def record_calls(session: boto3.session.Session, directory: Path) -> CallCounter:
-    """Count ``session``'s calls and keep ``directory/<pid>.json`` up to date with them."""
-    counter = CallCounter()
-    session.events.register("before-call", counter)
+@contextmanager
+def calls_made_for(function_name: str) -> Iterator[None]:
+    """Count the calls made in this block (and in the tasks and threads it starts with its
+    context, such as ``asyncio.to_thread``) as ``function_name``'s."""
+    token = _invoked_function.set(function_name)
+    try:
+        yield
+    finally:
+        _invoked_function.reset(token)
+
+
+def current_function() -> str:
+    return _invoked_function.get() or os.environ.get(FUNCTION_NAME_ENV) or UNATTRIBUTED
+
+
+def record_calls(session: boto3.session.Session, directory: Path) -> None:
+    """Count ``session``'s calls and keep ``directory/<function>.<pid>.json`` up to date with them.
+
+    A call of an operation the function had not made before is written before it is sent, so
+    the set of operations on disk is complete even if the process is killed the next moment;
+    counts follow within half a second.
+    """
+    counters: dict[str, CallCounter] = {}
+    lock = threading.Lock()  # guards ``counters`` and the files
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{os.getpid()}.json"
+    pid = os.getpid()
 
     def flush() -> None:
-        while True:
-            with counter._lock:
-                snapshot = dict(counter.calls)
-            tmp = target.with_suffix(".tmp")
-            tmp.write_text(json.dumps(snapshot))
-            tmp.replace(target)
-            time.sleep(0.5)
+        with lock:
+            for function, counter in counters.items():
+                with counter._lock:
+                    snapshot = dict(counter.calls)
+                target = directory / f"{function}.{pid}.json"
+                tmp = target.with_suffix(".tmp")
+                tmp.write_text(json.dumps(snapshot))
+                tmp.replace(target)
 
-    threading.Thread(target=flush, name="aws-call-counter", daemon=True).start()
-    return counter
+    def count(event_name: str, **_: Any) -> None:
+        function = current_function()
+        with lock:
+            counter = counters.setdefault(function, CallCounter())
+        if counter.count(event_name) == 1:  # the operation's first call: on disk before it is sent
+            flush()
+
+    def keep_flushing() -> None:
+        while True:
+            time.sleep(0.5)
+            flush()
+
+    session.events.register("before-call", count)
+    threading.Thread(target=keep_flushing, name="aws-call-counter", daemon=True).start()
 
 
 def read_recorded_calls(directory: Path) -> Counter[str]:
@@ -116,6 +159,15 @@ def read_recorded_calls(directory: Path) -> Counter[str]:
     return total
 
 
+def read_recorded_calls_by_function(directory: Path) -> dict[str, Counter[str]]:
+    """The calls recorded in ``directory`` (and its subdirectories), summed per function."""
+    by_function: dict[str, Counter[str]] = {}
+    for path in directory.rglob("*.json"):
+        function, _, _pid = path.stem.rpartition(".")
+        by_function.setdefault(function or UNATTRIBUTED, Counter()).update(json.loads(path.read_text()))
+    return by_function
+
+
 class CallCounter:
     """Counts AWS API calls by ``service.Operation`` (thread-safe)."""
 
@@ -124,10 +176,15 @@ class CallCounter:
         self.calls: Counter[str] = Counter()
 
     def __call__(self, event_name: str, **_: Any) -> None:
-        # event_name is "before-call.<service>.<Operation>"
-        parts = event_name.split(".", 2)
+        self.count(event_name)
+
+    def count(self, event_name: str) -> int:
+        """Count one call (``event_name`` is ``before-call.<service>.<Operation>``); returns how
+        many calls of that operation there have been."""
+        operation = event_name.split(".", 1)[1]
         with self._lock:
-            self.calls[".".join(parts[1:])] += 1
+            self.calls[operation] += 1
+            return self.calls[operation]
 
     @property
     def total(self) -> int:
