@@ -147,6 +147,8 @@ class Functions(Construct):
             # every function may wake a parked workflow (the last item, a cancel, park itself)
             workflow.grant_task_response(function)
         workflow.grant_start_execution(self.api)
+        # Deleting a batch stops its execution: the executions of this state machine only.
+        workflow.grant_execution(self.api, "states:StopExecution")
         for function in (self.worker, self.lifecycle):
             queues.work.grant_send_messages(function)
         # The worker delays work it cannot run yet (retry backoff, a full model).

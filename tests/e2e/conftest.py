@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from batchgw.storage.aws import CALLS_DIR_ENV
 
 from local.run import LocalStack
 from tests.support import wait_for
@@ -29,10 +31,25 @@ MODEL_CAP = 4
 FINAL = ("completed", "failed", "expired", "cancelled")
 
 
+PERMISSIONS_CHECK = "test_aws_permissions.py"  # runs after every other test
+
+
+def aws_calls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the stacks' processes record the AWS calls each function makes (one directory per
+    stack), for ``test_aws_permissions.py`` to check against the functions' roles."""
+    return tmp_path_factory.getbasetemp() / "aws-calls"
+
+
 def stack_for(tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]) -> LocalStack:
     """A local stack on free ports (a context manager: ``with`` starts and stops it)."""
     logs = tmp_path_factory.mktemp(f"{name}-logs")
+    env = {**env, CALLS_DIR_ENV: str(aws_calls_dir(tmp_path_factory) / logs.name)}
     return LocalStack(api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=2, log_dir=logs)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The check of the calls the stacks recorded comes last, after every test that drives them."""
+    items.sort(key=lambda item: item.path.name == PERMISSIONS_CHECK)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
