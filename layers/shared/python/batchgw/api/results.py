@@ -11,7 +11,7 @@ from batchgw.domain import codec
 from batchgw.domain.errors import BadRequest, Conflict
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import request_index
-from batchgw.domain.results import file_line, line_bytes, result_line
+from batchgw.domain.results import result_line
 from batchgw.storage.blobs import export_key
 
 PAGE_ENVELOPE = 512  # the page's own keys and ids around its lines
@@ -52,7 +52,8 @@ def results_page(
 
 
 def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
-    """Every result as one JSONL document, once the batch has ended."""
+    """Every result as one JSONL document, once the batch has ended: the object finalize
+    wrote, inline when it fits the response, else a redirect to it."""
     record = visible_batch(deps, principal, batch_id).record
     if not record.status.is_final:
         raise Conflict(
@@ -60,18 +61,20 @@ def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
             code="batch_results_not_ready",
         )
     key = export_key(record.id)
-    if deps.blobs.exists(key):
-        return Download(location=deps.blobs.presigned_get(key))
-    chunks: list[bytes] = []
-    size = 0
-    for request in deps.requests.all(record.id):
-        data = line_bytes(
-            file_line(request, deps.blobs.load_body(request.response_packed, request.response_ref))
+    size = deps.blobs.size(key)
+    if size is None:
+        if not record.prepared:
+            return Download(body=b"", text=True)  # it never had requests (its input was refused)
+        raise Conflict(
+            f"Batch '{batch_id}' failed before its results could be written; read them page by page "
+            f"from /v1/batches/{batch_id}/results.",
+            code="batch_results_unavailable",
         )
-        chunks.append(data)
-        size += len(data)
-    body = b"".join(chunks)
-    if text_out_bytes(body.decode()) <= ANSWER_LIMIT:
-        return Download(body=body, text=True)
-    deps.blobs.put(key, body, "application/jsonl")
+    if size <= ANSWER_LIMIT:
+        body = deps.blobs.get(key)
+        try:
+            if text_out_bytes(body.decode()) <= ANSWER_LIMIT:
+                return Download(body=body, text=True)
+        except UnicodeDecodeError:
+            pass  # not text the response can carry: the client downloads it
     return Download(location=deps.blobs.presigned_get(key))

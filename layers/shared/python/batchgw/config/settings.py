@@ -60,6 +60,9 @@ class Settings(BaseModel):
     batch_worker_timeout_seconds: float = Field(900, gt=0, alias="BATCH_WORKER_TIMEOUT_SECONDS")
     # Counter shards per batch: spreads the per-result counter writes over several items.
     batch_counter_shards: int = Field(8, ge=1, le=64, alias="BATCH_COUNTER_SHARDS")
+    # The parts a batch's result files are written in (S3 wants at least 5 MiB but for the
+    # last; tests shrink it). Parts double in size every 1,000, within S3's 10,000.
+    batch_result_part_bytes: int = Field(8 * 1024 * 1024, ge=1, alias="BATCH_RESULT_PART_BYTES")
     # Delay before a chain that found its model full asks again.
     batch_slot_wait_seconds: float = Field(2, ge=0, alias="BATCH_SLOT_WAIT_SECONDS")
 

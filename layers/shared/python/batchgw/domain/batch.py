@@ -117,6 +117,7 @@ class BatchRecord:
     cancelled_at: int | None = None
     results_expires_at: int | None = None
     ttl: int | None = None  # when DynamoDB may remove the record (a backstop: see backstop_ttl)
+    finalize_cursor: dict[str, Any] | None = None  # how far finalize wrote its result objects
 
     @property
     def prepared(self) -> bool:
@@ -186,6 +187,7 @@ class BatchRecord:
             error_file_id=item.get("error_file_id"),
             **{name: num(name) for name in _LATER_TIMESTAMPS},
             ttl=num("ttl"),
+            finalize_cursor=codec.plain(item.get("finalize_cursor")),
         )
 
     def to_item(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord,
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.observability import logger
 from batchgw.run import completion
-from batchgw.run.result_files import write_result_files
+from batchgw.run.result_files import write_results
 from batchgw.storage.blobs import body_key, input_file_key, input_key
 from batchgw.storage.dynamo import timestamp
 from batchgw.storage.workflow import Next, step
@@ -318,9 +318,11 @@ _FINAL_FROM = {
 }
 
 
-def finalize(deps: Deps, batch_id: str) -> dict[str, Any]:
-    """Give the batch its final status, once; a file batch is ``finalizing`` while its
-    result files are written. Says when the batch is to be purged."""
+def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[str, Any]:
+    """Give the batch its final status, once. It is ``finalizing`` while its result objects
+    are written (``output.jsonl``; a file batch's output and error files). Says when the
+    batch is to be purged, or, when ``deadline`` came first, that it is still finalizing
+    (the workflow calls again; the writing goes on where it stopped)."""
     batch = deps.batches.get_record(batch_id)
     if batch is None:
         return {"status": "deleted", "purge_at": _iso(deps.clock())}
@@ -334,32 +336,31 @@ def finalize(deps: Deps, batch_id: str) -> dict[str, Any]:
         final = BatchStatus.EXPIRED
     else:
         final = _FINAL_FROM.get(batch.status, BatchStatus.COMPLETED)
-    if batch.input_method == "file":
-        if batch.status is not BatchStatus.FINALIZING:
-            entered = deps.batches.change(
-                batch_id,
-                {
-                    "status": BatchStatus.FINALIZING,
-                    "finalizing_at": int(now),
-                    "final_status": final,
-                    **_retention_fields(deps, batch, now),
-                },
-                from_statuses=[batch.status],
-            )
-            if entered is None:
-                return finalize(deps, batch_id)
-            batch = entered
-        extra = write_result_files(deps, batch)
-    else:
-        extra = _retention_fields(deps, batch, now)
+    if batch.status is not BatchStatus.FINALIZING:
+        entered = deps.batches.change(
+            batch_id,
+            {
+                "status": BatchStatus.FINALIZING,
+                "finalizing_at": int(now),
+                "final_status": final,
+                **_retention_fields(deps, batch, now),
+            },
+            from_statuses=[batch.status],
+        )
+        if entered is None:
+            return finalize(deps, batch_id, deadline)
+        batch = entered
+    files = write_results(deps, batch, deadline)
+    if files is None:
+        return {"status": BatchStatus.FINALIZING.value, "purge_at": None}
     ended = deps.batches.change(
         batch_id,
-        {"status": final, f"{final.value}_at": int(now), "ended_at": timestamp(now), **extra},
-        from_statuses=[batch.status],
-        remove=["task_token"],
+        {"status": final, f"{final.value}_at": int(now), "ended_at": timestamp(now), **files},
+        from_statuses=[BatchStatus.FINALIZING],
+        remove=["task_token", "finalize_cursor"],
     )
     if ended is None:
-        return finalize(deps, batch_id)
+        return finalize(deps, batch_id, deadline)
     logger.info("batch ended", extra={"batch_id": batch_id, "status": final.value})
     assert ended.results_expires_at is not None
     return {"status": final.value, "purge_at": _iso(ended.results_expires_at)}

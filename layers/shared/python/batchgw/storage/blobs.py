@@ -68,6 +68,48 @@ class BlobStore:
         except ClientError as exc:
             raise StorageError(f"could not write s3://{self._bucket}/{key}") from exc
 
+    # --- multipart uploads: large objects written part by part ---------------------------
+
+    def start_multipart(self, key: str, content_type: str) -> str:
+        """Begin a multipart upload of ``key``; its upload id."""
+        try:
+            return str(
+                self._s3.create_multipart_upload(Bucket=self._bucket, Key=key, ContentType=content_type)[
+                    "UploadId"
+                ]
+            )
+        except ClientError as exc:
+            raise StorageError(f"could not start writing s3://{self._bucket}/{key}") from exc
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> None:
+        """Upload part ``number`` (from 1; every part but the last at least 5 MiB on AWS).
+        Uploading a part again replaces it."""
+        try:
+            self._s3.upload_part(
+                Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data
+            )
+        except ClientError as exc:
+            raise StorageError(f"could not write part {number} of s3://{self._bucket}/{key}") from exc
+
+    def complete_multipart(self, key: str, upload_id: str) -> None:
+        """Join the upload's parts into the object. Completing an upload completed already
+        (by a try whose answer was lost) is a no-op once the object exists."""
+        try:
+            parts = [
+                {"PartNumber": part["PartNumber"], "ETag": part["ETag"]}
+                for page in self._s3.get_paginator("list_parts").paginate(
+                    Bucket=self._bucket, Key=key, UploadId=upload_id
+                )
+                for part in page.get("Parts", [])
+            ]
+            self._s3.complete_multipart_upload(
+                Bucket=self._bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchUpload" and self.size(key) is not None:
+                return
+            raise StorageError(f"could not complete s3://{self._bucket}/{key}") from exc
+
     def delete(self, key: str) -> None:
         self._s3.delete_object(Bucket=self._bucket, Key=key)
 
