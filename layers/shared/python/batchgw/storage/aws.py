@@ -29,6 +29,9 @@ _CONFIG = Config(
     connect_timeout=5,
     read_timeout=60,
 )
+# S3 signs with SigV4, so a presigned PUT signs the headers it was made with: its
+# Content-Length binds the upload to the declared size.
+_S3_CONFIG = _CONFIG.merge(Config(signature_version="s3v4"))
 
 
 @dataclass
@@ -37,8 +40,8 @@ class AwsClients:
 
     session: boto3.session.Session = field(default_factory=boto3.session.Session)
 
-    def _client(self, name: str) -> Any:
-        return self.session.client(name, config=_CONFIG)  # type: ignore[call-overload]
+    def _client(self, name: str, config: Config = _CONFIG) -> Any:
+        return self.session.client(name, config=config)  # type: ignore[call-overload]
 
     @cached_property
     def dynamodb(self) -> Any:
@@ -46,7 +49,7 @@ class AwsClients:
 
     @cached_property
     def s3(self) -> Any:
-        return self._client("s3")
+        return self._client("s3", _S3_CONFIG)
 
     @cached_property
     def sqs(self) -> Any:
