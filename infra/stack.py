@@ -15,7 +15,7 @@ from infra.constructs.layers import Layers
 from infra.constructs.observability import Observability
 from infra.constructs.queues import Queues
 from infra.constructs.storage import Storage
-from infra.constructs.workflow import Workflow, state_machine_arn
+from infra.constructs.workflow import Workflow
 
 # Context key naming the operator's models config (relative paths are from the repository root).
 MODELS_CONFIG_CONTEXT = "modelsConfig"
@@ -41,7 +41,7 @@ class BatchGwStack(Stack):
             storage=self.storage,
             queues=self.queues,
             layers=self.layers,
-            state_machine_arn=state_machine_arn(self, workflow_name),
+            workflow_name=workflow_name,
         )
         self.workflow = Workflow(self, "Workflow", name=workflow_name, lifecycle=self.functions.lifecycle)
         self.api = Api(self, "Api", handler=self.functions.api)

@@ -12,6 +12,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
+from infra.constructs import acknowledge
+
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # Account-wide defaults for every route; a gateway in front of this one may be stricter.
 THROTTLE_RATE_LIMIT = 100  # requests per second, steady
@@ -67,6 +69,18 @@ class Api(Construct):
         )
         for path in ("/", "/{proxy+}"):
             self.http_api.add_routes(path=path, methods=[apigwv2.HttpMethod.ANY], integration=integration)
+        acknowledge(
+            self.http_api,
+            {
+                "AwsSolutions-APIG4": (
+                    "the api function authenticates every request itself (batchgw.api.auth): the "
+                    "OpenAI SDK's `Authorization: Bearer <key>` is looked up among the hashed keys in "
+                    "DynamoDB, giving the caller's user and role; a missing, unknown or revoked key gets "
+                    "401 in the OpenAI error shape. An authorizer would repeat that lookup in a second "
+                    "function"
+                )
+            },
+        )
 
         self.access_logs = logs.LogGroup(self, "AccessLogs", retention=LOG_RETENTION)
         self.stage = self.http_api.add_stage(

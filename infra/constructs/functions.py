@@ -5,19 +5,22 @@ from __future__ import annotations
 import re
 
 from aws_cdk import Duration
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
+from batchgw.config import resources
 from batchgw.config.catalog import Catalog
 from batchgw.config.settings import Settings
 from constructs import Construct
 
-from infra.constructs import REPO_ROOT
+from infra.constructs import REPO_ROOT, acknowledge, nag_arn
 from infra.constructs.layers import ARCHITECTURE, ASSET_EXCLUDES, MODELS_CONFIG_PATH, RUNTIME, Layers
 from infra.constructs.queues import Queues
 from infra.constructs.storage import Storage
+from infra.constructs.workflow import state_machine_arn
 
 # The worker's (and lifecycle's) Lambda timeout: the longest Lambda allows. Everything
 # that must fit inside one worker invocation derives from it.
@@ -38,6 +41,13 @@ WORKER_BATCH_SIZE = 10
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 SERVICE_NAME = "batchgw"
 
+# What the functions do with the data bucket (``batchgw.storage.blobs``), themselves or through
+# the URLs they presign: objects read, written (whole or in parts), copied and deleted, unfinished
+# uploads in parts aborted; the bucket listed (purges, and HeadObject answers 404, not 403, for a
+# missing key only with it).
+BUCKET_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+BUCKET_ACTIONS = ["s3:ListBucket"]
+
 # A complete secret ARN ends with the six characters Secrets Manager appends to the name.
 _COMPLETE_SECRET_ARN = re.compile(r"^arn:[^:]+:secretsmanager:.*-[A-Za-z0-9]{6}$")
 
@@ -56,7 +66,7 @@ def upstream_secret_ids(catalog: Catalog) -> list[str]:
 class Functions(Construct):
     """The ``api``, ``worker`` and ``lifecycle`` functions, each granted only what it uses.
 
-    ``state_machine_arn`` is a plain string built from the state machine's fixed name:
+    The state machine's ARN is a plain string built from its fixed name, ``workflow_name``:
     the state machine invokes ``lifecycle`` and ``lifecycle`` answers its task tokens, so
     referring to the state machine resource here would be a dependency cycle.
     """
@@ -69,13 +79,14 @@ class Functions(Construct):
         storage: Storage,
         queues: Queues,
         layers: Layers,
-        state_machine_arn: str,
+        workflow_name: str,
     ) -> None:
         super().__init__(scope, construct_id)
+        workflow_arn = state_machine_arn(self, workflow_name)
         self.environment = {
             **storage.environment,
             **queues.environment,
-            "BATCHGW_STATE_MACHINE_ARN": state_machine_arn,
+            "BATCHGW_STATE_MACHINE_ARN": workflow_arn,
             "BATCHGW_MODELS_CONFIG": MODELS_CONFIG_PATH,
             "BATCH_WORKER_TIMEOUT_SECONDS": str(WORKER_TIMEOUT_SECONDS),
             "BATCH_UPSTREAM_TIMEOUT_SECONDS": str(UPSTREAM_TIMEOUT_SECONDS),
@@ -114,14 +125,18 @@ class Functions(Construct):
                 max_concurrency=WORKER_MAX_CONCURRENCY,
             )
         )
-        workflow = sfn.StateMachine.from_state_machine_arn(self, "Workflow", state_machine_arn)
+        workflow = sfn.StateMachine.from_state_machine_arn(self, "Workflow", workflow_arn)
         self._grant(storage, queues, workflow)
         self._grant_upstream_secrets(upstream_secret_ids(layers.catalog))
+        self._acknowledge(storage, workflow_name)
 
     def _function(
         self, construct_id: str, folder: str, *, timeout: Duration, memory_size: int, description: str
     ) -> lambda_.Function:
         log_group = logs.LogGroup(self, f"{construct_id}Logs", retention=LOG_RETENTION)
+        role = iam.Role(self, f"{construct_id}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        # Its own log group only, where AWSLambdaBasicExecutionRole would allow writing to any.
+        log_group.grant_write(role)
         return lambda_.Function(
             self,
             construct_id,
@@ -136,6 +151,7 @@ class Functions(Construct):
             memory_size=memory_size,
             tracing=lambda_.Tracing.ACTIVE,
             log_group=log_group,
+            role=role,
         )
 
     def _grant(self, storage: Storage, queues: Queues, workflow: sfn.IStateMachine) -> None:
@@ -143,7 +159,13 @@ class Functions(Construct):
             for table in storage.tables.values():
                 table.grant_read_write_data(function)
             for bucket in storage.buckets.values():
-                bucket.grant_read_write(function)
+                objects = [bucket.arn_for_objects("*")]
+                function.add_to_role_policy(
+                    iam.PolicyStatement(actions=BUCKET_OBJECT_ACTIONS, resources=objects)
+                )
+                function.add_to_role_policy(
+                    iam.PolicyStatement(actions=BUCKET_ACTIONS, resources=[bucket.bucket_arn])
+                )
             # every function may wake a parked workflow (the last item, a cancel, park itself)
             workflow.grant_task_response(function)
         workflow.grant_start_execution(self.api)
@@ -153,6 +175,45 @@ class Functions(Construct):
             queues.work.grant_send_messages(function)
         # The worker delays work it cannot run yet (retry backoff, a full model).
         queues.work.grant(self.worker, "sqs:ChangeMessageVisibility")
+
+    def _acknowledge(self, storage: Storage, workflow_name: str) -> None:
+        """The cdk-nag findings on the functions that stand, each with its reason."""
+        findings = {
+            "AwsSolutions-L1": (
+                f"{RUNTIME.name} is pinned together with the dependencies layer, whose wheels are built "
+                "for it (layers.PYTHON_VERSION); a newer runtime is a change of its own, with the layer "
+                "rebuilt and the suite run on it"
+            ),
+            "AwsSolutions-IAM5[Resource::*]": (
+                "active X-Ray tracing: xray:PutTraceSegments and xray:PutTelemetryRecords have no "
+                "resource-level permissions, so AWS requires Resource *"
+            ),
+        }
+        for name, bucket in storage.buckets.items():
+            findings[f"AwsSolutions-IAM5[Resource::{nag_arn(bucket, '/*')}]"] = (
+                f"the objects of the {name} bucket only, whose keys (per batch, file and upload) are made "
+                "at runtime; the actions are the few batchgw.storage.blobs uses (BUCKET_OBJECT_ACTIONS)"
+            )
+        for spec in resources.TABLES:
+            if spec.indexes:
+                table = storage.tables[spec.logical_id]
+                findings[f"AwsSolutions-IAM5[Resource::{nag_arn(table, '/index/*')}]"] = (
+                    f"Query on the {spec.logical_id} table's global secondary indexes "
+                    f"({', '.join(index.name for index in spec.indexes)}); CDK grants a table's indexes "
+                    "as <table ARN>/index/*, which covers no other table's"
+                )
+        acknowledge(self, findings)
+        executions = f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:{workflow_name}:*"
+        assert self.api.role is not None
+        acknowledge(
+            self.api.role,
+            {
+                f"AwsSolutions-IAM5[Resource::{executions}]": (
+                    "deleting a batch stops its execution (states:StopExecution), which is named after "
+                    "the batch at runtime: the executions of this one state machine only"
+                )
+            },
+        )
 
     def _grant_upstream_secrets(self, secret_ids: list[str]) -> None:
         for number, secret_id in enumerate(secret_ids):

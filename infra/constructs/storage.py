@@ -8,6 +8,8 @@ from aws_cdk import aws_s3 as s3
 from batchgw.config import resources
 from constructs import Construct
 
+from infra.constructs import acknowledge
+
 _ATTRIBUTE_TYPES = {
     "S": dynamodb.AttributeType.STRING,
     "N": dynamodb.AttributeType.NUMBER,
@@ -16,6 +18,11 @@ _ATTRIBUTE_TYPES = {
 
 # Uploads in parts (presigned or through /v1/uploads) that are never completed.
 _ABORT_INCOMPLETE_UPLOADS = Duration.days(1)
+# Server access logs of the data buckets (every request, presigned URLs' included), kept this long.
+_ACCESS_LOG_RETENTION = Duration.days(90)
+# S3 delivers access logs under a bucket policy; the ACL CDK would otherwise set is disabled by
+# BUCKET_OWNER_ENFORCED.
+_ACCESS_LOGS_USE_BUCKET_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 
 
 def _attribute(key: resources.Key) -> dynamodb.Attribute:
@@ -26,14 +33,34 @@ class Storage(Construct):
     """Every table in ``resources.TABLES`` and every bucket in ``resources.BUCKETS``.
 
     Tables and buckets hold users' batches and results, so they are retained when the
-    stack is deleted.
+    stack is deleted. Each bucket's server access logs go to ``access_logs``.
     """
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
+        self.node.set_context(_ACCESS_LOGS_USE_BUCKET_POLICY, True)
         self.tables: dict[str, dynamodb.Table] = {
             spec.logical_id: self._table(spec) for spec in resources.TABLES
         }
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption log delivery supports
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(id="expire-logs", expiration=_ACCESS_LOG_RETENTION)],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        acknowledge(
+            self.access_logs,
+            {
+                "AwsSolutions-S1": (
+                    "this bucket receives the other buckets' server access logs; logging its own "
+                    "accesses would need yet another bucket, and only S3's log delivery writes here"
+                )
+            },
+        )
         self.buckets: dict[str, s3.Bucket] = {
             spec.logical_id: self._bucket(spec) for spec in resources.BUCKETS
         }
@@ -89,4 +116,6 @@ class Storage(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=rules,
             removal_policy=RemovalPolicy.RETAIN,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix=f"{spec.logical_id.lower()}/",
         )

@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 
 from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from batchgw.config import resources
 from constructs import Construct
 
-from infra.constructs import REPO_ROOT
+from infra.constructs import REPO_ROOT, acknowledge
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 _PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
@@ -63,5 +64,18 @@ class Workflow(Construct):
                 destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
             ),
         )
-        # The definition comes from a file, so CDK cannot see the Lambda tasks in it.
-        lifecycle.grant_invoke(self.state_machine)
+        # The definition comes from a file, so CDK cannot see the Lambda tasks in it. They invoke
+        # the unqualified ARN: no version or alias (which grant_invoke's <ARN>:* would add).
+        self.state_machine.add_to_role_policy(
+            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[lifecycle.function_arn])
+        )
+        acknowledge(
+            self.state_machine,
+            {
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "CDK's grants for the execution logs (logs:CreateLogDelivery, ...Describe*/List*, "
+                    "PutResourcePolicy) and active tracing (xray:PutTraceSegments, ...): AWS requires "
+                    "Resource * for these, which have no resource-level permissions"
+                )
+            },
+        )
