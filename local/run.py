@@ -34,12 +34,15 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+import boto3
 from batchgw.config import resources
 
+from local import lifecycle
 from local.bootstrap import bootstrap
 from local.env import (
     API_HANDLER_ENV,
@@ -47,6 +50,7 @@ from local.env import (
     DEFAULT_API_HANDLER,
     DEFAULT_WORKER_HANDLER,
     HOST,
+    REGION,
     REPO_ROOT,
     WORKER_HANDLER_ENV,
     WORKERS_ENV,
@@ -89,6 +93,7 @@ class Child:
 
 
 SUPERVISE_SECONDS = 0.2
+LIFECYCLE_SECONDS = 5.0  # how often the bucket's lifecycle rules are applied
 
 
 def queue_handlers(environ: Mapping[str, str]) -> dict[str, str]:
@@ -277,7 +282,8 @@ class LocalStack:
 
     def _supervise(self) -> None:
         """Replace every handler process that crashed, as Lambda replaces an execution
-        environment; the stack keeps serving."""
+        environment; the stack keeps serving. Apply the buckets' lifecycle rules, as S3 would."""
+        next_sweep = time.monotonic()
         while self._started:
             with self._lock:
                 if not self._started:
@@ -289,7 +295,28 @@ class LocalStack:
                 ]
                 for child in crashed:
                     self._replace(child)
+            if time.monotonic() >= next_sweep:
+                self._apply_lifecycle_rules()
+                next_sweep = time.monotonic() + LIFECYCLE_SECONDS
             time.sleep(SUPERVISE_SECONDS)
+
+    def _apply_lifecycle_rules(self) -> None:
+        try:
+            s3 = boto3.session.Session(
+                aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+            ).client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"])  # type: ignore[call-overload]
+            for spec in resources.BUCKETS:
+                expired = lifecycle.apply_rules(
+                    s3,
+                    self.env[spec.env_var],
+                    spec,
+                    now=datetime.now(UTC),
+                    day=lifecycle.day_seconds(self.env),
+                )
+                if expired:
+                    log.info("lifecycle rules applied", extra={"deleted": len(expired)})
+        except Exception:  # moto stopping, or busy: the next sweep tries again
+            log.debug("lifecycle sweep skipped", exc_info=True)
 
     def _replace(self, child: Child) -> None:
         child.expected_exit = True  # handled: never replaced twice

@@ -6,6 +6,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import openai
@@ -208,3 +209,38 @@ def test_a_file_can_go_straight_to_s3_by_presigned_url(
         input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
     )
     assert wait_batch(client, batch.id).request_counts.completed == 3  # type: ignore[union-attr]
+
+
+def test_a_presigned_url_binds_the_declared_size_and_cannot_change_a_completed_file(
+    client: OpenAI, stack: LocalStack, tmp_path: Path
+) -> None:
+    data = (write(tmp_path, [line("b-0", "bound")])).read_bytes()
+    api = httpx.Client(base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"})
+    ticket = api.post(
+        "/files/presigned", json={"filename": "b.jsonl", "purpose": "batch", "bytes": len(data)}
+    ).json()
+    signed = parse_qs(urlparse(ticket["upload_url"]).query)["X-Amz-SignedHeaders"][0].split(";")
+    assert "content-length" in signed  # S3 refuses a body of any other size
+    assert httpx.put(ticket["upload_url"], content=data).status_code == 200
+    file_id = api.post(f"/files/{ticket['file']['id']}/complete").json()["id"]
+    # The URL is still valid for its hour, but what it writes is no longer the file.
+    tampered = data.replace(b"bound", b"BOUND")
+    assert httpx.put(ticket["upload_url"], content=tampered).status_code == 200
+    assert client.files.content(file_id).content == data
+
+
+def test_deleting_a_batch_deletes_its_result_files(client: OpenAI, stack: LocalStack, tmp_path: Path) -> None:
+    upload = client.files.create(file=write(tmp_path, [line("d-1", "gone soon")]).open("rb"), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = wait_batch(client, batch.id)
+    assert done.output_file_id is not None
+    api = httpx.Client(base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"})
+    assert api.delete(f"/batches/{batch.id}").status_code == 200
+    wait_for(
+        lambda: api.get(f"/files/{done.output_file_id}/content").status_code == 404,
+        timeout=30,
+        what="the output file to go",
+    )
+    assert done.output_file_id not in [f.id for f in client.files.list()]

@@ -52,6 +52,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         local_env.API_HANDLER_ENV: f"{FAKES}.echo_api",
         local_env.WORKER_HANDLER_ENV: f"{FAKES}.s3_worker",
         "BATCH_WORKER_TIMEOUT_SECONDS": WORKER_TIMEOUT,
+        "BATCHGW_LOCAL_DAY_SECONDS": "1",  # the bucket's lifecycle rules in seconds, not days
     }
     with LocalStack(0, 0, 0, env_overrides=overrides, workers=1, simulator=False, log_dir=log_dir) as running:
         yield running
@@ -484,3 +485,16 @@ def test_a_crashed_worker_or_api_process_is_replaced_and_the_stack_keeps_serving
     assert answered.status_code == 200
     assert len(stack.replaced) == 2 and stack.dead_children() == []
     stack.check()
+
+
+def test_the_buckets_lifecycle_rules_are_applied_locally(stack: LocalStack, aws: Aws) -> None:
+    s3 = aws.client("s3")
+    bucket = stack.env["BATCHGW_DATA_BUCKET"]
+    s3.put_object(Bucket=bucket, Key="incoming/abandoned", Body=b"x")  # rule: a "day"
+    s3.put_object(Bucket=bucket, Key="inputs/kept", Body=b"x")  # no rule
+
+    def keys() -> set[str]:
+        return {item["Key"] for item in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+    wait_for(lambda: "incoming/abandoned" not in keys(), timeout=20)
+    assert "inputs/kept" in keys()

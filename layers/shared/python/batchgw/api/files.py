@@ -20,7 +20,7 @@ from batchgw.api.shapes import file_object
 from batchgw.deps import Deps
 from batchgw.domain.batch import created_key
 from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, TooManyRequests
-from batchgw.domain.files import FileRecord, file_key
+from batchgw.domain.files import FileRecord, file_key, incoming_key
 from batchgw.domain.principal import Principal
 
 UPLOAD_SECONDS = 3600  # an upload must complete within an hour, as OpenAI's do
@@ -223,7 +223,7 @@ def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any
     count_upload(deps, principal)
     record = _input_record(deps, principal, filename, size, pending=True)
     deps.files.create(record)
-    url = deps.blobs.presigned_put(file_key(record.id), size, expires_in=UPLOAD_SECONDS)
+    url = deps.blobs.presigned_put(incoming_key(record.id), size, expires_in=UPLOAD_SECONDS)
     return {
         "file": file_object(record),
         "upload_url": url,
@@ -234,24 +234,32 @@ def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any
 
 
 def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
-    """POST /v1/files/{id}/complete: the presigned upload is done; check and record it."""
+    """POST /v1/files/{id}/complete: the presigned upload is done; check it, and copy its
+    bytes where the file lives (out of the URL's reach), then record their SHA-256."""
     record = visible_file(deps, principal, file_id, pending=True)
-    size = deps.blobs.size(file_key(file_id))
+    size = deps.blobs.size(incoming_key(file_id))
     if size is None:
         raise BadRequest("Nothing was uploaded to the file's URL yet.", code="upload_incomplete")
     if size != record.bytes:
         raise BadRequest(
             f"The upload holds {size} bytes; the file declared {record.bytes}.", code="upload_size_mismatch"
         )
-    digest = hashlib.sha256()
-    for chunk in deps.blobs.iter_chunks(file_key(file_id)):
-        digest.update(chunk)
     if _stored_input_bytes(deps, principal, with_pending=False) + size > int(
         deps.settings.batch_files_max_total_mb_per_user * 1024 * 1024
     ):
         raise TooManyRequests(
             "Your input files would exceed your storage limit; delete some first.", code="file_storage_limit"
         )
+    deps.blobs.copy(incoming_key(file_id), file_key(file_id))
+    deps.blobs.delete(incoming_key(file_id))
+    if deps.blobs.size(file_key(file_id)) != record.bytes:  # replaced between the check and the copy
+        deps.blobs.delete(file_key(file_id))
+        raise BadRequest(
+            "The upload changed while it was completed; upload it again.", code="upload_size_mismatch"
+        )
+    digest = hashlib.sha256()
+    for chunk in deps.blobs.iter_chunks(file_key(file_id)):
+        digest.update(chunk)
     assert record.expires_at is not None
     deps.files.complete(file_id, digest.hexdigest(), ttl=record.expires_at + 86400)
     return file_object(record)

@@ -103,9 +103,16 @@ WORK_QUEUE = QueueSpec(logical_id="Work", env_var="BATCHGW_WORK_QUEUE_URL", max_
 
 QUEUES = (WORK_QUEUE,)
 
-# Upload parts are assembled into a file when the upload completes; an abandoned upload's
-# parts expire with the bucket's lifecycle rule (S3 on AWS; moto keeps them).
-DATA_BUCKET = BucketSpec(logical_id="Data", env_var="BATCHGW_DATA_BUCKET", expire_prefixes={"uploads/": 2})
+# The data bucket's lifecycle rules (S3 applies them on AWS; the local stack applies the same
+# rules itself): an abandoned upload's parts (``uploads/``) and an abandoned presigned
+# upload (``incoming/``) go after a day (an upload must complete within an hour); a file
+# (``files/``) goes a day after it can no longer be read (input files are kept
+# BATCH_FILE_RETENTION_DAYS, 30; result files are deleted with their batch before then).
+DATA_BUCKET = BucketSpec(
+    logical_id="Data",
+    env_var="BATCHGW_DATA_BUCKET",
+    expire_prefixes={"uploads/": 1, "incoming/": 1, "files/": 31},
+)
 BUCKETS = (DATA_BUCKET,)
 
 # The workflow: one Standard execution per batch, from this ASL file (relative to the

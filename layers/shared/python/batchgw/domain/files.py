@@ -13,6 +13,12 @@ def file_key(file_id: str) -> str:
     return f"files/{file_id}"
 
 
+def incoming_key(file_id: str) -> str:
+    """Where a presigned upload puts a file's bytes, until the file is completed (then they
+    are copied to ``file_key``: the URL can no longer change what the gateway reads)."""
+    return f"incoming/{file_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class FileRecord:
     id: str

@@ -19,11 +19,12 @@ from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
 from batchgw.domain.chains import ChainMessage
 from batchgw.domain.decisions import not_run_error
+from batchgw.domain.files import file_key
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.observability import logger
 from batchgw.run import completion
-from batchgw.run.result_files import write_results
+from batchgw.run.result_files import result_file_id, write_results
 from batchgw.storage.blobs import body_key, input_file_key, input_key
 from batchgw.storage.dynamo import timestamp
 from batchgw.storage.workflow import Next, step
@@ -419,7 +420,14 @@ def _iso(epoch_seconds: float) -> str:
 
 
 def purge(deps: Deps, batch_id: str) -> dict[str, Any]:
-    """Delete the batch, its requests and every object it stored (retention, or DELETE)."""
+    """Delete the batch, its requests, its result files and every object it stored (at the
+    end of its retention, or on DELETE)."""
+    for kind in ("output", "error"):
+        file_id = result_file_id(batch_id, kind)
+        record = deps.files.get(file_id)
+        if record is not None and not record.deleted:
+            deps.blobs.delete(file_key(file_id))
+            deps.files.mark_deleted(file_id, ttl=int(deps.clock()) + 30 * 86400)
     deps.requests.delete_all(batch_id)
     deps.batches.delete_all(batch_id)
     deps.blobs.delete_batch(batch_id)
