@@ -42,10 +42,16 @@ LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 SERVICE_NAME = "batchgw"
 
 # What the functions do with the data bucket (``batchgw.storage.blobs``), themselves or through
-# the URLs they presign: objects read, written (whole or in parts), copied and deleted, unfinished
-# uploads in parts aborted; the bucket listed (purges, and HeadObject answers 404, not 403, for a
-# missing key only with it).
-BUCKET_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+# the URLs they presign: objects read, written (whole or in parts, whose list completes an upload),
+# copied and deleted, unfinished uploads in parts aborted; the bucket listed (purges, and HeadObject
+# answers 404, not 403, for a missing key only with it).
+BUCKET_OBJECT_ACTIONS = [
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:ListMultipartUploadParts",
+    "s3:AbortMultipartUpload",
+]
 BUCKET_ACTIONS = ["s3:ListBucket"]
 
 # A complete secret ARN ends with the six characters Secrets Manager appends to the name.
