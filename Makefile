@@ -43,7 +43,7 @@ bench: install
 
 ## A long seeded chaos run on a local stack (crashes, faults, duplicates, cancels); prints the totals.
 chaos: install
-	$(PY) -m tests.e2e.chaos --batches 30 --requests 60 --kills 20 --duplicates 30 --cancels 6 --window-seconds 90
+	$(PY) -m tests.e2e.chaos --batches 20 --requests 50 --kills 16 --duplicates 24 --cancels 5 --window-seconds 240
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache

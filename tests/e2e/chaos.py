@@ -281,12 +281,15 @@ class Chaos:
             attributes = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
             return sum(int(attributes[n]) for n in names)
 
+        # A message a crashed worker had received but not yet started comes back only after
+        # the queue's visibility timeout (six worker timeouts), to be dropped: wait that long.
+        drain = 6 * float(CHAOS_ENV["BATCH_WORKER_TIMEOUT_SECONDS"]) + 40
         for what, check in (
             ("a live model slot", lambda: not live_slots()),
             ("messages on the work queue", lambda: queue_depth(self.queue) == 0),
         ):
             try:
-                wait_for(check, timeout=60, interval=0.5, what=what)
+                wait_for(check, timeout=drain, interval=0.5, what=what)
             except AssertionError:
                 self.report.violations.append(f"still {what} after every batch ended")
         dead = queue_depth(self.dlq)

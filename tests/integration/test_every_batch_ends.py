@@ -29,6 +29,8 @@ from tests.support import FakeClock
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+# A stall (no request ending) of lease + upstream timeout + two slot waits: 94 s.
+SHORT_STALL = {"BATCH_LEASE_SECONDS": "60", "BATCH_UPSTREAM_TIMEOUT_SECONDS": "30"}
 RETRYABLE = {
     "429": classify("/v1/chat/completions", 429, b'{"error": {"message": "slow down"}}', {}),
     "503": classify("/v1/chat/completions", 503, b'{"error": {"message": "busy"}}', {}),
@@ -135,13 +137,16 @@ def test_the_reconciler_ends_the_abandoned_requests_of_a_cancelled_batch(sim: Si
 
 def test_the_reconciler_re_sends_lost_chains_as_a_new_generation(sim: Simulator) -> None:
     clock = FakeClock()
-    deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY="2")
+    deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY="2", **SHORT_STALL)
     batch_id = prepared(deps, 6)
     lost = [decode(m["Body"]) for m in receive_all(deps)]  # every chain message lost
     assert reconcile.reconcile(deps, batch_id)["next"] == "park"  # the first look only notes the count
     assert receive_all(deps) == []
-    clock.advance(300)
-    assert reconcile.reconcile(deps, batch_id)["next"] == "park"  # no progress: send the work again
+    clock.advance(60)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "park"  # not stalled yet
+    assert receive_all(deps) == []
+    clock.advance(40)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "park"  # stalled: send the work again
     resent = [decode(m["Body"]) for m in receive_all(deps)]
     assert sorted((m.chain, m.next_index, m.generation) for m in resent if isinstance(m, ChainMessage)) == [
         (0, 0, 1),
@@ -158,7 +163,7 @@ def test_the_reconciler_re_sends_lost_chains_as_a_new_generation(sim: Simulator)
 
 def test_the_reconciler_re_sends_an_abandoned_request_and_an_overdue_retry(sim: Simulator) -> None:
     clock = FakeClock()
-    deps = make_deps(sim, clock)
+    deps = make_deps(sim, clock, **SHORT_STALL)
     batch_id = prepared(deps, 2)
     receive_all(deps)
     claim(deps, batch_id, 0, owner="dead")  # its worker dies
@@ -194,7 +199,7 @@ def test_a_batch_without_a_window_is_reconciled_and_its_ttl_moves_on(sim: Simula
 
 def test_a_shard_counting_a_missing_request_is_corrected_and_the_batch_ends(sim: Simulator) -> None:
     clock = FakeClock()
-    deps = make_deps(sim, clock)
+    deps = make_deps(sim, clock, **SHORT_STALL)
     batch_id = prepared(deps, 2)
     for message in receive_all(deps):
         run(deps, decode(message["Body"]))

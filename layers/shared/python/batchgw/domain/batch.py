@@ -98,6 +98,7 @@ class BatchRecord:
     shards_done: int = 0
     generation: int = 0  # of its chains: messages of an older generation are dropped
     reconciled_left: int | None = None  # requests left at the last reconcile (None: none yet)
+    progress_at: float | None = None  # when a reconcile last saw requests end
     # The parked workflow's task token, while it waits for the batch's requests to end.
     task_token: str | None = None
     expiring: bool = False  # the window closed; requests still running finish
@@ -176,6 +177,7 @@ class BatchRecord:
             shards_done=int(item.get("shards_done", 0)),
             generation=int(item.get("generation", 0)),
             reconciled_left=num("reconciled_left"),
+            progress_at=None if item.get("progress_at") is None else float(item["progress_at"]),
             task_token=item.get("task_token"),
             expiring=bool(item.get("expiring")),
             cancel_swept=bool(item.get("cancel_swept")),

@@ -8,10 +8,13 @@ While the workflow is parked it times out every reconcile period into this step,
 - when the batch is stopping (cancelled, or past its window), ends what the sweeps
   could not reach: requests put back or scheduled after the sweep, and requests whose
   worker was lost (their lease ran out), each counted once;
-- when the batch made no progress since the last reconcile, re-sends its lost work: a
-  lone message for each request whose lease ran out or whose retry is overdue, and a new
-  generation of chains from each chain's first queued request (the older generation's
-  messages are dropped when they arrive, so recovered chains never pile up);
+- when the batch has stalled — no request ended for longer than any request takes or
+  waits for a slot (one lease, one upstream timeout and two slot waits) — re-sends its
+  lost work: a lone message for each request whose lease ran out or whose retry is
+  overdue, and a new generation of chains from each chain's first queued request (the
+  older generation's messages are dropped when they arrive, so recovered chains never
+  pile up; and no chain that is running a request is superseded, since a running
+  request ends, or its lease runs out, within the stall);
 - corrects a counter shard that counts more unfinished requests than there are (only if
   nothing was counted in it meanwhile), then counts every emptied shard;
 - finalizes the batch when every request has ended, else parks it again.
@@ -51,13 +54,17 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
     if record.status is BatchStatus.CANCELLING and not record.cancel_swept:
         return step(Next.CANCEL)
     progressed = record.reconciled_left is None or batch.counts.left < record.reconciled_left
-    if batch.counts.left > 0 and (record.stopping or not progressed):
+    progress_at = now if progressed or record.progress_at is None else record.progress_at
+    stalled = now - progress_at >= stall_seconds(deps)
+    if batch.counts.left > 0 and (record.stopping or stalled):
         _mend(deps, batch, now)
+        if stalled:
+            progress_at = now  # the work sent again gets a whole stall to show progress
     completion.settle(deps, batch_id)
     after = deps.batches.get(batch_id)
     if after is None or after.record.all_shards_done or after.record.status.is_final:
         return step(Next.FINALIZE)
-    fields: dict[str, Any] = {"reconciled_left": after.counts.left}
+    fields: dict[str, Any] = {"reconciled_left": after.counts.left, "progress_at": round(progress_at, 3)}
     if after.record.expires_at is None:
         fields["ttl"] = backstop_ttl(
             now=now,
@@ -67,6 +74,17 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
         )
     changed = deps.batches.change(batch_id, fields)
     return park_step(deps, changed or after.record)
+
+
+def stall_seconds(deps: Deps) -> float:
+    """How long a batch may go without a request ending before its work is sent again:
+    longer than a request runs (its lease runs out at the latest) plus two slot waits."""
+    settings = deps.settings
+    return (
+        settings.batch_lease_seconds
+        + settings.batch_upstream_timeout_seconds
+        + 2 * settings.batch_slot_wait_seconds
+    )
 
 
 def _mend(deps: Deps, batch: CountedBatch, now: float) -> None:
