@@ -390,17 +390,28 @@ class LocalStack:
             if child.log_file:
                 child.log_file.close()
 
-    def crash(self, name_prefix: str) -> int:
+    def crash(self, name_prefix: str, timeout: float = 10.0) -> int:
         """SIGKILL the running child whose name starts with ``name_prefix`` (``worker-1``,
-        ``api-0``), as a crash: the stack replaces it. Returns the killed pid."""
-        with self._lock:
-            child = next(
-                c
-                for c in self._children.values()
-                if c.name.startswith(name_prefix) and not c.expected_exit and c.process.poll() is None
-            )
-            child.process.kill()
-            return child.process.pid
+        ``api-0``), as a crash: the stack replaces it. Waits for such a child to be running
+        (one crashed a moment ago is being replaced). Returns the killed pid."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                child = next(
+                    (
+                        c
+                        for c in self._children.values()
+                        if c.name.startswith(name_prefix) and not c.expected_exit and c.process.poll() is None
+                    ),
+                    None,
+                )
+                if child is not None:
+                    child.process.kill()
+                    child.process.wait()
+                    return child.process.pid
+            if time.monotonic() > deadline:
+                raise StackError(f"no running child named {name_prefix}*")
+            time.sleep(SUPERVISE_SECONDS)
 
     def pids(self, name_prefix: str) -> list[int]:
         """The pids of the running children whose names start with ``name_prefix``."""
