@@ -39,10 +39,8 @@ CHAOS_ENV = {
     "BATCH_MODEL_CONCURRENCY": "6",
     "BATCH_LEASE_SECONDS": "3",
     "BATCH_UPSTREAM_TIMEOUT_SECONDS": "2",
-    "BATCH_WORKER_TIMEOUT_SECONDS": "12",
     "BATCH_RETRY_BASE_SECONDS": "0.2",
     "BATCH_RETRY_MAX_SECONDS": "1",
-    "BATCH_RECONCILE_SECONDS": "2",
     "BATCH_MODEL_PAUSE_AFTER_FAILURES": "25",
     "BATCH_MODEL_PAUSE_SECONDS": "1",
     "BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS": "1",
@@ -73,6 +71,8 @@ class ChaosConfig:
     workers: int = 3
     window_seconds: float = 0  # 0: no window
     timeout: float = 240
+    reconcile_seconds: float = 2
+    worker_timeout_seconds: float = 12
 
 
 @dataclass
@@ -283,7 +283,7 @@ class Chaos:
 
         # A message a crashed worker had received but not yet started comes back only after
         # the queue's visibility timeout (six worker timeouts), to be dropped: wait that long.
-        drain = 6 * float(CHAOS_ENV["BATCH_WORKER_TIMEOUT_SECONDS"]) + 40
+        drain = 6 * self.config.worker_timeout_seconds + 40
         for what, check in (
             ("a live model slot", lambda: not live_slots()),
             ("messages on the work queue", lambda: queue_depth(self.queue) == 0),
@@ -298,7 +298,12 @@ class Chaos:
 
 
 def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:
-    env = {**CHAOS_ENV, "BATCH_COMPLETION_WINDOW_HOURS": str(config.window_seconds / 3600)}
+    env = {
+        **CHAOS_ENV,
+        "BATCH_COMPLETION_WINDOW_HOURS": str(config.window_seconds / 3600),
+        "BATCH_RECONCILE_SECONDS": str(config.reconcile_seconds),
+        "BATCH_WORKER_TIMEOUT_SECONDS": str(config.worker_timeout_seconds),
+    }
     return LocalStack(
         api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=config.workers, log_dir=log_dir
     )
@@ -310,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("seed", "batches", "requests", "kills", "duplicates", "cancels", "workers"):
         parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
     parser.add_argument("--window-seconds", type=float, default=defaults.window_seconds)
+    parser.add_argument("--reconcile-seconds", type=float, default=defaults.reconcile_seconds)
+    parser.add_argument("--worker-timeout-seconds", type=float, default=defaults.worker_timeout_seconds)
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     config = ChaosConfig(**{k: v for k, v in vars(args).items()})
