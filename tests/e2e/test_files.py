@@ -168,8 +168,18 @@ def test_another_users_files_read_as_not_found(client: OpenAI, stack: LocalStack
         with pytest.raises(openai.NotFoundError):
             call()
     assert upload.id not in [f.id for f in bob.files.list().data]
-    with pytest.raises(openai.NotFoundError):
+    # On create, a file the caller cannot use is a bad request (404 there would mean that
+    # batch inference is not available).
+    with pytest.raises(openai.BadRequestError) as refused:
         bob.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert refused.value.param == "input_file_id"
+
+
+@pytest.mark.parametrize("file_id", ["file-00000000000000000000000000000000", "nonsense"])
+def test_a_missing_input_file_is_a_bad_request_naming_it(client: OpenAI, file_id: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert refused.value.param == "input_file_id" and refused.value.code == "invalid_input_file"
 
 
 def test_cancel_through_the_sdk(client: OpenAI, tmp_path: Path) -> None:
@@ -244,3 +254,18 @@ def test_deleting_a_batch_deletes_its_result_files(client: OpenAI, stack: LocalS
         what="the output file to go",
     )
     assert done.output_file_id not in [f.id for f in client.files.list()]
+
+
+def test_an_empty_file_is_taken_and_its_batch_fails_validation_with_empty_file(
+    client: OpenAI, tmp_path: Path
+) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    upload = client.files.create(file=path.open("rb"), purpose="batch")
+    assert upload.bytes == 0
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = wait_batch(client, batch.id)
+    assert done.status == "failed"
+    assert done.errors is not None and [e.code for e in done.errors.data] == ["empty_file"]

@@ -39,8 +39,8 @@ def test_uploads_per_hour_are_limited_and_failed_ones_count(sim: Simulator) -> N
     clock = FakeClock()
     deps = make_deps(sim, clock, BATCH_FILE_UPLOADS_PER_HOUR="2")
     upload(deps)
-    content_type, body = multipart(b"", purpose="batch")
-    with pytest.raises(BadRequest):  # an empty file fails, and still counts
+    content_type, body = multipart(b'{"x": 1}\n', purpose="fine-tune")
+    with pytest.raises(BadRequest):  # a refused upload fails, and still counts
         files.upload_file(deps, ALICE, content_type, body)
     with pytest.raises(TooManyRequests):
         upload(deps)

@@ -34,9 +34,12 @@ def test_invalid_utf8_is_refused_as_not_valid_json() -> None:
         parse_json(b'{"a": "\xff"}')
 
 
-def test_byte_order_mark_is_refused() -> None:
+def test_a_byte_order_mark_at_the_start_is_dropped_unless_refused() -> None:
+    assert parse_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
     with pytest.raises(BadRequest, match="not valid JSON"):
-        parse_json(b'\xef\xbb\xbf{"a": 1}')
+        parse_json(b'\xef\xbb\xbf{"a": 1}', bom=False)
+    with pytest.raises(BadRequest, match="not valid JSON"):
+        parse_json(b'{"a": \xef\xbb\xbf1}')
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])

@@ -196,11 +196,14 @@ def test_unknown_top_level_field_is_refused(catalog: Catalog, field: str) -> Non
     assert error.param == field
 
 
-def test_completion_window_of_24h_is_accepted(catalog: Catalog) -> None:
-    _create(catalog, {"requests": [_request()], "completion_window": "24h"})
+@pytest.mark.parametrize("window", ["24h", "48h", "72h", "168h"])
+def test_the_windows_a_file_batch_takes_are_accepted_inline_too(catalog: Catalog, window: str) -> None:
+    assert (
+        _create(catalog, {"requests": [_request()], "completion_window": window}).completion_window == window
+    )
 
 
-@pytest.mark.parametrize("window", ["48h", "1h", None, 24])
+@pytest.mark.parametrize("window", ["1h", "7d", 24, ["24h"], ""])
 def test_other_completion_window_is_refused(catalog: Catalog, window: Any) -> None:
     error = _refused(catalog, {"requests": [_request()], "completion_window": window})
     assert error.param == "completion_window"

@@ -213,7 +213,6 @@ def test_invalid_json_covers_non_utf8_and_non_finite_numbers(catalog: Catalog) -
         b'{"custom_id": \xff}\n',
         b'{"a": NaN}\n',
         b'{"a": 1e999}\n',
-        b"\xef\xbb\xbf{}\n",
         b"{} {}\n",
     ):
         error = _only_error(catalog, raw)
@@ -403,3 +402,12 @@ def test_split_lines_cuts_an_overlong_line_yet_it_is_still_too_large(catalog: Ca
 def test_split_lines_keeps_a_line_of_exactly_the_limit_whole() -> None:
     line = b"x" * 1023 + b"\r"
     assert list(split_lines(_chunks(line + b"\ny", 100), max_line_bytes=1023)) == [line, b"y"]
+
+
+def test_a_byte_order_mark_may_open_the_file_but_not_a_later_line(catalog: Catalog) -> None:
+    first = b"\xef\xbb\xbf" + _line("q-1", _body())
+    report = _validate(catalog, [first, _line("q-2", _body())])
+    assert report.ok and report.total == 2
+    later = b"\xef\xbb\xbf" + _line("q-4", _body())
+    report = _validate(catalog, [_line("q-3", _body()), later])
+    assert _codes(report) == [(2, "invalid_json")]

@@ -6,11 +6,11 @@ any). Create stores the request and starts the workflow; it never calls a model.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from batchgw.api.auth import require_role
 from batchgw.api.files import visible_file
+from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, int_param, last, list_page, time_range
 from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS
@@ -32,12 +32,18 @@ from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
 from batchgw.observability import logger
 from batchgw.storage.blobs import input_file_key, input_key
 from batchgw.storage.workflow import Next
-from batchgw.validation.create import check_anthropic_version, check_metadata, validate_create
+from batchgw.validation.create import (
+    COMPLETION_WINDOWS,
+    check_anthropic_version,
+    check_completion_window,
+    check_metadata,
+    validate_create,
+)
 from batchgw.validation.jsonbody import parse_json
 
-COMPLETION_WINDOWS = {"24h": 24, "48h": 48, "72h": 72, "168h": 168}
 FILE_CREATE_KEYS = {"input_file_id", "endpoint", "completion_window", "metadata"}
 _STATUS_NAMES = frozenset(s.value for s in BatchStatus)
+BATCH_PREFIX = "batch_"
 
 
 # --- create ------------------------------------------------------------------------------
@@ -65,21 +71,21 @@ def create_batch(
         anthropic_version=anthropic_version,
     )
     _check_user_limits(deps, principal, len(plan.requests))
-    batch_id = _new_batch_id()
+    batch_id = new_id(BATCH_PREFIX, deps.clock())
     lines = [
         codec.dumps({"custom_id": r.custom_id, "model": r.model, "body": r.body}).encode()
         for r in plan.requests
     ]
     deps.blobs.put_lines_gz(input_key(batch_id), lines)
-    hours = settings.batch_completion_window_hours
+    label, seconds = _window(deps, plan.completion_window)
     record = _new_record(
         deps,
         principal,
         batch_id,
         endpoint=plan.endpoint,
         metadata=plan.metadata,
-        window_label="none" if hours == 0 else f"{hours:g}h",
-        window_seconds=settings.completion_window_seconds,
+        window_label=label,
+        window_seconds=seconds,
         anthropic_version=anthropic_version,
         input_method="inline",
         total=len(plan.requests),
@@ -105,32 +111,37 @@ def _create_from_file(
     endpoint = body.get("endpoint")
     if endpoint not in ENDPOINTS:
         raise BadRequest(f"'endpoint' must be one of {', '.join(ENDPOINTS)}.", param="endpoint")
-    window = body.get("completion_window")
-    if window not in COMPLETION_WINDOWS:
-        raise BadRequest(
-            "'completion_window' must be one of 24h, 48h, 72h or 168h.", param="completion_window"
-        )
+    window = check_completion_window(body.get("completion_window"), required=True)
     anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
     metadata = check_metadata(body.get("metadata"))
     file_id = body.get("input_file_id")
     if not isinstance(file_id, str):
         raise BadRequest("'input_file_id' must be a file id.", param="input_file_id")
-    file = visible_file(deps, principal, file_id)
+    try:
+        file = visible_file(deps, principal, file_id)
+    except NotFound as exc:
+        # A 404 on create would say that batch inference is not available here.
+        raise BadRequest(
+            f"No usable input file '{file_id}': it does not exist, is not yours, has expired or was "
+            "never completed.",
+            code="invalid_input_file",
+            param="input_file_id",
+        ) from exc
     if file.purpose != "batch":
         raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
     _check_user_limits(deps, principal, 0)
-    batch_id = _new_batch_id()
+    batch_id = new_id(BATCH_PREFIX, deps.clock())
     # The batch keeps its own copy: deleting the input file later does not affect it.
     deps.blobs.copy(file_key(file_id), input_file_key(batch_id))
-    lifted = deps.settings.completion_window_seconds is None
+    label, seconds = _window(deps, window)
     record = _new_record(
         deps,
         principal,
         batch_id,
         endpoint=endpoint,
         metadata=metadata,
-        window_label=window,
-        window_seconds=None if lifted else COMPLETION_WINDOWS[window] * 3600,
+        window_label=label,
+        window_seconds=seconds,
         anthropic_version=anthropic_version,
         input_method="file",
         input_file_id=file_id,
@@ -138,8 +149,15 @@ def _create_from_file(
     return _store_and_start(deps, record)
 
 
-def _new_batch_id() -> str:
-    return f"batch_{uuid.uuid4().hex}"
+def _window(deps: Deps, asked: str | None) -> tuple[str, float | None]:
+    """The batch's completion window, as its label and seconds: the one it asked for, else
+    the gateway's (BATCH_COMPLETION_WINDOW_HOURS); none at all when the operator lifted it (0)."""
+    settings = deps.settings
+    if settings.completion_window_seconds is None:
+        return (asked or "none"), None
+    if asked is not None:
+        return asked, COMPLETION_WINDOWS[asked] * 3600
+    return f"{settings.batch_completion_window_hours:g}h", settings.completion_window_seconds
 
 
 def _new_record(
@@ -170,7 +188,7 @@ def _new_record(
         endpoint=endpoint,
         completion_window=window_label,
         created_at=now,
-        created_key=created_key(int(clock_now * 1000), batch_id),
+        created_key=cursor_key(BATCH_PREFIX, batch_id) or created_key(int(clock_now * 1000), batch_id),
         expires_at=expires_at,
         metadata=metadata,
         anthropic_version=anthropic_version,
@@ -232,7 +250,7 @@ def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> N
 
 def visible_batch(deps: Deps, principal: Principal, batch_id: str) -> CountedBatch:
     """The caller's batch (any batch, for an admin); 404 otherwise."""
-    batch = deps.batches.get(batch_id) if batch_id.startswith("batch_") else None
+    batch = deps.batches.get(batch_id) if batch_id.startswith(BATCH_PREFIX) else None
     if batch is None or (batch.record.owner != principal.user_id and not principal.is_admin):
         raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found")
     return batch
@@ -301,10 +319,13 @@ def list_batches(deps: Deps, principal: Principal, params: Params) -> dict[str, 
     before_key = None
     after = last(params, "after")
     if after:
-        anchor = deps.batches.get_record(after) if after.startswith("batch_") else None
-        if anchor is None or anchor.owner != principal.user_id:
-            raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
-        before_key = anchor.created_key
+        # A time-ordered id says where it stands, deleted or not; an older id is looked up.
+        before_key = cursor_key(BATCH_PREFIX, after)
+        if before_key is None:
+            anchor = deps.batches.get_record(after) if after.startswith(BATCH_PREFIX) else None
+            if anchor is None or anchor.owner != principal.user_id:
+                raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
+            before_key = anchor.created_key
     created_after, created_before = time_range(params, "created_after", "created_before")
     records, has_more = deps.batches.list_for_owner(
         principal.user_id,

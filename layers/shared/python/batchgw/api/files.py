@@ -9,12 +9,12 @@ expiry) in the files table. Files up to the API's payload limit come through
 from __future__ import annotations
 
 import hashlib
-import uuid
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
 from batchgw.api.auth import require_role
+from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import ANSWER_LIMIT, Download, Params, binary_out_bytes, int_param, last, list_page
 from batchgw.api.shapes import file_object
 from batchgw.deps import Deps
@@ -23,6 +23,7 @@ from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, TooMany
 from batchgw.domain.files import FileRecord, file_key, incoming_key
 from batchgw.domain.principal import Principal
 
+FILE_PREFIX = "file-"
 UPLOAD_SECONDS = 3600  # an upload must complete within an hour, as OpenAI's do
 
 
@@ -49,8 +50,8 @@ def _input_record(
 ) -> FileRecord:
     """A new batch input file's record, expiring after BATCH_FILE_RETENTION_DAYS (a pending
     one's record expires with its upload URL, unless completed)."""
-    file_id = f"file-{uuid.uuid4().hex}"
     clock_now = deps.clock()
+    file_id = new_id(FILE_PREFIX, clock_now)
     now = int(clock_now)
     expires_at = int(clock_now + deps.settings.batch_file_retention_days * 86400)
     return FileRecord(
@@ -58,7 +59,7 @@ def _input_record(
         owner=principal.user_id,
         bytes=size,
         created_at=now,
-        created_key=created_key(int(clock_now * 1000), file_id),
+        created_key=cursor_key(FILE_PREFIX, file_id) or created_key(int(clock_now * 1000), file_id),
         filename=filename,
         purpose="batch",
         expires_at=expires_at,
@@ -94,8 +95,7 @@ def new_input_file(deps: Deps, principal: Principal, filename: str, data: bytes)
     settings = deps.settings
     if len(data) > settings.max_body_bytes:
         raise PayloadTooLarge(f"The file is larger than {settings.batch_max_body_mb:g} MiB.")
-    if not data:
-        raise BadRequest("The file is empty.", param="file")
+    # An empty file is taken: a batch made from it fails validation with ``empty_file``.
     _check_room(deps, principal, len(data))
     record = _input_record(deps, principal, filename, len(data), sha256=hashlib.sha256(data).hexdigest())
     deps.blobs.put(file_key(record.id), data, "application/jsonl")
@@ -138,7 +138,7 @@ def upload_file(deps: Deps, principal: Principal, content_type: str | None, body
 
 def visible_file(deps: Deps, principal: Principal, file_id: str, *, pending: bool = False) -> FileRecord:
     """The caller's live file; one still waiting for its presigned upload only if ``pending``."""
-    record = deps.files.get(file_id) if file_id.startswith("file-") else None
+    record = deps.files.get(file_id) if file_id.startswith(FILE_PREFIX) else None
     if (
         record is None
         or record.deleted
@@ -168,10 +168,14 @@ def list_files(deps: Deps, principal: Principal, params: Params) -> dict[str, An
     if order == "asc":
         records.reverse()
     if after:
-        ids = [r.id for r in records]
-        if after not in ids:
-            raise BadRequest(f"'after' names no file of yours: '{after}'.", param="after")
-        records = records[ids.index(after) + 1 :]
+        # Page on from where ``after`` stands, even if that file was deleted since.
+        key = cursor_key(FILE_PREFIX, after)
+        if key is None:
+            anchor = deps.files.get(after) if after.startswith(FILE_PREFIX) else None
+            if anchor is None or (anchor.owner != principal.user_id and not principal.is_admin):
+                raise BadRequest(f"'after' names no file of yours: '{after}'.", param="after")
+            key = anchor.created_key
+        records = [r for r in records if (r.created_key > key if order == "asc" else r.created_key < key)]
     return list_page([file_object(r) for r in records[:limit]], has_more=len(records) > limit)
 
 

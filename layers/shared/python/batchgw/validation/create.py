@@ -14,7 +14,7 @@ from typing import Any
 from batchgw.config.catalog import ENDPOINTS, Catalog, ModelSpec
 from batchgw.config.settings import Settings
 from batchgw.domain.errors import BadRequest
-from batchgw.validation import RequestInvalid, join_param
+from batchgw.validation import RequestInvalid, join_param, shown
 from batchgw.validation.chat import validate_chat_body
 from batchgw.validation.embeddings import validate_embeddings_body
 from batchgw.validation.messages import KNOWN_ANTHROPIC_VERSIONS, validate_messages_body
@@ -27,7 +27,8 @@ CUSTOM_ID_MAX_CHARS = 512
 METADATA_MAX_PAIRS = 16
 METADATA_KEY_MAX_CHARS = 64
 METADATA_VALUE_MAX_CHARS = 512
-COMPLETION_WINDOW = "24h"
+# The completion windows a batch may ask for, in hours (inline and file batches alike).
+COMPLETION_WINDOWS = {"24h": 24, "48h": 48, "72h": 72, "168h": 168}
 
 # Each batchable endpoint's body validator: checks a body and returns the model it names.
 BODY_VALIDATORS: dict[str, Callable[[Any], str]] = {
@@ -64,6 +65,7 @@ class CreatePlan:
     endpoint: str
     requests: list[PlannedRequest]
     metadata: dict[str, str] | None
+    completion_window: str | None = None  # None: the gateway's own (BATCH_COMPLETION_WINDOW_HOURS)
 
 
 def validate_create(
@@ -129,7 +131,12 @@ def validate_create(
             ) from exc
         endpoint = request.url
         planned.append(request)
-    return CreatePlan(endpoint=planned[0].url, requests=planned, metadata=metadata)
+    return CreatePlan(
+        endpoint=planned[0].url,
+        requests=planned,
+        metadata=metadata,
+        completion_window=body.get("completion_window"),
+    )
 
 
 def check_anthropic_version(
@@ -321,11 +328,19 @@ def _check_create_fields(body: dict[str, Any]) -> None:
             if key == "endpoint":
                 hint = "; a batch of direct requests takes its endpoint from the requests' url"
             raise BadRequest(f"Unknown field '{key}'{hint}", param=key)
-    window = body.get("completion_window", COMPLETION_WINDOW)
-    if window != COMPLETION_WINDOW:
+    check_completion_window(body.get("completion_window"), required=False)
+
+
+def check_completion_window(window: Any, *, required: bool) -> str | None:
+    """The batch's ``completion_window``: 24h, 48h, 72h or 168h (None when it may be left out)."""
+    if window is None and not required:
+        return None
+    if not isinstance(window, str) or window not in COMPLETION_WINDOWS:
         raise BadRequest(
-            f"completion_window must be '{COMPLETION_WINDOW}'; got {window!r}", param="completion_window"
+            f"completion_window must be one of {', '.join(COMPLETION_WINDOWS)}; got {shown(window)}",
+            param="completion_window",
         )
+    return window
 
 
 def _target_of(first: Any) -> str | None:

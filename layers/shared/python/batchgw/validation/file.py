@@ -286,7 +286,8 @@ class _Scanner:
     def plan(self, text: bytes, number: int) -> PlannedRequest:
         """Check one non-blank line (surrounding whitespace stripped); raises LineInvalid."""
         try:
-            item = parse_json(text, what="The line")
+            # A byte-order mark may open the file (only the console refuses one), not a line.
+            item = parse_json(text, what="The line", bom=number == 1)
         except BadRequest as exc:
             raise LineInvalid("invalid_json", exc.message, line=number) from exc
         self._check_shape(item, number)

@@ -36,10 +36,14 @@ def _finite_float(literal: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
-def parse_json(raw: bytes | str, *, what: str = "The request body") -> Any:
+_BOM = "\ufeff"
+
+
+def parse_json(raw: bytes | str, *, what: str = "The request body", bom: bool = True) -> Any:
     """Parse ``raw`` as one JSON document, or raise BadRequest saying why not.
 
-    Guarantees: the input is UTF-8 (a byte-order mark is refused), every number is finite
+    Guarantees: the input is UTF-8 (a byte-order mark at its start is dropped, unless
+    ``bom`` is False, when it is refused as JSON would refuse it), every number is finite
     (``NaN``, ``Infinity``, ``-Infinity`` and floats that overflow, such as ``1e999``, are
     refused wherever they are nested), and every string is encodable as UTF-8 (lone
     surrogate escapes are refused). ``what`` names the input in the error message.
@@ -53,6 +57,8 @@ def parse_json(raw: bytes | str, *, what: str = "The request body") -> Any:
         text = raw
         if _SURROGATE.search(text):
             raise BadRequest(f"{what} is not valid JSON: it is not valid UTF-8 text")
+    if bom and text.startswith(_BOM):
+        text = text[1:]
     try:
         value = _DECODER.decode(text)
     except _NonFinite as exc:
