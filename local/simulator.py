@@ -38,7 +38,8 @@ Directives, written anywhere in the request's text (``[[sim key=value flag ...]]
 several tokens per directive and several directives are allowed, later values win)
     ``status=N``       answer HTTP N with an OpenAI-style error body (Anthropic-style on
                        /v1/messages). A 2xx N answers the normal body with that status.
-    ``fail=N``         apply the failure directives (status, queued, garbage, hang) to the
+    ``fail=N``         apply the failure directives (status, queued, garbage, nan, surrogate,
+                       hang) to the
                        first N attempts of this same request only (same endpoint and same
                        canonical JSON body), then answer normally. Alone it means status=500.
     ``latency_ms=N``   wait N ms before answering (added to the server's base latency).
@@ -46,6 +47,9 @@ several tokens per directive and several directives are allowed, later values wi
     ``queued``         answer 503 ``{"error": {"type": "service_unavailable",
                        "code": "model_queued", ...}}``.
     ``garbage``        answer 200 with a body that is not JSON.
+    ``nan``            answer 200 with the normal body plus ``"x_sim_value": NaN`` (not JSON).
+    ``surrogate``      answer 200 with the normal body plus a string holding a lone surrogate
+                       escape (``"\ud800"``: JSON in form, but no UTF-8 text).
     ``bytes=N``        make the successful answer body exactly N bytes long, by padding
                        (or cutting) the answer text with spaces; answers without text
                        (embeddings, tool calls) get a top-level ``x_sim_padding`` string.
@@ -195,7 +199,8 @@ class RequestError(Exception):
 
 
 _DIRECTIVE_RE = re.compile(r"\[\[sim(?:\s+([^\]]*?))?\s*\]\]")
-_FLAGS = frozenset({"queued", "garbage", "hang", "tool"})
+_FLAGS = frozenset({"queued", "garbage", "hang", "tool", "nan", "surrogate"})
+_BROKEN = frozenset({"nan", "surrogate"})  # a 200 whose body the gateway must refuse
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,7 @@ class Directives:
     @property
     def has_failure(self) -> bool:
         """Whether the request asks for anything but a normal answer (before ``fail`` gating)."""
-        return bool(self.flags & {"queued", "garbage", "hang"}) or (
+        return bool(self.flags & {"queued", "garbage", "hang", *_BROKEN}) or (
             self.status is not None and self.status >= 400
         )
 
@@ -841,7 +846,7 @@ class SimulatorCore:
             failing = self.attempts.next(Attempts.identity(endpoint, body)) <= directives.fail
         else:
             failing = directives.has_failure
-        if failing:
+        if failing and not directives.flags & _BROKEN:
             return self._failure(directives, anthropic, client_gone)
 
         try:
@@ -849,7 +854,15 @@ class SimulatorCore:
         except RequestError as exc:
             return error_reply(400, str(exc), anthropic=anthropic)
         status = directives.status if directives.status is not None and directives.status < 300 else 200
-        return Reply(status, fit_to_size(draft, directives.bytes))
+        answer = fit_to_size(draft, directives.bytes)
+        if failing:  # the normal answer, usage and all, broken on purpose
+            broken = json.loads(answer)
+            if "nan" in directives.flags:
+                broken["x_sim_value"] = math.nan
+            if "surrogate" in directives.flags:
+                broken["x_sim_text"] = "\ud800"
+            answer = json.dumps(broken).encode()
+        return Reply(status, answer)
 
     def _failure(
         self, directives: Directives, anthropic: bool, client_gone: Callable[[], bool]

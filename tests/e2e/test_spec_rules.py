@@ -4,13 +4,16 @@ through the public interface (HTTP and the SDKs) on the local stack."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from openai import OpenAI
 
 from local.run import LocalStack
-from tests.e2e.conftest import Api, chat
+from tests.e2e.conftest import STACK_ENV, Api, chat, stack_for
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -97,3 +100,77 @@ def test_rule_8_an_inline_batch_takes_the_file_batches_windows(alice: Api, windo
     assert created["completion_window"] == window
     assert created["expires_at"] - created["created_at"] == hours * 3600
     assert alice.create([chat("w", "x")], completion_window="12h").status_code == 400
+
+
+# 4. A failed file batch says why.
+def test_rule_4_a_file_batch_that_fails_validation_has_its_error_set(
+    alice: Api, client: OpenAI, tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text("{not json\n")
+    upload = client.files.create(file=path.open("rb"), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = alice.wait_final(batch.id)
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == "invalid_batch_input" and "errors" in done["error"]["message"]
+    assert [e["code"] for e in done["errors"]["data"]] == ["invalid_json"]
+
+
+# 10. Upstream answers that are not valid JSON and UTF-8 fail the request, permanently.
+@pytest.mark.parametrize("directive", ["nan", "surrogate"])
+def test_rule_10_an_answer_with_nan_or_a_lone_surrogate_fails_as_upstream_error_keeping_its_charge(
+    alice: Api, sim: httpx.Client, directive: str
+) -> None:
+    batch = alice.create([chat("n", f"broken [[sim {directive}]]")]).json()
+    done = alice.wait_final(batch["id"])
+    [result] = alice.results(batch["id"])
+    assert result["status"] == "failed" and result["response"] is None
+    assert result["error"]["code"] == "upstream_error" and result["error"]["status"] == 502
+    assert done["cost_usd"] > 0 and done["cost_unknown_attempts"] == 0  # its usage was still readable
+    assert sim.get("/_sim/stats").json()["models"]["sim-chat"]["requests"] == 1  # never retried
+    output = alice.http.get(f"/batches/{batch['id']}/output.jsonl")
+    assert json.loads(output.text.splitlines()[0])["error"]["code"] == "upstream_error"
+
+
+# Rules 1 and 9 need a slow model and a short window of their own.
+WINDOW = 4
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    env = {
+        **STACK_ENV,
+        "BATCH_MODEL_CONCURRENCY": "1",
+        "BATCH_COMPLETION_WINDOW_HOURS": str(WINDOW / 3600),
+        "BATCH_MAX_QUEUED_REQUESTS_PER_USER": "5",
+    }
+    with stack_for(tmp_path_factory, "rules", env) as running:
+        yield running
+
+
+# 1. Unfinished requests are counted as unfinished.
+def test_rule_1_only_requests_not_yet_ended_count_against_the_queued_request_limit(slow: LocalStack) -> None:
+    api = Api(slow, "sk-local-bob")
+    first = api.create(
+        [chat(f"f-{i}", "quick") for i in range(3)] + [chat("s", "slow [[sim latency_ms=2500]]")]
+    )
+    assert first.status_code == 200
+    wait_for(lambda: api.batch(first.json()["id"])["request_counts"]["completed"] >= 3, timeout=20)
+    # One request of the first batch is left: 1 + 4 is within the limit of 5 (7 of its 8 would not be).
+    second = api.create([chat(f"g-{i}", "more") for i in range(4)])
+    assert second.status_code == 200, second.text
+    assert api.create([chat("h", "one too many")]).status_code == 429
+
+
+# 9. A cancel after the window closed still ends cancelled.
+def test_rule_9_a_cancel_after_the_window_closed_ends_cancelled(slow: LocalStack) -> None:
+    api = Api(slow, "sk-local-alice")
+    requests = [chat(f"c-{i}", f"slow [[sim latency_ms=2500]] {i}") for i in range(3)]
+    batch = api.create(requests).json()
+    wait_for(lambda: time.time() > batch["expires_at"] + 0.3, timeout=20, interval=0.05)
+    cancelled = api.http.post(f"/batches/{batch['id']}/cancel").json()
+    assert cancelled["status"] in ("cancelling", "cancelled"), cancelled["status"]
+    done = api.wait_final(batch["id"], timeout=30)
+    assert done["status"] == "cancelled" and done["cancelled_at"] is not None

@@ -219,19 +219,16 @@ def test_a_success_that_does_not_fit_the_batchs_result_storage_fails_and_fills_t
     assert full.tally.failed == 1 and full.tally.stored_bytes == 0
 
 
-def test_a_retry_keeps_its_attempts_known_cost_apart_and_counts_nothing_yet() -> None:
-    error_with_usage = b'{"error": {"message": "busy"}, "usage": {"prompt_tokens": 10}}'
-    step = next_step(
-        outcome(503, error_with_usage),
-        attempts=2,
-        now=NOW,
-        expires_at=NOW + 3600,
-        settings=SETTINGS,
-        price=PRICE,
-    )
+def test_a_retried_attempt_is_charged_as_it_is_recorded() -> None:
+    busy = outcome(503).replace(input_tokens=10)  # an error that still reports usage
+    step = next_step(busy, attempts=2, now=NOW, expires_at=NOW + 3600, settings=SETTINGS, price=PRICE, lost=1)
     assert isinstance(step, Retry) and step.uses_attempt and step.pause_model_until is None
     assert NOW + 5 <= step.next_at <= NOW + 10  # the second retry: base doubled, half jittered
     assert step.error["code"] == "service_unavailable"
+    assert step.charge == Tally(input_tokens=10, cost_nano=10 * 2_000)  # lost attempts count at the end
+    lost = Outcome("retry", error={"code": "upstream_error"}, usage_known=False)
+    dropped = next_step(lost, attempts=1, now=NOW, expires_at=NOW + 3600, settings=SETTINGS, price=PRICE)
+    assert isinstance(dropped, Retry) and dropped.charge == Tally(cost_unknown=1)
 
 
 def test_a_model_queued_wait_that_would_outlast_the_window_fails_with_that_error() -> None:

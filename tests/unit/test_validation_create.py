@@ -356,3 +356,42 @@ def test_body_error_is_prefixed_with_the_request_and_keeps_its_line_code(catalog
     assert error.param == "requests[0].body.stop"
     cause = _cause(error)
     assert (cause.code, cause.param) == ("invalid_body", "body.stop")
+
+
+# --- the file validation report's codes, for direct requests too -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        ("/v1/chat/completions", _chat(max_tokens=16385), "max_tokens"),
+        ("/v1/chat/completions", _chat(max_completion_tokens=20000), "max_completion_tokens"),
+        (
+            "/v1/responses",
+            {"model": "sim-chat", "input": "hi", "max_output_tokens": 99999},
+            "max_output_tokens",
+        ),
+    ],
+)
+def test_a_request_asking_more_output_than_its_model_answers_is_max_tokens_too_large(
+    catalog: Catalog, url: str, body: dict[str, Any], field: str
+) -> None:
+    error = _refused(catalog, {"requests": [_request(body=body, url=url)]})
+    assert _cause(error).code == "max_tokens_too_large"
+    assert error.param == f"requests[0].body.{field}" and "16384" in error.message
+    _create(catalog, {"requests": [_request(body=_chat(max_tokens=16384))]})  # the limit itself is fine
+
+
+def test_a_model_without_a_price_is_model_not_priced_for_direct_requests(catalog: Catalog) -> None:
+    raw = json.loads(CONFIG.read_text())
+    del raw["models"]["sim-chat"]["price"]
+    unpriced = Catalog.model_validate(
+        {
+            **raw,
+            "models": {
+                k: {**v, "route": {**v["route"], "base_url": "http://x"}} for k, v in raw["models"].items()
+            },
+        }
+    )
+    error = _refused(unpriced, {"requests": [_request()]})
+    assert _cause(error).code == "model_not_priced" and error.param == "requests[0].body.model"

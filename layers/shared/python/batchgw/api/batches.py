@@ -220,7 +220,7 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
 
 
 def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> None:
-    """Unfinished batches and unfinished requests per user (429 above either limit).
+    """Unfinished batches, and requests not ended yet, per user (429 above either limit).
 
     Read from the owner index; two creates racing at the limit may both pass.
     """
@@ -236,7 +236,11 @@ def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> N
             f"({settings.batch_max_active_per_user}).",
             code="too_many_active_batches",
         )
-    queued = sum(batch.total for batch in unfinished)
+    queued = sum(
+        counted.unfinished_requests
+        for batch in unfinished
+        if (counted := deps.batches.get(batch.id)) is not None
+    )
     if queued + new_requests > settings.batch_max_queued_requests_per_user:
         raise TooManyRequests(
             f"This batch would take your unfinished requests to {queued + new_requests}, over the limit "

@@ -67,6 +67,7 @@ class ModelSpec(BaseModel):
     route: Route
     price: Price | None = None
     max_concurrency: int | None = Field(None, ge=0)  # None: BATCH_MODEL_CONCURRENCY
+    max_output_tokens: int | None = Field(None, ge=1)  # the most output a request may ask for
     roles: list[str] | None = None  # None: every role may use it
 
     @property

@@ -303,3 +303,9 @@ class CountedBatch:
 
     record: BatchRecord
     counts: Counts = field(default_factory=Counts)
+
+    @property
+    def unfinished_requests(self) -> int:
+        """Its requests that have not ended (all of them before its counters exist)."""
+        counts = self.counts
+        return max(0, self.record.total - counts.completed - counts.failed - counts.cancelled)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -69,6 +69,7 @@ class Retry:
     uses_attempt: bool = True
     pause_model_until: float | None = None
     attempt_cost_nano: int = 0
+    charge: Tally = field(default_factory=Tally)  # what this attempt adds to the batch's counters now
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,15 +154,17 @@ def decide(
     )
     if outcome.kind in ("retry", "queued"):
         retry = _retry(outcome, request.attempts, settings, now=now, expires_at=expires_at, rng=rng)
-        if retry is not None:
-            return Retry(
-                next_at=retry.next_at,
-                error=retry.error,
-                uses_attempt=retry.uses_attempt,
-                pause_model_until=retry.pause_model_until,
-                attempt_cost_nano=cost,
-            )
-        return _failed(_error_of(outcome), charge, cost)
+        if retry is None:  # no more tries: it ends with this error, this attempt charged now
+            return _failed(_error_of(outcome), _unknown_if(charge, outcome), cost)
+        # Each attempt is charged as it is recorded: a retried one's tokens and known cost
+        # now, or one of unknown cost when its answer was lost.
+        attempt = Tally(
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            cost_nano=cost,
+            cost_unknown=0 if outcome.usage_known else 1,
+        )
+        return replace(retry, attempt_cost_nano=cost, charge=attempt)
     if outcome.kind == "success":
         return _succeeded(outcome, charge, cost, settings, stored_bytes)
     # A permanent failure: the model refused it, or it timed out (its cost then unknown).
@@ -227,6 +230,11 @@ def _failed(error: dict[str, Any], charge: Tally, cost: int) -> End:
     return End(RequestStatus.FAILED, _with(charge, failed=1), error=error, cost_nano=cost)
 
 
+def _unknown_if(charge: Tally, outcome: Outcome) -> Tally:
+    """The charge, with this attempt of unknown cost when its answer was lost."""
+    return charge if outcome.usage_known else _with(charge, cost_unknown=charge.cost_unknown + 1)
+
+
 def _with(tally: Tally, **changes: int) -> Tally:
     return replace(tally, **changes)
 
@@ -253,7 +261,7 @@ def stopped_retry(reason: Verdict, retry: Retry, request: RequestRecord) -> End:
     """The end of a request that ran, failed in a way that may pass, and found its batch
     stopped before its retry could be scheduled: cancelled, or past its window (then it
     fails with the error it got). Its attempt's known cost is counted."""
-    charge = Tally(cost_nano=retry.attempt_cost_nano, cost_unknown=request.lost)
+    charge = _with(retry.charge, cost_unknown=retry.charge.cost_unknown + request.lost)
     if reason is Verdict.CANCELLED:
         error = not_run_error("batch_cancelled")
         return End(

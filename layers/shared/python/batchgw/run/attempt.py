@@ -122,6 +122,8 @@ async def _schedule_retry(deps: Deps, batch: BatchRecord, held: RequestRecord, r
         error=retry.error,
         attempt_cost_nano=retry.attempt_cost_nano,
         uses_attempt=retry.uses_attempt,
+        shard=batch.shard_of(held.index),
+        charge=retry.charge,
     )
     if scheduled is Scheduled.LOST:
         return Settled(After.STOP)

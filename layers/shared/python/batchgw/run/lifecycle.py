@@ -151,12 +151,21 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             ]
     if errors:
         now = deps.clock()
+        over_limit = errors[0]["code"] == "queued_request_limit"
+        error = {
+            "code": "queued_request_limit" if over_limit else "invalid_batch_input",
+            "message": errors[0]["message"]
+            if over_limit
+            else f"The input file has {len(errors)}{'' if report.complete else '+'} problem(s), listed in "
+            f"'errors'; nothing was run.",
+        }
         deps.batches.change(
             batch.id,
             {
                 "status": BatchStatus.FAILED,
                 "failed_at": int(now),
                 "errors": report_object(errors),
+                "error": error,
                 **_retention_fields(deps, batch, now),
             },
             from_statuses=_UNPREPARED,
@@ -169,9 +178,13 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
 
 
 def _unfinished_requests(deps: Deps, batch: BatchRecord) -> int:
-    """Requests of the owner's other unfinished batches."""
+    """Requests not ended yet in the owner's other unfinished batches."""
     others, _ = deps.batches.list_for_owner(batch.owner, limit=1000, statuses=sorted(UNFINISHED_STATUSES))
-    return sum(other.total for other in others if other.id != batch.id)
+    return sum(
+        counted.unfinished_requests
+        for other in others
+        if other.id != batch.id and (counted := deps.batches.get(other.id)) is not None
+    )
 
 
 def _write_requests(deps: Deps, batch_id: str, requests: Iterator[tuple[str, str, Any]]) -> int:
@@ -333,6 +346,8 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
     now = deps.clock()
     if batch.status is BatchStatus.FINALIZING and batch.final_status is not None:
         final = batch.final_status
+    elif batch.status is BatchStatus.CANCELLING:
+        final = BatchStatus.CANCELLED  # a cancel stands even after the window has closed
     elif batch.expiring:
         final = BatchStatus.EXPIRED
     else:

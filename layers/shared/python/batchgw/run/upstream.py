@@ -20,12 +20,22 @@ import httpx
 
 from batchgw.config.catalog import ModelSpec
 from batchgw.domain import codec
+from batchgw.domain.errors import BadRequest
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import clean_message
 from batchgw.run import translate
 from batchgw.storage.aws import get_clients
+from batchgw.validation.jsonbody import parse_json
 
 RETRYABLE = frozenset({408, 425, 429})
+MAX_TOKENS = 10**12  # more than any answer uses: a larger count is not a count
+NOTHING_SENT = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.WriteError,
+    httpx.WriteTimeout,
+)
 
 _PATHS = {
     "/v1/chat/completions": "/chat/completions",
@@ -109,7 +119,7 @@ def _tokens(usage: dict[str, Any], name: str) -> int:
     value = usage.get(name)
     if value is None:
         return 0
-    if type(value) is not int or value < 0:
+    if type(value) is not int or not 0 <= value <= MAX_TOKENS:
         raise Malformed(f"usage.{name} is not a token count")
     return value
 
@@ -185,36 +195,33 @@ async def call(
             headers=_headers(spec, anthropic_version),
             timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
         )
-    except httpx.ConnectTimeout as exc:
+    except NOTHING_SENT as exc:
+        # Nothing reached the provider (no connection, none free, or the request could not
+        # be written): retried, and it costs nothing.
         return Outcome(
             "retry",
             error={
                 "code": "service_unavailable",
-                "message": clean_message(f"connect timeout: {exc}", secrets),
-                "status": None,
-            },
-        )
-    except httpx.ConnectError as exc:
-        return Outcome(
-            "retry",
-            error={
-                "code": "service_unavailable",
-                "message": clean_message(f"cannot connect: {exc}", secrets),
+                "message": clean_message(
+                    f"the upstream could not be reached: {type(exc).__name__}: {exc}", secrets
+                ),
                 "status": None,
             },
         )
     except httpx.TimeoutException:
+        # The call's own (read) timeout: the provider may be running it still.
         return Outcome(
             "failed",
             error={"code": "timeout", "message": "the upstream call timed out", "status": 504},
             usage_known=False,
         )
     except httpx.HTTPError as exc:
+        # The answer was lost on its way (a dropped connection): may pass, cost unknown.
         return Outcome(
             "retry",
             error={
                 "code": "upstream_error",
-                "message": clean_message(f"upstream error: {exc}", secrets),
+                "message": clean_message(f"upstream error: {type(exc).__name__}: {exc}", secrets),
                 "status": None,
             },
             usage_known=False,
@@ -227,15 +234,28 @@ def _secrets_of(spec: ModelSpec) -> tuple[str, ...]:
     return (key,) if key else ()
 
 
-def _bad_answer(message: str, request_id: str | None) -> Outcome:
-    """A 2xx answer the gateway cannot use: the request fails (permanently) as upstream_error."""
+def _bad_answer(message: str, request_id: str | None, content: bytes = b"") -> Outcome:
+    """A 2xx answer the gateway cannot use: the request fails (permanently) as upstream_error,
+    charged what the answer's ``usage`` says if it can still be read."""
+    tokens = _lenient_usage(content)
     return Outcome(
         "failed",
         status_code=502,
         request_id=request_id,
-        usage_known=False,
+        usage_known=tokens is not None,
+        input_tokens=tokens[0] if tokens else 0,
+        output_tokens=tokens[1] if tokens else 0,
         error={"code": "upstream_error", "status": 502, "message": message},
     )
+
+
+def _lenient_usage(content: bytes) -> tuple[int, int] | None:
+    """The usage of an answer refused for being invalid JSON, read leniently; None if not."""
+    try:
+        body = json.loads(content.decode("utf-8", errors="replace"))
+        return _usage(body) if isinstance(body, dict) and isinstance(body.get("usage"), dict) else None
+    except (ValueError, Malformed, RecursionError):
+        return None
 
 
 def classify(
@@ -251,9 +271,11 @@ def classify(
     retry_after = parse_retry_after(headers.get("retry-after"))
     if 200 <= status < 300:
         try:
-            body = json.loads(content.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return _bad_answer("the upstream answer is not valid JSON or UTF-8", request_id)
+            # Strict: non-finite or out-of-range numbers and lone surrogates are refused too,
+            # so nothing stored or served later can be invalid JSON.
+            body = parse_json(content, what="The upstream answer", bom=False)
+        except BadRequest:
+            return _bad_answer("the upstream answer is not valid JSON or UTF-8", request_id, content)
         if not isinstance(body, dict):
             return _bad_answer("the upstream answer is not a JSON object", request_id)
         try:

@@ -309,11 +309,14 @@ class RequestStore:
         error: dict[str, Any],
         attempt_cost_nano: int,
         uses_attempt: bool,
+        shard: int = 0,
+        charge: Tally | None = None,
     ) -> Scheduled:
-        """Put a running request back to wait for its next try (no count changes), only
-        while its batch still runs: the request and a check of the batch's record are one
-        transaction, so no retry is scheduled after a cancel or the window's end has
-        settled the batch's unstarted requests (STOPPED: end it instead).
+        """Put a running request back to wait for its next try, only while its batch still
+        runs: the request, a check of the batch's record and the attempt's ``charge`` to its
+        shard's counters (``left`` unchanged) are one transaction, so no retry is scheduled
+        after a cancel or the window's end has settled the batch's unstarted requests
+        (STOPPED: end it instead), and the attempt is charged exactly once.
 
         ``uses_attempt`` False gives the attempt back (a model_queued wait). A refused
         write is read back: this worker's own retry, committed by a try whose answer was
@@ -335,12 +338,18 @@ class RequestStore:
             names=_STATUS,
             values={":running": RequestStatus.RUNNING.value, ":me": held.lease_owner, ":epoch": held.epoch},
         )
+        actions = [
+            {"Update": update.request(self._table.name, self._key(held.batch_id, held.index))},
+            self._batch_runs_check(held.batch_id),
+        ]
+        counters = charge.counters() if charge is not None else {}
+        if counters:
+            charged = Update(add=counters).request(
+                self._batches, {"pk": {"S": held.batch_id}, "sk": {"S": shard_sk(shard)}}
+            )
+            actions.append({"Update": charged})
         cancelled = self._table.transact(
-            [
-                {"Update": update.request(self._table.name, self._key(held.batch_id, held.index))},
-                self._batch_runs_check(held.batch_id),
-            ],
-            failure=f"could not schedule a retry of {held.batch_id}/{held.index}",
+            actions, failure=f"could not schedule a retry of {held.batch_id}/{held.index}"
         )
         if cancelled is None:
             return Scheduled.SCHEDULED

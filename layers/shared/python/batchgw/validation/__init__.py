@@ -24,6 +24,7 @@ RequestInvalidCode = Literal[
     "missing_max_tokens",
     "model_not_found",
     "model_unsupported",
+    "model_not_priced",
     "max_tokens_too_large",
 ]
 

@@ -261,12 +261,44 @@ def plan_request(
         raise RequestInvalid("model_not_found", exc.message, param="body.model") from exc
     if not serves(spec, url):
         raise RequestInvalid("model_unsupported", f"Model '{name}' does not serve {url}", param="body.model")
+    if spec.price is None:
+        raise RequestInvalid(
+            "model_not_priced",
+            f"Model '{name}' has no price; a batch can only use priced models",
+            param="body.model",
+        )
+    _check_output_tokens(spec, url, body, name)
     if spec.translates(url):
         try:
             check_translatable(body)
         except RequestInvalid as exc:
             raise exc.under("body") from exc
     return PlannedRequest(custom_id=custom_id, method=method, url=url, body=body, model=spec.id)
+
+
+# The field that bounds a request's output, by target (the first one present counts).
+_OUTPUT_LIMIT_FIELDS = {
+    "/v1/chat/completions": ("max_completion_tokens", "max_tokens"),
+    "/v1/responses": ("max_output_tokens",),
+    MESSAGES_URL: ("max_tokens",),
+}
+
+
+def _check_output_tokens(spec: ModelSpec, url: str, body: dict[str, Any], name: str) -> None:
+    """Refuse a request that asks for more output than its model answers (``max_output_tokens``)."""
+    limit = spec.max_output_tokens
+    if limit is None:
+        return
+    for field in _OUTPUT_LIMIT_FIELDS.get(url, ()):
+        asked = body.get(field)
+        if isinstance(asked, int) and asked > limit:
+            raise RequestInvalid(
+                "max_tokens_too_large",
+                f"{field} is {asked}; model '{name}' answers at most {limit} tokens",
+                param=f"body.{field}",
+            )
+        if asked is not None:
+            return
 
 
 def serves(spec: ModelSpec, url: str) -> bool:

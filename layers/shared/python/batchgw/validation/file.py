@@ -17,7 +17,8 @@ Choices the spec leaves open:
   a file far over the limit costs no more than one at it. ``FileReport.complete`` says
   whether the whole file was read.
 - One problem per line: the first check it fails, in this order: size, JSON, the four
-  keys, custom_id, its uniqueness, method, url, body (``plan_request``), price, model.
+  keys, custom_id, its uniqueness, method, url, body, price and output limit
+  (``plan_request``), model.
 - A repeated custom_id is reported at every repetition, and a line that fails a later
   check still claims its custom_id.
 
@@ -348,13 +349,6 @@ class _Scanner:
 
     def _check_model(self, planned: PlannedRequest, number: int) -> None:
         name = planned.body.get("model")
-        if self.catalog.models[planned.model].price is None:
-            raise LineInvalid(
-                "model_not_priced",
-                f"Model '{name}' has no price; a batch can only use priced models",
-                line=number,
-                param="body.model",
-            )
         if self.model is None:
             self.model, self.model_name, self.model_line = planned.model, str(name), number
         elif planned.model != self.model:

@@ -1,0 +1,59 @@
+"""Money is counted once: each attempt's cost is charged to the batch in the same
+transaction that records it, retried attempts included, and never again."""
+
+from __future__ import annotations
+
+import pytest
+from batchgw.api import batches
+from batchgw.domain.outcome import Outcome
+from batchgw.storage.requests import RequestStore
+
+from local.simulator import Simulator
+from tests.integration.conftest import make_deps, receive_all
+from tests.integration.test_every_batch_ends import (
+    ALICE,
+    LostAnswers,
+    claim,
+    prepared,
+    settle,
+)
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+DROPPED = Outcome("retry", error={"code": "upstream_error", "message": "dropped"}, usage_known=False)
+BILLED_ERROR = Outcome(
+    "retry", error={"code": "service_unavailable", "message": "busy"}, input_tokens=1000, output_tokens=0
+)
+
+
+def test_an_attempt_whose_answer_was_lost_counts_as_unknown_cost_when_it_is_retried(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 1)
+    receive_all(deps)
+    settled = settle(deps, batch_id, claim(deps, batch_id, 0), DROPPED)
+    assert settled.retry_at is not None
+    assert batches.get_batch(deps, ALICE, batch_id)["cost_unknown_attempts"] == 1  # before the request ends
+
+
+def test_a_retried_attempts_known_cost_is_in_the_batchs_cost(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 1)
+    receive_all(deps)
+    settle(deps, batch_id, claim(deps, batch_id, 0), BILLED_ERROR)
+    batch = batches.get_batch(deps, ALICE, batch_id)
+    assert batch["cost_usd"] == 0.0005 and batch["usage"]["input_tokens"] == 1000  # $0.50 per million
+
+
+def test_a_retry_whose_answer_was_lost_is_charged_once(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 1)
+    receive_all(deps)
+    deps.requests = RequestStore(
+        LostAnswers(deps.requests._table.client, {"transact_write_items"}),
+        deps.settings.requests_table,
+        deps.settings.batches_table,
+    )
+    settled = settle(deps, batch_id, claim(deps, batch_id, 0), DROPPED)
+    assert settled.retry_at is not None  # recognised as scheduled
+    assert batches.get_batch(deps, ALICE, batch_id)["cost_unknown_attempts"] == 1
