@@ -174,3 +174,12 @@ def test_rule_9_a_cancel_after_the_window_closed_ends_cancelled(slow: LocalStack
     assert cancelled["status"] in ("cancelling", "cancelled"), cancelled["status"]
     done = api.wait_final(batch["id"], timeout=30)
     assert done["status"] == "cancelled" and done["cancelled_at"] is not None
+
+
+# 6. Every request is listed from the first moment.
+def test_rule_6_right_after_create_every_request_is_listed(alice: Api) -> None:
+    created = alice.create([chat(f"e-{i}", f"early [[sim latency_ms=300]] {i}") for i in range(12)]).json()
+    page = alice.http.get(f"/batches/{created['id']}/results", params={"limit": 5}).json()
+    assert [r["custom_id"] for r in page["data"]] == [f"e-{i}" for i in range(5)] and page["has_more"] is True
+    assert all(r["status"] in ("queued", "in_progress", "completed") for r in page["data"])
+    assert [r["custom_id"] for r in alice.results(created["id"])] == [f"e-{i}" for i in range(12)]

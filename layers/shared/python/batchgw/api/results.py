@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 from batchgw.api.batches import visible_batch
 from batchgw.api.params import ANSWER_LIMIT, Download, Params, int_param, last, list_page, text_out_bytes
 from batchgw.deps import Deps
 from batchgw.domain import codec
+from batchgw.domain.batch import BatchRecord
 from batchgw.domain.errors import BadRequest, Conflict
 from batchgw.domain.principal import Principal
-from batchgw.domain.request import request_index
+from batchgw.domain.request import RequestRecord, request_index
 from batchgw.domain.results import result_line
-from batchgw.storage.blobs import export_key
+from batchgw.storage.blobs import export_key, input_file_key, input_key
+from batchgw.validation.file import split_lines
+from batchgw.validation.jsonbody import parse_json
 
 PAGE_ENVELOPE = 512  # the page's own keys and ids around its lines
 
@@ -32,7 +37,10 @@ def results_page(
         if found is None:
             raise BadRequest(f"'after' names no request of this batch: '{after}'.", param="after")
         after_index = found
-    requests, has_more = deps.requests.page(record.id, after_index=after_index, limit=limit)
+    if record.prepared or record.status.is_final:
+        requests, has_more = deps.requests.page(record.id, after_index=after_index, limit=limit)
+    else:
+        requests, has_more = _not_yet_written(deps, record, after_index=after_index, limit=limit)
     data: list[dict[str, Any]] = []
     size = PAGE_ENVELOPE
     for request in requests:
@@ -49,6 +57,40 @@ def results_page(
         data.append(line)
         size += line_size
     return list_page(data, has_more=has_more)
+
+
+def _not_yet_written(
+    deps: Deps, record: BatchRecord, *, after_index: int, limit: int
+) -> tuple[list[RequestRecord], bool]:
+    """A batch whose requests the workflow has not written yet lists them all the same, as
+    queued: read from the input it stored (a file batch's lines that can be read)."""
+    found: list[RequestRecord] = []
+    for index, custom_id in enumerate(_custom_ids(deps, record)):
+        if index <= after_index:
+            continue
+        found.append(RequestRecord(record.id, index, custom_id, model=""))
+        if len(found) > limit:
+            break
+    return found[:limit], len(found) > limit
+
+
+def _custom_ids(deps: Deps, record: BatchRecord) -> Iterator[str]:
+    if record.input_method == "inline":
+        for line in deps.blobs.iter_lines_gz(input_key(record.id)):
+            yield str(json.loads(line)["custom_id"])
+        return
+    chunks = deps.blobs.iter_chunks(input_file_key(record.id), 256 * 1024)
+    lines = split_lines(chunks, max_line_bytes=deps.settings.batch_max_line_kb * 1024)
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            item = parse_json(raw, what="A line", bom=number == 1)
+        except BadRequest:
+            continue  # the workflow's validation will report it
+        custom_id = item.get("custom_id") if isinstance(item, dict) else None
+        if isinstance(custom_id, str):
+            yield custom_id
 
 
 def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
