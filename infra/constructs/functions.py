@@ -27,9 +27,10 @@ from infra.constructs.workflow import state_machine_arn
 WORKER_TIMEOUT_SECONDS = 900
 # One upstream call must end well inside a worker invocation...
 UPSTREAM_TIMEOUT_SECONDS = 600
-# ...and an item's lease outlives the call (plus recording its result) but not the worker.
-LEASE_SECONDS = UPSTREAM_TIMEOUT_SECONDS + 120
-assert UPSTREAM_TIMEOUT_SECONDS < LEASE_SECONDS < WORKER_TIMEOUT_SECONDS
+# ...and a request's lease is a few minutes, renewed while its call runs: a dead worker's
+# requests come back a few minutes later, however long a call may take.
+LEASE_SECONDS = 180
+assert LEASE_SECONDS < UPSTREAM_TIMEOUT_SECONDS < WORKER_TIMEOUT_SECONDS
 
 # The HTTP API gives up after 30 s; the handler must answer before it does.
 API_TIMEOUT = Duration.seconds(29)

@@ -183,3 +183,15 @@ def test_rule_6_right_after_create_every_request_is_listed(alice: Api) -> None:
     assert [r["custom_id"] for r in page["data"]] == [f"e-{i}" for i in range(5)] and page["has_more"] is True
     assert all(r["status"] in ("queued", "in_progress", "completed") for r in page["data"])
     assert [r["custom_id"] for r in alice.results(created["id"])] == [f"e-{i}" for i in range(12)]
+
+
+# 14. Limits the platform sets are honest.
+def test_rule_14_a_body_over_the_platforms_limit_is_a_413_naming_the_routes_for_larger_inputs(
+    alice: Api,
+) -> None:
+    big = {"requests": [chat("big", "x" * (4 * 1024 * 1024 + 1000))]}  # over BATCH_MAX_BODY_MB (4 MiB)
+    refused = alice.http.post("/batches", json=big)
+    assert refused.status_code == 413
+    error = refused.json()["error"]
+    assert error["type"] == "request_too_large" and "/v1/uploads" in error["message"]
+    assert "/v1/files/presigned" in error["message"]

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from batchgw.api import batches
+from batchgw.api import batches, files
 from batchgw.deps import Deps
 from batchgw.domain.chains import decode
 from batchgw.domain.principal import Principal
@@ -22,13 +22,14 @@ from batchgw.run.chain import run_message
 
 from functions.api import handler as api
 from local.simulator import Simulator
-from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.integration.conftest import chat_request, make_deps, receive_all
 from tests.support import FakeClock, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
-LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024  # what Lambda takes back from a synchronous invoke
+LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
+CHAT_URL = "/v1/chat/completions"  # what Lambda takes back from a synchronous invoke
 
 
 class Context:
@@ -51,9 +52,16 @@ def invoke(deps: Deps, monkeypatch: pytest.MonkeyPatch, event: dict[str, Any]) -
 
 
 def run_batch(deps: Deps, texts: list[str]) -> str:
-    batch = batches.create_batch(
-        deps, ALICE, body_of([chat_request(f"f-{i}", t) for i, t in enumerate(texts)])
-    )
+    """A batch of ``texts``, sent as a file (larger than a create body may be), run to its end."""
+    lines = [
+        json.dumps(
+            {"custom_id": f"f-{i}", "method": "POST", "url": CHAT_URL, "body": chat_request("", t)["body"]}
+        )
+        for i, t in enumerate(texts)
+    ]
+    upload = files.new_input_file(deps, ALICE, "big.jsonl", "\n".join(lines).encode())
+    raw = {"input_file_id": upload.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    batch = batches.create_batch(deps, ALICE, json.dumps(raw).encode())
     lifecycle.prepare(deps, batch["id"])
     for message in receive_all(deps):
         asyncio.run(run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 900))
@@ -115,22 +123,9 @@ def test_output_jsonl_of_quote_heavy_json_is_redirected_once_it_would_not_fit(
 def test_file_content_is_inline_only_when_its_base64_fits(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch, size: int, inline: bool
 ) -> None:
-    deps = make_deps(sim, FakeClock(), BATCH_MAX_BODY_MB="8")
+    deps = make_deps(sim, FakeClock())
     data = base64.b64encode(os.urandom(size * 3 // 4 + 3))[:size]
-    boundary = "fItBoUnDaRy"
-    body = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="f.jsonl"\r\n\r\n'
-        ).encode()
-        + data
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    event = http_event("POST", "/v1/files")
-    event["headers"] = {**event["headers"], "content-type": f"multipart/form-data; boundary={boundary}"}
-    event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode(), True
-    uploaded = invoke(deps, monkeypatch, event)
-    file_id = json.loads(uploaded["body"])["id"]
+    file_id = files.new_input_file(deps, ALICE, "f.jsonl", data).id  # as the Uploads API stores it
     response = invoke(deps, monkeypatch, http_event("GET", f"/v1/files/{file_id}/content"))
     assert response["statusCode"] == (200 if inline else 302)
     assert response["headers"]["ETag"].strip('"') == hashlib.sha256(data).hexdigest()

@@ -4,6 +4,7 @@ reconciler mending lost work, and writes whose answer was lost."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -347,3 +348,26 @@ def test_every_batch_record_has_a_ttl_backstop_from_its_create(sim: Simulator, w
     assert record is not None and record.ttl is not None
     retention = deps.settings.retention_seconds
     assert record.ttl >= (record.expires_at or clock()) + retention
+
+
+# --- leases of a few minutes, renewed while a call runs (rule 14) -------------------------------
+
+
+def test_a_request_lease_is_renewed_while_its_call_outlasts_it(sim: Simulator) -> None:
+    deps = make_deps(sim, time.time, BATCH_LEASE_SECONDS="0.6", BATCH_UPSTREAM_TIMEOUT_SECONDS="5")
+    batch = batches.create_batch(deps, ALICE, body_of([chat_request("long", "slow [[sim latency_ms=2000]]")]))
+    lifecycle.prepare(deps, batch["id"])
+    [message] = receive_all(deps)
+
+    async def run_and_poach() -> ClaimKind:
+        chain = asyncio.create_task(
+            run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 60)
+        )
+        await asyncio.sleep(1.5)  # the call runs 2 s: well past its first 0.6 s lease
+        poacher = await asyncio.to_thread(deps.requests.claim, batch["id"], 0, "other", deps.clock(), 0.6)
+        await chain
+        return poacher.kind
+
+    assert asyncio.run(run_and_poach()) is ClaimKind.HELD  # still held: the lease was renewed
+    request = deps.requests.get(batch["id"], 0)
+    assert request is not None and request.status is RequestStatus.SUCCEEDED and request.lost == 0

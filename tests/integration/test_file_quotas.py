@@ -67,3 +67,16 @@ def test_a_file_reads_as_not_found_after_its_retention(sim: Simulator) -> None:
     with pytest.raises(NotFound):
         files.get_file(deps, ALICE, record["id"])
     assert files.list_files(deps, ALICE, {})["data"] == []
+
+
+def test_the_storage_quota_counts_only_files_the_user_can_still_see(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(
+        sim, clock, BATCH_FILES_MAX_TOTAL_MB_PER_USER="0.001", BATCH_FILE_RETENTION_DAYS="1"
+    )  # 1,048 B
+    files.presign_upload(deps, ALICE, {"filename": "never.jsonl", "purpose": "batch", "bytes": 1000})
+    upload(deps, b'{"x": 1}\n' * 100)  # 900 bytes: the declared upload above does not count
+    with pytest.raises(TooManyRequests):
+        upload(deps, b'{"x": 1}\n' * 20)
+    clock.advance(86400 + 1)  # the first file expired: it no longer counts
+    assert upload(deps, b'{"x": 1}\n' * 100)["object"] == "file"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from batchgw.api.auth import require_role
-from batchgw.api.files import visible_file
+from batchgw.api.files import LARGER_INPUTS, visible_file
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, int_param, last, list_page, time_range
 from batchgw.api.shapes import batch_object
@@ -58,7 +58,7 @@ def create_batch(
     if len(raw) > settings.max_body_bytes:
         raise PayloadTooLarge(
             f"The request body ({len(raw)} bytes) is larger than the limit of "
-            f"{settings.batch_max_body_mb:g} MiB."
+            f"{settings.batch_max_body_mb:g} MiB. {LARGER_INPUTS}"
         )
     body = parse_json(raw)
     if isinstance(body, dict) and "input_file_id" in body:

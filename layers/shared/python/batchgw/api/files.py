@@ -24,6 +24,10 @@ from batchgw.domain.files import FileRecord, file_key, incoming_key
 from batchgw.domain.principal import Principal
 
 FILE_PREFIX = "file-"
+LARGER_INPUTS = (
+    "Send a larger batch as a file, through the Uploads API (POST /v1/uploads, in parts) or a "
+    "presigned upload (POST /v1/files/presigned)."
+)
 UPLOAD_SECONDS = 3600  # an upload must complete within an hour, as OpenAI's do
 
 
@@ -69,11 +73,12 @@ def _input_record(
     )
 
 
-def _stored_input_bytes(deps: Deps, principal: Principal, *, with_pending: bool) -> int:
+def _stored_input_bytes(deps: Deps, principal: Principal) -> int:
+    """The bytes of the user's input files that count against their quota: the ones they
+    can still see (not expired, not an upload declared but never completed)."""
+    now = deps.clock()
     return sum(
-        r.bytes
-        for r in deps.files.for_owner(principal.user_id)
-        if r.purpose == "batch" and (with_pending or not r.pending)
+        r.bytes for r in deps.files.for_owner(principal.user_id) if r.purpose == "batch" and r.visible(now)
     )
 
 
@@ -81,7 +86,7 @@ def _check_room(deps: Deps, principal: Principal, size: int) -> None:
     """429 when the user's input files would go over BATCH_FILES_MAX_TOTAL_MB_PER_USER."""
     settings = deps.settings
     limit = int(settings.batch_files_max_total_mb_per_user * 1024 * 1024)
-    stored = _stored_input_bytes(deps, principal, with_pending=True)
+    stored = _stored_input_bytes(deps, principal)
     if stored + size > limit:
         raise TooManyRequests(
             f"Your input files would take {stored + size} bytes, over the limit of "
@@ -93,14 +98,23 @@ def _check_room(deps: Deps, principal: Principal, size: int) -> None:
 def new_input_file(deps: Deps, principal: Principal, filename: str, data: bytes) -> FileRecord:
     """Store a batch input file's bytes and record (the size and storage limits checked)."""
     settings = deps.settings
-    if len(data) > settings.max_body_bytes:
-        raise PayloadTooLarge(f"The file is larger than {settings.batch_max_body_mb:g} MiB.")
+    if len(data) > settings.max_file_bytes:
+        raise PayloadTooLarge(f"The file is larger than {settings.batch_max_file_mb:g} MiB.")
     # An empty file is taken: a batch made from it fails validation with ``empty_file``.
     _check_room(deps, principal, len(data))
     record = _input_record(deps, principal, filename, len(data), sha256=hashlib.sha256(data).hexdigest())
     deps.blobs.put(file_key(record.id), data, "application/jsonl")
     deps.files.create(record)
     return record
+
+
+def check_body_size(deps: Deps, body: bytes) -> None:
+    """413 for a request body over BATCH_MAX_BODY_MB, saying where larger files go."""
+    if len(body) > deps.settings.max_body_bytes:
+        raise PayloadTooLarge(
+            f"The request body ({len(body)} bytes) is larger than the limit of "
+            f"{deps.settings.batch_max_body_mb:g} MiB. {LARGER_INPUTS}"
+        )
 
 
 def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
@@ -126,6 +140,7 @@ def upload_file(deps: Deps, principal: Principal, content_type: str | None, body
     """POST /v1/files."""
     require_role(deps, principal, "upload files")
     count_upload(deps, principal)
+    check_body_size(deps, body)
     fields = parse_multipart(content_type, body)
     purpose = fields.get("purpose", (None, b""))[1].decode(errors="replace").strip()
     if purpose != "batch":
@@ -213,8 +228,8 @@ def declared_file(deps: Deps, body: Any) -> tuple[str, int]:
         raise BadRequest("Only purpose 'batch' files can be uploaded.", param="purpose")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise BadRequest("'bytes' must be a positive integer.", param="bytes")
-    if size > deps.settings.max_body_bytes:
-        raise PayloadTooLarge(f"The file is larger than {deps.settings.batch_max_body_mb:g} MiB.")
+    if size > deps.settings.max_file_bytes:
+        raise PayloadTooLarge(f"The file is larger than {deps.settings.batch_max_file_mb:g} MiB.")
     return filename, size
 
 
@@ -248,7 +263,7 @@ def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[s
         raise BadRequest(
             f"The upload holds {size} bytes; the file declared {record.bytes}.", code="upload_size_mismatch"
         )
-    if _stored_input_bytes(deps, principal, with_pending=False) + size > int(
+    if _stored_input_bytes(deps, principal) + size > int(
         deps.settings.batch_files_max_total_mb_per_user * 1024 * 1024
     ):
         raise TooManyRequests(

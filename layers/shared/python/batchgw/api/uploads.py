@@ -9,7 +9,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from batchgw.api.auth import require_role
-from batchgw.api.files import UPLOAD_SECONDS, count_upload, declared_file, new_input_file, parse_multipart
+from batchgw.api.files import (
+    UPLOAD_SECONDS,
+    check_body_size,
+    count_upload,
+    declared_file,
+    new_input_file,
+    parse_multipart,
+)
 from batchgw.api.shapes import file_object, upload_object
 from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest, NotFound
@@ -70,6 +77,7 @@ def add_part(
     """POST /v1/uploads/{id}/parts: one part, as multipart field ``data``."""
     record = _visible_upload(deps, principal, upload_id)
     _pending(deps, record)
+    check_body_size(deps, body)
     data = parse_multipart(content_type, body).get("data", (None, b""))[1]
     if not data:
         raise BadRequest("The part is empty: send it as multipart field 'data'.", param="data")

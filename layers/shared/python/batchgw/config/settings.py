@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from batchgw.domain.principal import ROLES
 
+# The largest request body Lambda can take once API Gateway base64-encodes it (6 MB event).
+PLATFORM_MAX_BODY_MB = 4.5
+
 
 class Settings(BaseModel):
     """The gateway's settings. Field aliases are the environment variable names."""
@@ -27,7 +30,12 @@ class Settings(BaseModel):
     batch_min_role: str = Field("internal", alias="BATCH_MIN_ROLE")
     batch_model_concurrency: int = Field(64, ge=0, alias="BATCH_MODEL_CONCURRENCY")
     batch_max_requests: int = Field(50_000, ge=1, alias="BATCH_MAX_REQUESTS")
-    batch_max_body_mb: float = Field(32, gt=0, alias="BATCH_MAX_BODY_MB")
+    # A request body (a create, a file upload, an upload's part). API Gateway and Lambda take
+    # about 6 MB per request, a binary body base64-encoded in it: 4 MiB is what fits with
+    # room to spare, not the spec's 32 MiB. Larger files go through the Uploads API in parts
+    # or a presigned upload, up to BATCH_MAX_FILE_MB.
+    batch_max_body_mb: float = Field(4, gt=0, alias="BATCH_MAX_BODY_MB")
+    batch_max_file_mb: float = Field(200, gt=0, alias="BATCH_MAX_FILE_MB")
     batch_max_active_per_user: int = Field(10, ge=1, alias="BATCH_MAX_ACTIVE_PER_USER")
     batch_completion_window_hours: float = Field(24, ge=0, le=168, alias="BATCH_COMPLETION_WINDOW_HOURS")
     batch_retention_days: float = Field(7, gt=0, alias="BATCH_RETENTION_DAYS")
@@ -43,7 +51,9 @@ class Settings(BaseModel):
     # --- durations every rule reads (seconds) ----------------------------------------
     batch_retry_base_seconds: float = Field(5, gt=0, alias="BATCH_RETRY_BASE_SECONDS")
     batch_retry_max_seconds: float = Field(900, gt=0, alias="BATCH_RETRY_MAX_SECONDS")
-    batch_lease_seconds: float = Field(900, gt=0, alias="BATCH_LEASE_SECONDS")
+    # A request's lease: a dead worker's requests come back after about this long. A worker
+    # renews the lease while its call runs, so it can be shorter than an upstream call.
+    batch_lease_seconds: float = Field(180, gt=0, alias="BATCH_LEASE_SECONDS")
     batch_model_queued_default_seconds: float = Field(120, ge=0, alias="BATCH_MODEL_QUEUED_DEFAULT_SECONDS")
     batch_model_queued_pause_max_seconds: float = Field(
         900, ge=0, alias="BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS"
@@ -81,6 +91,17 @@ class Settings(BaseModel):
     state_machine_arn: str = Field("", alias="BATCHGW_STATE_MACHINE_ARN")
     models_config_path: str = Field("config/models.local.json", alias="BATCHGW_MODELS_CONFIG")
 
+    @field_validator("batch_max_body_mb")
+    @classmethod
+    def _fits_the_platform(cls, value: float) -> float:
+        if value > PLATFORM_MAX_BODY_MB:
+            raise ValueError(
+                f"API Gateway and Lambda take about 6 MB per request (a binary body base64-encoded in "
+                f"it): at most {PLATFORM_MAX_BODY_MB:g} MiB; larger files go through the Uploads API or "
+                "a presigned upload (BATCH_MAX_FILE_MB)"
+            )
+        return value
+
     @field_validator("batch_min_role")
     @classmethod
     def _known_role(cls, value: str) -> str:
@@ -92,6 +113,10 @@ class Settings(BaseModel):
     @property
     def max_body_bytes(self) -> int:
         return int(self.batch_max_body_mb * 1024 * 1024)
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.batch_max_file_mb * 1024 * 1024)
 
     @property
     def max_result_bytes(self) -> int:

@@ -293,7 +293,11 @@ class ChainRun:
         round trip). True to go on with the chain."""
         deps = self.deps
         started = deps.clock()
-        outcome = await attempt.call(deps, self.batch, held)
+        renewal = asyncio.create_task(self._keep_leased(held))
+        try:
+            outcome = await attempt.call(deps, self.batch, held)
+        finally:
+            renewal.cancel()
         settled, _ = await asyncio.gather(
             attempt.settle(deps, self.batch, held, outcome, started=started),
             self._read_batch(),
@@ -310,6 +314,18 @@ class ChainRun:
             # took it over): hand the rest of the chain on rather than leave it to chance.
             await self._hand_on(after=0)
         return settled.after is After.NEXT
+
+    async def _keep_leased(self, held: RequestRecord) -> None:
+        """Renew the request's lease while its call runs: a lease of a few minutes covers a
+        call of any length, and a dead worker's request comes back a few minutes later."""
+        lease = self.deps.settings.batch_lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                if not await io(self.deps.requests.renew, held, until=self.deps.clock() + lease):
+                    return  # taken over: recording its end will find the lease lost
+            except Exception:  # the lease may still be long enough; the next renewal tries again
+                logger.warning("could not renew a request's lease", exc_info=True)
 
     def _claim_ahead(self, now: float) -> None:
         """Claim the chain's next index while this request runs (its lease covers the call)."""

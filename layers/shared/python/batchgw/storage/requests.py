@@ -161,6 +161,20 @@ class RequestStore:
             return Claim(ClaimKind.HELD, old)
         return Claim(ClaimKind.CLAIMED, RequestRecord.from_item(after), took_over=True)
 
+    def renew(self, held: RequestRecord, *, until: float) -> bool:
+        """Extend this worker's lease on a request it is running; False once it is not its own."""
+        renewal = Update(
+            set={"lease_until": timestamp(until)},
+            condition=f"{is_running} AND {lease_is_mine}",
+            names=_STATUS,
+            values={":running": RequestStatus.RUNNING.value, ":me": held.lease_owner, ":epoch": held.epoch},
+        )
+        return self._table.update(
+            self._key(held.batch_id, held.index),
+            renewal,
+            failure=f"could not renew {held.batch_id}/{held.index}",
+        )
+
     def release(self, held: RequestRecord) -> Released:
         """Hand a claimed request back untouched (queued again, its attempt given back).
 
