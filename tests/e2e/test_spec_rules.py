@@ -195,3 +195,13 @@ def test_rule_14_a_body_over_the_platforms_limit_is_a_413_naming_the_routes_for_
     error = refused.json()["error"]
     assert error["type"] == "request_too_large" and "/v1/uploads" in error["message"]
     assert "/v1/files/presigned" in error["message"]
+
+
+# 13. The validation report's codes exist for direct requests too.
+def test_rule_13_a_request_asking_more_output_than_its_model_answers_is_max_tokens_too_large(
+    alice: Api,
+) -> None:
+    refused = alice.create([chat("m", "long", max_tokens=16385)])
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["param"] == "requests[0].body.max_tokens" and "16384" in error["message"]
