@@ -68,3 +68,20 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+class LambdaContext:
+    """The Lambda context a handler gets, for calling handlers in a test."""
+
+    memory_limit_in_mb = 1024
+
+    def __init__(
+        self, function_name: str = "batchgw-api", *, request_id: str = "req-1", remaining_ms: int = 30_000
+    ):
+        self.function_name = function_name
+        self.aws_request_id = request_id
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        self._remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self._remaining_ms

@@ -23,30 +23,19 @@ from batchgw.run.chain import run_message
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps, receive_all
-from tests.support import FakeClock, http_event
+from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
-LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
-CHAT_URL = "/v1/chat/completions"  # what Lambda takes back from a synchronous invoke
-
-
-class Context:
-    function_name = "batchgw-api"
-    memory_limit_in_mb = 1024
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:batchgw-api"
-    aws_request_id = "req-fit"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 30_000
+LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024  # what Lambda takes back from a synchronous invoke
+CHAT_URL = "/v1/chat/completions"
 
 
 def invoke(deps: Deps, monkeypatch: pytest.MonkeyPatch, event: dict[str, Any]) -> dict[str, Any]:
     """The api handler's response, checked as Lambda would check it."""
     monkeypatch.setattr(api, "get_deps", lambda: deps)
-    response = api.handler(event, Context())  # type: ignore[arg-type]
+    response = api.handler(event, LambdaContext(request_id="req-fit"))  # type: ignore[arg-type]
     assert len(json.dumps(response).encode()) <= LAMBDA_RESPONSE_LIMIT
     return dict(response)
 

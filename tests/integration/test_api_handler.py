@@ -11,25 +11,14 @@ from batchgw.deps import Deps
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps
-from tests.support import FakeClock, http_event
+from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 
-class Context:
-    function_name = "batchgw-api"
-    memory_limit_in_mb = 1024
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:batchgw-api"
-    aws_request_id = "req-1"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 30_000
-
-
 def call(deps: Deps, monkeypatch: pytest.MonkeyPatch, event: dict[str, Any]) -> tuple[int, Any]:
     monkeypatch.setattr(api, "get_deps", lambda: deps)
-    response = api.handler(event, Context())  # type: ignore[arg-type]
+    response = api.handler(event, LambdaContext())  # type: ignore[arg-type]
     body = response.get("body") or "null"
     return int(response["statusCode"]), json.loads(body)
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps
-from tests.support import FakeClock, http_event
+from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -31,17 +31,6 @@ FUZZ = settings(
 )
 
 
-class Context:
-    function_name = "batchgw-api"
-    memory_limit_in_mb = 1024
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:batchgw-api"
-    aws_request_id = "req-fuzz"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 30_000
-
-
 @pytest.fixture
 def deps_installed(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     deps = make_deps(sim, FakeClock(), BATCH_MAX_ACTIVE_PER_USER="100000")
@@ -50,7 +39,7 @@ def deps_installed(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 
 def answer(event: dict[str, Any]) -> tuple[int, Any]:
-    response = api.handler(event, Context())  # type: ignore[arg-type]
+    response = api.handler(event, LambdaContext(request_id="req-fuzz"))  # type: ignore[arg-type]
     status = int(response["statusCode"])
     body = response.get("body")
     assert status < 500, (status, body)

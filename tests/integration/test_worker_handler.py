@@ -12,27 +12,19 @@ from batchgw.run import lifecycle
 from functions.worker import handler as worker
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
-from tests.support import FakeClock, load_event
+from tests.support import FakeClock, LambdaContext, load_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
 
 
-class Context:
-    function_name = "batchgw-worker"
-    memory_limit_in_mb = 1024
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:batchgw-worker"
-    aws_request_id = "req-w"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 900_000
-
-
 def test_a_message_for_an_unknown_batch_is_consumed(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
     deps = make_deps(sim, FakeClock())
     monkeypatch.setattr(worker, "get_deps", lambda: deps)
-    assert worker.handler(load_event("sqs_chain_message"), Context()) == {"batchItemFailures": []}  # type: ignore[arg-type]
+    assert worker.handler(
+        load_event("sqs_chain_message"),
+        LambdaContext("batchgw-worker", request_id="req-w", remaining_ms=900_000),
+    ) == {"batchItemFailures": []}  # type: ignore[arg-type]
 
 
 def test_a_chain_message_runs_its_requests(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,6 +37,8 @@ def test_a_chain_message_runs_its_requests(sim: Simulator, monkeypatch: pytest.M
     [message] = receive_all(deps)
     event = load_event("sqs_chain_message")
     event["Records"][0].update(body=message["Body"], receiptHandle=message["ReceiptHandle"])
-    assert worker.handler(event, Context()) == {"batchItemFailures": []}  # type: ignore[arg-type]
+    assert worker.handler(
+        event, LambdaContext("batchgw-worker", request_id="req-w", remaining_ms=900_000)
+    ) == {"batchItemFailures": []}  # type: ignore[arg-type]
     assert batches.get_batch(deps, ALICE, batch["id"])["request_counts"]["completed"] == 3
     assert json.loads(message["Body"])["w"] == 1
