@@ -22,7 +22,7 @@ import boto3
 from batchgw.config import resources
 from batchgw.config.resources import QueueSpec, TableSpec
 from batchgw.config.settings import Settings
-from batchgw.storage.control import key_item
+from batchgw.storage.accounts import account_items
 from botocore.config import Config
 
 from local.env import (
@@ -34,7 +34,7 @@ from local.env import (
     queue_name,
     setup_logging,
 )
-from local.keys import LOCAL_KEYS
+from local.keys import local_accounts
 
 log = logging.getLogger("local.bootstrap")
 
@@ -142,11 +142,12 @@ def create_bucket(s3: Any, spec: resources.BucketSpec, name: str) -> None:
 
 
 def seed_keys(env: Mapping[str, str]) -> None:
-    """Store the local keys (``local.keys.LOCAL_KEYS``) in the control table."""
+    """Store the local accounts (``local.keys``: the seeded users and their keys)."""
     dynamodb = _session(env).resource("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL"])  # type: ignore[call-overload]
     table = dynamodb.Table(env[resources.CONTROL.env_var])
-    for api_key, (user_id, role) in LOCAL_KEYS.items():
-        table.put_item(Item=key_item(api_key, user_id, role, name="local"))
+    for user, key in local_accounts():
+        for item in account_items(user, [key]):
+            table.put_item(Item=item)
 
 
 def _dummy_zip() -> bytes:

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw.api import auth, batches, files, openapi, results, uploads
+from batchgw.api import accounts, auth, batches, files, openapi, results, uploads
 from batchgw.api.params import Download
 from batchgw.deps import get_deps
 from batchgw.domain import codec
@@ -175,6 +175,68 @@ def complete_upload(upload_id: str) -> Response[Any]:
 @app.post("/v1/uploads/<upload_id>/cancel")
 def cancel_upload(upload_id: str) -> Response[Any]:
     return _json(200, uploads.cancel_upload(get_deps(), _principal(), upload_id))
+
+
+# --- users and keys (administrators) -------------------------------------------------------
+
+
+def _caller() -> Principal:
+    """The caller of a route outside the batch API (BATCH_ENABLED does not apply)."""
+    return auth.authenticate(get_deps(), app.current_event.headers.get("authorization"))
+
+
+def _json_body() -> Any:
+    return parse_json(_raw_body()) if _raw_body() else None
+
+
+@app.post("/admin/users")
+def create_user() -> Response[Any]:
+    return _json(200, accounts.create_user(get_deps(), _caller(), _json_body()))
+
+
+@app.get("/admin/users")
+def list_users() -> Response[Any]:
+    return _json(200, accounts.list_users(get_deps(), _caller()))
+
+
+@app.get("/admin/users/<user_id>")
+def get_user(user_id: str) -> Response[Any]:
+    return _json(200, accounts.get_user(get_deps(), _caller(), user_id))
+
+
+@app.patch("/admin/users/<user_id>")
+def update_user(user_id: str) -> Response[Any]:
+    return _json(200, accounts.update_user(get_deps(), _caller(), user_id, _json_body()))
+
+
+@app.delete("/admin/users/<user_id>")
+def delete_user(user_id: str) -> Response[Any]:
+    return _json(200, accounts.delete_user(get_deps(), _caller(), user_id))
+
+
+@app.post("/admin/users/<user_id>/keys")
+def create_key(user_id: str) -> Response[Any]:
+    return _json(200, accounts.create_key(get_deps(), _caller(), user_id, _json_body()))
+
+
+@app.get("/admin/users/<user_id>/keys")
+def list_keys(user_id: str) -> Response[Any]:
+    return _json(200, accounts.list_keys(get_deps(), _caller(), user_id))
+
+
+@app.patch("/admin/keys/<key_id>")
+def update_key(key_id: str) -> Response[Any]:
+    return _json(200, accounts.update_key(get_deps(), _caller(), key_id, _json_body()))
+
+
+@app.post("/admin/keys/<key_id>/revoke")
+def revoke_key(key_id: str) -> Response[Any]:
+    return _json(200, accounts.revoke_key(get_deps(), _caller(), key_id))
+
+
+@app.post("/admin/keys/<key_id>/regenerate")
+def regenerate_key(key_id: str) -> Response[Any]:
+    return _json(200, accounts.regenerate_key(get_deps(), _caller(), key_id))
 
 
 # --- the API's description ---------------------------------------------------------------

@@ -18,7 +18,7 @@ from moto import mock_aws
 
 from local import moto_patches
 from local.bootstrap import create_bucket, create_queue, create_table
-from local.keys import LOCAL_KEYS
+from local.keys import local_accounts
 from local.simulator import Simulator
 from tests.support import REPO_ROOT, FakeClock
 
@@ -86,8 +86,8 @@ def make_deps(sim: Simulator, clock: FakeClock, **overrides: Any) -> Deps:
     catalog = load_catalog(REPO_ROOT / "config" / "models.local.json", {"BATCHGW_SIM_PORT": str(sim.port)})
     deps = build_deps(settings, catalog, clock=clock)
     deps.workflow = FakeWorkflow()  # type: ignore[assignment]
-    for key, (user, role) in LOCAL_KEYS.items():
-        deps.keys.put(key, user, role)
+    for user, key in local_accounts():
+        deps.accounts.create(user, [key])
     return deps
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from batchgw.config import resources
 from batchgw.config.settings import Settings
-from batchgw.storage.control import key_item
+from batchgw.domain.principal import hash_key
 
 from local import env as local_env
 from local.adapter import API_GATEWAY_MAX_BODY, build_event
@@ -149,13 +149,15 @@ def test_bootstrap_creates_every_resource_from_the_specs(stack: LocalStack, aws:
     for bucket in resources.BUCKETS:
         s3.head_bucket(Bucket=stack.env[bucket.env_var])
 
-    for key, (user, role) in LOCAL_KEYS.items():
-        record = key_item(key, user, role)
-        item = dynamodb.get_item(
-            TableName=stack.env[resources.CONTROL.env_var],
-            Key={"pk": {"S": record["pk"]}, "sk": {"S": record["sk"]}},
+    table = stack.env[resources.CONTROL.env_var]
+    for api_key, (user_id, role) in LOCAL_KEYS.items():
+        by_hash = dynamodb.get_item(
+            TableName=table, Key={"pk": {"S": f"key#{hash_key(api_key)}"}, "sk": {"S": "key"}}
         )["Item"]
-        assert (item["user_id"]["S"], item["role"]["S"]) == (user, role)
+        profile = dynamodb.get_item(
+            TableName=table, Key={"pk": {"S": f"user#{user_id}"}, "sk": {"S": "profile"}}
+        )
+        assert by_hash["user_id"]["S"] == user_id and profile["Item"]["role"]["S"] == role
 
     machine = aws.client("stepfunctions").describe_state_machine(
         stateMachineArn=stack.env["BATCHGW_STATE_MACHINE_ARN"]

@@ -15,10 +15,11 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, StoredResults
+from batchgw.storage.accounts import AccountStore
 from batchgw.storage.aws import get_clients
 from batchgw.storage.batches import BatchStore
 from batchgw.storage.blobs import BlobStore
-from batchgw.storage.control import ControlStore, KeyStore
+from batchgw.storage.control import ControlStore
 from batchgw.storage.files import FileStore
 from batchgw.storage.queue import WorkQueue
 from batchgw.storage.requests import RequestStore
@@ -36,7 +37,7 @@ class Deps:
     blobs: BlobStore
     queue: WorkQueue
     workflow: Workflow
-    keys: KeyStore
+    accounts: AccountStore
     files: FileStore
     control: ControlStore
     health: ModelHealth  # what this process knows of each model's failures and pauses
@@ -55,7 +56,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         blobs=BlobStore(clients.s3, settings.data_bucket),
         queue=WorkQueue(clients.sqs, settings.work_queue_url),
         workflow=Workflow(clients.sfn, settings.state_machine_arn),
-        keys=KeyStore(clients.dynamodb, settings.control_table),
+        accounts=AccountStore(clients.dynamodb, settings.control_table),
         files=FileStore(clients.dynamodb, settings.files_table),
         control=ControlStore(clients.dynamodb, settings.control_table),
         health=ModelHealth(settings.batch_model_pause_after_failures, settings.batch_model_pause_seconds),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from batchgw.deps import Deps
+from batchgw.domain.accounts import UserStatus
 from batchgw.domain.errors import Forbidden, NotFound, Unauthorized
 from batchgw.domain.principal import Principal, hash_key
 
@@ -21,19 +22,32 @@ def authenticate(deps: Deps, authorization: str | None) -> Principal:
     now = deps.clock()
     cached = _key_cache.get(digest)
     if cached is None or cached[0] < now:
-        record = deps.keys.get(digest)
-        principal = None
-        if record is not None and not record.get("revoked"):
-            principal = Principal(
-                user_id=str(record["user_id"]),
-                role=str(record["role"]),
-                key_id=str(record.get("key_id", digest[:16])),
-            )
-        cached = (now + _KEY_CACHE_SECONDS, principal)
+        cached = (now + _KEY_CACHE_SECONDS, _principal_of(deps, digest, now))
         _key_cache[digest] = cached
-    if cached[1] is None:
-        raise Unauthorized("Invalid API key.", code="invalid_api_key")
-    return cached[1]
+    principal = cached[1]
+    if principal is None:
+        raise Unauthorized("Invalid API key: unknown, revoked or expired.", code="invalid_api_key")
+    if principal == SUSPENDED:
+        raise Forbidden("Your account is suspended.", code="account_suspended")
+    return principal
+
+
+# A suspended account's key is recognised but refused (403, not 401).
+SUSPENDED = Principal(user_id="", role="", key_id="suspended")
+
+
+def _principal_of(deps: Deps, digest: str, now: float) -> Principal | None:
+    """Who a key's hash names: its user, if the key is usable and the account active."""
+    found = deps.accounts.by_hash(digest)
+    if found is None:
+        return None
+    user, keys = deps.accounts.account(found[0])
+    key = next((k for k in keys if k.id == found[1]), None)
+    if user is None or key is None or not key.usable(now) or user.status is UserStatus.DELETED:
+        return None
+    if user.status is UserStatus.SUSPENDED:
+        return SUSPENDED
+    return Principal(user_id=user.id, role=user.role, key_id=key.id)
 
 
 def ensure_enabled(deps: Deps) -> None:

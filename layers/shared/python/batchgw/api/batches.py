@@ -304,10 +304,28 @@ def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
             f"Batch '{batch_id}' has requests running; cancel it and wait for them to finish.",
             code="batch_not_deletable",
         )
-    if deps.batches.delete_record(record.id):
-        deps.workflow.stop(record.id)
-        deps.workflow.start_purge(record.id)
+    remove(deps, record.id)
     return {"id": record.id, "object": "batch.deleted", "deleted": True}
+
+
+def remove(deps: Deps, batch_id: str) -> None:
+    """Delete a batch's record (it reads as not found at once), stop its workflow and purge
+    the rest in the background."""
+    if deps.batches.delete_record(batch_id):
+        deps.workflow.stop(batch_id)
+        deps.workflow.start_purge(batch_id)
+
+
+def batch_ids_of(deps: Deps, owner: str) -> list[str]:
+    """Every batch of ``owner``, whatever its status."""
+    ids: list[str] = []
+    before_key = None
+    while True:
+        records, more = deps.batches.list_for_owner(owner, limit=100, before_key=before_key)
+        ids += [r.id for r in records]
+        if not more or not records:
+            return ids
+        before_key = records[-1].created_key
 
 
 # --- list --------------------------------------------------------------------------------

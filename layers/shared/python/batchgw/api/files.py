@@ -202,6 +202,14 @@ def delete_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any
     return {"id": record.id, "object": "file", "deleted": True}
 
 
+def delete_all_of(deps: Deps, owner: str) -> None:
+    """Delete every file of ``owner`` (a deleted user's)."""
+    ttl = int(deps.clock()) + 30 * 86400
+    for record in deps.files.for_owner(owner):
+        deps.blobs.delete(file_key(record.id))
+        deps.files.mark_deleted(record.id, ttl=ttl)
+
+
 def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
     """The file's bytes inline when small, else a presigned URL; with its SHA-256."""
     record = visible_file(deps, principal, file_id)

@@ -1,44 +1,15 @@
-"""The control table's small records: API keys (hashed), uploads and their parts, and
-hourly counters. (Model slots live there too: see ``storage.slots``.)"""
+"""The control table's small records: uploads and their parts, and hourly counters. (Model
+slots and accounts live there too: see ``storage.slots`` and ``storage.accounts``.)"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from batchgw.domain.principal import hash_key
 from batchgw.storage.dynamo import Table, Update, from_item
-
-KEY_SK = "key"
 
 # The clauses of the control records' conditional writes.
 record_not_exists = "attribute_not_exists(pk)"
 below_limit = "attribute_not_exists(n) OR n < :limit"
-
-
-def key_item(api_key: str, user_id: str, role: str, name: str = "") -> dict[str, str]:
-    """The control-table item that stores one API key (only its hash is kept)."""
-    digest = hash_key(api_key)
-    return {
-        "pk": f"key#{digest}",
-        "sk": KEY_SK,
-        "user_id": user_id,
-        "role": role,
-        "name": name,
-        "key_id": digest[:16],
-    }
-
-
-class KeyStore:
-    """API keys by hash."""
-
-    def __init__(self, client: Any, table: str) -> None:
-        self._table = Table(client, table)
-
-    def get(self, key_hash: str) -> dict[str, Any] | None:
-        return self._table.get({"pk": {"S": f"key#{key_hash}"}, "sk": {"S": KEY_SK}}, consistent=False)
-
-    def put(self, api_key: str, user_id: str, role: str, name: str = "") -> None:
-        self._table.put(key_item(api_key, user_id, role, name), failure=f"could not store a key of {user_id}")
 
 
 class ControlStore:

@@ -1,0 +1,320 @@
+"""Users and API keys: the admin API (administrators only) and a user's own profile.
+
+Routes: ``POST|GET /admin/users``, ``GET|PATCH|DELETE /admin/users/{id}``,
+``POST|GET /admin/users/{id}/keys``, ``PATCH /admin/keys/{id}``,
+``POST /admin/keys/{id}/revoke``, ``POST /admin/keys/{id}/regenerate``. A key's secret is
+shown once, when it is made; afterwards only its prefix. Amounts are USD (null: unlimited),
+stored as integer nano-dollars.
+"""
+
+from __future__ import annotations
+
+import secrets
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from batchgw.api import batches, files
+from batchgw.api.ids import new_id
+from batchgw.deps import Deps
+from batchgw.domain import money
+from batchgw.domain.accounts import KeyRecord, UserRecord, UserStatus
+from batchgw.domain.errors import BadRequest, Forbidden, NotFound
+from batchgw.domain.principal import ROLES, Principal, hash_key
+
+USER_PREFIX = "user_"
+KEY_PREFIX = "key_"
+SECRET_PREFIX = "sk-"
+VISIBLE_PREFIX_CHARS = 12
+_MAX_TEXT = 200
+
+
+def require_admin(principal: Principal) -> None:
+    if not principal.is_admin:
+        raise Forbidden("Only an administrator may do this.", code="admin_only")
+
+
+# --- shapes --------------------------------------------------------------------------------------
+
+
+def _usd(nano: int | None) -> float | None:
+    return None if nano is None else money.usd_float(nano)
+
+
+def user_object(user: UserRecord) -> dict[str, Any]:
+    return {
+        "id": user.id,
+        "object": "user",
+        "name": user.name,
+        "email": user.email,
+        "role": user.role,
+        "status": user.status.value,
+        "daily_quota_usd": _usd(user.daily_quota_nano),
+        "monthly_quota_usd": _usd(user.monthly_quota_nano),
+        "created_at": user.created_at,
+    }
+
+
+def key_object(key: KeyRecord, secret: str | None = None) -> dict[str, Any]:
+    shown: dict[str, Any] = {
+        "id": key.id,
+        "object": "api_key",
+        "user_id": key.user_id,
+        "name": key.name,
+        "prefix": key.prefix,
+        "created_at": key.created_at,
+        "expires_at": key.expires_at,
+        "revoked_at": key.revoked_at,
+        "daily_budget_usd": _usd(key.daily_budget_nano),
+        "monthly_budget_usd": _usd(key.monthly_budget_nano),
+    }
+    if secret is not None:
+        shown["key"] = secret  # shown once
+    return shown
+
+
+# --- bodies ------------------------------------------------------------------------------------
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return body
+
+
+def _only(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise BadRequest(f"Unknown field '{unknown[0]}'.", param=unknown[0])
+
+
+def _text(body: dict[str, Any], name: str, *, required: bool, email: bool = False) -> str | None:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > _MAX_TEXT
+        or (email and "@" not in value)
+    ):
+        what = "an email address" if email else f"a string of 1-{_MAX_TEXT} characters"
+        raise BadRequest(f"'{name}' must be {what}.", param=name)
+    return value.strip()
+
+
+def _role(body: dict[str, Any], *, required: bool) -> str | None:
+    role = body.get("role")
+    if role is None and not required:
+        return None
+    if role not in ROLES:
+        raise BadRequest(f"'role' must be one of {', '.join(ROLES)}.", param="role")
+    return str(role)
+
+
+def nano_of(body: dict[str, Any], name: str) -> int | None:
+    """A USD amount (a non-negative number, or null for unlimited) as nano-dollars."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRequest(f"'{name}' must be a non-negative number of USD, or null.", param=name)
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        raise BadRequest(f"'{name}' must be a non-negative number of USD, or null.", param=name) from None
+    if not amount.is_finite() or amount < 0 or amount > 10**9:
+        raise BadRequest(f"'{name}' must be a non-negative number of USD, or null.", param=name)
+    return int(amount * money.NANO_PER_USD)
+
+
+def _time(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(f"'{name}' must be unix seconds, or null.", param=name)
+    return value
+
+
+# --- users -------------------------------------------------------------------------------------
+
+
+def _visible_user(deps: Deps, user_id: str) -> UserRecord:
+    user = deps.accounts.user(user_id)
+    if user is None or user.status is UserStatus.DELETED:
+        raise NotFound(f"No user '{user_id}'.", code="user_not_found")
+    return user
+
+
+def create_user(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
+    require_admin(principal)
+    body = _object(body)
+    _only(body, {"name", "email", "role", "daily_quota_usd", "monthly_quota_usd"})
+    user = UserRecord(
+        id=new_id(USER_PREFIX, deps.clock()),
+        name=str(_text(body, "name", required=True)),
+        email=str(_text(body, "email", required=True, email=True)),
+        role=str(_role(body, required=True)),
+        daily_quota_nano=nano_of(body, "daily_quota_usd"),
+        monthly_quota_nano=nano_of(body, "monthly_quota_usd"),
+        created_at=int(deps.clock()),
+    )
+    deps.accounts.create(user)
+    return user_object(user)
+
+
+def list_users(deps: Deps, principal: Principal) -> dict[str, Any]:
+    require_admin(principal)
+    users = [user_object(u) for u in deps.accounts.users() if u.status is not UserStatus.DELETED]
+    return {"object": "list", "data": users, "has_more": False}
+
+
+def get_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
+    require_admin(principal)
+    return user_object(_visible_user(deps, user_id))
+
+
+def update_user(deps: Deps, principal: Principal, user_id: str, body: Any) -> dict[str, Any]:
+    require_admin(principal)
+    body = _object(body)
+    _only(body, {"name", "email", "role", "status", "daily_quota_usd", "monthly_quota_usd"})
+    _visible_user(deps, user_id)
+    fields: dict[str, Any] = {}
+    if "name" in body:
+        fields["name"] = _text(body, "name", required=True)
+    if "email" in body:
+        fields["email"] = _text(body, "email", required=True, email=True)
+    if "role" in body:
+        fields["role"] = _role(body, required=True)
+    if "status" in body:
+        if body["status"] not in (UserStatus.ACTIVE.value, UserStatus.SUSPENDED.value):
+            raise BadRequest(
+                "'status' must be 'active' or 'suspended' (DELETE removes a user).", param="status"
+            )
+        fields["status"] = body["status"]
+    for name, stored in (
+        ("daily_quota_usd", "daily_quota_nano"),
+        ("monthly_quota_usd", "monthly_quota_nano"),
+    ):
+        if name in body:
+            fields[stored] = nano_of(body, name)
+    changed = deps.accounts.change_user(user_id, fields) if fields else deps.accounts.user(user_id)
+    if changed is None:
+        raise NotFound(f"No user '{user_id}'.", code="user_not_found")
+    return user_object(changed)
+
+
+def delete_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
+    """Delete a user: their keys are revoked and the account reads as gone at once; their
+    batches (purged in the background) and files are deleted."""
+    require_admin(principal)
+    _visible_user(deps, user_id)
+    now = int(deps.clock())
+    _, keys = deps.accounts.account(user_id)
+    for key in keys:
+        if key.revoked_at is None:
+            deps.accounts.change_key(user_id, key.id, {"revoked_at": now})
+    deps.accounts.change_user(user_id, {"status": UserStatus.DELETED.value})
+    for batch_id in batches.batch_ids_of(deps, user_id):
+        batches.remove(deps, batch_id)
+    files.delete_all_of(deps, user_id)
+    return {"id": user_id, "object": "user.deleted", "deleted": True}
+
+
+# --- keys --------------------------------------------------------------------------------------
+
+
+def new_key(deps: Deps, user_id: str, *, name: str = "", **fields: Any) -> tuple[KeyRecord, str]:
+    """A new key of ``user_id`` (stored), and its secret."""
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    key = KeyRecord(
+        id=new_id(KEY_PREFIX, deps.clock()),
+        user_id=user_id,
+        key_hash=hash_key(secret),
+        prefix=secret[:VISIBLE_PREFIX_CHARS],
+        name=name,
+        created_at=int(deps.clock()),
+        **fields,
+    )
+    deps.accounts.add_key(key)
+    return key, secret
+
+
+def create_key(deps: Deps, principal: Principal, user_id: str, body: Any) -> dict[str, Any]:
+    require_admin(principal)
+    body = _object(body if body is not None else {})
+    _only(body, {"name", "expires_at", "daily_budget_usd", "monthly_budget_usd"})
+    _visible_user(deps, user_id)
+    key, secret = new_key(
+        deps,
+        user_id,
+        name=_text(body, "name", required=False) or "",
+        expires_at=_time(body, "expires_at"),
+        daily_budget_nano=nano_of(body, "daily_budget_usd"),
+        monthly_budget_nano=nano_of(body, "monthly_budget_usd"),
+    )
+    return key_object(key, secret)
+
+
+def list_keys(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
+    require_admin(principal)
+    _visible_user(deps, user_id)
+    _, keys = deps.accounts.account(user_id)
+    return {"object": "list", "data": [key_object(k) for k in keys], "has_more": False}
+
+
+def _visible_key(deps: Deps, key_id: str) -> KeyRecord:
+    owner = deps.accounts.owner_of_key(key_id) if key_id.startswith(KEY_PREFIX) else None
+    key = None if owner is None else deps.accounts.key(owner, key_id)
+    if key is None:
+        raise NotFound(f"No key '{key_id}'.", code="key_not_found")
+    return key
+
+
+def update_key(deps: Deps, principal: Principal, key_id: str, body: Any) -> dict[str, Any]:
+    require_admin(principal)
+    body = _object(body)
+    _only(body, {"name", "expires_at", "daily_budget_usd", "monthly_budget_usd"})
+    key = _visible_key(deps, key_id)
+    fields: dict[str, Any] = {}
+    if "name" in body:
+        fields["name"] = _text(body, "name", required=False) or ""
+    if "expires_at" in body:
+        fields["expires_at"] = _time(body, "expires_at")
+    for name, stored in (
+        ("daily_budget_usd", "daily_budget_nano"),
+        ("monthly_budget_usd", "monthly_budget_nano"),
+    ):
+        if name in body:
+            fields[stored] = nano_of(body, name)
+    changed = deps.accounts.change_key(key.user_id, key.id, fields) if fields else key
+    assert changed is not None
+    return key_object(changed)
+
+
+def revoke_key(deps: Deps, principal: Principal, key_id: str) -> dict[str, Any]:
+    require_admin(principal)
+    key = _visible_key(deps, key_id)
+    if key.revoked_at is not None:
+        return key_object(key)
+    revoked = deps.accounts.change_key(key.user_id, key.id, {"revoked_at": int(deps.clock())})
+    assert revoked is not None
+    return key_object(revoked)
+
+
+def regenerate_key(deps: Deps, principal: Principal, key_id: str) -> dict[str, Any]:
+    """A new secret in place of the key: the old key is revoked (batches it created fail)
+    and a new one with its name, expiry and budgets is made."""
+    require_admin(principal)
+    old = _visible_key(deps, key_id)
+    if old.revoked_at is None:
+        deps.accounts.change_key(old.user_id, old.id, {"revoked_at": int(deps.clock())})
+    key, secret = new_key(
+        deps,
+        old.user_id,
+        name=old.name,
+        expires_at=old.expires_at,
+        daily_budget_nano=old.daily_budget_nano,
+        monthly_budget_nano=old.monthly_budget_nano,
+    )
+    return key_object(key, secret)

@@ -1,0 +1,171 @@
+"""Users and API keys through the admin API (the api handler, on moto)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from batchgw.api import auth
+from batchgw.deps import Deps
+
+from functions.api import handler as api
+from local.simulator import Simulator
+from tests.integration.conftest import chat_request, make_deps
+from tests.support import FakeClock, LambdaContext, http_event
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+ADMIN, ALICE = "sk-local-admin", "sk-local-alice"
+
+
+@pytest.fixture
+def world(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> tuple[Deps, FakeClock]:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    monkeypatch.setattr(api, "get_deps", lambda: deps)
+    monkeypatch.setattr(auth, "_key_cache", {})
+    return deps, clock
+
+
+def call(method: str, path: str, key: str | None, body: Any = None) -> tuple[int, Any]:
+    response = api.handler(http_event(method, path, key=key, body=body), LambdaContext())  # type: ignore[arg-type]
+    return int(response["statusCode"]), json.loads(response.get("body") or "null")
+
+
+def new_user(role: str = "internal", **quotas: Any) -> str:
+    status, user = call(
+        "POST", "/admin/users", ADMIN, {"name": "Carol", "email": "carol@example.com", "role": role, **quotas}
+    )
+    assert status == 200, user
+    return str(user["id"])
+
+
+def new_key(user_id: str, **fields: Any) -> dict[str, Any]:
+    status, key = call("POST", f"/admin/users/{user_id}/keys", ADMIN, fields)
+    assert status == 200, key
+    return dict(key)
+
+
+ADMIN_ROUTES = [
+    ("POST", "/admin/users", {"name": "x", "email": "x@y", "role": "free"}),
+    ("GET", "/admin/users", None),
+    ("GET", "/admin/users/user-bob", None),
+    ("PATCH", "/admin/users/user-bob", {"role": "admin"}),
+    ("DELETE", "/admin/users/user-bob", None),
+    ("POST", "/admin/users/user-bob/keys", {}),
+    ("GET", "/admin/users/user-bob/keys", None),
+    ("PATCH", "/admin/keys/key_local_bob", {"daily_budget_usd": 1}),
+    ("POST", "/admin/keys/key_local_bob/revoke", None),
+    ("POST", "/admin/keys/key_local_bob/regenerate", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ADMIN_ROUTES)
+def test_every_admin_route_is_refused_to_a_non_admin(world: Any, method: str, path: str, body: Any) -> None:
+    status, error = call(method, path, ALICE, body)
+    assert status == 403 and error["error"]["code"] == "admin_only"
+    assert call("GET", "/admin/users/user-bob", ADMIN)[0] == 200  # and nothing changed
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/admin/users/user_nobody"),
+        ("GET", "/admin/users/user_nobody/keys"),
+        ("POST", "/admin/keys/key_x/revoke"),
+    ],
+)
+def test_unknown_users_and_keys_are_404(world: Any, method: str, path: str) -> None:
+    assert call(method, path, ADMIN)[0] == 404
+
+
+def test_a_new_users_key_works_until_it_is_revoked(world: Any) -> None:
+    _deps, clock = world
+    user_id = new_user()
+    key = new_key(user_id, name="ci", daily_budget_usd=2.5)
+    assert (
+        key["key"].startswith("sk-") and key["prefix"] == key["key"][:12] and key["daily_budget_usd"] == 2.5
+    )
+    assert call("GET", "/v1/batches", key["key"])[0] == 200
+    listed = call("GET", f"/admin/users/{user_id}/keys", ADMIN)[1]["data"]
+    assert [k["id"] for k in listed] == [key["id"]] and "key" not in listed[0]  # the secret is shown once
+    assert call("POST", f"/admin/keys/{key['id']}/revoke", ADMIN)[1]["revoked_at"] is not None
+    clock.advance(31)  # past the api's key cache
+    status, error = call("GET", "/v1/batches", key["key"])
+    assert status == 401 and error["error"]["code"] == "invalid_api_key"
+
+
+def test_an_expired_key_is_refused(world: Any) -> None:
+    _deps, clock = world
+    key = new_key(new_user(), expires_at=int(clock()) + 60)
+    assert call("GET", "/v1/batches", key["key"])[0] == 200
+    clock.advance(61)
+    assert call("GET", "/v1/batches", key["key"])[0] == 401
+
+
+def test_a_suspended_account_is_refused_and_reinstated(world: Any) -> None:
+    _deps, clock = world
+    user_id = new_user()
+    key = new_key(user_id)
+    assert (
+        call("PATCH", f"/admin/users/{user_id}", ADMIN, {"status": "suspended"})[1]["status"] == "suspended"
+    )
+    clock.advance(31)
+    status, error = call("GET", "/v1/batches", key["key"])
+    assert status == 403 and error["error"]["code"] == "account_suspended"
+    call("PATCH", f"/admin/users/{user_id}", ADMIN, {"status": "active"})
+    clock.advance(31)
+    assert call("GET", "/v1/batches", key["key"])[0] == 200
+
+
+def test_regenerating_a_key_revokes_the_old_secret_and_keeps_its_budgets(world: Any) -> None:
+    _deps, clock = world
+    user_id = new_user()
+    old = new_key(user_id, name="svc", monthly_budget_usd=10)
+    fresh = call("POST", f"/admin/keys/{old['id']}/regenerate", ADMIN)[1]
+    assert fresh["id"] != old["id"] and fresh["name"] == "svc" and fresh["monthly_budget_usd"] == 10
+    clock.advance(31)
+    assert call("GET", "/v1/batches", old["key"])[0] == 401
+    assert call("GET", "/v1/batches", fresh["key"])[0] == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "x", "email": "not-an-email", "role": "free"},
+        {"name": "x", "email": "a@b", "role": "root"},
+        {"name": "", "email": "a@b", "role": "free"},
+        {"name": "x", "email": "a@b", "role": "free", "daily_quota_usd": -1},
+        {"name": "x", "email": "a@b", "role": "free", "monthly_quota_usd": "10"},
+        {"name": "x", "email": "a@b", "role": "free", "extra": 1},
+        ["not", "an", "object"],
+    ],
+)
+def test_a_bad_user_is_refused_with_400(world: Any, body: Any) -> None:
+    assert call("POST", "/admin/users", ADMIN, body)[0] == 400
+
+
+def test_updating_a_user_sets_role_and_quotas_and_null_means_unlimited(world: Any) -> None:
+    user_id = new_user(daily_quota_usd=1.5)
+    updated = call(
+        "PATCH",
+        f"/admin/users/{user_id}",
+        ADMIN,
+        {"role": "pro", "daily_quota_usd": None, "monthly_quota_usd": 30},
+    )[1]
+    assert (updated["role"], updated["daily_quota_usd"], updated["monthly_quota_usd"]) == ("pro", None, 30)
+    assert user_id in [u["id"] for u in call("GET", "/admin/users", ADMIN)[1]["data"]]
+
+
+def test_deleting_a_user_removes_their_batches_files_and_keys(world: Any) -> None:
+    deps, clock = world
+    user_id = new_user()
+    key = new_key(user_id)
+    status, batch = call("POST", "/v1/batches", key["key"], {"requests": [chat_request("d", "bye")]})
+    assert status == 200
+    assert call("DELETE", f"/admin/users/{user_id}", ADMIN)[1]["deleted"] is True
+    assert call("GET", f"/admin/users/{user_id}", ADMIN)[0] == 404
+    assert call("GET", f"/v1/batches/{batch['id']}", ADMIN)[0] == 404
+    assert deps.workflow.purges == [batch["id"]]  # type: ignore[attr-defined]
+    clock.advance(31)
+    assert call("GET", "/v1/batches", key["key"])[0] == 401
