@@ -21,7 +21,8 @@ Endpoints (POST, JSON)
     ``/v1/chat/completions``, ``/v1/embeddings``, ``/v1/responses``, ``/v1/messages``
     (the last one requires an ``anthropic-version`` header). No authentication is
     checked. Besides: ``GET /healthz``; ``GET /_sim/stats`` answers
-    ``{"models": {"sim-chat": {"requests": N, "in_flight": K, "max_in_flight": M}, ...}}``;
+    ``{"models": {"sim-chat": {"requests": N, "in_flight": K, "max_in_flight": M}, ...},
+    "tags": {...}}`` (the same counts per ``tag=`` directive);
     ``POST /_sim/reset`` zeroes the request counts and attempt counters, and sets
     ``max_in_flight`` to what is in flight now (``in_flight`` itself stays true).
 
@@ -58,6 +59,9 @@ several tokens per directive and several directives are allowed, later values wi
                        N, but still valid JSON).
     ``hang``           never answer: hold the connection until the client goes away or
                        the server stops.
+    ``tag=NAME``       count the request under NAME too: ``/_sim/stats`` then also answers
+                       ``"tags": {NAME: {"requests", "in_flight", "max_in_flight"}}`` (how
+                       many requests of one user, say, were ever in flight at once).
     ``tool``           (in the last user text, when the request has tools) answer with a
                        call of the first tool with ``{}`` arguments, unless the request
                        already ends with a tool result.
@@ -212,6 +216,7 @@ class Directives:
     latency_ms: float = 0.0
     retry_after: str | None = None
     bytes: int | None = None
+    tag: str | None = None
     flags: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -248,7 +253,7 @@ def parse_directives(texts: Iterable[str]) -> Directives:
                     flags.add(key)
                 else:
                     raise RequestError(f"unknown sim directive {token!r}")
-    unknown = set(values) - {"status", "fail", "latency_ms", "retry_after", "bytes"}
+    unknown = set(values) - {"status", "fail", "latency_ms", "retry_after", "bytes", "tag"}
     if unknown:
         raise RequestError(f"unknown sim directive {sorted(unknown)[0]!r}")
     status = None
@@ -270,6 +275,7 @@ def parse_directives(texts: Iterable[str]) -> Directives:
         latency_ms=latency,
         retry_after=values.get("retry_after") or None,
         bytes=_int_value("bytes", values["bytes"], 0) if "bytes" in values else None,
+        tag=values.get("tag") or None,
         flags=frozenset(flags),
     )
 
@@ -691,38 +697,41 @@ class Stats:
     def __init__(self, models: Iterable[str]) -> None:
         self._lock = threading.Lock()
         self._counts = {model: _ModelCounts() for model in models}
+        self._tags: dict[str, _ModelCounts] = {}
 
     @contextmanager
-    def track(self, model: str) -> Iterator[None]:
-        counts = self._counts[model]
+    def track(self, model: str, tag: str | None = None) -> Iterator[None]:
         with self._lock:
-            counts.requests += 1
-            counts.in_flight += 1
-            counts.max_in_flight = max(counts.max_in_flight, counts.in_flight)
+            tracked = [self._counts[model]]
+            if tag is not None:
+                tracked.append(self._tags.setdefault(tag, _ModelCounts()))
+            for counts in tracked:
+                counts.requests += 1
+                counts.in_flight += 1
+                counts.max_in_flight = max(counts.max_in_flight, counts.in_flight)
         try:
             yield
         finally:
             with self._lock:
-                counts.in_flight -= 1
+                for counts in tracked:
+                    counts.in_flight -= 1
 
     def snapshot(self) -> JsonObject:
         with self._lock:
             return {
-                "models": {
-                    model: {
-                        "requests": counts.requests,
-                        "in_flight": counts.in_flight,
-                        "max_in_flight": counts.max_in_flight,
-                    }
-                    for model, counts in self._counts.items()
-                }
+                "models": {model: _shown(counts) for model, counts in self._counts.items()},
+                "tags": {tag: _shown(counts) for tag, counts in self._tags.items()},
             }
 
     def reset(self) -> None:
         with self._lock:
-            for counts in self._counts.values():
+            for counts in (*self._counts.values(), *self._tags.values()):
                 counts.requests = 0
                 counts.max_in_flight = counts.in_flight
+
+
+def _shown(counts: _ModelCounts) -> JsonObject:
+    return {"requests": counts.requests, "in_flight": counts.in_flight, "max_in_flight": counts.max_in_flight}
 
 
 class Attempts:
@@ -750,6 +759,14 @@ class Attempts:
 
 
 # --------------------------------------------------------------------------- behaviour
+
+
+def _tag_of(body: JsonObject) -> str | None:
+    """The request's ``tag=`` directive, if it has one (a bad directive is answered later)."""
+    try:
+        return parse_directives(collect_texts(body)).tag
+    except RequestError:
+        return None
 
 
 class SimulatorCore:
@@ -812,7 +829,7 @@ class SimulatorCore:
                 type_="not_found_error",
                 code="model_not_found",
             )
-        with self.stats.track(model):
+        with self.stats.track(model, _tag_of(body)):
             return self._model_request(endpoint, model, body, headers, client_gone)
 
     def _model_request(

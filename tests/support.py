@@ -20,19 +20,26 @@ def load_event(name: str, **overrides: Any) -> dict[str, Any]:
 
 
 def http_event(
-    method: str, path: str, *, key: str | None = "sk-local-alice", body: Any = None, query: str = ""
+    method: str,
+    path: str,
+    *,
+    key: str | None = "sk-local-alice",
+    body: Any = None,
+    query: str = "",
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """An API Gateway HTTP API (v2) event for ``method path``, built on the sample event."""
     event = load_event("http_api_request")
     event["rawPath"] = path
     event["rawQueryString"] = query
     event["requestContext"]["http"].update(method=method, path=path)
-    headers = dict(event["headers"])
+    sent = dict(event["headers"])
     if key is None:
-        headers.pop("authorization")
+        sent.pop("authorization")
     else:
-        headers["authorization"] = f"Bearer {key}"
-    event["headers"] = headers
+        sent["authorization"] = f"Bearer {key}"
+    sent.update({name.lower(): value for name, value in (headers or {}).items()})
+    event["headers"] = sent
     if query:
         params: dict[str, str] = {}
         for pair in query.split("&"):

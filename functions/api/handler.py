@@ -76,10 +76,19 @@ def create_batch() -> Response[Any]:
     headers = app.current_event.headers
     if headers.get("anthropic-beta"):
         raise BadRequest("anthropic-beta is not supported: batches support no beta.", param="anthropic-beta")
+    if "x-on-behalf-of" in headers:
+        raise BadRequest(
+            "X-On-Behalf-Of is not supported: a batch always runs as the key that creates it.",
+            param="X-On-Behalf-Of",
+        )
     return _json(
         200,
         batches.create_batch(
-            get_deps(), principal, _raw_body(), anthropic_version=headers.get("anthropic-version")
+            get_deps(),
+            principal,
+            _raw_body(),
+            anthropic_version=headers.get("anthropic-version"),
+            idempotency_key=headers.get("idempotency-key"),
         ),
     )
 
@@ -187,6 +196,11 @@ def _caller() -> Principal:
 
 def _json_body() -> Any:
     return parse_json(_raw_body()) if _raw_body() else None
+
+
+@app.get("/v1/me")
+def me() -> Response[Any]:
+    return _json(200, accounts.me(get_deps(), _caller()))
 
 
 @app.post("/admin/users")

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from batchgw.api import auth
 from batchgw.config import resources
 from batchgw.config.catalog import load_catalog
 from batchgw.config.settings import Settings
 from batchgw.deps import Deps, build_deps
+from batchgw.run import owner
 from batchgw.storage import aws
 from batchgw.storage.workflow import Next, step
 from moto import mock_aws
@@ -55,6 +57,16 @@ def sim() -> Iterator[Simulator]:
         yield simulator
     finally:
         simulator.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> Iterator[None]:
+    """What a process caches of keys and accounts belongs to one test's moto."""
+    auth.forget_keys()
+    owner.forget_accounts()
+    yield
+    auth.forget_keys()
+    owner.forget_accounts()
 
 
 @pytest.fixture

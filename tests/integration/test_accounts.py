@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from batchgw.api import auth
 from batchgw.deps import Deps
+from batchgw.storage.spend import Payer
 
 from functions.api import handler as api
 from local.simulator import Simulator
@@ -27,8 +28,11 @@ def world(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> tuple[Deps, FakeCl
     return deps, clock
 
 
-def call(method: str, path: str, key: str | None, body: Any = None) -> tuple[int, Any]:
-    response = api.handler(http_event(method, path, key=key, body=body), LambdaContext())  # type: ignore[arg-type]
+def call(
+    method: str, path: str, key: str | None, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    event = http_event(method, path, key=key, body=body, headers=headers)
+    response = api.handler(event, LambdaContext())  # type: ignore[arg-type]
     return int(response["statusCode"]), json.loads(response.get("body") or "null")
 
 
@@ -169,3 +173,55 @@ def test_deleting_a_user_removes_their_batches_files_and_keys(world: Any) -> Non
     assert deps.workflow.purges == [batch["id"]]  # type: ignore[attr-defined]
     clock.advance(31)
     assert call("GET", "/v1/batches", key["key"])[0] == 401
+
+
+# --- a user's own view --------------------------------------------------------------------------
+
+
+def test_me_shows_the_callers_profile_quotas_spend_and_key_never_anothers(world: Any) -> None:
+    deps, clock = world
+    call("PATCH", "/admin/users/user-alice", ADMIN, {"daily_quota_usd": 2.5})
+    call("PATCH", "/admin/keys/key_local_alice", ADMIN, {"monthly_budget_usd": 10})
+    deps.requests._table.transact(  # as a recorded attempt would charge it
+        deps.spend.charge_actions(Payer("user-alice", "key_local_alice"), 1_234_567, now=clock(), shard=3),
+        failure="charge",
+    )
+    status, me = call("GET", "/v1/me", ALICE)
+    assert status == 200
+    assert {k: me[k] for k in ("id", "role", "status", "daily_quota_usd", "monthly_quota_usd")} == {
+        "id": "user-alice",
+        "role": "internal",
+        "status": "active",
+        "daily_quota_usd": 2.5,
+        "monthly_quota_usd": None,
+    }
+    assert me["spend_today_usd"] == me["spend_month_usd"] == 0.001234567
+    assert me["key"] == {
+        "id": "key_local_alice",
+        "prefix": me["key"]["prefix"],
+        "name": me["key"]["name"],
+        "expires_at": None,
+        "daily_budget_usd": None,
+        "monthly_budget_usd": 10.0,
+        "spend_today_usd": 0.001234567,
+        "spend_month_usd": 0.001234567,
+    }
+    assert "sk-local-alice".startswith(me["key"]["prefix"]) and "key" not in me["keys"][0]
+    assert [k["id"] for k in me["keys"]] == ["key_local_alice"]
+
+    _, bob = call("GET", "/v1/me", "sk-local-bob")
+    assert bob["id"] == "user-bob" and bob["spend_today_usd"] == 0.0
+    assert [k["id"] for k in bob["keys"]] == ["key_local_bob"]
+
+
+def test_a_create_on_behalf_of_someone_else_is_refused_400(world: Any) -> None:
+    body = {"requests": [chat_request("a", "hi")]}
+    status, error = call("POST", "/v1/batches", ALICE, body, headers={"X-On-Behalf-Of": "user-bob"})
+    assert status == 400 and error["error"]["param"] == "X-On-Behalf-Of"
+
+
+def test_the_idempotency_key_header_replays_a_create(world: Any) -> None:
+    body = {"requests": [chat_request("a", "hi")]}
+    _, first = call("POST", "/v1/batches", ALICE, body, headers={"Idempotency-Key": "abc"})
+    status, again = call("POST", "/v1/batches", ALICE, body, headers={"Idempotency-Key": "abc"})
+    assert status == 200 and again["id"] == first["id"]

@@ -27,7 +27,7 @@ from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
-ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
 LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024  # what Lambda takes back from a synchronous invoke
 CHAT_URL = "/v1/chat/completions"
 

@@ -29,7 +29,7 @@ from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
-ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
 # A stall (no request ending) of lease + upstream timeout + two slot waits: 94 s.
 SHORT_STALL = {"BATCH_LEASE_SECONDS": "60", "BATCH_UPSTREAM_TIMEOUT_SECONDS": "30"}
 RETRYABLE = {

@@ -28,7 +28,7 @@ from tests.support import FakeClock, wait_for
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
-ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
 
 
 def _prepared_batch(deps: Deps, n: int) -> str:

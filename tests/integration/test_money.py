@@ -1,12 +1,17 @@
-"""Money is counted once: each attempt's cost is charged to the batch in the same
-transaction that records it, retried attempts included, and never again."""
+"""Money is counted once: each attempt's cost is charged to the batch, its owner and its
+key in the same transaction that records it, retried attempts included, and never again."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from batchgw.api import batches
+from batchgw.domain.chains import ChainMessage
 from batchgw.domain.outcome import Outcome
+from batchgw.run.chain import run_message
 from batchgw.storage.requests import RequestStore
+from batchgw.storage.spend import Payer
 
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps, receive_all
@@ -14,6 +19,7 @@ from tests.integration.test_every_batch_ends import (
     ALICE,
     LostAnswers,
     claim,
+    lossy_requests,
     prepared,
     settle,
 )
@@ -57,3 +63,24 @@ def test_a_retry_whose_answer_was_lost_is_charged_once(sim: Simulator) -> None:
     settled = settle(deps, batch_id, claim(deps, batch_id, 0), DROPPED)
     assert settled.retry_at is not None  # recognised as scheduled
     assert batches.get_batch(deps, ALICE, batch_id)["cost_unknown_attempts"] == 1
+
+
+def test_the_owners_and_keys_spend_is_what_the_batch_cost_to_the_nano_dollar(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = prepared(deps, 4)
+    receive_all(deps)
+    real_requests = deps.requests
+    deps.requests = lossy_requests(deps, "transact_write_items")
+    settle(deps, batch_id, claim(deps, batch_id, 0), BILLED_ERROR)  # a charged retry, its answer lost
+    deps.requests = real_requests
+    claim(deps, batch_id, 1, owner="killed")  # a worker that dies mid-request
+    clock.advance(61)
+    asyncio.run(run_message(deps, ChainMessage(batch_id, 0, 0, 1), owner="w", deadline=clock() + 900))
+
+    batch = deps.batches.get(batch_id)
+    assert batch is not None and batch.counts.left == 0
+    assert batch.counts.cost_unknown_attempts == 1  # the killed worker's attempt: not charged
+    user, key = deps.spend.read(Payer(ALICE.user_id, ALICE.key_id), clock())
+    assert user.today == user.month == key.today == key.month == batch.counts.cost_nano
+    assert batch.counts.cost_nano == 500_000 + 4 * 5500  # the billed retry, then four answers

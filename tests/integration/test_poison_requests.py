@@ -23,7 +23,7 @@ from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
-ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
 
 
 def run_batch(deps: Deps, texts: list[str]) -> str:

@@ -15,7 +15,7 @@ from tests.integration.conftest import body_of, chat_request, make_deps, receive
 from tests.support import FakeClock, LambdaContext, load_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
-ALICE = Principal(user_id="user-alice", role="internal", key_id="alice")
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
 
 
 def test_a_message_for_an_unknown_batch_is_consumed(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:

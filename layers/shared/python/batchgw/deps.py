@@ -21,9 +21,11 @@ from batchgw.storage.batches import BatchStore
 from batchgw.storage.blobs import BlobStore
 from batchgw.storage.control import ControlStore
 from batchgw.storage.files import FileStore
+from batchgw.storage.idempotency import IdempotencyStore
 from batchgw.storage.queue import WorkQueue
 from batchgw.storage.requests import RequestStore
-from batchgw.storage.slots import SlotStore
+from batchgw.storage.slots import SlotStore, UserSlotStore
+from batchgw.storage.spend import SpendStore
 from batchgw.storage.workflow import Workflow
 
 
@@ -38,6 +40,9 @@ class Deps:
     queue: WorkQueue
     workflow: Workflow
     accounts: AccountStore
+    spend: SpendStore
+    user_slots: UserSlotStore
+    idempotency: IdempotencyStore
     files: FileStore
     control: ControlStore
     health: ModelHealth  # what this process knows of each model's failures and pauses
@@ -57,6 +62,9 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         queue=WorkQueue(clients.sqs, settings.work_queue_url),
         workflow=Workflow(clients.sfn, settings.state_machine_arn),
         accounts=AccountStore(clients.dynamodb, settings.control_table),
+        spend=SpendStore(clients.dynamodb, settings.control_table),
+        user_slots=UserSlotStore(clients.dynamodb, settings.control_table),
+        idempotency=IdempotencyStore(clients.dynamodb, settings.control_table),
         files=FileStore(clients.dynamodb, settings.files_table),
         control=ControlStore(clients.dynamodb, settings.control_table),
         health=ModelHealth(settings.batch_model_pause_after_failures, settings.batch_model_pause_seconds),
@@ -68,4 +76,6 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
 @lru_cache(maxsize=1)
 def get_deps() -> Deps:
     settings = get_settings()
-    return build_deps(settings, get_catalog(settings.models_config_path))
+    offset = settings.clock_offset_seconds
+    clock = time.time if not offset else (lambda: time.time() + offset)
+    return build_deps(settings, get_catalog(settings.models_config_path), clock)

@@ -14,12 +14,14 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from batchgw.api import batches, files
+from batchgw.api.auth import forget_keys
 from batchgw.api.ids import new_id
 from batchgw.deps import Deps
 from batchgw.domain import money
 from batchgw.domain.accounts import KeyRecord, UserRecord, UserStatus
 from batchgw.domain.errors import BadRequest, Forbidden, NotFound
 from batchgw.domain.principal import ROLES, Principal, hash_key
+from batchgw.storage.spend import Payer
 
 USER_PREFIX = "user_"
 KEY_PREFIX = "key_"
@@ -176,6 +178,7 @@ def get_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
 
 def update_user(deps: Deps, principal: Principal, user_id: str, body: Any) -> dict[str, Any]:
     require_admin(principal)
+    forget_keys()
     body = _object(body)
     _only(body, {"name", "email", "role", "status", "daily_quota_usd", "monthly_quota_usd"})
     _visible_user(deps, user_id)
@@ -206,8 +209,9 @@ def update_user(deps: Deps, principal: Principal, user_id: str, body: Any) -> di
 
 def delete_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
     """Delete a user: their keys are revoked and the account reads as gone at once; their
-    batches (purged in the background) and files are deleted."""
+    batches (purged in the background), files and Idempotency-Keys are deleted."""
     require_admin(principal)
+    forget_keys()
     _visible_user(deps, user_id)
     now = int(deps.clock())
     _, keys = deps.accounts.account(user_id)
@@ -215,10 +219,37 @@ def delete_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any
         if key.revoked_at is None:
             deps.accounts.change_key(user_id, key.id, {"revoked_at": now})
     deps.accounts.change_user(user_id, {"status": UserStatus.DELETED.value})
-    for batch_id in batches.batch_ids_of(deps, user_id):
-        batches.remove(deps, batch_id)
+    for batch in batches.batches_of(deps, user_id):
+        batches.remove(deps, batch)
     files.delete_all_of(deps, user_id)
+    deps.idempotency.delete_all_of(user_id)
     return {"id": user_id, "object": "user.deleted", "deleted": True}
+
+
+def me(deps: Deps, principal: Principal) -> dict[str, Any]:
+    """GET /v1/me: the caller's profile, role, quotas and spend, the key they called with
+    (its budgets and spend) and every key of theirs (prefix only)."""
+    user, keys = deps.accounts.account(principal.user_id)
+    key = next((k for k in keys if k.id == principal.key_id), None)
+    if user is None or key is None:
+        raise NotFound("No such user.", code="user_not_found")
+    user_spend, key_spend = deps.spend.read(Payer(user.id, key.id), deps.clock())
+    return {
+        **user_object(user),
+        "spend_today_usd": money.usd_float(user_spend.today),
+        "spend_month_usd": money.usd_float(user_spend.month),
+        "key": {
+            "id": key.id,
+            "prefix": key.prefix,
+            "name": key.name,
+            "expires_at": key.expires_at,
+            "daily_budget_usd": _usd(key.daily_budget_nano),
+            "monthly_budget_usd": _usd(key.monthly_budget_nano),
+            "spend_today_usd": money.usd_float(key_spend.today),
+            "spend_month_usd": money.usd_float(key_spend.month),
+        },
+        "keys": [key_object(k) for k in keys],
+    }
 
 
 # --- keys --------------------------------------------------------------------------------------
@@ -273,6 +304,7 @@ def _visible_key(deps: Deps, key_id: str) -> KeyRecord:
 
 def update_key(deps: Deps, principal: Principal, key_id: str, body: Any) -> dict[str, Any]:
     require_admin(principal)
+    forget_keys()
     body = _object(body)
     _only(body, {"name", "expires_at", "daily_budget_usd", "monthly_budget_usd"})
     key = _visible_key(deps, key_id)
@@ -294,6 +326,7 @@ def update_key(deps: Deps, principal: Principal, key_id: str, body: Any) -> dict
 
 def revoke_key(deps: Deps, principal: Principal, key_id: str) -> dict[str, Any]:
     require_admin(principal)
+    forget_keys()
     key = _visible_key(deps, key_id)
     if key.revoked_at is not None:
         return key_object(key)
@@ -306,6 +339,7 @@ def regenerate_key(deps: Deps, principal: Principal, key_id: str) -> dict[str, A
     """A new secret in place of the key: the old key is revoked (batches it created fail)
     and a new one with its name, expiry and budgets is made."""
     require_admin(principal)
+    forget_keys()
     old = _visible_key(deps, key_id)
     if old.revoked_at is None:
         deps.accounts.change_key(old.user_id, old.id, {"revoked_at": int(deps.clock())})

@@ -7,14 +7,14 @@ from batchgw.domain.accounts import UserStatus
 from batchgw.domain.errors import Forbidden, NotFound, Unauthorized
 from batchgw.domain.principal import Principal, hash_key
 
-_KEY_CACHE_SECONDS = 30.0
 _key_cache: dict[str, tuple[float, Principal | None]] = {}
 
 
 def authenticate(deps: Deps, authorization: str | None) -> Principal:
     """The principal behind ``Authorization: Bearer <key>``; 401 when missing or unknown.
 
-    A key's record is cached for 30 seconds per process.
+    What a key names is cached per process for BATCH_OWNER_CACHE_SECONDS (a change made
+    through this process's admin API applies at once).
     """
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
@@ -22,7 +22,7 @@ def authenticate(deps: Deps, authorization: str | None) -> Principal:
     now = deps.clock()
     cached = _key_cache.get(digest)
     if cached is None or cached[0] < now:
-        cached = (now + _KEY_CACHE_SECONDS, _principal_of(deps, digest, now))
+        cached = (now + deps.settings.batch_owner_cache_seconds, _principal_of(deps, digest, now))
         _key_cache[digest] = cached
     principal = cached[1]
     if principal is None:
@@ -30,6 +30,11 @@ def authenticate(deps: Deps, authorization: str | None) -> Principal:
     if principal == SUSPENDED:
         raise Forbidden("Your account is suspended.", code="account_suspended")
     return principal
+
+
+def forget_keys() -> None:
+    """Drop what this process cached of keys (after an administrator changed an account)."""
+    _key_cache.clear()
 
 
 # A suspended account's key is recognised but refused (403, not 401).

@@ -6,8 +6,10 @@ any). Create stores the request and starts the workflow; it never calls a model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from batchgw.api import idempotency
 from batchgw.api.auth import require_role
 from batchgw.api.files import LARGER_INPUTS, visible_file
 from batchgw.api.ids import cursor_key, new_id
@@ -28,9 +30,12 @@ from batchgw.domain.errors import (
 )
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
+from batchgw.domain.spend import needs_spend, refusal, used_up
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
 from batchgw.observability import logger
 from batchgw.storage.blobs import input_file_key, input_key
+from batchgw.storage.idempotency import KEY_KEPT_SECONDS
+from batchgw.storage.spend import Payer
 from batchgw.storage.workflow import Next
 from batchgw.validation.create import (
     COMPLETION_WINDOWS,
@@ -50,9 +55,54 @@ BATCH_PREFIX = "batch_"
 
 
 def create_batch(
-    deps: Deps, principal: Principal, raw: bytes, *, anthropic_version: str | None = None
+    deps: Deps,
+    principal: Principal,
+    raw: bytes,
+    *,
+    anthropic_version: str | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
-    """POST /v1/batches: direct requests (``requests``) or a JSONL file (``input_file_id``)."""
+    """POST /v1/batches: direct requests (``requests``) or a JSONL file (``input_file_id``).
+
+    With an ``Idempotency-Key``, the batch an earlier create with the key made, if any
+    (``api.idempotency``): checked before the caller's role and quotas, which a replay
+    does not need.
+    """
+    if idempotency_key is None:
+        return _create(deps, principal, raw, anthropic_version, _Creating(_new_batch_id(deps)))
+    key = idempotency.stored_key("batches", idempotency.check_key(idempotency_key))
+    return idempotency.once(
+        deps,
+        principal,
+        key,
+        idempotency.fingerprint(raw, anthropic_version),
+        new_batch_id=lambda: _new_batch_id(deps),
+        create=lambda batch_id: _create(deps, principal, raw, anthropic_version, _Creating(batch_id, key)),
+        replay=lambda batch_id: _own_batch(deps, principal, batch_id),
+        show=batch_object,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Creating:
+    """The batch a create makes: its id, and the Idempotency-Key (as stored) it was made with."""
+
+    batch_id: str
+    idempotency_key: str | None = None
+
+
+def _new_batch_id(deps: Deps) -> str:
+    return new_id(BATCH_PREFIX, deps.clock())
+
+
+def _own_batch(deps: Deps, principal: Principal, batch_id: str) -> CountedBatch | None:
+    batch = deps.batches.get(batch_id)
+    return batch if batch is not None and batch.record.owner == principal.user_id else None
+
+
+def _create(
+    deps: Deps, principal: Principal, raw: bytes, anthropic_version: str | None, creating: _Creating
+) -> dict[str, Any]:
     settings = deps.settings
     require_role(deps, principal, "create batches")
     if len(raw) > settings.max_body_bytes:
@@ -62,7 +112,7 @@ def create_batch(
         )
     body = parse_json(raw)
     if isinstance(body, dict) and "input_file_id" in body:
-        return _create_from_file(deps, principal, body, anthropic_version)
+        return _create_from_file(deps, principal, body, anthropic_version, creating)
     plan = validate_create(
         body,
         settings=settings,
@@ -71,7 +121,7 @@ def create_batch(
         anthropic_version=anthropic_version,
     )
     _check_user_limits(deps, principal, len(plan.requests))
-    batch_id = new_id(BATCH_PREFIX, deps.clock())
+    batch_id = creating.batch_id
     lines = [
         codec.dumps({"custom_id": r.custom_id, "model": r.model, "body": r.body}).encode()
         for r in plan.requests
@@ -90,12 +140,17 @@ def create_batch(
         input_method="inline",
         total=len(plan.requests),
         models=tuple(sorted({r.model for r in plan.requests})),
+        idempotency_key=creating.idempotency_key,
     )
     return _store_and_start(deps, record)
 
 
 def _create_from_file(
-    deps: Deps, principal: Principal, body: dict[str, Any], anthropic_version: str | None
+    deps: Deps,
+    principal: Principal,
+    body: dict[str, Any],
+    anthropic_version: str | None,
+    creating: _Creating,
 ) -> dict[str, Any]:
     """A batch from an uploaded JSONL file: checked here only as far as the call goes; the
     file itself is validated by the workflow, in the background."""
@@ -130,7 +185,7 @@ def _create_from_file(
     if file.purpose != "batch":
         raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
     _check_user_limits(deps, principal, 0)
-    batch_id = new_id(BATCH_PREFIX, deps.clock())
+    batch_id = creating.batch_id
     # The batch keeps its own copy: deleting the input file later does not affect it.
     deps.blobs.copy(file_key(file_id), input_file_key(batch_id))
     label, seconds = _window(deps, window)
@@ -145,6 +200,7 @@ def _create_from_file(
         anthropic_version=anthropic_version,
         input_method="file",
         input_file_id=file_id,
+        idempotency_key=creating.idempotency_key,
     )
     return _store_and_start(deps, record)
 
@@ -174,6 +230,7 @@ def _new_record(
     input_file_id: str | None = None,
     total: int = 0,
     models: tuple[str, ...] = (),
+    idempotency_key: str | None = None,
 ) -> BatchRecord:
     clock_now = deps.clock()
     now = int(clock_now)
@@ -197,6 +254,7 @@ def _new_record(
         input_file_id=input_file_id,
         total=total,
         models=models,
+        idempotency_key=idempotency_key,
         ttl=backstop_ttl(
             now=clock_now,
             expires_at=expires_at,
@@ -225,6 +283,7 @@ def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> N
     Read from the owner index; two creates racing at the limit may both pass.
     """
     settings = deps.settings
+    _check_spend(deps, principal)
     unfinished, _ = deps.batches.list_for_owner(
         principal.user_id,
         limit=settings.batch_max_active_per_user + 1,
@@ -247,6 +306,18 @@ def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> N
             f"of {settings.batch_max_queued_requests_per_user}.",
             code="queued_request_limit",
         )
+
+
+def _check_spend(deps: Deps, principal: Principal) -> None:
+    """429 when the caller's daily or monthly quota is used up, or their key's budget."""
+    user, keys = deps.accounts.account(principal.user_id)
+    key = next((k for k in keys if k.id == principal.key_id), None)
+    if user is None or key is None or not needs_spend(user, key):
+        return
+    user_spend, key_spend = deps.spend.read(Payer(user.id, key.id), deps.clock())
+    reason = used_up(user, key, user_spend, key_spend)
+    if reason is not None:
+        raise TooManyRequests(refusal(reason), code=f"{reason.value}_exceeded")
 
 
 # --- read, cancel, delete ----------------------------------------------------------------
@@ -304,27 +375,34 @@ def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
             f"Batch '{batch_id}' has requests running; cancel it and wait for them to finish.",
             code="batch_not_deletable",
         )
-    remove(deps, record.id)
+    remove(deps, record)
     return {"id": record.id, "object": "batch.deleted", "deleted": True}
 
 
-def remove(deps: Deps, batch_id: str) -> None:
+def remove(deps: Deps, record: BatchRecord) -> None:
     """Delete a batch's record (it reads as not found at once), stop its workflow and purge
-    the rest in the background."""
-    if deps.batches.delete_record(batch_id):
-        deps.workflow.stop(batch_id)
-        deps.workflow.start_purge(batch_id)
+    the rest in the background. Its Idempotency-Key answers 410 for a day."""
+    if deps.batches.delete_record(record.id):
+        if record.idempotency_key is not None:
+            deps.idempotency.batch_deleted(
+                record.owner,
+                record.idempotency_key,
+                record.id,
+                ttl=int(deps.clock() + KEY_KEPT_SECONDS),
+            )
+        deps.workflow.stop(record.id)
+        deps.workflow.start_purge(record.id)
 
 
-def batch_ids_of(deps: Deps, owner: str) -> list[str]:
+def batches_of(deps: Deps, owner: str) -> list[BatchRecord]:
     """Every batch of ``owner``, whatever its status."""
-    ids: list[str] = []
+    found: list[BatchRecord] = []
     before_key = None
     while True:
         records, more = deps.batches.list_for_owner(owner, limit=100, before_key=before_key)
-        ids += [r.id for r in records]
+        found += records
         if not more or not records:
-            return ids
+            return found
         before_key = records[-1].created_key
 
 

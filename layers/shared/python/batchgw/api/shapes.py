@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from batchgw.domain import money
-from batchgw.domain.batch import TIMESTAMPS, CountedBatch
+from batchgw.domain.batch import TIMESTAMPS, BatchRecord, CountedBatch
 from batchgw.domain.files import FileRecord
+from batchgw.domain.states import BatchStatus
 
 
 def batch_object(batch: CountedBatch) -> dict[str, Any]:
@@ -38,7 +39,16 @@ def batch_object(batch: CountedBatch) -> dict[str, Any]:
         "cost_unknown_attempts": counts.cost_unknown_attempts,
         "results_expires_at": timestamps["results_expires_at"],
         "error": record.error,
+        "paused": _paused(batch.record),
     }
+
+
+def _paused(record: BatchRecord) -> dict[str, Any] | None:
+    """Why the owner's account holds a running batch back, and until when (None: it does not)."""
+    if record.paused is None or record.status is not BatchStatus.IN_PROGRESS or record.stopping:
+        return None
+    until = record.paused.get("until")
+    return {"reason": record.paused.get("reason"), "until": None if until is None else int(until)}
 
 
 def file_object(record: FileRecord) -> dict[str, Any]:

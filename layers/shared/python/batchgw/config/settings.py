@@ -47,6 +47,12 @@ class Settings(BaseModel):
     batch_file_uploads_per_hour: int = Field(60, ge=0, alias="BATCH_FILE_UPLOADS_PER_HOUR")
     batch_file_retention_days: float = Field(30, gt=0, alias="BATCH_FILE_RETENTION_DAYS")
     batch_anthropic_versions: str = Field("2023-06-01,2026-10-21", alias="BATCH_ANTHROPIC_VERSIONS")
+    # Batch requests one user of the role may have running at once, across every model and
+    # every worker process (self-expiring lease slots); 0 removes the cap.
+    batch_role_concurrency_free: int = Field(8, ge=0, alias="BATCH_ROLE_CONCURRENCY_FREE")
+    batch_role_concurrency_pro: int = Field(16, ge=0, alias="BATCH_ROLE_CONCURRENCY_PRO")
+    batch_role_concurrency_internal: int = Field(64, ge=0, alias="BATCH_ROLE_CONCURRENCY_INTERNAL")
+    batch_role_concurrency_admin: int = Field(64, ge=0, alias="BATCH_ROLE_CONCURRENCY_ADMIN")
 
     # --- durations every rule reads (seconds) ----------------------------------------
     batch_retry_base_seconds: float = Field(5, gt=0, alias="BATCH_RETRY_BASE_SECONDS")
@@ -63,6 +69,14 @@ class Settings(BaseModel):
     # abandoned requests, re-sends lost work, settles counters): a batch ends within about
     # one lease plus this after its last request could have ended, whatever failed.
     batch_reconcile_seconds: float = Field(300, ge=1, alias="BATCH_RECONCILE_SECONDS")
+    # How soon a batch paused by a quota, a key's budget or its owner's role is checked
+    # again (a raised quota resumes it within this), and how long a request waits when only
+    # the reservations of requests still running stand in its way.
+    batch_quota_recheck_seconds: float = Field(3600, gt=0, alias="BATCH_QUOTA_RECHECK_SECONDS")
+    batch_reservation_wait_seconds: float = Field(30, gt=0, alias="BATCH_RESERVATION_WAIT_SECONDS")
+    # How long a worker process trusts what it read of a batch owner's account (key valid,
+    # role, quotas): a revoked key or a lowered role is noticed within this.
+    batch_owner_cache_seconds: float = Field(5, ge=0, alias="BATCH_OWNER_CACHE_SECONDS")
 
     # --- worker shape ---------------------------------------------------------------
     # How long a worker invocation may run (the Lambda timeout); a chain of work stops
@@ -90,6 +104,9 @@ class Settings(BaseModel):
     work_queue_url: str = Field("", alias="BATCHGW_WORK_QUEUE_URL")
     state_machine_arn: str = Field("", alias="BATCHGW_STATE_MACHINE_ARN")
     models_config_path: str = Field("config/models.local.json", alias="BATCHGW_MODELS_CONFIG")
+    # The local stack only: seconds added to the clock, so a test can start "now" just
+    # before a UTC day or month ends (set from BATCHGW_FAKE_NOW by ``make run``).
+    clock_offset_seconds: float = Field(0, alias="BATCHGW_CLOCK_OFFSET")
 
     @field_validator("batch_max_body_mb")
     @classmethod
@@ -110,6 +127,10 @@ class Settings(BaseModel):
         return value
 
     # --- derived --------------------------------------------------------------------
+    def role_concurrency(self, role: str) -> int:
+        """Batch requests a user of ``role`` may run at once (0: no cap)."""
+        return int(getattr(self, f"batch_role_concurrency_{role}", self.batch_role_concurrency_free))
+
     @property
     def max_body_bytes(self) -> int:
         return int(self.batch_max_body_mb * 1024 * 1024)

@@ -104,6 +104,12 @@ class BatchRecord:
     expiring: bool = False  # the window closed; requests still running finish
     cancel_swept: bool = False  # a cancel's unstarted requests were ended
     results_full: bool = False  # the batch's stored responses reached their limit
+    # Its key or owner may no longer run it: no request starts, running ones finish, and it
+    # ends failed (``error`` says why).
+    owner_failed: bool = False
+    # Why its owner's account holds it back, until when, and when it is checked again:
+    # {"reason", "until", "check_at"} (see ``domain.spend``), or None while it runs.
+    paused: dict[str, Any] | None = None
     final_status: BatchStatus | None = None  # where a finalizing batch ends
     errors: dict[str, Any] | None = None  # a failed file batch's validation report
     error: dict[str, Any] | None = None
@@ -119,6 +125,7 @@ class BatchRecord:
     results_expires_at: int | None = None
     ttl: int | None = None  # when DynamoDB may remove the record (a backstop: see backstop_ttl)
     finalize_cursor: dict[str, Any] | None = None  # how far finalize wrote its result objects
+    idempotency_key: str | None = None  # the Idempotency-Key it was created with, as stored
 
     @property
     def prepared(self) -> bool:
@@ -138,8 +145,13 @@ class BatchRecord:
 
     @property
     def stopping(self) -> bool:
-        """Cancelled, or past its window: no new request starts; running ones finish."""
-        return self.status is BatchStatus.CANCELLING or self.expiring
+        """Cancelled, past its window or failed for its owner: no new request starts;
+        running ones finish."""
+        return self.status is BatchStatus.CANCELLING or self.expiring or self.owner_failed
+
+    def paused_at(self, now: float) -> bool:
+        """Paused, and not yet due to be checked again."""
+        return self.paused is not None and float(self.paused.get("check_at") or 0) > now
 
     def shard_of(self, index: int) -> int:
         return index % self.shard_count
@@ -182,6 +194,8 @@ class BatchRecord:
             expiring=bool(item.get("expiring")),
             cancel_swept=bool(item.get("cancel_swept")),
             results_full=bool(item.get("results_full")),
+            owner_failed=bool(item.get("owner_failed")),
+            paused=codec.plain(item.get("paused")),
             final_status=None if final is None else BatchStatus(final),
             errors=codec.plain(item.get("errors")),
             error=codec.plain(item.get("error")),
@@ -190,6 +204,7 @@ class BatchRecord:
             **{name: num(name) for name in _LATER_TIMESTAMPS},
             ttl=num("ttl"),
             finalize_cursor=codec.plain(item.get("finalize_cursor")),
+            idempotency_key=item.get("idempotency_key"),
         )
 
     def to_item(self) -> dict[str, Any]:

@@ -99,6 +99,7 @@ class Verdict(StrEnum):
     CANCELLED = "cancelled"
     EXPIRED = "expired"  # its window closed, or it no longer runs for another reason
     RESULTS_FULL = "results_full"  # its stored responses reached their limit
+    OWNER_FAILED = "owner_failed"  # its key or owner may no longer run it
     SUPERSEDED = "superseded"  # a newer generation of its chains runs it (this chain stops)
 
 
@@ -108,6 +109,8 @@ def verdict(batch: BatchRecord | None, now: float) -> Verdict:
         return Verdict.GONE
     if batch.status is BatchStatus.CANCELLING:
         return Verdict.CANCELLED
+    if batch.owner_failed:
+        return Verdict.OWNER_FAILED
     if batch.status is not BatchStatus.IN_PROGRESS or batch.expiring or batch.window_closed(now):
         return Verdict.EXPIRED
     return Verdict.RESULTS_FULL if batch.results_full else Verdict.RUN
@@ -254,6 +257,8 @@ def not_run(reason: Verdict, request: RequestRecord, settings: DecisionSettings)
         return End(RequestStatus.CANCELLED, _with(lost, cancelled=1), error=not_run_error("batch_cancelled"))
     if reason is Verdict.RESULTS_FULL:
         return End(RequestStatus.FAILED, _with(lost, failed=1), error=results_full_error(settings))
+    if reason is Verdict.OWNER_FAILED:
+        return End(RequestStatus.FAILED, _with(lost, failed=1), error=not_run_error("batch_failed"))
     return End(RequestStatus.EXPIRED, _with(lost, failed=1), error=not_run_error("batch_expired"))
 
 
@@ -279,6 +284,8 @@ def abandoned(batch: BatchRecord, request: RequestRecord) -> End:
         return End(RequestStatus.CANCELLED, _with(charge, cancelled=1), not_run_error("batch_cancelled"))
     if request.error is not None:
         return End(RequestStatus.FAILED, _with(charge, failed=1), request.error)
+    if batch.owner_failed:
+        return End(RequestStatus.FAILED, _with(charge, failed=1), not_run_error("batch_failed"))
     return End(RequestStatus.EXPIRED, _with(charge, failed=1), not_run_error("batch_expired"))
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from batchgw.deps import Deps
-from batchgw.domain.batch import BatchRecord
+from batchgw.domain.batch import BatchRecord, Tally
 from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, stopped_retry, verdict
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
@@ -22,6 +23,8 @@ from batchgw.run import completion, upstream
 from batchgw.run.aio import io
 from batchgw.storage.blobs import body_key
 from batchgw.storage.requests import Recorded, Released, Scheduled
+from batchgw.storage.spend import Payer
+from batchgw.storage.spend import shard_of as spend_shard
 
 
 class After(StrEnum):
@@ -43,16 +46,17 @@ async def read_verdict(deps: Deps, batch_id: str) -> Verdict:
     return verdict(await io(deps.batches.get_record, batch_id), deps.clock())
 
 
-async def call(deps: Deps, batch: BatchRecord, held: RequestRecord) -> Outcome:
-    """Send the request to its model's upstream (its body read from S3 if kept there).
+async def call(deps: Deps, batch: BatchRecord, held: RequestRecord, body: Any = None) -> Outcome:
+    """Send the request to its model's upstream (its ``body``, when not already read, read
+    from its record or from S3).
 
     Whatever goes wrong here becomes the request's outcome, never an exception that would
     bring the message back to call (and bill) the upstream again.
     """
     try:
-        if held.request_ref is None:
+        if body is None and held.request_ref is None:
             body = deps.blobs.load_body(held.request_packed, None)
-        else:
+        elif body is None:
             body = await io(deps.blobs.load_body, None, held.request_ref)
         return await upstream.run_request(
             deps.catalog.models[held.model],
@@ -124,6 +128,7 @@ async def _schedule_retry(deps: Deps, batch: BatchRecord, held: RequestRecord, r
         uses_attempt=retry.uses_attempt,
         shard=batch.shard_of(held.index),
         charge=retry.charge,
+        charges=_charges(deps, batch, held, retry.charge),
     )
     if scheduled is Scheduled.LOST:
         return Settled(After.STOP)
@@ -172,6 +177,7 @@ async def end(
         end=ending,
         tally=decision.tally,
         called=called or outcome is not None,
+        charges=_charges(deps, batch, held, decision.tally),
     )
     if recorded is Recorded.LEASE_LOST:
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
@@ -191,6 +197,15 @@ async def end(
     if recorded is Recorded.SHARD_FINISHED:
         await io(completion.shard_finished, deps, batch.id, shard)
     return Settled(After.NEXT)
+
+
+def _charges(deps: Deps, batch: BatchRecord, held: RequestRecord, tally: Tally) -> list[dict[str, Any]]:
+    """The updates that charge what ``tally`` counts of the attempt's cost to the batch's
+    owner and key, for the transaction that records it."""
+    payer = Payer(batch.owner, batch.key_id)
+    return deps.spend.charge_actions(
+        payer, tally.cost_nano, now=deps.clock(), shard=spend_shard(batch.id, held.index)
+    )
 
 
 async def _ran(

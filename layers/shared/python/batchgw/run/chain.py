@@ -27,19 +27,23 @@ import asyncio
 import heapq
 import math
 import random
+from typing import Any
 
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.decisions import MAX_LOST_ATTEMPTS, Verdict, too_often_lost, unknown_model, verdict
 from batchgw.domain.request import RequestRecord
+from batchgw.domain.spend import Judgement, Standing
 from batchgw.domain.states import BatchStatus
 from batchgw.observability import logger
 from batchgw.run import attempt, completion
 from batchgw.run.aio import io
 from batchgw.run.attempt import After
+from batchgw.run.owner import OwnerGate
 from batchgw.run.slot import SlotHolder
 from batchgw.storage.requests import Claim, ClaimKind
+from batchgw.storage.workflow import Next
 
 # Time kept in hand at the end of an invocation to send the chain's continuation.
 SEGMENT_MARGIN_SECONDS = 5.0
@@ -64,6 +68,12 @@ async def run_message(
             return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
         if _superseded(message, batch):
             return  # the reconciler started a new generation of this batch's chains
+        if batch.paused_at(deps.clock()):
+            # Its owner's quota, budget or role holds it back: come back when it is checked.
+            assert batch.paused is not None
+            due = float(batch.paused["check_at"]) - deps.clock()
+            await io(deps.queue.send, message, max(1, math.ceil(due)))
+            return
         if deps.settings.max_results_bytes_per_batch is not None:
             shards = await io(deps.batches.shards, batch.id)
             deps.stored.raise_to(batch.id, sum(shard.tally.stored_bytes for shard in shards))
@@ -110,7 +120,10 @@ class ChainRun:
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
         self.prefetch: asyncio.Task[Claim] | None = None  # the next index, claimed ahead
         self.verdict: Verdict | None = None  # what the batch allows; None: read it afresh
+        self.latest = batch  # the batch as last read
         self.slot = SlotHolder(deps)
+        self.owner_gate = OwnerGate(deps, batch)
+        self.body: Any = None  # the next request's body, when the owner's gate read it
 
     async def run(self) -> bool:
         """Run; True when the chain reached its end (nothing left for it to start)."""
@@ -123,6 +136,7 @@ class ChainRun:
             if self.retries and not finished:
                 await self._hand_off_retries()
             await self.slot.release()
+            await self.owner_gate.release()
 
     async def _loop(self) -> bool:
         while True:
@@ -161,6 +175,8 @@ class ChainRun:
             if self.verdict is not Verdict.RUN:
                 if await self._ended_unrun(held, from_heap):
                     continue
+                return False
+            if not await self._admitted(held, target, from_heap):
                 return False
             self._advance(from_heap)
             self._claim_ahead(now)
@@ -250,9 +266,74 @@ class ChainRun:
         await self._hand_on(after=wait)
         return False
 
+    async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> bool:
+        """Check the batch's key and owner again (``run.owner``): True to run ``held``. Else
+        the batch fails for its owner, or the request goes back and the chain comes back
+        when it is due to be checked again (the batch paused, when a quota, a budget or the
+        owner's role holds it back)."""
+        admission = await self.owner_gate.admit(held)
+        standing = admission.standing
+        if standing.runs:
+            self.body = admission.body
+            if self.latest.paused is not None:
+                await self._resume()
+            return True
+        if standing.judgement is Judgement.UNAUTHORIZED:
+            await self._fail_for_owner(standing.message or "The batch's key or owner may no longer run it.")
+            await attempt.end_unrun(self.deps, self.batch, held, Verdict.OWNER_FAILED)
+            return False
+        now = self.deps.clock()
+        await attempt.release(self.deps, self.batch, held)
+        after = max(0.0, (standing.check_at or now) - now)
+        if standing.judgement is Judgement.PAUSE:
+            await self._pause(standing)
+        if from_heap:
+            heapq.heappush(self.retries, (now + after, target))
+        await self._hand_on(after=after)
+        return False
+
+    async def _pause(self, standing: Standing) -> None:
+        """Say on the batch why its owner's account holds it back, and until when."""
+        assert standing.reason is not None
+        paused = {"reason": standing.reason.value, "until": standing.until, "check_at": standing.check_at}
+        running = [BatchStatus.IN_PROGRESS]
+        changed = await io(self.deps.batches.change, self.batch.id, {"paused": paused}, from_statuses=running)
+        if changed is not None:
+            self.latest = changed
+        logger.info("batch paused", extra={"batch_id": self.batch.id, **paused})
+
+    async def _resume(self) -> None:
+        changed = await io(
+            self.deps.batches.change, self.batch.id, {"paused": None}, from_statuses=[BatchStatus.IN_PROGRESS]
+        )
+        self.latest = changed or self.latest.replace(paused=None)
+        logger.info("batch resumed", extra={"batch_id": self.batch.id})
+
+    async def _fail_for_owner(self, message: str) -> None:
+        """The batch's key or owner may no longer run it: mark it failing (no request starts;
+        running ones finish) and wake its workflow to end the unstarted ones."""
+        deps = self.deps
+        error = {"code": "owner_unauthorized", "message": message}
+        failed = await io(
+            deps.batches.change,
+            self.batch.id,
+            {"owner_failed": True, "error": error},
+            from_statuses=[BatchStatus.IN_PROGRESS],
+        )
+        logger.warning("batch failing for its owner", extra={"batch_id": self.batch.id, "reason": message})
+        if failed is None or failed.task_token is None or failed.cancel_swept:
+            return  # not parked yet (it finds the batch failing when it parks) or done already
+        try:
+            if await io(deps.workflow.wake, failed.task_token, Next.CANCEL):
+                await io(deps.batches.clear_token, self.batch.id, failed.task_token)
+        except Exception:  # the reconciler routes it within a period
+            logger.warning("could not wake a failing batch's workflow", exc_info=True)
+
     async def _read_batch(self) -> None:
         """Read the batch afresh (strongly consistent): what it allows the next request."""
         batch = await io(self.deps.batches.get_record, self.batch.id)
+        if batch is not None:
+            self.latest = batch
         self.verdict = verdict(batch, self.deps.clock())
         if batch is not None and self.verdict is Verdict.RUN and _superseded(self.message, batch):
             self.verdict = Verdict.SUPERSEDED
@@ -294,8 +375,9 @@ class ChainRun:
         deps = self.deps
         started = deps.clock()
         renewal = asyncio.create_task(self._keep_leased(held))
+        body, self.body = self.body, None
         try:
-            outcome = await attempt.call(deps, self.batch, held)
+            outcome = await attempt.call(deps, self.batch, held, body)
         finally:
             renewal.cancel()
         settled, _ = await asyncio.gather(

@@ -27,6 +27,7 @@ from batchgw.run import completion
 from batchgw.run.result_files import result_file_id, write_results
 from batchgw.storage.blobs import body_key, input_file_key, input_key
 from batchgw.storage.dynamo import timestamp
+from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.workflow import Next, step
 from batchgw.validation.file import iter_planned, report_object, split_lines, validate_file
 
@@ -214,7 +215,7 @@ def park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
     next_state = None
     if batch is None or batch.all_shards_done:
         next_state = Next.FINALIZE
-    elif batch.status is BatchStatus.CANCELLING and not batch.cancel_swept:
+    elif (batch.status is BatchStatus.CANCELLING or batch.owner_failed) and not batch.cancel_swept:
         next_state = Next.CANCEL
     if next_state is not None:
         deps.workflow.wake(token, next_state)
@@ -242,7 +243,15 @@ def expire(deps: Deps, batch_id: str) -> dict[str, Any]:
 
 
 def cancel(deps: Deps, batch_id: str) -> dict[str, Any]:
-    """The batch was cancelled: unstarted requests end as cancelled; running ones finish."""
+    """The batch was cancelled, or its key or owner may no longer run it: unstarted
+    requests end as cancelled (or failed, ``batch_failed``); running ones finish."""
+    batch = deps.batches.get_record(batch_id)
+    running = [BatchStatus.IN_PROGRESS]
+    failing = batch is not None and batch.owner_failed and batch.status is BatchStatus.IN_PROGRESS
+    if failing and deps.batches.change(batch_id, {"cancel_swept": True}, from_statuses=running):
+        return _end_unstarted(
+            deps, batch_id, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1)
+        )
     if deps.batches.change(batch_id, {"cancel_swept": True}, from_statuses=[BatchStatus.CANCELLING]) is None:
         return step(Next.FINALIZE)
     return _end_unstarted(
@@ -315,6 +324,8 @@ def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:
         )
     elif batch.status is BatchStatus.CANCELLING:
         sweep(deps, batch, RequestStatus.CANCELLED, not_run_error("batch_cancelled"), Tally(cancelled=1))
+    elif batch.owner_failed:
+        sweep(deps, batch, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
 
 
 def _retention_fields(deps: Deps, batch: BatchRecord, now: float) -> dict[str, Any]:
@@ -348,6 +359,8 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
         final = batch.final_status
     elif batch.status is BatchStatus.CANCELLING:
         final = BatchStatus.CANCELLED  # a cancel stands even after the window has closed
+    elif batch.owner_failed:
+        final = BatchStatus.FAILED  # its key or owner may no longer run it (``error`` says)
     elif batch.expiring:
         final = BatchStatus.EXPIRED
     else:
@@ -377,6 +390,7 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
     )
     if ended is None:
         return finalize(deps, batch_id, deadline)
+    _keep_idempotency_key(deps, ended, now)
     logger.info("batch ended", extra={"batch_id": batch_id, "status": final.value})
     assert ended.results_expires_at is not None
     return {"status": final.value, "purge_at": _iso(ended.results_expires_at)}
@@ -425,9 +439,18 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
         return fail(deps, batch_id, cause)
     if failed.prepared:
         sweep(deps, failed, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
+    _keep_idempotency_key(deps, failed, now)
     logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})
     assert failed.results_expires_at is not None
     return {"status": BatchStatus.FAILED.value, "purge_at": _iso(failed.results_expires_at)}
+
+
+def _keep_idempotency_key(deps: Deps, batch: BatchRecord, ended_at: float) -> None:
+    """The Idempotency-Key a batch was created with is remembered until a day after it ends."""
+    if batch.idempotency_key is not None:
+        deps.idempotency.batch_ended(
+            batch.owner, batch.idempotency_key, batch.id, ttl=int(ended_at + KEY_KEPT_SECONDS)
+        )
 
 
 def _iso(epoch_seconds: float) -> str:
@@ -436,7 +459,12 @@ def _iso(epoch_seconds: float) -> str:
 
 def purge(deps: Deps, batch_id: str) -> dict[str, Any]:
     """Delete the batch, its requests, its result files and every object it stored (at the
-    end of its retention, or on DELETE)."""
+    end of its retention, or on DELETE). Its Idempotency-Key answers 410 for a day."""
+    batch = deps.batches.get_record(batch_id)
+    if batch is not None and batch.idempotency_key is not None:
+        deps.idempotency.batch_deleted(
+            batch.owner, batch.idempotency_key, batch_id, ttl=int(deps.clock() + KEY_KEPT_SECONDS)
+        )
     for kind in ("output", "error"):
         file_id = result_file_id(batch_id, kind)
         record = deps.files.get(file_id)

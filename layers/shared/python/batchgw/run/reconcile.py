@@ -51,11 +51,13 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
         return step(Next.FINALIZE)
     if record.window_closed(now) and not record.expiring:
         return step(Next.EXPIRE)
-    if record.status is BatchStatus.CANCELLING and not record.cancel_swept:
+    if (record.status is BatchStatus.CANCELLING or record.owner_failed) and not record.cancel_swept:
         return step(Next.CANCEL)
     progressed = record.reconciled_left is None or batch.counts.left < record.reconciled_left
     progress_at = now if progressed or record.progress_at is None else record.progress_at
-    stalled = now - progress_at >= stall_seconds(deps)
+    # A batch its owner's quota, budget or role holds back makes no progress by design:
+    # it is looked at again when its pause is due to be checked.
+    stalled = now - progress_at >= stall_seconds(deps) and not record.paused_at(now)
     if batch.counts.left > 0 and (record.stopping or stalled):
         _mend(deps, batch, now)
         if stalled:

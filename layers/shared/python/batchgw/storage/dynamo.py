@@ -31,6 +31,7 @@ _de = TypeDeserializer()
 CONDITION_FAILED = "ConditionalCheckFailedException"
 TRANSACTION_CANCELLED = "TransactionCanceledException"
 BATCH_WRITE_LIMIT = 25
+BATCH_GET_LIMIT = 100
 TRANSACTION_LIMIT = 100
 _CONFLICT_RETRIES = 8
 
@@ -142,6 +143,20 @@ def one_of(name_placeholder: str, prefix: str, choices: Iterable[str]) -> tuple[
     return f"{name_placeholder} IN ({', '.join(values)})", values
 
 
+def _add_condition(
+    request: dict[str, Any],
+    condition: str | None,
+    names: Mapping[str, str] | None,
+    params: Mapping[str, Any] | None,
+) -> None:
+    if condition:
+        request["ConditionExpression"] = condition
+    if names:
+        request["ExpressionAttributeNames"] = dict(names)
+    if params:
+        request["ExpressionAttributeValues"] = to_item(params)
+
+
 # --- transactions -------------------------------------------------------------------------------
 
 
@@ -174,11 +189,19 @@ class Table:
         raw = self.client.get_item(TableName=self.name, Key=dict(key), ConsistentRead=consistent).get("Item")
         return None if raw is None else from_item(raw)
 
-    def put(self, values: Mapping[str, Any], *, condition: str | None = None, failure: str) -> bool:
-        """Store an item; False when ``condition`` did not hold."""
+    def put(
+        self,
+        values: Mapping[str, Any],
+        *,
+        condition: str | None = None,
+        names: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        failure: str,
+    ) -> bool:
+        """Store an item; False when ``condition`` (with its ``names`` and ``params``
+        placeholders) did not hold."""
         request: dict[str, Any] = {"TableName": self.name, "Item": to_item(values)}
-        if condition:
-            request["ConditionExpression"] = condition
+        _add_condition(request, condition, names, params)
         return self._conditional(failure, self.client.put_item, request)
 
     def update(self, key: Mapping[str, Any], update: Update, *, failure: str) -> bool:
@@ -202,10 +225,17 @@ class Table:
             return None, None if old is None else from_item(old)
         return from_item(resp["Attributes"]), None
 
-    def delete(self, key: Mapping[str, Any], *, condition: str | None = None, failure: str) -> bool:
+    def delete(
+        self,
+        key: Mapping[str, Any],
+        *,
+        condition: str | None = None,
+        names: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        failure: str,
+    ) -> bool:
         request: dict[str, Any] = {"TableName": self.name, "Key": dict(key)}
-        if condition:
-            request["ConditionExpression"] = condition
+        _add_condition(request, condition, names, params)
         return self._conditional(failure, self.client.delete_item, request)
 
     def query(self, *, limit: int | None = None, **request: Any) -> Iterator[dict[str, Any]]:
@@ -223,6 +253,26 @@ class Table:
             if "LastEvaluatedKey" not in resp:
                 return
             request["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def get_many(self, keys: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Every item of ``keys`` that exists (raw typed maps), strongly consistent, in one
+        BatchGetItem per hundred keys; keys left unprocessed are asked for again."""
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(keys), BATCH_GET_LIMIT):
+            pending = list(keys[start : start + BATCH_GET_LIMIT])
+            for _ in range(10):
+                if not pending:
+                    break
+                resp = self._call(
+                    f"could not read from {self.name}",
+                    self.client.batch_get_item,
+                    {"RequestItems": {self.name: {"Keys": pending, "ConsistentRead": True}}},
+                )
+                found += resp.get("Responses", {}).get(self.name, [])
+                pending = resp.get("UnprocessedKeys", {}).get(self.name, {}).get("Keys", [])
+            if pending:
+                raise StorageError(f"could not read {len(pending)} items from {self.name}")
+        return found
 
     def put_many(self, items: Iterable[Mapping[str, Any]]) -> None:
         self._write_many([{"PutRequest": {"Item": to_item(item)}} for item in items])

@@ -224,7 +224,14 @@ class RequestStore:
     # --- ends and retries ---------------------------------------------------------------------
 
     def record_end(
-        self, held: RequestRecord, *, shard: int, end: RequestEnd, tally: Tally, called: bool = False
+        self,
+        held: RequestRecord,
+        *,
+        shard: int,
+        end: RequestEnd,
+        tally: Tally,
+        called: bool = False,
+        charges: Sequence[dict[str, Any]] = (),
     ) -> Recorded:
         """End a running request and count it in its shard, in one transaction.
 
@@ -232,7 +239,9 @@ class RequestStore:
         the shard's ``left`` falls by one. The common case is one call; the last request
         of a shard takes a second, conditional on being last, so exactly one writer
         learns that the shard finished. ``called``: the end follows an upstream call
-        (counted in the request's ``calls``).
+        (counted in the request's ``calls``). ``charges``: the updates that charge the
+        attempt's cost to its owner's and key's spend (``SpendStore.charge_actions``), in
+        the same transaction.
 
         A refused write is read back: if it is this worker's own end, committed by a try
         whose answer was lost, it counts as done (SHARD_FINISHED, so the caller checks the
@@ -240,7 +249,7 @@ class RequestStore:
         """
         end = replace(end, ended_by=held.lease_owner)
         ended = self._ended(held, end, called).request(self._table.name, self._key(held.batch_id, held.index))
-        recorded = self._end_and_count(held.batch_id, held.index, ended, shard, tally)
+        recorded = self._end_and_count(held.batch_id, held.index, ended, shard, tally, charges)
         if recorded is Recorded.LEASE_LOST and self._ended_by_us(held):
             return Recorded.SHARD_FINISHED
         return recorded
@@ -271,12 +280,20 @@ class RequestStore:
         )
 
     def _end_and_count(
-        self, batch_id: str, index: int, ended: dict[str, Any], shard: int, tally: Tally
+        self,
+        batch_id: str,
+        index: int,
+        ended: dict[str, Any],
+        shard: int,
+        tally: Tally,
+        charges: Sequence[dict[str, Any]] = (),
     ) -> Recorded:
         failure = f"could not record {batch_id}/{index}"
         for last in (False, True):
             count = self._count(batch_id, shard, tally, last=last)
-            cancelled = self._table.transact([{"Update": ended}, {"Update": count}], failure=failure)
+            cancelled = self._table.transact(
+                [{"Update": ended}, {"Update": count}, *charges], failure=failure
+            )
             if cancelled is None:
                 return Recorded.SHARD_FINISHED if last else Recorded.OK
             if cancelled.failed(0):
@@ -325,12 +342,14 @@ class RequestStore:
         uses_attempt: bool,
         shard: int = 0,
         charge: Tally | None = None,
+        charges: Sequence[dict[str, Any]] = (),
     ) -> Scheduled:
         """Put a running request back to wait for its next try, only while its batch still
         runs: the request, a check of the batch's record and the attempt's ``charge`` to its
         shard's counters (``left`` unchanged) are one transaction, so no retry is scheduled
         after a cancel or the window's end has settled the batch's unstarted requests
-        (STOPPED: end it instead), and the attempt is charged exactly once.
+        (STOPPED: end it instead), and the attempt is charged exactly once (to the shard,
+        and by ``charges`` to its owner's and key's spend).
 
         ``uses_attempt`` False gives the attempt back (a model_queued wait). A refused
         write is read back: this worker's own retry, committed by a try whose answer was
@@ -362,6 +381,7 @@ class RequestStore:
                 self._batches, {"pk": {"S": held.batch_id}, "sk": {"S": shard_sk(shard)}}
             )
             actions.append({"Update": charged})
+        actions += charges
         cancelled = self._table.transact(
             actions, failure=f"could not schedule a retry of {held.batch_id}/{held.index}"
         )

@@ -1,4 +1,4 @@
-"""Per-model concurrency slots: self-expiring leases in one map per model.
+"""Concurrency slots: self-expiring leases in one map per model, and one per user.
 
 ``acquire`` adds this holder's token with an expiry while fewer than ``cap`` tokens are
 present; a holder that dies leaves an entry that expires and is purged by the next
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from batchgw.storage.dynamo import Table, Update, timestamp
@@ -115,3 +116,143 @@ class SlotStore:
             extra_remove=[f"s.{n}" for n in names], condition=still_expired, names=names, values=values
         )
         self._table.update(self._key(model), purge, failure=f"could not purge the slots of {model}")
+
+
+# --- a user's slots, with what their requests may cost ------------------------------------------
+
+# The clauses of a user's slot map's conditional writes.
+version_unchanged = "(attribute_not_exists(v) OR v = :v)"
+room_or_held = f"({token_held} OR {room_left})"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One request's hold on a slot of its owner: until when, what it may cost (reserved,
+    in nano-dollars), under which key."""
+
+    until: float
+    reserved: int = 0
+    key_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UserSlots:
+    """A user's slot map as read: every hold by token, and the map's version."""
+
+    holds: dict[str, Hold]
+    version: int = 0
+
+    def reserved(self, now: float, *, key_id: str | None = None, besides: str | None = None) -> int:
+        """What the user's live holds (only ``key_id``'s, if given) may still cost, leaving
+        out the hold ``besides``."""
+        return sum(
+            hold.reserved
+            for token, hold in self.holds.items()
+            if hold.until >= now and token != besides and (key_id is None or hold.key_id == key_id)
+        )
+
+
+class UserTake(StrEnum):
+    TAKEN = "taken"
+    FULL = "full"  # the user has as many requests running as their role allows
+    CHANGED = "changed"  # another request changed the reservations since they were read
+
+
+def _hold_of(value: Any) -> Hold:
+    return Hold(
+        until=float(value.get("u", 0)), reserved=int(value.get("n", 0)), key_id=str(value.get("k", ""))
+    )
+
+
+class UserSlotStore:
+    """Per-user concurrency slots (the role's cap across every model and process), each
+    carrying the reservation of the request that holds it.
+
+    A hold is a lease like a model's slot: a holder that dies leaves an entry that expires
+    and is purged by the next taker that finds the map full. Taking a slot with a
+    reservation may be made conditional on the map's ``version`` being the one read, so
+    two requests judged against the same reservations cannot both be let through: the
+    later one reads again.
+    """
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._table = Table(client, table)
+
+    @staticmethod
+    def key(user_id: str) -> dict[str, Any]:
+        return {"pk": {"S": f"uslots#{user_id}"}, "sk": {"S": "slots"}}
+
+    @staticmethod
+    def new_token() -> str:
+        return secrets.token_hex(8)
+
+    @staticmethod
+    def parse(item: dict[str, Any] | None) -> UserSlots:
+        """A slot map as read (None: there is none yet)."""
+        if item is None:
+            return UserSlots({})
+        holds = {token: _hold_of(value) for token, value in (item.get("s") or {}).items()}
+        return UserSlots(holds, int(item.get("v", 0)))
+
+    def read(self, user_id: str) -> UserSlots:
+        return self.parse(self._table.get(self.key(user_id)))
+
+    def take(
+        self, user_id: str, token: str, hold: Hold, *, cap: int, now: float, version: int | None = None
+    ) -> UserTake:
+        """Hold (or renew, with a new reservation) one of the user's ``cap`` slots (0: no
+        cap). With ``version``, only if the map is still at that version."""
+        condition = slots_exist
+        values: dict[str, Any] = {
+            ":hold": {"u": timestamp(hold.until), "n": hold.reserved, "k": hold.key_id},
+            ":one": 1,
+            ":zero": 0,
+        }
+        if cap > 0:
+            condition += f" AND {room_or_held}"
+            values[":cap"] = cap
+        if version is not None:
+            condition += f" AND {version_unchanged}"
+            values[":v"] = version
+        take = Update(
+            extra_set=["s.#t = :hold", "v = if_not_exists(v, :zero) + :one"],
+            condition=condition,
+            names={"#t": token},
+            values=values,
+        )
+        for _ in range(3):
+            taken, old = self._table.update_returning(
+                self.key(user_id), take, failure=f"could not take a slot of {user_id}"
+            )
+            if taken is not None:
+                return UserTake.TAKEN
+            if old is None or "s" not in old:
+                self._create(user_id)
+                continue
+            if version is not None and int(old.get("v", 0)) != version:
+                return UserTake.CHANGED
+            expired = {t: value for t, value in old["s"].items() if float(value.get("u", 0)) < now}
+            if not expired:
+                return UserTake.FULL
+            self._purge(user_id, expired)
+        return UserTake.FULL
+
+    def release(self, user_id: str, token: str) -> None:
+        release = Update(extra_remove=["s.#t"], names={"#t": token})
+        self._table.update(self.key(user_id), release, failure=f"could not release a slot of {user_id}")
+
+    def _create(self, user_id: str) -> None:
+        self._table.put(
+            {"pk": f"uslots#{user_id}", "sk": "slots", "s": {}, "v": 0},
+            condition=slots_not_exist,
+            failure=f"could not create the slots of {user_id}",
+        )
+
+    def _purge(self, user_id: str, expired: dict[str, Any]) -> None:
+        names = {f"#e{i}": token for i, token in enumerate(expired)}
+        values = {f":e{i}": value["u"] for i, value in enumerate(expired.values())}
+        still_expired = " AND ".join(f"s.{n}.u = {v}" for n, v in zip(names, values, strict=True))
+        purge = Update(
+            extra_remove=[f"s.{n}" for n in names], condition=still_expired, names=names, values=values
+        )
+        self._table.update(self.key(user_id), purge, failure=f"could not purge the slots of {user_id}")

@@ -1,0 +1,175 @@
+"""The owner's gate: before each request runs, the batch's key and account are checked again.
+
+``OwnerGate.admit`` reads the owner's account (cached per process for
+``BATCH_OWNER_CACHE_SECONDS``) and, when a quota or budget limits them, what they and the
+key spent and reserved (one strongly consistent read), and judges (``domain.spend``):
+run, wait, pause the batch, or fail it. A request let through holds one of its owner's
+slots (the role's concurrency cap, across every model and process), carrying what it may
+cost until its cost is charged. Without a cap and without limits, no slot is taken.
+
+A chain keeps its slot from one request to the next (renewing it, with each request's
+reservation), and lets it go when it stops.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from batchgw.deps import Deps
+from batchgw.domain.accounts import KeyRecord, UserRecord
+from batchgw.domain.batch import BatchRecord
+from batchgw.domain.request import RequestRecord
+from batchgw.domain.spend import (
+    Judgement,
+    Spend,
+    Standing,
+    judge,
+    needs_spend,
+    reservation_tokens,
+)
+from batchgw.observability import logger
+from batchgw.run.aio import io
+from batchgw.storage.slots import Hold, UserSlots, UserSlotStore, UserTake
+from batchgw.storage.spend import Payer
+
+# A key of a batch stored without one (created before keys were recorded): always valid.
+_ANY_KEY = KeyRecord(id="", user_id="", key_hash="", prefix="")
+_TAKE_TRIES = 4  # reads and takes when other requests keep changing the reservations
+
+_accounts: dict[str, tuple[float, UserRecord | None, list[KeyRecord]]] = {}
+
+
+def forget_accounts() -> None:
+    """Drop what this process cached of owners' accounts (tests)."""
+    _accounts.clear()
+
+
+async def account_of(deps: Deps, user_id: str) -> tuple[UserRecord | None, list[KeyRecord]]:
+    """The owner's account, as read at most ``BATCH_OWNER_CACHE_SECONDS`` ago."""
+    now = deps.clock()
+    cached = _accounts.get(user_id)
+    if cached is None or cached[0] <= now:
+        user, keys = await io(deps.accounts.account, user_id)
+        cached = (now + deps.settings.batch_owner_cache_seconds, user, keys)
+        _accounts[user_id] = cached
+    return cached[1], cached[2]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    standing: Standing
+    body: Any = None  # the request's body, when it was read to price what it may cost
+
+
+class OwnerGate:
+    """One chain's view of its batch's owner, and its hold on one of the owner's slots."""
+
+    def __init__(self, deps: Deps, batch: BatchRecord) -> None:
+        self._deps = deps
+        self._batch = batch
+        self._token = UserSlotStore.new_token()
+        self._held: Hold | None = None
+
+    async def admit(self, held: RequestRecord) -> Admission:
+        """Whether ``held`` may run now; if so, this chain holds a slot of its owner with
+        what the request may cost reserved."""
+        deps, batch = self._deps, self._batch
+        user, keys = await account_of(deps, batch.owner)
+        key = _ANY_KEY if batch.key_id is None else next((k for k in keys if k.id == batch.key_id), None)
+        limited = user is not None and key is not None and needs_spend(user, key)
+        body, reserve = None, 0
+        if limited:
+            body, reserve = await self._reservation(held)
+        for _ in range(_TAKE_TRIES):
+            now = deps.clock()
+            user_spend, key_spend, slots = Spend(), Spend(), None
+            if limited:
+                user_spend, key_spend, slots = await self._spent(now)
+            standing = judge(
+                user,
+                key,
+                now=now,
+                min_role=deps.settings.batch_min_role,
+                user_spend=user_spend,
+                key_spend=key_spend,
+                recheck_seconds=deps.settings.batch_quota_recheck_seconds,
+                reservation_wait_seconds=deps.settings.batch_reservation_wait_seconds,
+            )
+            if standing.judgement is not Judgement.RUN:
+                await self.release()
+                return Admission(standing, body)
+            assert user is not None
+            taken = await self._hold(user, reserve, now, None if slots is None else slots.version)
+            if taken is UserTake.TAKEN:
+                return Admission(standing, body)
+            if taken is UserTake.FULL:
+                return Admission(self._slot_wait(now), body)
+        return Admission(self._slot_wait(deps.clock()), body)
+
+    async def release(self) -> None:
+        """Let go of the owner's slot (and the reservation it carries)."""
+        if self._held is not None:
+            self._held = None
+            await io(self._deps.user_slots.release, self._batch.owner, self._token)
+
+    # --- the steps ----------------------------------------------------------------------------
+
+    async def _reservation(self, held: RequestRecord) -> tuple[Any, int]:
+        """The request's body and what it may cost at most."""
+        deps = self._deps
+        spec = deps.catalog.models[held.model]
+        try:
+            body = await io(deps.blobs.load_body, held.request_packed, held.request_ref)
+        except Exception:  # its call reads it again and fails as the request's outcome
+            logger.warning("could not read a request to price it", exc_info=True)
+            body = None
+        input_tokens, output_tokens = reservation_tokens(
+            body, self._batch.endpoint, model_max_output=spec.max_output_tokens
+        )
+        return body, spec.price.cost_nano(input_tokens, output_tokens) if spec.price else 0
+
+    async def _spent(self, now: float) -> tuple[Spend, Spend, UserSlots]:
+        """What the owner and the key spent and have reserved (besides this chain's own
+        hold, which the request replaces), in one read."""
+        deps, batch = self._deps, self._batch
+        payer = Payer(batch.owner, batch.key_id)
+        user_spend, key_spend, found = await io(
+            deps.spend.read_with, payer, now, [UserSlotStore.key(batch.owner)]
+        )
+        slots = UserSlotStore.parse(found[0] if found else None)
+        user_reserved = slots.reserved(now, besides=self._token)
+        key_reserved = slots.reserved(now, key_id=batch.key_id or "", besides=self._token)
+        return (
+            Spend(user_spend.today, user_spend.month, user_reserved),
+            Spend(key_spend.today, key_spend.month, key_reserved),
+            slots,
+        )
+
+    async def _hold(self, user: UserRecord, reserve: int, now: float, version: int | None) -> UserTake:
+        """Hold one of the owner's slots with ``reserve`` on it (renewing this chain's own
+        hold when it is due, or when the reservation changes)."""
+        deps = self._deps
+        cap = deps.settings.role_concurrency(user.role)
+        if cap == 0 and version is None:
+            await self.release()  # neither a cap nor a limit: nothing to hold
+            return UserTake.TAKEN
+        lease = deps.settings.batch_lease_seconds + deps.settings.batch_upstream_timeout_seconds
+        held = self._held
+        if version is None and held is not None and held.reserved == reserve and held.until - now > lease / 2:
+            return UserTake.TAKEN
+        hold = Hold(until=now + lease, reserved=reserve, key_id=self._batch.key_id or "")
+        taken = await io(
+            deps.user_slots.take, self._batch.owner, self._token, hold, cap=cap, now=now, version=version
+        )
+        if taken is UserTake.TAKEN:
+            self._held = hold
+        elif taken is UserTake.FULL:
+            await self.release()
+        return taken
+
+    def _slot_wait(self, now: float) -> Standing:
+        """The owner has as many requests running as their role allows: ask again shortly."""
+        wait = self._deps.settings.batch_slot_wait_seconds * (1 + random.random())
+        return Standing(Judgement.WAIT, check_at=now + wait)
