@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
@@ -49,6 +50,10 @@ MOTO_PORT_ENV = "BATCHGW_MOTO_PORT"
 DEFAULT_API_PORT = 8080
 DEFAULT_SIM_PORT = 8081
 DEFAULT_MOTO_PORT = 8082
+# The local stack's clock: start "now" at this instant (unix seconds or ISO 8601), so a test
+# can run across a UTC day or month boundary; every process gets the offset it makes.
+FAKE_NOW_ENV = "BATCHGW_FAKE_NOW"
+CLOCK_OFFSET_ENV = "BATCHGW_CLOCK_OFFSET"
 
 # Which real handler each local entry point calls (dotted paths, ``pkg.mod.func`` or
 # ``pkg.mod:func``); tests point these at fakes.
@@ -248,7 +253,22 @@ def stack_env(
     for queue in resources.QUEUES:
         env[queue.env_var] = queue_url(ports.moto, queue_name(queue))
     env.update(overrides or {})
+    fake_now = env.get(FAKE_NOW_ENV)
+    if fake_now and CLOCK_OFFSET_ENV not in (overrides or {}):
+        # Read once, here: every process of the stack (and each one that replaces a crashed
+        # one) runs its clock the same seconds ahead or behind.
+        env[CLOCK_OFFSET_ENV] = f"{instant(fake_now) - time.time():.3f}"
     return env
+
+
+def instant(text: str) -> float:
+    """Unix seconds, or an ISO 8601 time (``2026-12-31T23:59:50Z``), as unix seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 def process_env(stack: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +127,36 @@ def chat(custom_id: str, text: str, model: str = "sim-chat", **body: Any) -> dic
 def pause(seconds: float) -> None:
     """For ordering created_at values only (they have one-second resolution)."""
     time.sleep(seconds)
+
+
+_names = itertools.count()
+
+
+class Account:
+    """A user made through the admin API, with one key (more on demand)."""
+
+    def __init__(self, stack: LocalStack, role: str = "internal", **quotas: Any) -> None:
+        self.stack = stack
+        self.admin = root(stack, "sk-local-admin")
+        n = next(_names)
+        made = self.admin.post(
+            "/admin/users",
+            json={"name": f"user {n}", "email": f"user{n}@example.com", "role": role, **quotas},
+        )
+        assert made.status_code == 200, made.text
+        self.id = made.json()["id"]
+        self.key_id, self.api = self.new_key()
+
+    def new_key(self, **fields: Any) -> tuple[str, Api]:
+        made = self.admin.post(f"/admin/users/{self.id}/keys", json=fields)
+        assert made.status_code == 200, made.text
+        return made.json()["id"], Api(self.stack, made.json()["key"])
+
+    def update(self, **fields: Any) -> None:
+        self.admin.patch(f"/admin/users/{self.id}", json=fields).raise_for_status()
+
+
+def root(stack: LocalStack, key: str) -> httpx.Client:
+    """A client for the routes outside /v1 (the admin API)."""
+    base = stack.api_url.removesuffix("/v1")
+    return httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30)

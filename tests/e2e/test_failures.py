@@ -14,7 +14,7 @@ import pytest
 from batchgw.domain.chains import ChainMessage
 
 from local.run import LocalStack
-from tests.e2e.conftest import STACK_ENV, Api, chat, stack_for
+from tests.e2e.conftest import STACK_ENV, Account, Api, chat, stack_for
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -261,11 +261,19 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         yield running
 
 
-def test_workers_killed_mid_request_lose_nothing(faulty: LocalStack) -> None:
+def test_workers_killed_mid_request_lose_nothing_and_charge_what_the_batch_cost(faulty: LocalStack) -> None:
     total = 120  # long enough to outlast three kills
-    api = Api(faulty, "sk-local-alice")
+    owner = Account(faulty)
+    api = owner.api
     sim = httpx.Client(base_url=faulty.sim_url)
-    requests = [chat(f"k-{i}", f"work [[sim latency_ms=500]] {i}") for i in range(total)]
+    # Every tenth request fails its first try and is tried again.
+    requests = [
+        chat(
+            f"k-{i}",
+            f"work [[sim latency_ms=500]] {i}" + (" [[sim fail=1 status=503]]" if i % 10 == 0 else ""),
+        )
+        for i in range(total)
+    ]
     batch = api.create(requests).json()
     assert batch["expires_at"] is None and batch["completion_window"] == "none"
     for index in (0, 1, 0):
@@ -286,7 +294,12 @@ def test_workers_killed_mid_request_lose_nothing(faulty: LocalStack) -> None:
     assert done["cost_unknown_attempts"] >= 1  # the attempts the killed workers lost
     seen = sim.get("/_sim/stats").json()["models"]["sim-chat"]["requests"]
     # A lost attempt may or may not have reached the model before its worker died.
-    assert total <= seen <= total + done["cost_unknown_attempts"]
+    retried = total // 10
+    assert total + retried <= seen <= total + retried + done["cost_unknown_attempts"]
+    # Each attempt of known cost was charged to the owner and the key exactly once.
+    me = api.http.get("/me").json()
+    assert me["spend_today_usd"] == me["spend_month_usd"] == done["cost_usd"]
+    assert me["key"]["spend_today_usd"] == me["key"]["spend_month_usd"] == done["cost_usd"]
 
     dynamodb = boto3.client(
         "dynamodb",
