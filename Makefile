@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: install run test test-fast lint format synth bench chaos clean
+.PHONY: install run test test-fast lint format synth deploy diff config bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,20 @@ format: install
 ## Synthesize the CDK app offline into cdk.out/ (no AWS account, Docker or network).
 synth: install
 	$(PY) -m infra.app
+
+## Deploy the stack into the account and region of your AWS credentials, with the project's
+## own Python (CDK_ARGS passes more, e.g. CDK_ARGS="-c modelsConfig=my-models.json").
+CDK ?= npx --yes aws-cdk@2
+deploy: install
+	$(CDK) deploy --app "$(PY) -m infra.app" $(CDK_ARGS)
+
+## What a deploy would change.
+diff: install
+	$(CDK) diff --app "$(PY) -m infra.app" $(CDK_ARGS)
+
+## Runtime settings of the local stack: make config ARGS="show", ARGS="set BATCH_ENABLED false".
+config: install
+	$(PY) -m local.config $(ARGS)
 
 bench: install
 	$(PY) -m bench.run

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
+from batchgw.config import resources
 from constructs import Construct
 
 from infra.constructs import REPO_ROOT
@@ -60,6 +61,12 @@ class BatchGwStack(Stack):
         CfnOutput(self, "ApiBaseUrl", value=f"{self.api.url}v1", description="the OpenAI SDK's base_url")
         CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
         CfnOutput(self, "AlarmTopicArn", value=self.observability.alarm_topic.topic_arn)
+        CfnOutput(
+            self,
+            "ControlTableName",
+            value=self.storage.tables[resources.CONTROL.logical_id].table_name,
+            description="python -m batchgw.config --stack <name> changes runtime settings here",
+        )
         for name, bucket in self.storage.buckets.items():
             CfnOutput(self, f"{name}BucketName", value=bucket.bucket_name)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw.api import accounts, auth, batches, files, openapi, results, uploads
+from batchgw.api import accounts, admin, auth, batches, files, openapi, results, uploads
 from batchgw.api.params import Download
 from batchgw.deps import get_deps
 from batchgw.domain import codec
@@ -251,6 +251,34 @@ def revoke_key(key_id: str) -> Response[Any]:
 @app.post("/admin/keys/<key_id>/regenerate")
 def regenerate_key(key_id: str) -> Response[Any]:
     return _json(200, accounts.regenerate_key(get_deps(), _caller(), key_id))
+
+
+# --- the operator's plane (administrators) ------------------------------------------------
+
+
+@app.get("/admin/config")
+def list_config() -> Response[Any]:
+    return _json(200, admin.list_config(get_deps(), _caller()))
+
+
+@app.patch("/admin/config/<name>")
+def set_config(name: str) -> Response[Any]:
+    return _json(200, admin.set_config(get_deps(), _caller(), name, _json_body()))
+
+
+@app.delete("/admin/config/<name>")
+def reset_config(name: str) -> Response[Any]:
+    return _json(200, admin.reset_config(get_deps(), _caller(), name))
+
+
+@app.get("/admin/batch/models")
+def list_models() -> Response[Any]:
+    return _json(200, admin.list_models(get_deps(), _caller()))
+
+
+@app.patch("/admin/batch/models/<model_id>")
+def set_model(model_id: str) -> Response[Any]:
+    return _json(200, admin.set_model(get_deps(), _caller(), model_id, _json_body()))
 
 
 # --- the API's description ---------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Tests build ``Deps`` themselves (a fake clock, moto-backed clients) instead.
 
-May import: ``storage``, ``config``, ``domain``.
+May import: ``runtime``, ``storage``, ``config``, ``domain``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, StoredResults
+from batchgw.runtime import LiveConfig
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.aws import get_clients
 from batchgw.storage.batches import BatchStore
@@ -24,6 +25,7 @@ from batchgw.storage.files import FileStore
 from batchgw.storage.idempotency import IdempotencyStore
 from batchgw.storage.queue import WorkQueue
 from batchgw.storage.requests import RequestStore
+from batchgw.storage.runtime import RuntimeStore
 from batchgw.storage.slots import SlotStore, UserSlotStore
 from batchgw.storage.spend import SpendStore
 from batchgw.storage.workflow import Workflow
@@ -31,7 +33,7 @@ from batchgw.storage.workflow import Workflow
 
 @dataclass
 class Deps:
-    settings: Settings
+    live: LiveConfig  # the settings with administrators' runtime overrides, and model caps
     catalog: Catalog
     batches: BatchStore
     requests: RequestStore
@@ -49,11 +51,16 @@ class Deps:
     stored: StoredResults  # bytes of responses each batch stored, as this process knows them
     clock: Callable[[], float]
 
+    @property
+    def settings(self) -> Settings:
+        """The settings in force now (refreshed by ``live.refresh``)."""
+        return self.live.settings
+
 
 def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] = time.time) -> Deps:
     clients = get_clients()
     return Deps(
-        settings=settings,
+        live=LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog),
         catalog=catalog,
         batches=BatchStore(clients.dynamodb, settings.batches_table),
         requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),
@@ -73,8 +80,15 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     )
 
 
-@lru_cache(maxsize=1)
 def get_deps() -> Deps:
+    """This process's wiring, its runtime overrides read again when they are due."""
+    deps = _process_deps()
+    deps.live.refresh()
+    return deps
+
+
+@lru_cache(maxsize=1)
+def _process_deps() -> Deps:
     settings = get_settings()
     offset = settings.clock_offset_seconds
     clock = time.time if not offset else (lambda: time.time() + offset)

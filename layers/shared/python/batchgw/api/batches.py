@@ -6,6 +6,7 @@ any). Create stores the request and starts the workflow; it never calls a model.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -394,16 +395,24 @@ def remove(deps: Deps, record: BatchRecord) -> None:
         deps.workflow.start_purge(record.id)
 
 
-def batches_of(deps: Deps, owner: str) -> list[BatchRecord]:
-    """Every batch of ``owner``, whatever its status."""
+def batches_of(deps: Deps, owner: str, statuses: Sequence[str] = ()) -> list[BatchRecord]:
+    """Every batch of ``owner`` (of those statuses, if any are given)."""
     found: list[BatchRecord] = []
     before_key = None
     while True:
-        records, more = deps.batches.list_for_owner(owner, limit=100, before_key=before_key)
+        records, more = deps.batches.list_for_owner(
+            owner, limit=100, before_key=before_key, statuses=statuses
+        )
         found += records
         if not more or not records:
             return found
         before_key = records[-1].created_key
+
+
+def every_batch(deps: Deps, statuses: Sequence[str] = ()) -> Iterator[BatchRecord]:
+    """Every user's batches (of those statuses, if any are given), user by user."""
+    for user in deps.accounts.users():
+        yield from batches_of(deps, user.id, statuses)
 
 
 # --- list --------------------------------------------------------------------------------

@@ -26,57 +26,218 @@ class Settings(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     # --- the spec's settings -------------------------------------------------------
-    batch_enabled: bool = Field(True, alias="BATCH_ENABLED")
-    batch_min_role: str = Field("internal", alias="BATCH_MIN_ROLE")
-    batch_model_concurrency: int = Field(64, ge=0, alias="BATCH_MODEL_CONCURRENCY")
-    batch_max_requests: int = Field(50_000, ge=1, alias="BATCH_MAX_REQUESTS")
+    batch_enabled: bool = Field(
+        True,
+        alias="BATCH_ENABLED",
+        description=(
+            "Serve batch inference. Off: every batch, file and upload route answers 404 and no queued "
+            "request starts; stored batches are kept"
+        ),
+    )
+    batch_min_role: str = Field(
+        "internal",
+        alias="BATCH_MIN_ROLE",
+        description=(
+            "Lowest role that may create batches and upload files (free, pro, internal, admin); a queued "
+            "request waits while its owner's role is below it"
+        ),
+    )
+    batch_model_concurrency: int = Field(
+        64,
+        ge=0,
+        alias="BATCH_MODEL_CONCURRENCY",
+        description=(
+            "Batch requests a model runs at once across the deployment when it has no cap of its own; 0 "
+            "pauses batch work on those models"
+        ),
+    )
+    batch_max_requests: int = Field(
+        50_000, ge=1, alias="BATCH_MAX_REQUESTS", description="Requests one batch may hold"
+    )
     # A request body (a create, a file upload, an upload's part). API Gateway and Lambda take
     # about 6 MB per request, a binary body base64-encoded in it: 4 MiB is what fits with
     # room to spare, not the spec's 32 MiB. Larger files go through the Uploads API in parts
     # or a presigned upload, up to BATCH_MAX_FILE_MB.
-    batch_max_body_mb: float = Field(4, gt=0, alias="BATCH_MAX_BODY_MB")
-    batch_max_file_mb: float = Field(200, gt=0, alias="BATCH_MAX_FILE_MB")
-    batch_max_active_per_user: int = Field(10, ge=1, alias="BATCH_MAX_ACTIVE_PER_USER")
-    batch_completion_window_hours: float = Field(24, ge=0, le=168, alias="BATCH_COMPLETION_WINDOW_HOURS")
-    batch_retention_days: float = Field(7, gt=0, alias="BATCH_RETENTION_DAYS")
-    batch_max_queued_requests_per_user: int = Field(100_000, ge=1, alias="BATCH_MAX_QUEUED_REQUESTS_PER_USER")
-    batch_max_line_kb: int = Field(4096, ge=1, alias="BATCH_MAX_LINE_KB")
-    batch_max_result_kb: int = Field(4096, ge=1, alias="BATCH_MAX_RESULT_KB")
-    batch_max_results_mb_per_batch: float = Field(8192, ge=0, alias="BATCH_MAX_RESULTS_MB_PER_BATCH")
-    batch_files_max_total_mb_per_user: float = Field(512, ge=0, alias="BATCH_FILES_MAX_TOTAL_MB_PER_USER")
-    batch_file_uploads_per_hour: int = Field(60, ge=0, alias="BATCH_FILE_UPLOADS_PER_HOUR")
-    batch_file_retention_days: float = Field(30, gt=0, alias="BATCH_FILE_RETENTION_DAYS")
-    batch_anthropic_versions: str = Field("2023-06-01,2026-10-21", alias="BATCH_ANTHROPIC_VERSIONS")
+    batch_max_body_mb: float = Field(
+        4,
+        gt=0,
+        alias="BATCH_MAX_BODY_MB",
+        description="Largest request body (a create, an upload or an upload's part), in MiB",
+    )
+    batch_max_file_mb: float = Field(
+        200,
+        gt=0,
+        alias="BATCH_MAX_FILE_MB",
+        description="Largest input file uploaded in parts or presigned, in MiB",
+    )
+    batch_max_active_per_user: int = Field(
+        10, ge=1, alias="BATCH_MAX_ACTIVE_PER_USER", description="Unfinished batches one user may have"
+    )
+    batch_completion_window_hours: float = Field(
+        24,
+        ge=0,
+        le=168,
+        alias="BATCH_COMPLETION_WINDOW_HOURS",
+        description=(
+            "Hours a new batch has before its unstarted requests expire, up to 168; 0: no limit. A batch "
+            "keeps the value it was created with"
+        ),
+    )
+    batch_retention_days: float = Field(
+        7,
+        gt=0,
+        alias="BATCH_RETENTION_DAYS",
+        description=(
+            "Days a finished batch and its results are kept. A batch keeps the value it was created with"
+        ),
+    )
+    batch_max_queued_requests_per_user: int = Field(
+        100_000,
+        ge=1,
+        alias="BATCH_MAX_QUEUED_REQUESTS_PER_USER",
+        description="Unfinished requests one user may have across all their batches",
+    )
+    batch_max_line_kb: int = Field(
+        4096, ge=1, alias="BATCH_MAX_LINE_KB", description="Largest line of an input file, in KiB"
+    )
+    batch_max_result_kb: int = Field(
+        4096,
+        ge=1,
+        alias="BATCH_MAX_RESULT_KB",
+        description="Largest response one batch request may store, in KiB",
+    )
+    batch_max_results_mb_per_batch: float = Field(
+        8192,
+        ge=0,
+        alias="BATCH_MAX_RESULTS_MB_PER_BATCH",
+        description="Responses one batch may store in all, in MiB; 0 removes the limit",
+    )
+    batch_files_max_total_mb_per_user: float = Field(
+        512,
+        ge=0,
+        alias="BATCH_FILES_MAX_TOTAL_MB_PER_USER",
+        description="Uploaded input files one user may keep, in MiB",
+    )
+    batch_file_uploads_per_hour: int = Field(
+        60,
+        ge=0,
+        alias="BATCH_FILE_UPLOADS_PER_HOUR",
+        description="Input files one user may upload per hour, failed uploads included",
+    )
+    batch_file_retention_days: float = Field(
+        30, gt=0, alias="BATCH_FILE_RETENTION_DAYS", description="Days an uploaded input file is kept"
+    )
+    batch_anthropic_versions: str = Field(
+        "2023-06-01,2026-10-21",
+        alias="BATCH_ANTHROPIC_VERSIONS",
+        description="anthropic-version values a new Messages batch may name, comma-separated",
+    )
     # Batch requests one user of the role may have running at once, across every model and
     # every worker process (self-expiring lease slots); 0 removes the cap.
-    batch_role_concurrency_free: int = Field(8, ge=0, alias="BATCH_ROLE_CONCURRENCY_FREE")
-    batch_role_concurrency_pro: int = Field(16, ge=0, alias="BATCH_ROLE_CONCURRENCY_PRO")
-    batch_role_concurrency_internal: int = Field(64, ge=0, alias="BATCH_ROLE_CONCURRENCY_INTERNAL")
-    batch_role_concurrency_admin: int = Field(64, ge=0, alias="BATCH_ROLE_CONCURRENCY_ADMIN")
+    batch_role_concurrency_free: int = Field(
+        8,
+        ge=0,
+        alias="BATCH_ROLE_CONCURRENCY_FREE",
+        description=(
+            "Batch requests one free user may have running at once, across every model; 0 removes the cap"
+        ),
+    )
+    batch_role_concurrency_pro: int = Field(
+        16,
+        ge=0,
+        alias="BATCH_ROLE_CONCURRENCY_PRO",
+        description=(
+            "Batch requests one pro user may have running at once, across every model; 0 removes the cap"
+        ),
+    )
+    batch_role_concurrency_internal: int = Field(
+        64,
+        ge=0,
+        alias="BATCH_ROLE_CONCURRENCY_INTERNAL",
+        description=(
+            "Batch requests one internal user may have running at once, across every model; 0 removes the cap"
+        ),
+    )
+    batch_role_concurrency_admin: int = Field(
+        64,
+        ge=0,
+        alias="BATCH_ROLE_CONCURRENCY_ADMIN",
+        description=(
+            "Batch requests one admin may have running at once, across every model; 0 removes the cap"
+        ),
+    )
 
     # --- durations every rule reads (seconds) ----------------------------------------
-    batch_retry_base_seconds: float = Field(5, gt=0, alias="BATCH_RETRY_BASE_SECONDS")
-    batch_retry_max_seconds: float = Field(900, gt=0, alias="BATCH_RETRY_MAX_SECONDS")
+    batch_retry_base_seconds: float = Field(
+        5,
+        gt=0,
+        alias="BATCH_RETRY_BASE_SECONDS",
+        description="First backoff of a retried request, in seconds (doubles per attempt)",
+    )
+    batch_retry_max_seconds: float = Field(
+        900,
+        gt=0,
+        alias="BATCH_RETRY_MAX_SECONDS",
+        description="Longest backoff of a retried request, in seconds",
+    )
     # A request's lease: a dead worker's requests come back after about this long. A worker
     # renews the lease while its call runs, so it can be shorter than an upstream call.
-    batch_lease_seconds: float = Field(180, gt=0, alias="BATCH_LEASE_SECONDS")
-    batch_model_queued_default_seconds: float = Field(120, ge=0, alias="BATCH_MODEL_QUEUED_DEFAULT_SECONDS")
-    batch_model_queued_pause_max_seconds: float = Field(
-        900, ge=0, alias="BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS"
+    batch_lease_seconds: float = Field(
+        180,
+        gt=0,
+        alias="BATCH_LEASE_SECONDS",
+        description=(
+            "A running request's lease: a dead worker's requests are taken over about this long after it "
+            "stopped"
+        ),
     )
-    batch_upstream_timeout_seconds: float = Field(600, gt=0, alias="BATCH_UPSTREAM_TIMEOUT_SECONDS")
+    batch_model_queued_default_seconds: float = Field(
+        120,
+        ge=0,
+        alias="BATCH_MODEL_QUEUED_DEFAULT_SECONDS",
+        description="How long a model answering model_queued without Retry-After is left alone",
+    )
+    batch_model_queued_pause_max_seconds: float = Field(
+        900,
+        ge=0,
+        alias="BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS",
+        description="The longest a model_queued answer pauses its model",
+    )
+    batch_upstream_timeout_seconds: float = Field(
+        600, gt=0, alias="BATCH_UPSTREAM_TIMEOUT_SECONDS", description="How long one upstream call may take"
+    )
     # How often the workflow reconciles each unfinished batch while it waits (takes over
     # abandoned requests, re-sends lost work, settles counters): a batch ends within about
     # one lease plus this after its last request could have ended, whatever failed.
-    batch_reconcile_seconds: float = Field(300, ge=1, alias="BATCH_RECONCILE_SECONDS")
+    batch_reconcile_seconds: float = Field(
+        300,
+        ge=1,
+        alias="BATCH_RECONCILE_SECONDS",
+        description="How often the workflow reconciles each unfinished batch while it waits",
+    )
     # How soon a batch paused by a quota, a key's budget or its owner's role is checked
     # again (a raised quota resumes it within this), and how long a request waits when only
     # the reservations of requests still running stand in its way.
-    batch_quota_recheck_seconds: float = Field(3600, gt=0, alias="BATCH_QUOTA_RECHECK_SECONDS")
-    batch_reservation_wait_seconds: float = Field(30, gt=0, alias="BATCH_RESERVATION_WAIT_SECONDS")
+    batch_quota_recheck_seconds: float = Field(
+        3600,
+        gt=0,
+        alias="BATCH_QUOTA_RECHECK_SECONDS",
+        description="How soon a batch paused by a quota, a budget or its owner's role is checked again",
+    )
+    batch_reservation_wait_seconds: float = Field(
+        30,
+        gt=0,
+        alias="BATCH_RESERVATION_WAIT_SECONDS",
+        description="How long a request waits when only running requests' reservations stand in its way",
+    )
     # How long a worker process trusts what it read of a batch owner's account (key valid,
     # role, quotas): a revoked key or a lowered role is noticed within this.
-    batch_owner_cache_seconds: float = Field(5, ge=0, alias="BATCH_OWNER_CACHE_SECONDS")
+    batch_owner_cache_seconds: float = Field(
+        5,
+        ge=0,
+        alias="BATCH_OWNER_CACHE_SECONDS",
+        description="How long a process trusts what it read of a key and its owner's account",
+    )
 
     # --- worker shape ---------------------------------------------------------------
     # How long a worker invocation may run (the Lambda timeout); a chain of work stops
@@ -88,12 +249,37 @@ class Settings(BaseModel):
     # last; tests shrink it). Parts double in size every 1,000, within S3's 10,000.
     batch_result_part_bytes: int = Field(8 * 1024 * 1024, ge=1, alias="BATCH_RESULT_PART_BYTES")
     # Delay before a chain that found its model full asks again.
-    batch_slot_wait_seconds: float = Field(2, ge=0, alias="BATCH_SLOT_WAIT_SECONDS")
+    batch_slot_wait_seconds: float = Field(
+        2,
+        ge=0,
+        alias="BATCH_SLOT_WAIT_SECONDS",
+        description="Delay before work that found its model full asks again",
+    )
 
     # Retryable failures in a row on a model (timeouts and model_queued excluded) that
     # pause its batch work, and for how long.
-    batch_model_pause_after_failures: int = Field(5, ge=1, alias="BATCH_MODEL_PAUSE_AFTER_FAILURES")
-    batch_model_pause_seconds: float = Field(60, ge=0, alias="BATCH_MODEL_PAUSE_SECONDS")
+    batch_model_pause_after_failures: int = Field(
+        5,
+        ge=1,
+        alias="BATCH_MODEL_PAUSE_AFTER_FAILURES",
+        description="Retryable failures in a row that pause a model's batch work",
+    )
+    batch_model_pause_seconds: float = Field(
+        60,
+        ge=0,
+        alias="BATCH_MODEL_PAUSE_SECONDS",
+        description="How long such a run of failures pauses the model",
+    )
+    # Read by the stack's alarm check (``run.alerts``), not by the rules.
+    batch_queued_alert_hours: float = Field(
+        6,
+        ge=0,
+        alias="BATCH_QUEUED_ALERT_HOURS",
+        description=(
+            "Hours a model may have queued batch requests without serving one before it is reported "
+            "as waiting for capacity; 0 turns the alert off"
+        ),
+    )
 
     # --- resources (set by CDK on AWS, by the local stack locally) ------------------
     batches_table: str = Field("batchgw-batches", alias="BATCHGW_BATCHES_TABLE")
@@ -107,6 +293,9 @@ class Settings(BaseModel):
     # The local stack only: seconds added to the clock, so a test can start "now" just
     # before a UTC day or month ends (set from BATCHGW_FAKE_NOW by ``make run``).
     clock_offset_seconds: float = Field(0, alias="BATCHGW_CLOCK_OFFSET")
+    # How old the runtime overrides a process uses may be (``batchgw.runtime``): a change
+    # made through /admin/config reaches every process within about this long.
+    runtime_refresh_seconds: float = Field(5, ge=0, alias="BATCHGW_RUNTIME_REFRESH_SECONDS")
 
     @field_validator("batch_max_body_mb")
     @classmethod
@@ -177,6 +366,67 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:  # fail the cold start with a readable reason
             raise RuntimeError(f"invalid settings: {exc}") from exc
+
+
+# Settings an administrator may change at runtime (``/admin/config``): every setting with a
+# description. The resources and the worker's shape are fixed when the stack is deployed.
+RUNTIME_SETTINGS: dict[str, str] = {
+    field.alias: field_name
+    for field_name, field in Settings.model_fields.items()
+    if field.alias and field.description
+}
+
+# Names that once were settings. A value stored or set for one changes nothing; the stored
+# row is kept (a rollback to a release that reads it finds it) until an administrator
+# deletes it, and its presence is warned about once when a process starts.
+RETIRED_SETTINGS: dict[str, str] = {
+    "BATCH_EXPANSION_ENABLED": "controls nothing since file batches and every target became standard",
+    "BATCH_USER_MAX_CONCURRENCY": "replaced by BATCH_ROLE_CONCURRENCY_<ROLE>",
+}
+
+
+class InvalidSetting(ValueError):
+    """A value a setting does not accept, with the reason in words."""
+
+
+def text_of(value: Any) -> str:
+    """A setting's value as the environment would spell it (how overrides are stored)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise InvalidSetting("must be a string, a number or a boolean")
+
+
+def with_overrides(base: Settings, overrides: Mapping[str, str]) -> tuple[Settings, dict[str, str]]:
+    """``base`` with each override of a runtime setting applied, and the overrides refused
+    (name: why). One that is invalid on its own, or not a runtime setting, is left out."""
+    values = base.model_dump(by_alias=True)
+    applied: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    for name, text in overrides.items():
+        if name not in RUNTIME_SETTINGS:
+            refused[name] = "not a runtime setting"
+            continue
+        try:
+            Settings.model_validate({**values, **applied, name: text})
+        except ValidationError as exc:
+            refused[name] = "; ".join(str(error["msg"]) for error in exc.errors())
+            continue
+        applied[name] = text
+    if not applied:
+        return base, refused
+    return Settings.model_validate({**values, **applied}), refused
+
+
+def check_override(base: Settings, name: str, value: Any) -> str:
+    """The stored text of ``value`` for runtime setting ``name``; InvalidSetting when the
+    setting refuses it."""
+    text = text_of(value)
+    refused = with_overrides(base, {name: text})[1]
+    if name in refused:
+        raise InvalidSetting(refused[name])
+    return text
 
 
 @lru_cache(maxsize=1)

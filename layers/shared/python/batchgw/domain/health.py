@@ -26,15 +26,16 @@ class ModelHealth:
         with self._lock:
             self._paused[model] = max(until, self._paused.get(model, 0.0))
 
-    def failure(self, model: str, request: str) -> bool:
+    def failure(self, model: str, request: str, *, pause_after: int | None = None) -> bool:
         """Count a retryable failure of ``request``; True when it completes a run of
         failures, of that many different requests with no success between, that pauses the
-        model. One request failing again and again is that request's trouble, not the
-        model's: it counts once."""
+        model (``pause_after`` of them, the setting in force now, else the one this object
+        was made with). One request failing again and again is that request's trouble, not
+        the model's: it counts once."""
         with self._lock:
             run = self._failures.setdefault(model, set())
             run.add(request)
-            tripped = len(run) >= self.failures_to_pause
+            tripped = len(run) >= (pause_after or self.failures_to_pause)
             if tripped:
                 run.clear()
             return tripped

@@ -110,8 +110,10 @@ async def _judge_model(
     before and fails again says more about itself than about the model.
     """
     if outcome.kind == "retry" and held.attempts <= 1:
-        if deps.health.failure(held.model, f"{batch.id}/{held.index}"):
-            until = now + deps.health.pause_seconds
+        settings = deps.settings
+        run = settings.batch_model_pause_after_failures
+        if deps.health.failure(held.model, f"{batch.id}/{held.index}", pause_after=run):
+            until = now + settings.batch_model_pause_seconds
             deps.health.note_pause(held.model, until)
             await io(deps.slots.pause, held.model, until)
     elif outcome.kind == "success":

@@ -204,10 +204,18 @@ class ChainRun:
 
     async def _must_stop(self, now: float) -> bool:
         """Stop (handing the chain on where needed) when the window has closed, the
-        invocation's time is nearly up, or the chain's model is paused."""
+        invocation's time is nearly up, batch inference was turned off, or the chain's
+        model is paused. The runtime overrides are read again here when they are due, so a
+        change reaches a running chain before its next request."""
+        if self.deps.live.due():
+            await io(self.deps.live.refresh)
         settings = self.deps.settings
         if self.batch.window_closed(now):
             return True  # no new request starts
+        if not settings.batch_enabled:
+            # BATCH_ENABLED off: no queued request starts; the chain asks again later.
+            await self._hand_on(after=max(settings.runtime_refresh_seconds, settings.batch_slot_wait_seconds))
+            return True
         if self.deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
             await self._hand_on(after=0)
             return True

@@ -89,11 +89,7 @@ def park_step(deps: Deps, batch: BatchRecord) -> dict[str, Any]:
 
 
 def _chain_count(deps: Deps, batch: BatchRecord, total: int) -> int:
-    caps = [
-        deps.catalog.concurrency(deps.catalog.models[model], deps.settings.batch_model_concurrency)
-        for model in batch.models
-        if model in deps.catalog.models
-    ]
+    caps = [deps.live.unpaused_cap(model) for model in batch.models if model in deps.catalog.models]
     return max(1, min(total, max(caps, default=1)))
 
 

@@ -15,10 +15,13 @@ class SlotHolder:
         self.model: str | None = None
         self.token = SlotStore.new_token()
         self._until = 0.0
+        self._cap = 0  # the model's cap when the slot was granted
 
     async def hold(self, model: str) -> SlotGrant:
         """Hold a slot of ``model``: the one held (renewed when half its lease is gone), or a
-        new one, letting go of another model's. Not granted while the model is full or paused."""
+        new one, letting go of another model's. Not granted while the model is full or paused.
+        When an administrator lowered the model's cap, the slot held is given back and asked
+        for again, so the new cap holds once the requests running now end."""
         deps = self._deps
         lease = deps.settings.batch_lease_seconds
         now = deps.clock()
@@ -26,7 +29,11 @@ class SlotHolder:
         if paused_until > now:
             await self.release()
             return SlotGrant(False, paused_until=paused_until)
+        cap = deps.live.model_cap(model)[0]
+        if self.model == model and cap < self._cap:
+            await self.release()  # its cap was lowered: ask again, against the new cap
         if self.model == model:
+            self._cap = cap
             if self._until - now > lease / 2:
                 return SlotGrant(True)
             if await io(deps.slots.renew, model, self.token, now=now, lease_seconds=lease):
@@ -34,11 +41,9 @@ class SlotHolder:
                 return SlotGrant(True)
             self.model = None  # our lease lapsed and was purged: take a slot anew
         await self.release()
-        spec = deps.catalog.models[model]
-        cap = deps.catalog.concurrency(spec, deps.settings.batch_model_concurrency)
         grant = await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
         if grant.granted:
-            self.model, self._until = model, now + lease
+            self.model, self._until, self._cap = model, now + lease, cap
         elif grant.paused_until is not None:
             deps.health.note_pause(model, grant.paused_until)
         return grant

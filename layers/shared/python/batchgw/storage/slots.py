@@ -30,6 +30,16 @@ class SlotGrant:
     paused_until: float | None = None
 
 
+@dataclass(frozen=True)
+class SlotState:
+    holders: dict[str, float]  # token: lease expiry
+    paused_until: float
+
+    def running(self, now: float) -> int:
+        """Slots held now (a lease that ran out belongs to a holder that is gone)."""
+        return sum(1 for until in self.holders.values() if until >= now)
+
+
 class SlotStore:
     def __init__(self, client: Any, table: str) -> None:
         self._table = Table(client, table)
@@ -97,9 +107,13 @@ class SlotStore:
         self._table.update(self._key(model), release, failure=f"could not release a slot of {model}")
 
     def holders(self, model: str) -> dict[str, float]:
+        return self.read(model).holders
+
+    def read(self, model: str) -> SlotState:
         item = self._table.get(self._key(model))
         leases = item.get("s", {}) if item else {}
-        return {t: float(u) for t, u in leases.items()}
+        paused_until = float(item.get("paused_until", 0)) if item else 0.0
+        return SlotState({t: float(u) for t, u in leases.items()}, paused_until)
 
     def _create(self, model: str) -> None:
         self._table.put(

@@ -1,0 +1,106 @@
+"""The operator's plane (administrators only): runtime settings and per-model caps.
+
+Routes: ``GET /admin/config``, ``PATCH|DELETE /admin/config/{NAME}``,
+``GET /admin/batch/models``, ``PATCH /admin/batch/models/{model_id}``. A change is stored
+in the control table and applies in this process at once, in every other within
+``BATCHGW_RUNTIME_REFRESH_SECONDS`` (see ``batchgw.runtime``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchgw.api.accounts import require_admin
+from batchgw.api.batches import every_batch
+from batchgw.deps import Deps
+from batchgw.domain.errors import BadRequest, NotFound
+from batchgw.domain.principal import Principal
+from batchgw.domain.states import UNFINISHED_STATUSES
+
+# --- runtime settings ---------------------------------------------------------------------------
+
+
+def list_config(deps: Deps, principal: Principal) -> dict[str, Any]:
+    require_admin(principal)
+    deps.live.refresh(force=True)
+    return {"object": "list", "data": deps.live.describe()}
+
+
+def set_config(deps: Deps, principal: Principal, name: str, body: Any) -> dict[str, Any]:
+    require_admin(principal)
+    if not isinstance(body, dict) or "value" not in body:
+        raise BadRequest('Send {"value": ...}; DELETE resets a setting to its default.', param="value")
+    if body["value"] is None:
+        raise BadRequest("A setting's value cannot be null: DELETE resets it to its default.", param="value")
+    return deps.live.set_setting(name, body["value"], by=principal.user_id, now=deps.clock())
+
+
+def reset_config(deps: Deps, principal: Principal, name: str) -> dict[str, Any]:
+    require_admin(principal)
+    return deps.live.reset_setting(name, by=principal.user_id)
+
+
+# --- per-model caps -----------------------------------------------------------------------------
+
+
+def list_models(deps: Deps, principal: Principal) -> dict[str, Any]:
+    """Each model: its cap and where it comes from, batch requests running now and queued,
+    and whether its batch work is paused, and why."""
+    require_admin(principal)
+    deps.live.refresh(force=True)
+    queued = _queued_per_model(deps)
+    return {"object": "list", "data": [_model_object(deps, model, queued) for model in deps.catalog.models]}
+
+
+def set_model(deps: Deps, principal: Principal, model_id: str, body: Any) -> dict[str, Any]:
+    """``{"max_concurrency": n}`` caps a model (0 pauses its batch work); null takes the
+    default (the models config's cap, else BATCH_MODEL_CONCURRENCY) again."""
+    require_admin(principal)
+    if model_id not in deps.catalog.models:
+        raise NotFound(f"No model named '{model_id}'.", code="model_not_found")
+    if not isinstance(body, dict) or set(body) != {"max_concurrency"}:
+        raise BadRequest('Send {"max_concurrency": <n or null>}.', param="max_concurrency")
+    cap = body["max_concurrency"]
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+        raise BadRequest(
+            "max_concurrency must be a whole number, 0 or more, or null.", param="max_concurrency"
+        )
+    deps.live.set_model_cap(model_id, cap, by=principal.user_id, now=deps.clock())
+    return _model_object(deps, model_id, _queued_per_model(deps))
+
+
+def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, Any]:
+    cap, source = deps.live.model_cap(model)
+    now = deps.clock()
+    slots = deps.slots.read(model)
+    running = slots.running(now)
+    paused: dict[str, Any] | None = None
+    if not deps.settings.batch_enabled:
+        paused = {"reason": "batch_disabled", "until": None}
+    elif cap == 0:
+        paused = {"reason": "max_concurrency_zero", "until": None}
+    elif slots.paused_until > now:
+        paused = {"reason": "upstream_unavailable", "until": int(slots.paused_until)}
+    return {
+        "id": model,
+        "object": "batch.model",
+        "max_concurrency": deps.live.overrides.caps.get(model),
+        "effective_concurrency": cap,
+        "concurrency_source": source,
+        "running": running,
+        "queued": max(0, queued.get(model, 0) - running),
+        "paused": paused,
+    }
+
+
+def _queued_per_model(deps: Deps) -> dict[str, int]:
+    """Requests not ended of every unfinished batch, by model (a batch of several models
+    counts toward each), running ones included."""
+    queued: dict[str, int] = {}
+    for record in every_batch(deps, statuses=sorted(UNFINISHED_STATUSES)):
+        counted = deps.batches.get(record.id)
+        if counted is None:
+            continue
+        for model in record.models:
+            queued[model] = queued.get(model, 0) + counted.unfinished_requests
+    return queued

@@ -1,0 +1,155 @@
+"""The operator's plane over HTTP, on a stack of its own (its changes would slow the other
+tests' batches): runtime settings reach the running workers and api processes within 10 s,
+BATCH_ENABLED off and on, a model's cap lowered, set to 0 and restored while a batch runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from local.run import LocalStack
+from tests.e2e.conftest import Api, aws_calls_dir, chat, root
+from tests.support import wait_for
+
+PROPAGATION_LIMIT = 10.0  # seconds: the issue's bound on a change reaching every process
+ENV = {
+    "BATCH_MODEL_CONCURRENCY": "8",
+    "BATCH_LEASE_SECONDS": "30",
+    "BATCH_UPSTREAM_TIMEOUT_SECONDS": "5",
+    "BATCH_WORKER_TIMEOUT_SECONDS": "60",
+    "BATCH_RECONCILE_SECONDS": "3",
+    "BATCH_SLOT_WAIT_SECONDS": "0.5",
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    logs = tmp_path_factory.mktemp("operator-logs")
+    env = {**ENV, "BATCHGW_AWS_CALLS_DIR": str(aws_calls_dir(tmp_path_factory) / logs.name)}
+    with LocalStack(
+        api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=2, api_processes=2, log_dir=logs
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def admin(stack: LocalStack) -> Iterator[httpx.Client]:
+    client = root(stack, "sk-local-admin")
+    yield client
+    for name in ("BATCH_ENABLED", "BATCH_MIN_ROLE"):
+        client.delete(f"/admin/config/{name}")
+    client.patch("/admin/batch/models/sim-chat", json={"max_concurrency": None})
+
+
+@pytest.fixture
+def alice(stack: LocalStack) -> Api:
+    return Api(stack, "sk-local-alice")
+
+
+@pytest.fixture
+def sim(stack: LocalStack) -> httpx.Client:
+    client = httpx.Client(base_url=stack.sim_url, timeout=10)
+    client.post("/_sim/reset").raise_for_status()
+    return client
+
+
+def in_flight(sim: httpx.Client) -> tuple[int, int]:
+    """sim-chat's requests in flight now, and seen so far."""
+    counts = sim.get("/_sim/stats").json()["models"].get("sim-chat", {})
+    return int(counts.get("in_flight", 0)), int(counts.get("requests", 0))
+
+
+def slow_batch(alice: Api, n: int, latency_ms: int = 300) -> str:
+    created = alice.create([chat(f"r{i}", f"[[sim latency_ms={latency_ms}]] {i}") for i in range(n)])
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
+def seconds_until(condition: Any, *, what: str, steady: float = 0.0, timeout: float = 30) -> float:
+    """Seconds from now until ``condition()`` holds (and keeps holding for ``steady`` s)."""
+    start = time.monotonic()
+    held_since: float | None = None
+    while True:
+        now = time.monotonic()
+        if condition():
+            held_since = now if held_since is None else held_since
+            if now - held_since >= steady:
+                return held_since - start
+        else:
+            held_since = None
+        assert now - start < timeout, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_setting_reaches_every_api_process_within_10_seconds(admin: httpx.Client, alice: Api) -> None:
+    # An empty create is 400 to a role that may create, 403 below BATCH_MIN_ROLE: with two api
+    # processes, the change is seen once every call, whichever process answers, says 403.
+    assert alice.http.post("/batches", json={}).status_code == 400
+    assert admin.patch("/admin/config/BATCH_MIN_ROLE", json={"value": "admin"}).status_code == 200
+    took = seconds_until(
+        lambda: all(alice.http.post("/batches", json={}).status_code == 403 for _ in range(4)),
+        what="BATCH_MIN_ROLE to reach every api process",
+        steady=1.0,
+    )
+    print(f"api processes saw BATCH_MIN_ROLE after {took:.2f} s")
+    assert took < PROPAGATION_LIMIT
+    assert admin.delete("/admin/config/BATCH_MIN_ROLE").json()["value"] == "internal"
+
+
+def test_a_model_cap_lowered_to_2_holds_within_10_seconds_0_pauses_and_null_restores(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    batch_id = slow_batch(alice, 300)
+    seconds_until(lambda: in_flight(sim)[0] >= 6, what="the batch to fill the model's cap of 8")
+
+    assert admin.patch("/admin/batch/models/sim-chat", json={"max_concurrency": 2}).status_code == 200
+    took = seconds_until(lambda: in_flight(sim)[0] <= 2, what="the cap of 2 to hold", steady=2.0)
+    print(f"workers held the lowered cap after {took:.2f} s")
+    assert took < PROPAGATION_LIMIT
+    model = next(m for m in admin.get("/admin/batch/models").json()["data"] if m["id"] == "sim-chat")
+    assert model["effective_concurrency"] == 2 and model["running"] <= 2 and model["queued"] > 0
+
+    assert admin.patch("/admin/batch/models/sim-chat", json={"max_concurrency": 0}).status_code == 200
+    took = seconds_until(lambda: in_flight(sim)[0] == 0, what="a cap of 0 to pause the model", steady=1.0)
+    assert took < PROPAGATION_LIMIT
+    seen = in_flight(sim)[1]
+    time.sleep(2)
+    assert in_flight(sim) == (0, seen)  # paused: nothing starts
+    assert alice.batch(batch_id)["status"] == "in_progress"
+
+    assert admin.patch("/admin/batch/models/sim-chat", json={"max_concurrency": None}).status_code == 200
+    seconds_until(lambda: in_flight(sim)[0] > 2, what="the default cap to come back")
+    batch = alice.wait_final(batch_id, timeout=120)
+    assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 300
+
+
+def test_batch_disabled_stops_new_requests_and_404s_then_enabled_resumes(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    batch_id = slow_batch(alice, 120)
+    seconds_until(lambda: in_flight(sim)[0] >= 4, what="the batch to start")
+
+    assert admin.patch("/admin/config/BATCH_ENABLED", json={"value": False}).status_code == 200
+    took = seconds_until(lambda: in_flight(sim)[0] == 0, what="no request running", steady=1.0)
+    print(f"workers stopped starting requests after {took:.2f} s")
+    assert took < PROPAGATION_LIMIT
+    seen = in_flight(sim)[1]
+    time.sleep(2)
+    assert in_flight(sim) == (0, seen)  # no queued request starts
+    for path in ("/batches", f"/batches/{batch_id}", "/files"):
+        assert alice.http.get(path).status_code == 404
+    assert alice.http.post("/batches", json={"requests": [chat("x", "hi")]}).status_code == 404
+
+    assert admin.delete("/admin/config/BATCH_ENABLED").json()["value"] is True
+    batch = wait_for(
+        lambda: (b := alice.batch(batch_id))["status"] == "completed" and b,
+        timeout=120,
+        interval=0.2,
+        what="the kept batch to resume and finish",
+    )
+    assert batch["request_counts"] == {"total": 120, "completed": 120, "failed": 0}
