@@ -47,9 +47,11 @@ PREFIX = "batchgw"
 API_PORT_ENV = "BATCHGW_PORT"
 SIM_PORT_ENV = "BATCHGW_SIM_PORT"
 MOTO_PORT_ENV = "BATCHGW_MOTO_PORT"
+SIM_BACKUP_PORT_ENV = "BATCHGW_SIM_BACKUP_PORT"  # the simulator's second route
 DEFAULT_API_PORT = 8080
 DEFAULT_SIM_PORT = 8081
 DEFAULT_MOTO_PORT = 8082
+DEFAULT_SIM_BACKUP_PORT = 8083
 # The local stack's clock: start "now" at this instant (unix seconds or ISO 8601), so a test
 # can run across a UTC day or month boundary; every process gets the offset it makes.
 FAKE_NOW_ENV = "BATCHGW_FAKE_NOW"
@@ -92,6 +94,7 @@ class Ports:
     api: int = DEFAULT_API_PORT
     sim: int = DEFAULT_SIM_PORT
     moto: int = DEFAULT_MOTO_PORT
+    sim_backup: int = DEFAULT_SIM_BACKUP_PORT
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Ports:
@@ -100,18 +103,22 @@ class Ports:
             api=int(env.get(API_PORT_ENV, DEFAULT_API_PORT)),
             sim=int(env.get(SIM_PORT_ENV, DEFAULT_SIM_PORT)),
             moto=int(env.get(MOTO_PORT_ENV, DEFAULT_MOTO_PORT)),
+            sim_backup=int(env.get(SIM_BACKUP_PORT_ENV, DEFAULT_SIM_BACKUP_PORT)),
         )
 
     def resolved(self) -> Ports:
         """These ports with every 0 replaced by a free port (distinct from the others)."""
-        taken = {p for p in (self.api, self.sim, self.moto) if p}
+        taken = {p for p in self.all() if p}
         chosen = []
-        for port in (self.api, self.sim, self.moto):
+        for port in self.all():
             if not port:
                 port = free_port(exclude=taken)
                 taken.add(port)
             chosen.append(port)
         return Ports(*chosen)
+
+    def all(self) -> tuple[int, ...]:
+        return (self.api, self.sim, self.moto, self.sim_backup)
 
 
 def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
@@ -240,6 +247,7 @@ def stack_env(
             API_PORT_ENV: str(ports.api),
             SIM_PORT_ENV: str(ports.sim),
             MOTO_PORT_ENV: str(ports.moto),
+            SIM_BACKUP_PORT_ENV: str(ports.sim_backup),
             "BATCHGW_MODELS_CONFIG": str(REPO_ROOT / "config" / "models.local.json"),
             "POWERTOOLS_SERVICE_NAME": PREFIX,
             "BATCHGW_STATE_MACHINE_ARN": state_machine_arn(),

@@ -147,6 +147,8 @@ class LocalStack:
             api=defaults.api if api_port is None else api_port,
             sim=defaults.sim if sim_port is None else sim_port,
             moto=defaults.moto if moto_port is None else moto_port,
+            # The simulator's second route: a free port whenever the simulator's is chosen so.
+            sim_backup=0 if sim_port == 0 else defaults.sim_backup,
         )
         self.env_overrides = dict(env_overrides or {})
         settings = {**os.environ, **self.env_overrides}
@@ -199,7 +201,7 @@ class LocalStack:
         if self._started:
             return self
         self.ports = self._requested.resolved()
-        busy = [p for p in (self.ports.api, self.ports.sim, self.ports.moto) if port_open(p)]
+        busy = [p for p in self.ports.all() if port_open(p)]
         if busy:
             raise StackError(f"ports already in use: {busy}")
         self.env = stack_env(self.ports, overrides=self.env_overrides)
@@ -210,7 +212,14 @@ class LocalStack:
             self._wait_ports([self.ports.moto])
             self.env.update(bootstrap(self.env))
             if self.simulator:
-                self._spawn("simulator", "local.simulator", "--port", str(self.ports.sim))
+                self._spawn(
+                    "simulator",
+                    "local.simulator",
+                    "--port",
+                    str(self.ports.sim),
+                    "--backup-port",
+                    str(self.ports.sim_backup),
+                )
             if self.api:
                 handler = self.env.get(API_HANDLER_ENV, DEFAULT_API_HANDLER)
                 reuse = ["--reuse-port"] if self.api_processes > 1 else []
@@ -241,7 +250,8 @@ class LocalStack:
                     "--function-name",
                     f"batchgw-{logical_id.lower()}",
                 )
-            waited = ([self.ports.api] if self.api else []) + ([self.ports.sim] if self.simulator else [])
+            waited = [self.ports.api] if self.api else []
+            waited += [self.ports.sim, self.ports.sim_backup] if self.simulator else []
             self._wait_ports(waited)
         except BaseException:
             self.stop()

@@ -11,6 +11,12 @@ Start it with ``python -m local.simulator [--port 8081] [--latency-ms 0]`` (or t
     httpx.post(f"{sim.url}/v1/chat/completions", json={...})
     sim.stop()
 
+A second listener (``--backup-port``, env ``BATCHGW_SIM_BACKUP_PORT``) serves the same
+models as a second route: the local models config gives ``sim-chat`` a ``backup`` route
+there. ``POST /_sim/listeners/backup`` with ``{"up": false}`` closes it (connections are
+refused, as a route that is down refuses them) and ``{"up": true}`` opens it again; the
+stats count each listener's requests under ``"routes"``.
+
 Models
     ``sim-chat`` (chat completions and Responses), ``sim-embed`` (embeddings),
     ``sim-claude`` (Anthropic Messages), ``sim-chat-only`` (chat completions only).
@@ -23,6 +29,7 @@ Endpoints (POST, JSON)
     checked. Besides: ``GET /healthz``; ``GET /_sim/stats`` answers
     ``{"models": {"sim-chat": {"requests": N, "in_flight": K, "max_in_flight": M}, ...},
     "tags": {...}}`` (the same counts per ``tag=`` directive);
+    ``"routes": {"primary": N, "backup": N}``;
     ``POST /_sim/reset`` zeroes the request counts and attempt counters, and sets
     ``max_in_flight`` to what is in flight now (``in_flight`` itself stays true).
 
@@ -94,6 +101,8 @@ from types import TracebackType
 from typing import Any, Self
 
 DEFAULT_PORT = 8081
+DEFAULT_BACKUP_PORT = 8083
+PRIMARY, BACKUP = "primary", "backup"  # the listeners, named as the routes that reach them
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_DIMENSIONS = 8
 MAX_DIMENSIONS = 8192
@@ -698,10 +707,12 @@ class Stats:
         self._lock = threading.Lock()
         self._counts = {model: _ModelCounts() for model in models}
         self._tags: dict[str, _ModelCounts] = {}
+        self._routes: dict[str, int] = {PRIMARY: 0, BACKUP: 0}
 
     @contextmanager
-    def track(self, model: str, tag: str | None = None) -> Iterator[None]:
+    def track(self, model: str, tag: str | None = None, route: str = "primary") -> Iterator[None]:
         with self._lock:
+            self._routes[route] = self._routes.get(route, 0) + 1
             tracked = [self._counts[model]]
             if tag is not None:
                 tracked.append(self._tags.setdefault(tag, _ModelCounts()))
@@ -721,6 +732,7 @@ class Stats:
             return {
                 "models": {model: _shown(counts) for model, counts in self._counts.items()},
                 "tags": {tag: _shown(counts) for tag, counts in self._tags.items()},
+                "routes": dict(self._routes),
             }
 
     def reset(self) -> None:
@@ -728,6 +740,7 @@ class Stats:
             for counts in (*self._counts.values(), *self._tags.values()):
                 counts.requests = 0
                 counts.max_in_flight = counts.in_flight
+            self._routes = dict.fromkeys(self._routes, 0)
 
 
 def _shown(counts: _ModelCounts) -> JsonObject:
@@ -781,6 +794,8 @@ class SimulatorCore:
         self.stats = Stats(MODELS)
         self.attempts = Attempts()
         self.stopping = threading.Event()
+        # Set by ``Simulator`` when it has a backup listener: open (True) or close it.
+        self.switch_backup: Callable[[bool], None] | None = None
 
     def reset(self) -> None:
         self.stats.reset()
@@ -793,8 +808,10 @@ class SimulatorCore:
         headers: Mapping[str, str],
         raw: bytes,
         client_gone: Callable[[], bool] = lambda: False,
+        route: str = PRIMARY,
     ) -> Reply | None:
-        """Answers one request; ``headers`` has lower-case names."""
+        """Answers one request (that came to the ``route`` listener); ``headers`` has
+        lower-case names."""
         path = path.split("?", 1)[0]
         if path == "/healthz":
             return _json_reply(200, {"status": "ok"})
@@ -805,6 +822,8 @@ class SimulatorCore:
                 return error_reply(405, "use POST /_sim/reset")
             self.reset()
             return _json_reply(200, {"status": "ok"})
+        if path == f"/_sim/listeners/{BACKUP}":
+            return self._switch_backup(method, raw)
         try:
             endpoint = Endpoint(path)
         except ValueError:
@@ -829,8 +848,22 @@ class SimulatorCore:
                 type_="not_found_error",
                 code="model_not_found",
             )
-        with self.stats.track(model, _tag_of(body)):
+        with self.stats.track(model, _tag_of(body), route):
             return self._model_request(endpoint, model, body, headers, client_gone)
+
+    def _switch_backup(self, method: str, raw: bytes) -> Reply:
+        if method != "POST":
+            return error_reply(405, f"use POST /_sim/listeners/{BACKUP}")
+        try:
+            up = json.loads(raw or b"{}").get("up")
+        except (ValueError, AttributeError):
+            up = None
+        if not isinstance(up, bool):
+            return error_reply(400, 'send {"up": true} or {"up": false}')
+        if self.switch_backup is None:
+            return error_reply(404, "this simulator has no backup listener")
+        self.switch_backup(up)
+        return _json_reply(200, {"listener": BACKUP, "up": up})
 
     def _model_request(
         self,
@@ -967,7 +1000,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._write(error_reply(400, "bad request body framing"))
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
-        reply = self.server.core.handle(method, self.path, headers, raw, self._client_gone)
+        reply = self.server.core.handle(method, self.path, headers, raw, self._client_gone, self.server.route)
         if reply is None:
             self.close_connection = True
             return
@@ -995,8 +1028,11 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False  # stop() releases every handler itself
     request_queue_size = 1024  # a burst of 64+ new connections must not overflow the backlog
 
-    def __init__(self, address: tuple[str, int], core: SimulatorCore) -> None:
+    allow_reuse_address = True  # the backup listener opens again on its port at once
+
+    def __init__(self, address: tuple[str, int], core: SimulatorCore, route: str = "primary") -> None:
         self.core = core
+        self.route = route
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
@@ -1030,25 +1066,42 @@ class _Server(ThreadingHTTPServer):
 
 
 class Simulator:
-    """The simulator server, run in a background thread.
+    """The simulator server, run in background threads.
 
     ``Simulator(port=0).start()`` picks a free port; ``.port``, ``.url``
-    (``http://127.0.0.1:PORT``) and ``.base_url`` (``.../v1``) say where it listens.
-    Usable as a context manager.
+    (``http://127.0.0.1:PORT``) and ``.base_url`` (``.../v1``) say where it listens. With
+    ``backup_port`` (0: a free one) it listens there too, as a model's second route
+    (``.backup_port``); ``set_backup(False)`` closes that listener and ``True`` opens it
+    again. Usable as a context manager.
     """
 
-    def __init__(self, port: int = 0, *, host: str = DEFAULT_HOST, latency_ms: float = 0.0) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        host: str = DEFAULT_HOST,
+        latency_ms: float = 0.0,
+        backup_port: int | None = None,
+    ) -> None:
         self.host = host
         self.core = SimulatorCore(latency_ms=latency_ms)
         self._requested_port = port
+        self._requested_backup = backup_port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._backup: tuple[_Server, threading.Thread] | None = None
+        self._backup_port: int | None = None
+        self._backup_lock = threading.Lock()
 
     @property
     def port(self) -> int:
         if self._server is None:
             raise RuntimeError("the simulator is not started")
         return self._server.server_port
+
+    @property
+    def backup_port(self) -> int | None:
+        return self._backup_port
 
     @property
     def url(self) -> str:
@@ -1058,32 +1111,50 @@ class Simulator:
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
+    def _listen(self, port: int, route: str) -> tuple[_Server, threading.Thread]:
+        server = _Server((self.host, port), self.core, route)
+        thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": STOP_POLL_SECONDS},
+            name=f"simulator:{route}:{server.server_port}",
+            daemon=True,
+        )
+        thread.start()
+        return server, thread
+
     def start(self) -> Self:
         if self._server is not None:
             raise RuntimeError("the simulator is already started")
         self.core.stopping.clear()
-        self._server = _Server((self.host, self._requested_port), self.core)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": STOP_POLL_SECONDS},
-            name=f"simulator:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._server, self._thread = self._listen(self._requested_port, PRIMARY)
+        if self._requested_backup is not None:
+            self._backup_port = self._requested_backup
+            self.set_backup(True)
+            self.core.switch_backup = self.set_backup
         return self
 
+    def set_backup(self, up: bool) -> None:
+        """Open the backup listener, or close it (its port then refuses connections)."""
+        with self._backup_lock:
+            if up and self._backup is None:
+                assert self._backup_port is not None
+                self._backup = self._listen(self._backup_port, BACKUP)
+                self._backup_port = self._backup[0].server_port
+            elif not up and self._backup is not None:
+                _close(*self._backup)
+                self._backup = None
+
     def stop(self) -> None:
-        """Stops accepting, releases hung and idle connections, and closes the socket."""
+        """Stops accepting, releases hung and idle connections, and closes the sockets."""
         server, self._server = self._server, None
         if server is None:
             return
         self.core.stopping.set()
-        server.shutdown()
-        server.close_connections()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self.core.switch_backup = None
+        self.set_backup(False)
+        assert self._thread is not None
+        _close(server, self._thread)
+        self._thread = None
 
     def stats(self) -> JsonObject:
         return self.core.stats.snapshot()
@@ -1100,6 +1171,13 @@ class Simulator:
         self.stop()
 
 
+def _close(server: _Server, thread: threading.Thread) -> None:
+    server.shutdown()
+    server.close_connections()
+    server.server_close()
+    thread.join(timeout=5)
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -1110,6 +1188,12 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] = os.en
         type=int,
         default=int(environ.get("BATCHGW_SIM_PORT") or DEFAULT_PORT),
         help="port to listen on (env BATCHGW_SIM_PORT, default 8081)",
+    )
+    parser.add_argument(
+        "--backup-port",
+        type=int,
+        default=int(environ.get("BATCHGW_SIM_BACKUP_PORT") or DEFAULT_BACKUP_PORT),
+        help="port of the second route's listener (env BATCHGW_SIM_BACKUP_PORT, default 8083)",
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default 127.0.0.1)")
     parser.add_argument(
@@ -1126,8 +1210,14 @@ def main(argv: list[str] | None = None) -> None:
     done = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: done.set())
-    simulator = Simulator(args.port, host=args.host, latency_ms=args.latency_ms).start()
-    print(f"simulator listening on {simulator.url} (base latency {args.latency_ms:g} ms)", flush=True)
+    simulator = Simulator(
+        args.port, host=args.host, latency_ms=args.latency_ms, backup_port=args.backup_port
+    ).start()
+    print(
+        f"simulator listening on {simulator.url}, backup route on port {simulator.backup_port} "
+        f"(base latency {args.latency_ms:g} ms)",
+        flush=True,
+    )
     try:
         done.wait()
     finally:

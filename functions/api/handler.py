@@ -281,6 +281,16 @@ def set_model(model_id: str) -> Response[Any]:
     return _json(200, admin.set_model(get_deps(), _caller(), model_id, _json_body()))
 
 
+@app.get("/admin/routing/provider-routes")
+def list_routes() -> Response[Any]:
+    return _json(200, admin.list_routes(get_deps(), _caller()))
+
+
+@app.patch("/admin/routing/provider-route-batch/<model_id>/<route_id>")
+def set_route(model_id: str, route_id: str) -> Response[Any]:
+    return _json(200, admin.set_route(get_deps(), _caller(), model_id, route_id, _json_body()))
+
+
 # --- the API's description ---------------------------------------------------------------
 
 

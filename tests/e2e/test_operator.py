@@ -141,15 +141,69 @@ def test_batch_disabled_stops_new_requests_and_404s_then_enabled_resumes(
     seen = in_flight(sim)[1]
     time.sleep(2)
     assert in_flight(sim) == (0, seen)  # no queued request starts
-    for path in ("/batches", f"/batches/{batch_id}", "/files"):
-        assert alice.http.get(path).status_code == 404
+    took = seconds_until(
+        lambda: all(
+            alice.http.get(path).status_code == 404 for path in ("/batches", f"/batches/{batch_id}", "/files")
+        ),
+        what="every api process to answer 404",
+        steady=1.0,
+    )
+    assert took < PROPAGATION_LIMIT
     assert alice.http.post("/batches", json={"requests": [chat("x", "hi")]}).status_code == 404
 
     assert admin.delete("/admin/config/BATCH_ENABLED").json()["value"] is True
+    # Every api process answers again within the refresh interval; until then one may 404.
     batch = wait_for(
-        lambda: (b := alice.batch(batch_id))["status"] == "completed" and b,
+        lambda: (
+            (r := alice.http.get(f"/batches/{batch_id}")).status_code == 200
+            and r.json()["status"] == "completed"
+            and r.json()
+        ),
         timeout=120,
         interval=0.2,
         what="the kept batch to resume and finish",
     )
     assert batch["request_counts"] == {"total": 120, "completed": 120, "failed": 0}
+
+
+def test_a_route_disallowed_mid_batch_fails_its_queued_requests_while_another_routes_work_goes_on(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    cut = alice.create(
+        [chat(f"c{i}", f"[[sim latency_ms=300]] {i}", model="sim-chat-only") for i in range(300)]
+    )
+    kept = slow_batch(alice, 60, latency_ms=200)
+    assert cut.status_code == 200
+    cut_id = cut.json()["id"]
+    wait_for(
+        lambda: alice.batch(cut_id)["request_counts"]["completed"] >= 4, timeout=30, what="the batch to start"
+    )
+    route = "/admin/routing/provider-route-batch/sim-chat-only/primary"
+    try:
+        assert admin.patch(route, json={"batch_allowed": False}).json()["batch_allowed"] is False
+        ended = alice.wait_final(cut_id, timeout=60)
+        assert ended["status"] == "completed" and 0 < ended["request_counts"]["failed"] < 300
+        failed = [r for r in alice.results(cut_id) if r["status"] == "failed"]
+        assert {r["error"]["code"] for r in failed} == {"batch_route_unavailable"}
+        assert len(failed) == ended["request_counts"]["failed"]
+        other = alice.wait_final(kept, timeout=120)
+        assert other["request_counts"] == {"total": 60, "completed": 60, "failed": 0}
+        refused = alice.create([chat("x", "hi", model="sim-chat-only")])
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "batch_route_unavailable"
+    finally:
+        admin.patch(route, json={"batch_allowed": None})
+
+
+def test_requests_fail_over_to_the_second_route_when_the_first_refuses_connections(
+    alice: Api, sim: httpx.Client
+) -> None:
+    sim.post("/_sim/listeners/backup", json={"up": False}).raise_for_status()
+    try:
+        batch = alice.wait_final(slow_batch(alice, 40, latency_ms=50), timeout=60)
+        assert batch["request_counts"] == {"total": 40, "completed": 40, "failed": 0}
+        assert sim.get("/_sim/stats").json()["routes"] == {"primary": 40, "backup": 0}
+    finally:
+        sim.post("/_sim/listeners/backup", json={"up": True}).raise_for_status()
+    batch = alice.wait_final(slow_batch(alice, 40, latency_ms=50), timeout=60)
+    assert batch["request_counts"]["completed"] == 40
+    assert sim.get("/_sim/stats").json()["routes"]["backup"] > 0  # back in the rotation

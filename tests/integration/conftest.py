@@ -52,7 +52,7 @@ class FakeWorkflow:
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    simulator = Simulator(port=0).start()
+    simulator = Simulator(port=0, backup_port=0).start()
     try:
         yield simulator
     finally:
@@ -95,7 +95,10 @@ def make_deps(sim: Simulator, clock: FakeClock, **overrides: Any) -> Deps:
     url = create_queue(clients.sqs, resources.WORK_QUEUE, settings.work_visibility_seconds)
     create_bucket(clients.s3, resources.DATA_BUCKET, settings.data_bucket)
     settings = settings.model_copy(update={"work_queue_url": url})
-    catalog = load_catalog(REPO_ROOT / "config" / "models.local.json", {"BATCHGW_SIM_PORT": str(sim.port)})
+    catalog = load_catalog(
+        REPO_ROOT / "config" / "models.local.json",
+        {"BATCHGW_SIM_PORT": str(sim.port), "BATCHGW_SIM_BACKUP_PORT": str(sim.backup_port)},
+    )
     deps = build_deps(settings, catalog, clock=clock)
     deps.workflow = FakeWorkflow()  # type: ignore[assignment]
     for user, key in local_accounts():

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
-from batchgw.domain.health import ModelHealth, StoredResults
+from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
 from batchgw.runtime import LiveConfig
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.aws import get_clients
@@ -48,6 +48,7 @@ class Deps:
     files: FileStore
     control: ControlStore
     health: ModelHealth  # what this process knows of each model's failures and pauses
+    route_health: RouteHealth  # routes this process found refusing connections
     stored: StoredResults  # bytes of responses each batch stored, as this process knows them
     clock: Callable[[], float]
 
@@ -75,6 +76,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         files=FileStore(clients.dynamodb, settings.files_table),
         control=ControlStore(clients.dynamodb, settings.control_table),
         health=ModelHealth(settings.batch_model_pause_after_failures, settings.batch_model_pause_seconds),
+        route_health=RouteHealth(),
         stored=StoredResults(),
         clock=clock,
     )

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from batchgw.config.catalog import Catalog
+from batchgw.config.catalog import Catalog, ModelSpec, Route
 from batchgw.config.settings import (
     RETIRED_SETTINGS,
     RUNTIME_SETTINGS,
@@ -195,6 +195,33 @@ class LiveConfig:
         spec = self._catalog.models.get(model) if self._catalog is not None else None
         configured = spec.max_concurrency if spec is not None else None
         return configured or self.base.batch_model_concurrency or 1
+
+    # --- batch-allowed routes -------------------------------------------------------------
+
+    def route_choice(self, spec: ModelSpec, route: Route) -> bool | None:
+        """An administrator's choice for batch work on ``route`` (None: none; an embedding
+        model's routes have none, they follow their locality)."""
+        if spec.embeddings_only:
+            return None
+        return self.overrides.routes.get((spec.id, route.id))
+
+    def batch_allowed(self, spec: ModelSpec, route: Route) -> bool:
+        """Whether batch work may use ``route``: the administrator's choice, else whether the
+        gateway runs the route itself."""
+        choice = self.route_choice(spec, route)
+        return route.local if choice is None else choice
+
+    def batch_routes(self, model: str) -> list[Route]:
+        """The routes of ``model`` batch work may use (none for an unknown model)."""
+        spec = self._catalog.models.get(model) if self._catalog is not None else None
+        return [] if spec is None else [route for route in spec.routes if self.batch_allowed(spec, route)]
+
+    def set_route_choice(self, model: str, route: str, allowed: bool | None, *, by: str, now: float) -> None:
+        self._store.set_route(model, route, allowed, by=by, now=now)
+        self.refresh(force=True)
+        logger.info(
+            "route batch choice set", extra={"model": model, "route": route, "allowed": allowed, "by": by}
+        )
 
     def set_model_cap(self, model: str, cap: int | None, *, by: str, now: float) -> None:
         self._store.set_cap(model, cap, by=by, now=now)

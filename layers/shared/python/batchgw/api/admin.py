@@ -1,7 +1,10 @@
-"""The operator's plane (administrators only): runtime settings and per-model caps.
+"""The operator's plane (administrators only): runtime settings, per-model caps and the
+routes batch work may use.
 
 Routes: ``GET /admin/config``, ``PATCH|DELETE /admin/config/{NAME}``,
-``GET /admin/batch/models``, ``PATCH /admin/batch/models/{model_id}``. A change is stored
+``GET /admin/batch/models``, ``PATCH /admin/batch/models/{model_id}``,
+``GET /admin/routing/provider-routes``,
+``PATCH /admin/routing/provider-route-batch/{model_id}/{route_id}``. A change is stored
 in the control table and applies in this process at once, in every other within
 ``BATCHGW_RUNTIME_REFRESH_SECONDS`` (see ``batchgw.runtime``).
 """
@@ -12,6 +15,7 @@ from typing import Any
 
 from batchgw.api.accounts import require_admin
 from batchgw.api.batches import every_batch
+from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.principal import Principal
@@ -104,3 +108,60 @@ def _queued_per_model(deps: Deps) -> dict[str, int]:
         for model in record.models:
             queued[model] = queued.get(model, 0) + counted.unfinished_requests
     return queued
+
+
+# --- batch-allowed routes -----------------------------------------------------------------------
+
+
+def list_routes(deps: Deps, principal: Principal) -> dict[str, Any]:
+    """Every route of every model, with whether batch work may use it, what it would be by
+    its locality alone, and the administrator's choice (null: none)."""
+    require_admin(principal)
+    deps.live.refresh(force=True)
+    return {
+        "object": "list",
+        "data": [
+            _route_object(deps, spec, route) for spec in deps.catalog.models.values() for route in spec.routes
+        ],
+    }
+
+
+def set_route(deps: Deps, principal: Principal, model_id: str, route_id: str, body: Any) -> dict[str, Any]:
+    """``{"batch_allowed": true | false}`` allows or forbids batch work on a route; null lets
+    it follow its locality again. A queued request whose model is left with no batch-allowed
+    route fails ``batch_route_unavailable`` when its turn comes."""
+    require_admin(principal)
+    spec = deps.catalog.models.get(model_id)
+    route = next((r for r in spec.routes if r.id == route_id), None) if spec is not None else None
+    if spec is None or route is None:
+        raise NotFound(f"No route '{route_id}' of model '{model_id}'.", code="route_not_found")
+    if not isinstance(body, dict) or set(body) != {"batch_allowed"}:
+        raise BadRequest('Send {"batch_allowed": true, false or null}.', param="batch_allowed")
+    allowed = body["batch_allowed"]
+    if allowed is not None and not isinstance(allowed, bool):
+        raise BadRequest("batch_allowed must be true, false or null.", param="batch_allowed")
+    if spec.embeddings_only:
+        raise BadRequest(
+            f"'{model_id}' is an embedding model: its routes follow their locality and have no "
+            "per-route choice.",
+            param="model_id",
+            code="route_choice_not_supported",
+        )
+    deps.live.set_route_choice(model_id, route_id, allowed, by=principal.user_id, now=deps.clock())
+    return _route_object(deps, spec, route)
+
+
+def _route_object(deps: Deps, spec: ModelSpec, route: Route) -> dict[str, Any]:
+    return {
+        "object": "provider_route",
+        "model_id": spec.id,
+        "route_id": route.id,
+        "protocol": route.protocol,
+        "base_url": route.base_url,
+        "deployment_type": route.deployment_type,
+        "weight": route.weight,
+        "enabled": route.enabled,
+        "batch_allowed": deps.live.batch_allowed(spec, route),
+        "batch_allowed_default": route.local,
+        "batch_allowed_choice": deps.live.route_choice(spec, route),
+    }

@@ -121,6 +121,8 @@ def _create(
         role=principal.role,
         anthropic_version=anthropic_version,
     )
+    models = tuple(sorted({r.model for r in plan.requests}))
+    _check_routes(deps, models)
     _check_user_limits(deps, principal, len(plan.requests))
     batch_id = creating.batch_id
     lines = [
@@ -140,7 +142,7 @@ def _create(
         anthropic_version=anthropic_version,
         input_method="inline",
         total=len(plan.requests),
-        models=tuple(sorted({r.model for r in plan.requests})),
+        models=models,
         idempotency_key=creating.idempotency_key,
     )
     return _store_and_start(deps, record)
@@ -276,6 +278,17 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
         deps.blobs.delete_batch(record.id)
         raise ServiceUnavailable("The batch could not be started; nothing was stored. Try again.") from exc
     return batch_object(CountedBatch(record))
+
+
+def _check_routes(deps: Deps, models: Sequence[str]) -> None:
+    """400 when a model has no route batch work may use (see ``run.routing``)."""
+    for model in models:
+        if not deps.live.batch_routes(model):
+            raise BadRequest(
+                f"Model '{model}' has no route that batch work may use; an administrator can allow one.",
+                param="model",
+                code="batch_route_unavailable",
+            )
 
 
 def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> None:

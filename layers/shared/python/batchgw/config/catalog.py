@@ -13,7 +13,8 @@ import re
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -37,15 +38,38 @@ def expand_env(text: str, environ: dict[str, str] | None = None) -> str:
     return _ENV_REF.sub(sub, text)
 
 
+# Hosts that are the gateway's own machine: an ``auto`` route to one of them is local.
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "0.0.0.0", "host.docker.internal"})
+
+
 class Route(BaseModel):
+    """One way to reach a model. Batch work runs only on batch-allowed routes: by default the
+    local ones (the gateway's own servers, never a cloud provider's quota or money), unless an
+    administrator chose otherwise (``PATCH /admin/routing/provider-route-batch/...``)."""
+
     model_config = ConfigDict(extra="forbid")
 
+    id: str = "primary"  # unique within the model
     protocol: Literal["openai", "anthropic"]
     base_url: str
     deployment_type: Literal["self_hosted", "provider_api", "auto"] = "auto"
+    weight: int = Field(1, ge=0)  # share of the traffic; 0 takes none
+    enabled: bool = True
     upstream_model: str | None = None  # the name the upstream knows; defaults to the model id
     api_key_env: str | None = None  # environment variable holding the key (local stack)
     api_key_secret: str | None = None  # Secrets Manager secret id holding the key (AWS)
+
+    @property
+    def local(self) -> bool:
+        """Whether the gateway runs this route itself: ``self_hosted``, or ``auto`` on a host
+        of this machine."""
+        if self.deployment_type != "auto":
+            return self.deployment_type == "self_hosted"
+        return (urlsplit(self.base_url).hostname or "").lower() in LOCAL_HOSTS
+
+    @property
+    def serves_traffic(self) -> bool:
+        return self.enabled and self.weight > 0
 
 
 class Price(BaseModel):
@@ -64,20 +88,57 @@ class ModelSpec(BaseModel):
 
     id: str = ""
     endpoints: list[Endpoint]
-    route: Route
+    routes: list[Route] = Field(min_length=1)
     price: Price | None = None
     max_concurrency: int | None = Field(None, ge=0)  # None: BATCH_MODEL_CONCURRENCY
     max_output_tokens: int | None = Field(None, ge=1)  # the most output a request may ask for
     roles: list[str] | None = None  # None: every role may use it
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_route_or_several(cls, raw: Any) -> Any:
+        """A model names its ``route``, or several ``routes``."""
+        if isinstance(raw, dict) and "route" in raw:
+            if "routes" in raw:
+                raise ValueError("give a model 'route' or 'routes', not both")
+            raw = {**raw, "routes": [raw["route"]]}
+            del raw["route"]
+        return raw
+
+    @model_validator(mode="after")
+    def _routes_agree(self) -> ModelSpec:
+        ids = [route.id for route in self.routes]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"route ids repeat: {ids}")
+        if len({route.protocol for route in self.routes}) > 1:
+            raise ValueError("every route of a model speaks one protocol")
+        return self
+
+    @property
+    def route(self) -> Route:
+        """The first route: what the model's protocol is (every route speaks it)."""
+        return self.routes[0]
+
+    @property
+    def protocol(self) -> str:
+        return self.routes[0].protocol
+
+    def upstream_model_on(self, route: Route) -> str:
+        return route.upstream_model or self.id
+
     @property
     def upstream_model(self) -> str:
-        return self.route.upstream_model or self.id
+        return self.upstream_model_on(self.routes[0])
+
+    @property
+    def embeddings_only(self) -> bool:
+        """An embedding model's backends follow their locality; they have no per-route choice."""
+        return self.endpoints == ["/v1/embeddings"]
 
     def translates(self, endpoint: str) -> bool:
         """Whether a request for ``endpoint`` runs here as a translated chat completion:
         a Messages request on a route that speaks the OpenAI protocol."""
-        return endpoint == "/v1/messages" and self.route.protocol == "openai"
+        return endpoint == "/v1/messages" and self.protocol == "openai"
 
 
 class Catalog(BaseModel):
@@ -120,9 +181,9 @@ class Catalog(BaseModel):
 def load_catalog(path: str | Path, environ: dict[str, str] | None = None) -> Catalog:
     raw = json.loads(Path(path).read_text())
     for spec in raw.get("models", {}).values():
-        route = spec.get("route", {})
-        if isinstance(route.get("base_url"), str):
-            route["base_url"] = expand_env(route["base_url"], environ)
+        for route in [spec.get("route", {}), *spec.get("routes", [])]:
+            if isinstance(route, dict) and isinstance(route.get("base_url"), str):
+                route["base_url"] = expand_env(route["base_url"], environ)
     return Catalog.model_validate(raw)
 
 

@@ -68,3 +68,25 @@ class StoredResults:
     def add(self, batch_id: str, size: int) -> None:
         with self._lock:
             self._bytes[batch_id] = self._bytes.get(batch_id, 0) + size
+
+
+class RouteHealth:
+    """Routes this process found refusing connections, and until when it leaves them be (an
+    open circuit): batch work fails over to the model's other batch-allowed routes, and waits
+    when none is left."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down: dict[tuple[str, str], float] = {}
+
+    def down_until(self, model: str, route: str) -> float:
+        with self._lock:
+            return self._down.get((model, route), 0.0)
+
+    def refused(self, model: str, route: str, until: float) -> None:
+        with self._lock:
+            self._down[(model, route)] = until
+
+    def answered(self, model: str, route: str) -> None:
+        with self._lock:
+            self._down.pop((model, route), None)

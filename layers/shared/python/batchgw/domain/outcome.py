@@ -22,6 +22,11 @@ class Outcome:
     input_tokens: int = 0
     output_tokens: int = 0
     usage_known: bool = True
+    # The route that answered (or was tried last), and those that refused the connection
+    # before it; ``unreachable``: nothing was sent (the connection could not be made).
+    route: str | None = None
+    refused_routes: tuple[str, ...] = ()
+    unreachable: bool = False
 
     def replace(self, **changes: Any) -> Outcome:
         return replace(self, **changes)

@@ -19,7 +19,7 @@ from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import RequestStatus
 from batchgw.observability import logger
-from batchgw.run import completion, upstream
+from batchgw.run import completion, routing, upstream
 from batchgw.run.aio import io
 from batchgw.storage.blobs import body_key
 from batchgw.storage.requests import Recorded, Released, Scheduled
@@ -58,13 +58,23 @@ async def call(deps: Deps, batch: BatchRecord, held: RequestRecord, body: Any = 
             body = deps.blobs.load_body(held.request_packed, None)
         elif body is None:
             body = await io(deps.blobs.load_body, None, held.request_ref)
-        return await upstream.run_request(
-            deps.catalog.models[held.model],
+        spec = deps.catalog.models[held.model]
+        now = deps.clock()
+        routes = routing.plan(deps, spec, now)
+        if not routes.allowed:
+            return routing.unavailable(spec)
+        if not routes.routes:
+            return routing.waiting(spec, routes.retry_at, now)
+        outcome = await upstream.run_request(
+            spec,
+            routes.routes,
             batch.endpoint,
             body,
             timeout=deps.settings.batch_upstream_timeout_seconds,
             anthropic_version=batch.anthropic_version,
         )
+        routing.note(deps, spec, outcome, deps.clock())
+        return outcome
     except Exception as exc:
         logger.exception("request call failed", extra={"batch_id": batch.id, "index": held.index})
         return Outcome(

@@ -133,7 +133,18 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         anthropic_version=batch.anthropic_version,
     )
     errors: list[dict[str, Any]] = list(report.errors)
-    if report.ok:
+    unroutable = [model for model in sorted(report.models) if not deps.live.batch_routes(model)]
+    if report.ok and unroutable:
+        errors = [
+            {
+                "code": "batch_route_unavailable",
+                "line": None,
+                "param": "model",
+                "message": f"Model '{model}' has no route that batch work may use.",
+            }
+            for model in unroutable
+        ]
+    elif report.ok:
         others = _unfinished_requests(deps, batch)
         limit = deps.settings.batch_max_queued_requests_per_user
         if others + report.total > limit:
@@ -148,11 +159,11 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             ]
     if errors:
         now = deps.clock()
-        over_limit = errors[0]["code"] == "queued_request_limit"
+        whole_batch = errors[0]["code"] in ("queued_request_limit", "batch_route_unavailable")
         error = {
-            "code": "queued_request_limit" if over_limit else "invalid_batch_input",
+            "code": errors[0]["code"] if whole_batch else "invalid_batch_input",
             "message": errors[0]["message"]
-            if over_limit
+            if whole_batch
             else f"The input file has {len(errors)}{'' if report.complete else '+'} problem(s), listed in "
             f"'errors'; nothing was run.",
         }

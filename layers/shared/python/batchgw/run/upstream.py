@@ -1,6 +1,8 @@
 """Calling a model's upstream and classifying what came back.
 
-The route (protocol, base URL, key) comes from the catalog. The outcome is one of:
+The routes to try (protocol, base URL, key), in order, come from ``run.routing``: a route
+that refuses the connection (nothing was sent) is failed over to the next. The outcome is
+one of:
 ``success`` (a JSON answer), ``failed`` (permanent), ``retry`` (may pass: 408, 425, 429,
 5xx other than 504, a connection that could not be opened) or ``queued`` (the
 deployment is waiting for capacity: 503 ``model_queued``, which uses no attempt).
@@ -18,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from batchgw.config.catalog import ModelSpec
+from batchgw.config.catalog import ModelSpec, Route
 from batchgw.domain import codec
 from batchgw.domain.errors import BadRequest
 from batchgw.domain.outcome import Outcome
@@ -78,8 +80,7 @@ def _secret(secret_id: str) -> str:
     return str(value.get("SecretString", ""))
 
 
-def api_key_for(spec: ModelSpec) -> str | None:
-    route = spec.route
+def api_key_for(route: Route) -> str | None:
     if route.api_key_env and os.environ.get(route.api_key_env):
         return os.environ[route.api_key_env]
     if route.api_key_secret:
@@ -87,10 +88,10 @@ def api_key_for(spec: ModelSpec) -> str | None:
     return None
 
 
-def _headers(spec: ModelSpec, anthropic_version: str | None) -> dict[str, str]:
-    key = api_key_for(spec)
+def _headers(route: Route, anthropic_version: str | None) -> dict[str, str]:
+    key = api_key_for(route)
     headers = {"content-type": "application/json"}
-    if spec.route.protocol == "anthropic":
+    if route.protocol == "anthropic":
         headers["anthropic-version"] = anthropic_version or "2023-06-01"
         if key:
             headers["x-api-key"] = key
@@ -140,20 +141,43 @@ def http_client() -> httpx.AsyncClient:
 
 
 async def run_request(
-    spec: ModelSpec, endpoint: str, body: dict[str, Any], *, timeout: float, anthropic_version: str | None
+    spec: ModelSpec,
+    routes: list[Route],
+    endpoint: str,
+    body: dict[str, Any],
+    *,
+    timeout: float,
+    anthropic_version: str | None,
 ) -> Outcome:
-    """Run one batch request as its endpoint would.
+    """Run one batch request as its endpoint would, on the first of ``routes`` that takes
+    the connection. The outcome names the route that answered (or the last one tried) and
+    the routes that refused.
 
     A Messages request on a route that speaks only chat runs as a chat completion, and
     its answer comes back as a Messages message (``run.translate``).
     """
-    if not spec.translates(endpoint):
-        return await call(
-            http_client(), spec, endpoint, body, timeout=timeout, anthropic_version=anthropic_version
+    translated = spec.translates(endpoint)
+    sent_endpoint = "/v1/chat/completions" if translated else endpoint
+    payload = translate.messages_to_chat(body) if translated else body
+    if not routes:
+        raise ValueError("a request needs a route to run on")
+    refused: list[str] = []
+    for route in routes:
+        outcome = await call(
+            http_client(),
+            spec,
+            sent_endpoint,
+            payload,
+            route=route,
+            timeout=timeout,
+            anthropic_version=anthropic_version,
         )
-    outcome = await call(
-        http_client(), spec, "/v1/chat/completions", translate.messages_to_chat(body), timeout=timeout
-    )
+        if not outcome.unreachable:
+            break
+        refused.append(route.id)
+    outcome = outcome.replace(route=route.id, refused_routes=tuple(refused))
+    if not translated:
+        return outcome
     if outcome.kind != "success":
         return outcome
     try:
@@ -161,11 +185,11 @@ async def run_request(
             outcome.body, model=str(body["model"]), stop_sequences=body.get("stop_sequences")
         )
     except translate.TranslationError as exc:
-        return Outcome(
-            "failed",
+        return outcome.replace(
+            kind="failed",
             status_code=502,
-            input_tokens=outcome.input_tokens,
-            output_tokens=outcome.output_tokens,
+            body=None,
+            body_bytes=0,
             error={
                 "code": "upstream_error",
                 "status": 502,
@@ -181,18 +205,20 @@ async def call(
     endpoint: str,
     body: dict[str, Any],
     *,
+    route: Route | None = None,
     timeout: float,
     anthropic_version: str | None = None,
 ) -> Outcome:
-    """Send one request to the model's route and classify the answer."""
-    payload = {**body, "model": spec.upstream_model}
-    url = spec.route.base_url.rstrip("/") + _PATHS[endpoint]
-    secrets = _secrets_of(spec)
+    """Send one request to ``route`` (the model's first, by default) and classify the answer."""
+    route = route or spec.route
+    payload = {**body, "model": spec.upstream_model_on(route)}
+    url = route.base_url.rstrip("/") + _PATHS[endpoint]
+    secrets = _secrets_of(route)
     try:
         resp = await client.post(
             url,
             content=json.dumps(payload, separators=(",", ":")).encode(),
-            headers=_headers(spec, anthropic_version),
+            headers=_headers(route, anthropic_version),
             timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
         )
     except NOTHING_SENT as exc:
@@ -207,6 +233,7 @@ async def call(
                 ),
                 "status": None,
             },
+            unreachable=True,
         )
     except httpx.TimeoutException:
         # The call's own (read) timeout: the provider may be running it still.
@@ -229,8 +256,8 @@ async def call(
     return classify(endpoint, resp.status_code, resp.content, resp.headers, secrets=secrets)
 
 
-def _secrets_of(spec: ModelSpec) -> tuple[str, ...]:
-    key = api_key_for(spec)
+def _secrets_of(route: Route) -> tuple[str, ...]:
+    key = api_key_for(route)
     return (key,) if key else ()
 
 
