@@ -250,6 +250,7 @@ def stack_env(
             SIM_BACKUP_PORT_ENV: str(ports.sim_backup),
             "BATCHGW_MODELS_CONFIG": str(REPO_ROOT / "config" / "models.local.json"),
             "POWERTOOLS_SERVICE_NAME": PREFIX,
+            "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
             "BATCHGW_STATE_MACHINE_ARN": state_machine_arn(),
         }
     )

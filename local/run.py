@@ -15,7 +15,9 @@ Programmatic use (tests, benchmarks)::
         stack.kill_worker(0); stack.start_worker(0)
 
 Port ``0`` picks a free port; ``None`` takes ``BATCHGW_PORT`` / ``BATCHGW_SIM_PORT`` /
-``BATCHGW_MOTO_PORT`` or the defaults 8080 / 8081 / 8082.
+``BATCHGW_MOTO_PORT`` or the defaults 8080 / 8081 / 8082. The simulator's second listener
+(``sim-chat``'s backup route) takes ``BATCHGW_SIM_BACKUP_PORT`` (8083), or a free port
+when the simulator's own is chosen so.
 """
 
 from __future__ import annotations

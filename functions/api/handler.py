@@ -14,7 +14,7 @@ from batchgw.deps import get_deps
 from batchgw.domain import codec
 from batchgw.domain.errors import ApiError, BadRequest, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.observability import logger
+from batchgw.observability import logger, tracer
 from batchgw.validation.jsonbody import parse_json
 
 app = APIGatewayHttpResolver()
@@ -291,6 +291,21 @@ def set_route(model_id: str, route_id: str) -> Response[Any]:
     return _json(200, admin.set_route(get_deps(), _caller(), model_id, route_id, _json_body()))
 
 
+@app.get("/admin/batch/jobs")
+def list_jobs() -> Response[Any]:
+    return _json(200, admin.list_jobs(get_deps(), _caller(), _params()))
+
+
+@app.get("/admin/batch/summary")
+def batch_summary() -> Response[Any]:
+    return _json(200, admin.summary(get_deps(), _caller(), _params()))
+
+
+@app.get("/admin/batch/jobs/<batch_id>/attempts")
+def batch_attempts(batch_id: str) -> Response[Any]:
+    return _json(200, admin.attempts(get_deps(), _caller(), batch_id, _params()))
+
+
 # --- the API's description ---------------------------------------------------------------
 
 
@@ -333,5 +348,6 @@ for _prefix in ("/v1/messages/batches", "/anthropic/v1/messages/batches"):
 
 
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import Deps, get_deps
-from batchgw.observability import logger
+from batchgw.observability import logger, metrics, tracer
 from batchgw.run import lifecycle, reconcile
 
 STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
@@ -26,10 +26,14 @@ STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
 
 
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     action = event["action"]
     logger.append_keys(batch_id=event.get("batch_id"), action=action)
     step = STEPS.get(action)
     if step is None:
         raise ValueError(f"unknown lifecycle action {action!r}")
-    return step(get_deps(), event)
+    try:
+        return step(get_deps(), event)
+    finally:
+        metrics.flush()

@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import get_deps
 from batchgw.domain.chains import decode
-from batchgw.observability import logger
+from batchgw.observability import logger, metrics, tracer
 from batchgw.run.chain import run_message
 
 processor = AsyncBatchProcessor(event_type=EventType.SQS)
@@ -35,9 +35,13 @@ async def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> No
 
 
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return dict(
-        async_process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
+    try:
+        return dict(
+            async_process_partial_response(
+                event=event, record_handler=record_handler, processor=processor, context=context
+            )
         )
-    )
+    finally:
+        metrics.flush()

@@ -67,7 +67,9 @@ def work_visibility_timeout() -> Duration:
 
 def upstream_secret_ids(catalog: Catalog) -> list[str]:
     """The Secrets Manager ids of the upstream keys the config's routes name."""
-    return sorted({m.route.api_key_secret for m in catalog.models.values() if m.route.api_key_secret})
+    return sorted(
+        {r.api_key_secret for m in catalog.models.values() for r in m.routes if r.api_key_secret is not None}
+    )
 
 
 class Functions(Construct):

@@ -15,6 +15,11 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 PERIOD = Duration.minutes(5)
+NAMESPACE = "batchgw"  # of the functions' EMF metrics (``batchgw.observability``)
+SERVICE = {"service": "batchgw"}
+# Work messages wait at most 15 minutes before they are visible (SQS's longest delay); a
+# chain's message older than an hour means no worker is taking work.
+OLDEST_MESSAGE_ALARM_SECONDS = 3600
 
 
 class Observability(Construct):
@@ -58,6 +63,21 @@ class Observability(Construct):
             "WorkerErrors",
             worker.metric_errors(period=PERIOD, statistic="Sum"),
             "worker invocations failed (not partial batch failures: the whole invocation)",
+        )
+        for name, queue in queues.items():
+            self._alarm(
+                f"{name}OldestMessage",
+                queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
+                f"a message of the {name} queue has waited over an hour: no worker is taking work",
+                threshold=OLDEST_MESSAGE_ALARM_SECONDS,
+                evaluation_periods=2,
+            )
+        self._alarm(
+            "ModelWaitingForCapacity",
+            _custom("ModelWaitingForCapacity", "Maximum", period=Duration.minutes(10)),
+            "Batch model waiting for capacity: a model with queued batch requests has served none for "
+            "BATCH_QUEUED_ALERT_HOURS (the worker's log names it; the dashboard shows which). Resolved "
+            "when it serves one.",
         )
 
         dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
@@ -113,6 +133,35 @@ class Observability(Construct):
         )
         dashboard.add_widgets(
             _graph(
+                "Batch requests by outcome (per model)",
+                [
+                    _per_model(name, "Sum")
+                    for name in ("RequestsStarted", "RequestsSucceeded", "RequestsFailed", "RequestsRetried")
+                ],
+            ),
+            _graph(
+                "Upstream latency and queue wait (p50, p99)",
+                [_per_model("UpstreamLatency", stat) for stat in ("p50", "p99")]
+                + [_per_model("QueueWait", stat) for stat in ("p50", "p99")],
+            ),
+            _graph(
+                "Slots in use, models waiting for capacity",
+                [_per_model("SlotsInUse", "Maximum"), _per_model("ModelWaitingForCapacity", "Maximum")],
+            ),
+        )
+        dashboard.add_widgets(
+            _graph(
+                "Batches by final status",
+                [
+                    cloudwatch.MathExpression(
+                        expression=f"SEARCH('{{{NAMESPACE},service,status}} MetricName=\"BatchesEnded\"', "
+                        f"'Sum', {int(PERIOD.to_seconds())})",
+                        label="",
+                        period=PERIOD,
+                    )
+                ],
+            ),
+            _graph(
                 "Workflow executions",
                 [
                     state_machine.metric_started(period=PERIOD),
@@ -125,14 +174,22 @@ class Observability(Construct):
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=16),
         )
 
-    def _alarm(self, construct_id: str, metric: cloudwatch.Metric, description: str) -> None:
+    def _alarm(
+        self,
+        construct_id: str,
+        metric: cloudwatch.Metric,
+        description: str,
+        *,
+        threshold: float = 0,
+        evaluation_periods: int = 1,
+    ) -> None:
         alarm = metric.create_alarm(
             self,
             construct_id,
             alarm_description=description,
-            threshold=0,
+            threshold=threshold,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
+            evaluation_periods=evaluation_periods,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         alarm.add_alarm_action(actions.SnsAction(self.alarm_topic))
@@ -141,3 +198,20 @@ class Observability(Construct):
 
 def _graph(title: str, metrics: Sequence[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:
     return cloudwatch.GraphWidget(title=title, left=list(metrics), width=8)
+
+
+def _custom(name: str, statistic: str, *, period: Duration = PERIOD) -> cloudwatch.Metric:
+    """A metric the functions write (EMF), across every model."""
+    return cloudwatch.Metric(
+        namespace=NAMESPACE, metric_name=name, dimensions_map=SERVICE, statistic=statistic, period=period
+    )
+
+
+def _per_model(name: str, statistic: str) -> cloudwatch.MathExpression:
+    """One line per model of a metric the functions write (a search, so new models show)."""
+    return cloudwatch.MathExpression(
+        expression=f"SEARCH('{{{NAMESPACE},model,service}} MetricName=\"{name}\"', "
+        f"'{statistic}', {int(PERIOD.to_seconds())})",
+        label="",
+        period=PERIOD,
+    )

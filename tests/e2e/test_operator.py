@@ -24,6 +24,7 @@ ENV = {
     "BATCH_WORKER_TIMEOUT_SECONDS": "60",
     "BATCH_RECONCILE_SECONDS": "3",
     "BATCH_SLOT_WAIT_SECONDS": "0.5",
+    "BATCH_ROUTE_CIRCUIT_SECONDS": "2",
 }
 
 
@@ -204,6 +205,50 @@ def test_requests_fail_over_to_the_second_route_when_the_first_refuses_connectio
         assert sim.get("/_sim/stats").json()["routes"] == {"primary": 40, "backup": 0}
     finally:
         sim.post("/_sim/listeners/backup", json={"up": True}).raise_for_status()
+    time.sleep(2)  # BATCH_ROUTE_CIRCUIT_SECONDS: the workers try the backup route again
     batch = alice.wait_final(slow_batch(alice, 40, latency_ms=50), timeout=60)
     assert batch["request_counts"]["completed"] == 40
     assert sim.get("/_sim/stats").json()["routes"]["backup"] > 0  # back in the rotation
+
+
+def test_summary_eta_and_the_request_log_agree_with_the_batch_and_the_simulator(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    before = admin.get("/admin/batch/summary", params={"user": "user-alice"}).json()["users"][0]
+    texts = [f"[[sim latency_ms=100]] {i}" for i in range(80)] + ["[[sim status=400]] bad"]
+    created = alice.create([chat(f"r{i}", text) for i, text in enumerate(texts)])
+    batch_id = created.json()["id"]
+    running = wait_for(
+        lambda: (b := alice.batch(batch_id))["eta"] is not None and b, timeout=30, what="an ETA to show"
+    )
+    eta = running["eta"]
+    assert eta["requests_per_minute"] > 0 and eta["window_closes_first"] is False
+    assert eta["estimated_completion_at"] >= running["in_progress_at"]
+    batch = alice.wait_final(batch_id, timeout=120)
+    assert batch["eta"] is None  # ended: nothing to estimate
+
+    after = admin.get("/admin/batch/summary", params={"user": "user-alice"}).json()["users"][0]
+    assert (
+        after["requests"]["succeeded"] - before["requests"]["succeeded"]
+        == batch["request_counts"]["completed"]
+    )
+    assert (
+        after["requests"]["failed"] - before["requests"]["failed"] == batch["request_counts"]["failed"] == 1
+    )
+    assert after["cost_usd"] - before["cost_usd"] == pytest.approx(batch["cost_usd"])
+    listed = admin.get("/admin/batch/jobs", params={"user": "user-alice", "limit": 1}).json()["data"]
+    assert [(b["id"], b["user_id"]) for b in listed] == [(batch_id, "user-alice")]
+
+    log: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 50}
+    while True:
+        page = admin.get(f"/admin/batch/jobs/{batch_id}/attempts", params=params).json()
+        log += page["data"]
+        if not page["has_more"]:
+            break
+        params["after"] = page["last_id"]
+    assert len(log) == sim.get("/_sim/stats").json()["models"]["sim-chat"]["requests"] == 81
+    assert sorted(e["custom_id"] for e in log) == sorted(f"r{i}" for i in range(81))
+    assert {e["route"] for e in log} <= {"primary", "backup"}
+    failed = admin.get(f"/admin/batch/jobs/{batch_id}/attempts", params={"status": "400"}).json()["data"]
+    assert [e["custom_id"] for e in failed] == ["r80"]

@@ -389,8 +389,8 @@ def test_no_function_reads_secrets_when_no_route_names_one(synth: Synth, functio
 
 def test_worker_reads_exactly_the_upstream_key_secrets_the_models_config_names(tmp_path: Path) -> None:
     config = json.loads((REPO_ROOT / "config" / "models.local.json").read_text())
-    routes = [spec["route"] for spec in config["models"].values()]
-    routes[0]["api_key_secret"] = "batchgw/openai"
+    routes = [spec["route"] if "route" in spec else spec["routes"][-1] for spec in config["models"].values()]
+    routes[0]["api_key_secret"] = "batchgw/openai"  # sim-chat's last route: every route's key is read
     routes[1]["api_key_secret"] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:batchgw/claude-AbCdEf"
     path = tmp_path / "models.json"
     path.write_text(json.dumps(config))
@@ -512,7 +512,7 @@ def test_every_log_group_has_a_retention_and_every_function_its_own(
     assert not synth.template.find_resources("Custom::LogRetention")
 
 
-def _alarm_on(synth: Synth, metric: str, dimension: dict[str, Any]) -> dict[str, Any]:
+def _alarm_on(synth: Synth, metric: str, dimension: dict[str, Any], threshold: float = 0) -> dict[str, Any]:
     alarms = [
         alarm["Properties"]
         for alarm in synth.template.find_resources("AWS::CloudWatch::Alarm").values()
@@ -520,7 +520,7 @@ def _alarm_on(synth: Synth, metric: str, dimension: dict[str, Any]) -> dict[str,
     ]
     assert len(alarms) == 1, f"one alarm on {metric} {dimension}"
     alarm = alarms[0]
-    assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["Threshold"] == threshold and alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["AlarmActions"] == [{"Ref": synth.id(synth.stack.observability.alarm_topic)}]
     return alarm
 
@@ -536,6 +536,17 @@ def test_alarms_fire_on_dead_letters_failed_executions_and_worker_errors(
     _alarm_on(synth, "Errors", {"Name": "FunctionName", "Value": {"Ref": synth.id(functions["worker"])}})
 
 
+def test_alarms_fire_on_an_old_work_message_and_a_model_waiting_for_capacity(synth: Synth) -> None:
+    for queue in synth.stack.queues.queues.values():
+        queue_name = {"Name": "QueueName", "Value": {"Fn::GetAtt": [synth.id(queue), "QueueName"]}}
+        alarm = _alarm_on(synth, "ApproximateAgeOfOldestMessage", queue_name, threshold=3600)
+        assert alarm["EvaluationPeriods"] == 2
+    waiting = _alarm_on(synth, "ModelWaitingForCapacity", {"Name": "service", "Value": "batchgw"})
+    assert waiting["Namespace"] == "batchgw" and waiting["Statistic"] == "Maximum"
+    assert "BATCH_QUEUED_ALERT_HOURS" in waiting["AlarmDescription"]
+    assert waiting["TreatMissingData"] == "notBreaching"  # no unfinished batch: nothing to report
+
+
 def test_dashboard_shows_api_worker_queues_and_workflow(synth: Synth) -> None:
     (dashboard,) = synth.template.find_resources("AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
@@ -547,6 +558,16 @@ def test_dashboard_shows_api_worker_queues_and_workflow(synth: Synth) -> None:
         "ApproximateAgeOfOldestMessage",
         "ApproximateNumberOfMessagesVisible",
         "ExecutionsFailed",
+        # what the worker and the workflow write (EMF), per model and per final status
+        "RequestsStarted",
+        "RequestsSucceeded",
+        "RequestsFailed",
+        "RequestsRetried",
+        "UpstreamLatency",
+        "QueueWait",
+        "SlotsInUse",
+        "ModelWaitingForCapacity",
+        "BatchesEnded",
     ):
         assert metric in body
 

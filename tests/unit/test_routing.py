@@ -38,7 +38,9 @@ def catalog_of(routes: list[dict[str, Any]]) -> Catalog:
 def deps_of(catalog: Catalog, choices: dict[tuple[str, str], bool] | None = None) -> Deps:
     live = LiveConfig(Settings.model_validate({}), cast(Any, None), catalog)
     live.overrides = Overrides(routes=dict(choices or {}))
-    return cast(Deps, SimpleNamespace(live=live, route_health=RouteHealth(), catalog=catalog))
+    return cast(
+        Deps, SimpleNamespace(live=live, route_health=RouteHealth(), catalog=catalog, settings=live.settings)
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,8 +115,9 @@ def test_a_route_that_refused_is_left_alone_until_its_circuit_closes() -> None:
     assert [r.id for r in routing.plan(deps, spec, now=101).routes] == ["b"]
     routing.note(deps, spec, Outcome("retry", route="b", refused_routes=("b",), unreachable=True), now=102)
     plan = routing.plan(deps, spec, now=103)
-    assert plan.routes == [] and plan.retry_at == 100 + routing.CIRCUIT_OPEN_SECONDS  # both open: wait
-    assert {r.id for r in routing.plan(deps, spec, now=100 + routing.CIRCUIT_OPEN_SECONDS).routes} == {"a"}
+    circuit = deps.settings.batch_route_circuit_seconds
+    assert plan.routes == [] and plan.retry_at == 100 + circuit  # both open: wait
+    assert {r.id for r in routing.plan(deps, spec, now=100 + circuit).routes} == {"a"}
 
 
 def test_a_request_fails_over_to_the_next_route_when_one_refuses_connections() -> None:

@@ -1,8 +1,115 @@
-"""The Powertools logger, one per process: every module logs through it, structured
-(``logger.info("request ended", extra={...})``), so each line carries its fields."""
+"""Logs, metrics and traces, one of each per process.
+
+- ``logger``: every module logs through it, structured (``logger.info("...", extra={...})``).
+- ``metrics``: CloudWatch metrics in the embedded metric format (Powertools), counted in
+  the process and written as log lines when ``flush`` is called (at the end of each
+  invocation, and at least every ``FLUSH_SECONDS`` during a long one), one line per set of
+  dimensions: the Lambda log stream is what CloudWatch reads them from, at no API cost.
+- ``tracer``: Powertools Tracer (X-Ray) around each handler; off outside Lambda.
+"""
 
 from __future__ import annotations
 
-from aws_lambda_powertools import Logger
+import json
+import threading
+import time
+from collections import defaultdict
+from typing import Any
 
-logger = Logger(service="batchgw")
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
+SERVICE = "batchgw"
+NAMESPACE = "batchgw"
+FLUSH_SECONDS = 60.0
+MAX_VALUES = 100  # EMF takes at most 100 values of one metric per line
+
+logger = Logger(service=SERVICE)
+tracer = Tracer(service=SERVICE)
+
+# The metrics, with the unit each is written in. Per model: requests started (an upstream
+# call), ended succeeded / failed / cancelled (failed includes expired), retried; upstream
+# latency; queue wait (created to first attempt); slots in use. Per final status: batches.
+COUNT, MS, SECONDS = MetricUnit.Count, MetricUnit.Milliseconds, MetricUnit.Seconds
+UNITS: dict[str, MetricUnit] = {
+    "RequestsStarted": COUNT,
+    "RequestsSucceeded": COUNT,
+    "RequestsFailed": COUNT,
+    "RequestsCancelled": COUNT,
+    "RequestsExpired": COUNT,
+    "RequestsRetried": COUNT,
+    "UpstreamLatency": MS,
+    "QueueWait": SECONDS,
+    "SlotsInUse": COUNT,
+    "BatchesEnded": COUNT,
+    "ModelWaitingForCapacity": COUNT,
+}
+# A request's end, as each RequestStatus value counts it.
+ENDED = {
+    "succeeded": ["RequestsSucceeded"],
+    "failed": ["RequestsFailed"],
+    "expired": ["RequestsFailed", "RequestsExpired"],
+    "cancelled": ["RequestsCancelled"],
+}
+
+Dimensions = tuple[tuple[str, str], ...]
+
+
+class MetricsBuffer:
+    """Counts summed, and values kept, per set of dimensions until ``flush``."""
+
+    def __init__(self, emit: Any = print) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[Dimensions, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._values: dict[Dimensions, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self._flushed_at = time.monotonic()
+        self._emit = emit
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        with self._lock:
+            self._counts[_key(dimensions)][name] += value
+
+    def value(self, name: str, value: float, **dimensions: str) -> None:
+        with self._lock:
+            self._values[_key(dimensions)][name].append(value)
+
+    def ended(self, status: str, count: int = 1, **dimensions: str) -> None:
+        """Count ``count`` requests that ended with ``status`` (a RequestStatus value)."""
+        for name in ENDED.get(status, []):
+            self.count(name, count, **dimensions)
+
+    def due(self) -> bool:
+        return time.monotonic() - self._flushed_at >= FLUSH_SECONDS
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Write what was counted as EMF lines (and return them); nothing when nothing was."""
+        with self._lock:
+            counts, values = self._counts, self._values
+            self._counts = defaultdict(lambda: defaultdict(float))
+            self._values = defaultdict(lambda: defaultdict(list))
+            self._flushed_at = time.monotonic()
+        documents: list[dict[str, Any]] = []
+        for dims in sorted(set(counts) | set(values)):
+            series = values.get(dims, {})
+            longest = max((len(v) for v in series.values()), default=1)
+            for start in range(0, max(longest, 1), MAX_VALUES):
+                emf = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+                for name, dim_value in dims:
+                    emf.add_dimension(name, dim_value)
+                if start == 0:
+                    for name, total in counts.get(dims, {}).items():
+                        emf.add_metric(name, UNITS[name], total)
+                for name, items in series.items():
+                    for item in items[start : start + MAX_VALUES]:
+                        emf.add_metric(name, UNITS[name], item)
+                document = dict(emf.serialize_metric_set())
+                documents.append(document)
+                self._emit(json.dumps(document, separators=(",", ":")))
+        return documents
+
+
+def _key(dimensions: dict[str, str]) -> Dimensions:
+    return tuple(sorted(dimensions.items()))
+
+
+metrics = MetricsBuffer()

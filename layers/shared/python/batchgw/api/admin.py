@@ -4,19 +4,26 @@ routes batch work may use.
 Routes: ``GET /admin/config``, ``PATCH|DELETE /admin/config/{NAME}``,
 ``GET /admin/batch/models``, ``PATCH /admin/batch/models/{model_id}``,
 ``GET /admin/routing/provider-routes``,
-``PATCH /admin/routing/provider-route-batch/{model_id}/{route_id}``. A change is stored
+``PATCH /admin/routing/provider-route-batch/{model_id}/{route_id}``,
+``GET /admin/batch/jobs`` (every user's batches), ``GET /admin/batch/summary``,
+``GET /admin/batch/jobs/{batch_id}/attempts`` (the request log). A change is stored
 in the control table and applies in this process at once, in every other within
 ``BATCHGW_RUNTIME_REFRESH_SECONDS`` (see ``batchgw.runtime``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from batchgw.api.accounts import require_admin
-from batchgw.api.batches import every_batch
+from batchgw.api.batches import batches_of, every_batch, list_every_batch, visible_batch
+from batchgw.api.params import Params, aware_time_ms, int_param, last, list_page
 from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
+from batchgw.domain import money
+from batchgw.domain.attempts import AttemptEntry
+from batchgw.domain.batch import CountedBatch
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import UNFINISHED_STATUSES
@@ -165,3 +172,150 @@ def _route_object(deps: Deps, spec: ModelSpec, route: Route) -> dict[str, Any]:
         "batch_allowed_default": route.local,
         "batch_allowed_choice": deps.live.route_choice(spec, route),
     }
+
+
+# --- the request log ----------------------------------------------------------------------------
+
+_OUTCOMES = ("success", "failed", "retry", "queued")
+_ATTEMPT_PREFIX = "att_"
+
+
+def attempts(deps: Deps, principal: Principal, batch_id: str, params: Params) -> dict[str, Any]:
+    """The batch's attempts, newest first: one per upstream call, filtered by ``model``,
+    ``status`` (an HTTP status code, or success, failed, retry or queued) and ``start_time``
+    (inclusive) / ``end_time`` (exclusive), unix seconds or ISO 8601 with a timezone."""
+    require_admin(principal)
+    visible_batch(deps, principal, batch_id)
+    limit = int_param(params, "limit", default=100, low=1, high=1000)
+    start_ms, end_ms = aware_time_ms(params, "start_time"), aware_time_ms(params, "end_time")
+    if start_ms is not None and end_ms is not None and start_ms >= end_ms:
+        raise BadRequest("'start_time' must be earlier than 'end_time'.", param="start_time")
+    status = last(params, "status")
+    outcome = status_code = None
+    if status is not None and status.isdigit():
+        status_code = int(status)
+    elif status is not None and status in _OUTCOMES:
+        outcome = status
+    elif status is not None:
+        raise BadRequest(
+            f"'status' must be an HTTP status code or one of {', '.join(_OUTCOMES)}.", param="status"
+        )
+    after = last(params, "after")
+    before_key = None
+    if after:
+        if not after.startswith(_ATTEMPT_PREFIX) or not after[len(_ATTEMPT_PREFIX) :].isdigit():
+            raise BadRequest("'after' must be an attempt id from this list.", param="after")
+        before_key = int(after[len(_ATTEMPT_PREFIX) :])
+    found, more = deps.requests.attempts(
+        batch_id,
+        limit=limit,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        before_key=before_key,
+        model=last(params, "model"),
+        outcome=outcome,
+        status_code=status_code,
+    )
+    return list_page([_attempt_object(key, entry) for key, entry in found], has_more=more)
+
+
+def _attempt_object(key: int, entry: AttemptEntry) -> dict[str, Any]:
+    return {
+        "id": f"{_ATTEMPT_PREFIX}{key}",
+        "object": "batch.attempt",
+        "batch_id": entry.batch_id,
+        "request_index": entry.index,
+        "custom_id": entry.custom_id,
+        "model": entry.model,
+        "route": entry.route,
+        "refused_routes": list(entry.refused_routes),
+        "attempt": entry.attempt,
+        "outcome": entry.outcome,
+        "status_code": entry.status_code,
+        "error_code": entry.error_code,
+        "latency_ms": entry.latency_ms,
+        "input_tokens": entry.input_tokens,
+        "output_tokens": entry.output_tokens,
+        "cost_usd": None if entry.cost_nano is None else money.usd_float(entry.cost_nano),
+        "worker": entry.worker,
+        "ended_at": entry.ended_at,
+    }
+
+
+# --- every user's batches ---------------------------------------------------------------------
+
+
+def list_jobs(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """Every user's batches (or ``user``'s), newest first, with the filters of
+    ``GET /v1/batches``; each says whose it is."""
+    require_admin(principal)
+    user = last(params, "user")
+    owners = [user] if user else [u.id for u in deps.accounts.users()]
+    return list_every_batch(deps, principal, params, owners)
+
+
+def summary(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """Requests by outcome, known cost, unknown-cost attempts and tokens, per user (or only
+    ``user``) and overall. ``failed`` includes the expired requests (as a batch's
+    request_counts does); ``expired_unrun`` says how many of them never started."""
+    require_admin(principal)
+    wanted = last(params, "user")
+    users = [u for u in deps.accounts.users() if wanted is None or u.id == wanted]
+    rows = []
+    overall = _Totals()
+    for user in users:
+        totals = _Totals()
+        for record in batches_of(deps, user.id):
+            counted = deps.batches.get(record.id)
+            if counted is not None:
+                totals.add(counted)
+        overall.merge(totals)
+        rows.append({"user_id": user.id, "user_name": user.name, "email": user.email, **totals.shown()})
+    return {"object": "batch.summary", "users": rows, "total": overall.shown()}
+
+
+@dataclass
+class _Totals:
+    batches: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    expired_unrun: int = 0
+    cancelled: int = 0
+    not_finished: int = 0
+    cost_nano: int = 0
+    cost_unknown_attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, batch: CountedBatch) -> None:
+        counts = batch.counts
+        self.batches += 1
+        self.succeeded += counts.completed
+        self.failed += counts.failed
+        self.expired_unrun += counts.expired
+        self.cancelled += counts.cancelled
+        self.not_finished += batch.unfinished_requests
+        self.cost_nano += counts.cost_nano
+        self.cost_unknown_attempts += counts.cost_unknown
+        self.input_tokens += counts.input_tokens
+        self.output_tokens += counts.output_tokens
+
+    def merge(self, other: _Totals) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def shown(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "requests": {
+                "succeeded": self.succeeded,
+                "failed": self.failed,
+                "expired_unrun": self.expired_unrun,
+                "cancelled": self.cancelled,
+                "not_finished": self.not_finished,
+            },
+            "cost_usd": money.usd_float(self.cost_nano),
+            "cost_unknown_attempts": self.cost_unknown_attempts,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }

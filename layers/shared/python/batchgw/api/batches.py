@@ -277,7 +277,7 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
         deps.batches.delete_record(record.id)
         deps.blobs.delete_batch(record.id)
         raise ServiceUnavailable("The batch could not be started; nothing was stored. Try again.") from exc
-    return batch_object(CountedBatch(record))
+    return batch_object(CountedBatch(record), deps.clock())
 
 
 def _check_routes(deps: Deps, models: Sequence[str]) -> None:
@@ -346,7 +346,7 @@ def visible_batch(deps: Deps, principal: Principal, batch_id: str) -> CountedBat
 
 
 def get_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
-    return batch_object(visible_batch(deps, principal, batch_id))
+    return batch_object(visible_batch(deps, principal, batch_id), deps.clock())
 
 
 def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
@@ -369,7 +369,7 @@ def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
         )
     if record.status is BatchStatus.CANCELLING and not record.cancel_swept and record.task_token is not None:
         _wake_to_cancel(deps, record.id, record.task_token)
-    return batch_object(visible_batch(deps, principal, batch_id))
+    return batch_object(visible_batch(deps, principal, batch_id), deps.clock())
 
 
 def _wake_to_cancel(deps: Deps, batch_id: str, token: str) -> None:
@@ -433,6 +433,23 @@ def every_batch(deps: Deps, statuses: Sequence[str] = ()) -> Iterator[BatchRecor
 
 def list_batches(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
     """The caller's batches, newest first, filtered by status and creation time."""
+    found, has_more = _listed(deps, principal, params, [principal.user_id])
+    return list_page([batch_object(batch, deps.clock()) for batch in found], has_more=has_more)
+
+
+def list_every_batch(
+    deps: Deps, principal: Principal, params: Params, owners: Sequence[str]
+) -> dict[str, Any]:
+    """The batches of ``owners`` (an administrator's list), newest first, with the same
+    filters; each batch says whose it is (``user_id``)."""
+    found, has_more = _listed(deps, principal, params, owners)
+    data = [{**batch_object(batch, deps.clock()), "user_id": batch.record.owner} for batch in found]
+    return list_page(data, has_more=has_more)
+
+
+def _listed(
+    deps: Deps, principal: Principal, params: Params, owners: Sequence[str]
+) -> tuple[list[CountedBatch], bool]:
     limit = int_param(params, "limit", default=20, low=1, high=100)
     statuses = [s for value in params.get("status", []) for s in value.split(",") if s]
     unknown = [s for s in statuses if s not in _STATUS_NAMES]
@@ -445,21 +462,24 @@ def list_batches(deps: Deps, principal: Principal, params: Params) -> dict[str, 
         before_key = cursor_key(BATCH_PREFIX, after)
         if before_key is None:
             anchor = deps.batches.get_record(after) if after.startswith(BATCH_PREFIX) else None
-            if anchor is None or anchor.owner != principal.user_id:
+            if anchor is None or (anchor.owner != principal.user_id and not principal.is_admin):
                 raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
             before_key = anchor.created_key
     created_after, created_before = time_range(params, "created_after", "created_before")
-    records, has_more = deps.batches.list_for_owner(
-        principal.user_id,
-        limit=limit,
-        before_key=before_key,
-        created_after=created_after,
-        created_before=created_before,
-        statuses=statuses,
-    )
-    data = []
-    for record in records:
-        batch = deps.batches.get(record.id)
-        if batch is not None:
-            data.append(batch_object(batch))
-    return list_page(data, has_more=has_more)
+    records: list[BatchRecord] = []
+    has_more = False
+    for owner in owners:  # each owner's newest ``limit``, merged (an owner index per user)
+        found, more = deps.batches.list_for_owner(
+            owner,
+            limit=limit,
+            before_key=before_key,
+            created_after=created_after,
+            created_before=created_before,
+            statuses=statuses,
+        )
+        records += found
+        has_more = has_more or more
+    records.sort(key=lambda r: r.created_key, reverse=True)
+    has_more = has_more or len(records) > limit
+    counted = (deps.batches.get(record.id) for record in records[:limit])
+    return [batch for batch in counted if batch is not None], has_more

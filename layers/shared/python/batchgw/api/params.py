@@ -88,6 +88,29 @@ def time_param(params: Params, name: str) -> int | None:
     return int(seconds)
 
 
+def aware_time_ms(params: Params, name: str) -> int | None:
+    """Unix seconds, or an ISO 8601 time with its timezone (a naive one is refused: it could
+    be any zone), in milliseconds; None when absent."""
+    value = last(params, name)
+    if value is None:
+        return None
+    text = value.strip()
+    refused = BadRequest(f"'{name}' must be unix seconds or an ISO 8601 time with a timezone.", param=name)
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise refused from None
+        if parsed.tzinfo is None:
+            raise refused from None
+        seconds = parsed.timestamp()
+    if not 0 <= seconds <= MAX_UNIX_SECONDS:
+        raise refused
+    return round(seconds * 1000)
+
+
 def time_range(params: Params, after: str, before: str) -> tuple[int | None, int | None]:
     """Two time bounds; 400 when they are reversed (nothing could lie between them)."""
     low, high = time_param(params, after), time_param(params, before)

@@ -10,8 +10,9 @@ from batchgw.domain.files import FileRecord
 from batchgw.domain.states import BatchStatus
 
 
-def batch_object(batch: CountedBatch) -> dict[str, Any]:
-    """The batch object, with every field the spec lists."""
+def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any]:
+    """The batch object, with every field the spec lists (and, given ``now``, a running
+    batch's estimated finish)."""
     record, counts = batch.record, batch.counts
     timestamps = {name: getattr(record, name) for name in TIMESTAMPS}
     return {
@@ -40,6 +41,24 @@ def batch_object(batch: CountedBatch) -> dict[str, Any]:
         "results_expires_at": timestamps["results_expires_at"],
         "error": record.error,
         "paused": _paused(batch.record),
+        "eta": _eta(batch, now),
+    }
+
+
+def _eta(batch: CountedBatch, now: float | None) -> dict[str, Any] | None:
+    """When a running batch should finish at its pace so far, and a warning when its window
+    closes first (its unstarted requests would then expire)."""
+    eta = None if now is None else batch.eta(now)
+    if eta is None:
+        return None
+    return {
+        "estimated_completion_at": eta.finishes_at,
+        "requests_per_minute": round(eta.per_minute, 2),
+        "window_closes_first": eta.window_closes_first,
+        "warning": "At its pace so far, the batch's window closes before its requests are done: the "
+        "requests not started by expires_at will expire."
+        if eta.window_closes_first
+        else None,
     }
 
 

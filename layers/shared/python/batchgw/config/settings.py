@@ -270,6 +270,18 @@ class Settings(BaseModel):
         alias="BATCH_MODEL_PAUSE_SECONDS",
         description="How long such a run of failures pauses the model",
     )
+    batch_route_circuit_seconds: float = Field(
+        30,
+        ge=0,
+        alias="BATCH_ROUTE_CIRCUIT_SECONDS",
+        description="How long a route that refused a connection is left alone (batch work fails over)",
+    )
+    batch_attempt_log_retention_days: float = Field(
+        7,
+        gt=0,
+        alias="BATCH_ATTEMPT_LOG_RETENTION_DAYS",
+        description="Days the request log keeps each attempt (GET /admin/batch/jobs/{batch_id}/attempts)",
+    )
     # Read by the stack's alarm check (``run.alerts``), not by the rules.
     batch_queued_alert_hours: float = Field(
         6,

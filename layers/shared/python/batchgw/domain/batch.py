@@ -228,6 +228,7 @@ SHARD_COUNTERS = {
     "completed": "completed",
     "failed": "failed",
     "cancelled": "cancelled",
+    "expired": "expired",
     "input_tokens": "in_tok",
     "output_tokens": "out_tok",
     "cost_nano": "cost_nano",
@@ -243,6 +244,7 @@ class Tally:
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
+    expired: int = 0  # of ``failed``: requests that never started before the window closed
     input_tokens: int = 0
     output_tokens: int = 0
     cost_nano: int = 0
@@ -313,11 +315,32 @@ class Counts(Tally):
 
 
 @dataclass(frozen=True, slots=True)
+class Eta:
+    finishes_at: int
+    per_minute: float  # requests ended per minute so far
+    window_closes_first: bool  # the window closes before: its unstarted requests would expire
+
+
+@dataclass(frozen=True, slots=True)
 class CountedBatch:
     """A batch's record with its counters summed: everything the batch object shows."""
 
     record: BatchRecord
     counts: Counts = field(default_factory=Counts)
+
+    def eta(self, now: float) -> Eta | None:
+        """When a running batch should finish at its pace so far: the requests ended since it
+        started running, over the time since. None before it runs, before any ended, or once
+        it stopped running."""
+        record, counts = self.record, self.counts
+        done = counts.completed + counts.failed + counts.cancelled
+        if record.status is not BatchStatus.IN_PROGRESS or record.in_progress_at is None or done == 0:
+            return None
+        elapsed = max(1.0, now - record.in_progress_at)
+        per_second = done / elapsed
+        finish = now + max(0, record.total - done) / per_second
+        closes_first = record.expires_at is not None and not record.stopping and finish > record.expires_at
+        return Eta(finishes_at=int(finish), per_minute=per_second * 60, window_closes_first=closes_first)
 
     @property
     def unfinished_requests(self) -> int:

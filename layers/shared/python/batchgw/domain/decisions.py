@@ -259,7 +259,7 @@ def not_run(reason: Verdict, request: RequestRecord, settings: DecisionSettings)
         return End(RequestStatus.FAILED, _with(lost, failed=1), error=results_full_error(settings))
     if reason is Verdict.OWNER_FAILED:
         return End(RequestStatus.FAILED, _with(lost, failed=1), error=not_run_error("batch_failed"))
-    return End(RequestStatus.EXPIRED, _with(lost, failed=1), error=not_run_error("batch_expired"))
+    return End(RequestStatus.EXPIRED, _with(lost, failed=1, expired=1), error=not_run_error("batch_expired"))
 
 
 def stopped_retry(reason: Verdict, retry: Retry, request: RequestRecord) -> End:
@@ -286,7 +286,7 @@ def abandoned(batch: BatchRecord, request: RequestRecord) -> End:
         return End(RequestStatus.FAILED, _with(charge, failed=1), request.error)
     if batch.owner_failed:
         return End(RequestStatus.FAILED, _with(charge, failed=1), not_run_error("batch_failed"))
-    return End(RequestStatus.EXPIRED, _with(charge, failed=1), not_run_error("batch_expired"))
+    return End(RequestStatus.EXPIRED, _with(charge, failed=1, expired=1), not_run_error("batch_expired"))
 
 
 def too_often_lost(request: RequestRecord) -> End:

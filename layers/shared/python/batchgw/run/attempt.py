@@ -13,12 +13,13 @@ from enum import StrEnum
 from typing import Any
 
 from batchgw.deps import Deps
+from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.batch import BatchRecord, Tally
 from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, stopped_retry, verdict
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import RequestStatus
-from batchgw.observability import logger
+from batchgw.observability import logger, metrics
 from batchgw.run import completion, routing, upstream
 from batchgw.run.aio import io
 from batchgw.storage.blobs import body_key
@@ -104,11 +105,64 @@ async def settle(
         price=deps.catalog.models[held.model].price,
         stored_bytes=deps.stored.known(batch.id),
     )
+    log = _log_entry(deps, held, outcome, decision, started=started, now=now)
+    _measure(batch, held, outcome, decision, started=started, now=now)
     if isinstance(decision, Retry):
-        return await _schedule_retry(deps, batch, held, decision)
+        return await _schedule_retry(deps, batch, held, decision, log=log)
     if decision.results_full:
         await io(deps.batches.change, batch.id, {"results_full": True})
-    return await end(deps, batch, held, decision, outcome=outcome, started=started)
+    return await end(deps, batch, held, decision, outcome=outcome, started=started, log=log)
+
+
+def _measure(
+    batch: BatchRecord,
+    held: RequestRecord,
+    outcome: Outcome,
+    decision: End | Retry,
+    *,
+    started: float,
+    now: float,
+) -> None:
+    """The metrics of one attempt: started (when a call was made), its latency, the first
+    attempt's wait since the batch was created, and a retry."""
+    model = held.model
+    if outcome.route is not None:
+        metrics.count("RequestsStarted", model=model)
+        metrics.value("UpstreamLatency", max(0.0, (now - started) * 1000), model=model)
+        if held.attempts == 1:
+            metrics.value("QueueWait", max(0.0, started - batch.created_at), model=model)
+    if isinstance(decision, Retry):
+        metrics.count("RequestsRetried", model=model)
+
+
+def _log_entry(
+    deps: Deps, held: RequestRecord, outcome: Outcome, decision: End | Retry, *, started: float, now: float
+) -> dict[str, Any] | None:
+    """The request log's write for the attempt that produced ``outcome`` (None when no call
+    was made: no route could take it)."""
+    if outcome.route is None:
+        return None
+    cost = (decision.charge if isinstance(decision, Retry) else decision.tally).cost_nano  # this attempt's
+    entry = AttemptEntry(
+        batch_id=held.batch_id,
+        index=held.index,
+        custom_id=held.custom_id,
+        model=held.model,
+        attempt=held.attempts,
+        outcome=outcome.kind,
+        ended_at=now,
+        latency_ms=max(0, round((now - started) * 1000)),
+        worker=held.lease_owner,
+        route=outcome.route,
+        refused_routes=outcome.refused_routes,
+        status_code=outcome.status_code,
+        error_code=None if outcome.error is None else outcome.error.get("code"),
+        input_tokens=outcome.input_tokens,
+        output_tokens=outcome.output_tokens,
+        cost_nano=cost if outcome.usage_known else None,
+    )
+    ttl = int(now + deps.settings.batch_attempt_log_retention_days * 86400)
+    return deps.requests.log_action(entry, ttl=ttl)
 
 
 async def _judge_model(
@@ -130,7 +184,9 @@ async def _judge_model(
         deps.health.success(held.model)
 
 
-async def _schedule_retry(deps: Deps, batch: BatchRecord, held: RequestRecord, retry: Retry) -> Settled:
+async def _schedule_retry(
+    deps: Deps, batch: BatchRecord, held: RequestRecord, retry: Retry, *, log: dict[str, Any] | None = None
+) -> Settled:
     scheduled = await io(
         deps.requests.schedule_retry,
         held,
@@ -140,7 +196,7 @@ async def _schedule_retry(deps: Deps, batch: BatchRecord, held: RequestRecord, r
         uses_attempt=retry.uses_attempt,
         shard=batch.shard_of(held.index),
         charge=retry.charge,
-        charges=_charges(deps, batch, held, retry.charge),
+        charges=[*_charges(deps, batch, held, retry.charge), *([log] if log else [])],
     )
     if scheduled is Scheduled.LOST:
         return Settled(After.STOP)
@@ -150,7 +206,7 @@ async def _schedule_retry(deps: Deps, batch: BatchRecord, held: RequestRecord, r
         reason = await read_verdict(deps, batch.id)
         if reason is Verdict.GONE:
             return Settled(After.STOP)
-        return await end(deps, batch, held, stopped_retry(reason, retry, held), called=True)
+        return await end(deps, batch, held, stopped_retry(reason, retry, held), called=True, log=log)
     if retry.pause_model_until is None:
         return Settled(After.NEXT, retry_at=retry.next_at)
     deps.health.note_pause(held.model, retry.pause_model_until)
@@ -167,11 +223,13 @@ async def end(
     outcome: Outcome | None = None,
     started: float | None = None,
     called: bool = False,
+    log: dict[str, Any] | None = None,
 ) -> Settled:
     """Record a request's end and count it; the chain stops if the lease was lost.
 
     ``outcome``: the answer of the call it ran (what it cost, what it answered);
-    ``called``: it was called even without one (a retry that found its batch stopped).
+    ``called``: it was called even without one (a retry that found its batch stopped);
+    ``log``: the request log's entry of that call, written in the same transaction.
     """
     now = deps.clock()
     ending = RequestEnd(status=decision.status, ended_at=now, error=decision.error)
@@ -189,11 +247,12 @@ async def end(
         end=ending,
         tally=decision.tally,
         called=called or outcome is not None,
-        charges=_charges(deps, batch, held, decision.tally),
+        charges=[*_charges(deps, batch, held, decision.tally), *([log] if log else [])],
     )
     if recorded is Recorded.LEASE_LOST:
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
         return Settled(After.STOP)
+    metrics.ended(decision.status.value, model=held.model)
     logger.info(
         "request ended",
         extra={

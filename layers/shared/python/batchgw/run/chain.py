@@ -36,7 +36,7 @@ from batchgw.domain.decisions import MAX_LOST_ATTEMPTS, Verdict, too_often_lost,
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.spend import Judgement, Standing
 from batchgw.domain.states import BatchStatus
-from batchgw.observability import logger
+from batchgw.observability import logger, metrics
 from batchgw.run import attempt, completion
 from batchgw.run.aio import io
 from batchgw.run.attempt import After
@@ -209,6 +209,8 @@ class ChainRun:
         change reaches a running chain before its next request."""
         if self.deps.live.due():
             await io(self.deps.live.refresh)
+        if metrics.due():
+            metrics.flush()
         settings = self.deps.settings
         if self.batch.window_closed(now):
             return True  # no new request starts

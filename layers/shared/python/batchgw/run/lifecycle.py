@@ -22,7 +22,7 @@ from batchgw.domain.decisions import not_run_error
 from batchgw.domain.files import file_key
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
-from batchgw.observability import logger
+from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.result_files import result_file_id, write_results
 from batchgw.storage.blobs import body_key, input_file_key, input_key
@@ -244,7 +244,7 @@ def expire(deps: Deps, batch_id: str) -> dict[str, Any]:
         batch_id,
         RequestStatus.EXPIRED,
         not_run_error("batch_expired"),
-        Tally(failed=1),
+        Tally(failed=1, expired=1),
         failed_retries=True,
     )
 
@@ -301,21 +301,24 @@ def sweep(
     ``status`` with ``error``. With ``failed_retries``, a request that has run before fails
     with the last error it got instead: it is not a request that never ran."""
     now = deps.clock()
+    model = batch.models[0] if len(batch.models) == 1 else "several"
     if failed_retries:
-        deps.requests.sweep(
+        failed = deps.requests.sweep(
             batch.id,
             end=RequestEnd(RequestStatus.FAILED, ended_at=now),
             tally=Tally(failed=1),
             shards=batch.shard_count,
             attempted=True,
         )
-    deps.requests.sweep(
+        metrics.ended(RequestStatus.FAILED.value, failed, model=model)
+    ended = deps.requests.sweep(
         batch.id,
         end=RequestEnd(status, ended_at=now, error=error),
         tally=tally,
         shards=batch.shard_count,
         attempted=False if failed_retries else None,
     )
+    metrics.ended(status.value, ended, model=model)
 
 
 def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:
@@ -326,7 +329,7 @@ def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:
             batch,
             RequestStatus.EXPIRED,
             not_run_error("batch_expired"),
-            Tally(failed=1),
+            Tally(failed=1, expired=1),
             failed_retries=True,
         )
     elif batch.status is BatchStatus.CANCELLING:
@@ -397,6 +400,7 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
     )
     if ended is None:
         return finalize(deps, batch_id, deadline)
+    metrics.count("BatchesEnded", status=final.value)
     _keep_idempotency_key(deps, ended, now)
     logger.info("batch ended", extra={"batch_id": batch_id, "status": final.value})
     assert ended.results_expires_at is not None

@@ -34,7 +34,7 @@ from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.decisions import abandoned
 from batchgw.domain.request import RequestEnd, RequestRecord
 from batchgw.domain.states import BatchStatus, RequestStatus
-from batchgw.observability import logger
+from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.lifecycle import park_step, sweep_stopped
 from batchgw.storage.workflow import Next, step
@@ -62,6 +62,8 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
         _mend(deps, batch, now)
         if stalled:
             progress_at = now  # the work sent again gets a whole stall to show progress
+    if batch.counts.left > 0 and not record.stopping:
+        _watch_capacity(deps, record, now)
     completion.settle(deps, batch_id)
     after = deps.batches.get(batch_id)
     if after is None or after.record.all_shards_done or after.record.status.is_final:
@@ -76,6 +78,27 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
         )
     changed = deps.batches.change(batch_id, fields)
     return park_step(deps, changed or after.record)
+
+
+def _watch_capacity(deps: Deps, batch: BatchRecord, now: float) -> None:
+    """The spec's "batch model waiting for capacity": a model this batch has requests queued
+    for that has served no batch request for BATCH_QUEUED_ALERT_HOURS (counted from when it
+    last did, or from the batch's creation). Reported as the ModelWaitingForCapacity metric
+    (1 while it waits that long, 0 once it serves again), which an alarm watches."""
+    hours = deps.settings.batch_queued_alert_hours
+    if hours <= 0:
+        return
+    for model in batch.models:
+        served_at = deps.slots.read(model).served_at
+        since = max(served_at or 0.0, float(batch.created_at))
+        waiting = now - since >= hours * 3600
+        metrics.value("ModelWaitingForCapacity", 1 if waiting else 0, model=model)
+        metrics.value("ModelWaitingForCapacity", 1 if waiting else 0)  # any model: the alarm's
+        if waiting:
+            logger.warning(
+                "batch model waiting for capacity",
+                extra={"model": model, "batch_id": batch.id, "hours": round((now - since) / 3600, 1)},
+            )
 
 
 def stall_seconds(deps: Deps) -> float:
@@ -109,13 +132,16 @@ def _abandoned(request: RequestRecord, now: float) -> bool:
 
 def _end_abandoned(deps: Deps, batch: BatchRecord, request: RequestRecord, now: float) -> bool:
     decision = abandoned(batch, request)
-    return deps.requests.end_abandoned(
+    ended = deps.requests.end_abandoned(
         request,
         now=now,
         shard=batch.shard_of(request.index),
         end=RequestEnd(decision.status, ended_at=now, error=decision.error),
         tally=decision.tally,
     )
+    if ended:
+        metrics.ended(decision.status.value, model=request.model)
+    return ended
 
 
 def _resend_lost_work(deps: Deps, batch: BatchRecord, unfinished: list[RequestRecord], now: float) -> None:

@@ -3,7 +3,7 @@
 Only its model's batch-allowed routes (``LiveConfig.batch_allowed``): selection, retries and
 failover all stay among them. The order is a weighted random one, so traffic spreads by the
 routes' weights; a route that is disabled or has weight 0 takes none, and one that refused
-a connection is left alone for ``CIRCUIT_OPEN_SECONDS`` (its circuit is open). With no
+a connection is left alone for BATCH_ROUTE_CIRCUIT_SECONDS (its circuit is open). With no
 batch-allowed route at all, the request fails ``batch_route_unavailable``; with allowed
 routes but none usable now, it waits, as for a model waiting for capacity.
 """
@@ -18,7 +18,6 @@ from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain.outcome import Outcome
 
-CIRCUIT_OPEN_SECONDS = 30.0
 ROUTE_UNAVAILABLE = "batch_route_unavailable"
 
 
@@ -73,6 +72,6 @@ def waiting(spec: ModelSpec, retry_at: float | None, now: float) -> Outcome:
 def note(deps: Deps, spec: ModelSpec, outcome: Outcome, now: float) -> None:
     """Open the circuit of each route that refused the connection; close the answering one's."""
     for route in outcome.refused_routes:
-        deps.route_health.refused(spec.id, route, now + CIRCUIT_OPEN_SECONDS)
+        deps.route_health.refused(spec.id, route, now + deps.settings.batch_route_circuit_seconds)
     if outcome.route is not None and not outcome.unreachable:
         deps.route_health.answered(spec.id, outcome.route)

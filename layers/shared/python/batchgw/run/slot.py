@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from batchgw.deps import Deps
+from batchgw.observability import metrics
 from batchgw.run.aio import io
 from batchgw.storage.slots import SlotGrant, SlotStore
 
@@ -40,10 +43,12 @@ class SlotHolder:
                 self._until = now + lease
                 return SlotGrant(True)
             self.model = None  # our lease lapsed and was purged: take a slot anew
+            _in_use(model, -1)
         await self.release()
         grant = await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
         if grant.granted:
             self.model, self._until, self._cap = model, now + lease, cap
+            _in_use(model, +1)
         elif grant.paused_until is not None:
             deps.health.note_pause(model, grant.paused_until)
         return grant
@@ -51,4 +56,14 @@ class SlotHolder:
     async def release(self) -> None:
         if self.model is not None:
             model, self.model = self.model, None
+            _in_use(model, -1)
             await io(self._deps.slots.release, model, self.token)
+
+
+# Slots the chains of this process hold now, per model (the SlotsInUse metric).
+_held: Counter[str] = Counter()
+
+
+def _in_use(model: str, change: int) -> None:
+    _held[model] += change
+    metrics.value("SlotsInUse", _held[model], model=model)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from batchgw.domain.attempts import AttemptEntry, key_bound
 from batchgw.domain.batch import RECORD_SK, Tally, shard_sk
 from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestEnd, RequestRecord
@@ -53,6 +54,11 @@ _TAKE_LEASE = (
 )
 _STATUS = {"#st": "status"}
 SWEEP_CHUNK = 99  # requests per transaction, with their shard's counter update
+
+
+def attempts_pk(batch_id: str) -> str:
+    """The partition of a batch's request log, beside its requests."""
+    return f"{batch_id}#attempts"
 
 
 class ClaimKind(StrEnum):
@@ -412,9 +418,9 @@ class RequestStore:
         tally: Tally,
         shards: int,
         attempted: bool | None = None,
-    ) -> set[int]:
+    ) -> int:
         """End every unstarted request (queued or waiting for a retry) with ``end``,
-        counting each once. Returns the shards touched.
+        counting each once. Returns how many it ended.
 
         ``attempted`` narrows it to requests that have (True) or have not (False) used an
         attempt yet (a model_queued wait uses none). Used when a batch is cancelled or its
@@ -439,11 +445,12 @@ class RequestStore:
         ):
             index = int(raw["idx"]["N"])
             pending.setdefault(index % shards, []).append(index)
+        ended = 0
         for shard, indexes in pending.items():
             for start in range(0, len(indexes), SWEEP_CHUNK):
                 chunk = indexes[start : start + SWEEP_CHUNK]
-                self._sweep_chunk(batch_id, shard, chunk, end, tally, condition, values)
-        return set(pending)
+                ended += self._sweep_chunk(batch_id, shard, chunk, end, tally, condition, values)
+        return ended
 
     def _sweep_chunk(
         self,
@@ -454,7 +461,8 @@ class RequestStore:
         tally: Tally,
         condition: str,
         values: dict[str, Any],
-    ) -> None:
+    ) -> int:
+        """End ``indexes`` (those still unstarted): how many it ended."""
         update = Update(set=end.stored_fields(), condition=condition, names=_STATUS, values=values)
         failure = f"could not end unstarted requests of {batch_id}"
         while indexes:
@@ -470,11 +478,12 @@ class RequestStore:
             )
             cancelled = self._table.transact(actions, failure=failure)
             if cancelled is None:
-                return
+                return n
             taken = {indexes[i] for i in cancelled.failed_actions if i < n}
             if not taken:
                 raise StorageError(f"{failure}: {list(cancelled.reasons)}")
             indexes = [i for i in indexes if i not in taken]
+        return 0
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -542,12 +551,65 @@ class RequestStore:
             after = requests[-1].index
 
     def delete_all(self, batch_id: str) -> None:
-        keys = (
-            {"pk": raw["pk"], "idx": raw["idx"]}
-            for raw in self._table.query(
-                KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues={":pk": {"S": batch_id}},
-                ProjectionExpression="pk, idx",
+        """Delete the batch's requests and its request log."""
+        for pk in (batch_id, attempts_pk(batch_id)):
+            keys = (
+                {"pk": raw["pk"], "idx": raw["idx"]}
+                for raw in self._table.query(
+                    KeyConditionExpression="pk = :pk",
+                    ExpressionAttributeValues={":pk": {"S": pk}},
+                    ProjectionExpression="pk, idx",
+                )
             )
-        )
-        self._table.delete_many(list(keys))
+            self._table.delete_many(list(keys))
+
+    # --- the request log ----------------------------------------------------------------------
+
+    def log_action(self, entry: AttemptEntry, *, ttl: int) -> dict[str, Any]:
+        """The write that logs one attempt, for the transaction that records it (so an
+        attempt is logged exactly when its outcome is)."""
+        item = {"pk": attempts_pk(entry.batch_id), "idx": entry.key, "ttl": ttl, **entry.fields()}
+        return {"Put": {"TableName": self._table.name, "Item": to_item(item)}}
+
+    def attempts(
+        self,
+        batch_id: str,
+        *,
+        limit: int,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        before_key: int | None = None,
+        model: str | None = None,
+        outcome: str | None = None,
+        status_code: int | None = None,
+    ) -> tuple[list[tuple[int, AttemptEntry]], bool]:
+        """The batch's logged attempts newest first, ended in [start_ms, end_ms) and before
+        the cursor ``before_key``, of that model, outcome or status code; at most ``limit``,
+        and whether more follow."""
+        low = key_bound(start_ms) if start_ms is not None else 0
+        high = key_bound(end_ms) - 1 if end_ms is not None else 2**63 - 1
+        if before_key is not None:
+            high = min(high, before_key - 1)
+        names = {"#k": "idx"}
+        values: dict[str, Any] = {":pk": attempts_pk(batch_id), ":lo": low, ":hi": high}
+        filters = []
+        for name, value in (("model", model), ("outcome", outcome), ("status_code", status_code)):
+            if value is not None:
+                names[f"#{name}"] = name
+                values[f":{name}"] = value
+                filters.append(f"#{name} = :{name}")
+        request: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND #k BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": to_item(values),
+            "ScanIndexForward": False,
+        }
+        if filters:
+            request["FilterExpression"] = " AND ".join(filters)
+        found: list[tuple[int, AttemptEntry]] = []
+        for raw in self._table.query(limit=200 if filters else limit + 1, **request):
+            item = from_item(raw)
+            found.append((int(item["idx"]), AttemptEntry.from_fields(item)))
+            if len(found) > limit:
+                break
+        return found[:limit], len(found) > limit

@@ -34,6 +34,9 @@ class SlotGrant:
 class SlotState:
     holders: dict[str, float]  # token: lease expiry
     paused_until: float
+    # When a worker last took or renewed a slot: the model was serving batch requests then
+    # (within half a lease of its last request starting). None: never.
+    served_at: float | None = None
 
     def running(self, now: float) -> int:
         """Slots held now (a lease that ran out belongs to a holder that is gone)."""
@@ -57,7 +60,7 @@ class SlotStore:
         if cap <= 0:
             return SlotGrant(False)
         take = Update(
-            extra_set=["s.#t = :until"],
+            extra_set=["s.#t = :until", "served_at = :now"],
             condition=f"{slots_exist} AND {token_not_held} AND {room_left} AND {not_paused}",
             names={"#t": token},
             values={":until": timestamp(now + lease_seconds), ":cap": cap, ":now": timestamp(now)},
@@ -95,10 +98,10 @@ class SlotStore:
     def renew(self, model: str, token: str, *, now: float, lease_seconds: float) -> bool:
         """Extend this holder's slot; False when it lapsed and was purged."""
         renew = Update(
-            extra_set=["s.#t = :until"],
+            extra_set=["s.#t = :until", "served_at = :now"],
             condition=token_held,
             names={"#t": token},
-            values={":until": timestamp(now + lease_seconds)},
+            values={":until": timestamp(now + lease_seconds), ":now": timestamp(now)},
         )
         return self._table.update(self._key(model), renew, failure=f"could not renew a slot of {model}")
 
@@ -113,7 +116,8 @@ class SlotStore:
         item = self._table.get(self._key(model))
         leases = item.get("s", {}) if item else {}
         paused_until = float(item.get("paused_until", 0)) if item else 0.0
-        return SlotState({t: float(u) for t, u in leases.items()}, paused_until)
+        served_at = float(item["served_at"]) if item and "served_at" in item else None
+        return SlotState({t: float(u) for t, u in leases.items()}, paused_until, served_at)
 
     def _create(self, model: str) -> None:
         self._table.put(

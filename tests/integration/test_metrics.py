@@ -1,0 +1,109 @@
+"""The CloudWatch metrics (EMF) one batch emits add up to its own request_counts (moto, the
+simulator): successes, failures, a retry, and requests a cancel swept before they ran."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from batchgw import observability
+from batchgw.api import batches
+from batchgw.deps import Deps
+from batchgw.domain.chains import RequestMessage
+from batchgw.domain.principal import Principal
+from batchgw.observability import MetricsBuffer
+from batchgw.run import lifecycle, reconcile
+
+from local.simulator import Simulator
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.integration.test_owner_gate import run
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+
+
+def totals(documents: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
+    """Each metric's sum, by (metric, the value of its model or status dimension)."""
+    summed: Counter[tuple[str, str]] = Counter()
+    for document in documents:
+        for directive in document["_aws"]["CloudWatchMetrics"]:
+            for metric in directive["Metrics"]:
+                label = document.get("model") or document.get("status") or ""
+                values = document[metric["Name"]]
+                summed[(metric["Name"], label)] += sum(values if isinstance(values, list) else [values])
+    return summed
+
+
+def test_the_metrics_of_one_batch_add_up_to_its_request_counts(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emitted: list[str] = []
+    buffer = MetricsBuffer(emit=emitted.append)
+    for module in (
+        "batchgw.observability",
+        "batchgw.run.attempt",
+        "batchgw.run.lifecycle",
+        "batchgw.run.slot",
+    ):
+        monkeypatch.setattr(f"{module}.metrics", buffer)
+    monkeypatch.setattr(observability, "metrics", buffer)
+    clock = FakeClock()
+    deps: Deps = make_deps(sim, clock, BATCH_RETRY_BASE_SECONDS="600", BATCH_RETRY_MAX_SECONDS="600")
+    texts = ["a", "b", "[[sim status=400]] c", "[[sim status=503 fail=1]] d", "e", "f", "g"]
+    batch = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", t) for i, t in enumerate(texts)])
+    )
+    lifecycle.prepare(deps, batch["id"])
+    receive_all(deps)
+    for index in range(5):  # 0-4 run (3 retries later); 5 and 6 never start
+        run(deps, RequestMessage(batch["id"], index))
+    clock.advance(1200)
+    run(deps, RequestMessage(batch["id"], 3))  # the retry succeeds
+    batches.cancel_batch(deps, ALICE, batch["id"])
+    lifecycle.cancel(deps, batch["id"])
+    lifecycle.finalize(deps, batch["id"])
+    documents = buffer.flush()
+
+    final = batches.get_batch(deps, ALICE, batch["id"])
+    counts = final["request_counts"]
+    assert final["status"] == "cancelled" and counts == {"total": 7, "completed": 4, "failed": 1}
+    summed = totals(documents)
+    assert summed[("RequestsSucceeded", "sim-chat")] == counts["completed"]
+    assert summed[("RequestsFailed", "sim-chat")] == counts["failed"]
+    assert (
+        summed[("RequestsCancelled", "sim-chat")] == counts["total"] - counts["completed"] - counts["failed"]
+    )
+    assert summed[("RequestsStarted", "sim-chat")] == sim.stats()["models"]["sim-chat"]["requests"] == 6
+    assert summed[("RequestsRetried", "sim-chat")] == 1
+    assert summed[("BatchesEnded", "cancelled")] == 1
+    latencies = [d["UpstreamLatency"] for d in documents if "UpstreamLatency" in d]
+    assert sum(len(v) if isinstance(v, list) else 1 for v in latencies) == 6
+    assert emitted and all(line.startswith('{"_aws"') for line in emitted)  # EMF, one line each
+
+
+def test_a_model_that_serves_no_queued_request_for_the_alert_hours_is_reported_until_it_serves_one(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buffer = MetricsBuffer(emit=lambda _: None)
+    monkeypatch.setattr("batchgw.run.reconcile.metrics", buffer)
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_QUEUED_ALERT_HOURS="2")
+    batch = batches.create_batch(deps, ALICE, body_of([chat_request(f"r-{i}", "x") for i in range(3)]))
+    lifecycle.prepare(deps, batch["id"])
+    receive_all(deps)
+
+    def waiting() -> list[float]:
+        reconcile.reconcile(deps, batch["id"])
+        documents = buffer.flush()
+        return [v for d in documents if d.get("model") == "sim-chat" for v in d["ModelWaitingForCapacity"]]
+
+    assert waiting() == [0]  # queued for under two hours
+    clock.advance(2 * 3600 + 1)
+    assert waiting() == [1]  # two hours without serving a batch request
+    run(deps, RequestMessage(batch["id"], 0))  # it serves one
+    assert waiting() == [0]
+    clock.advance(2 * 3600 + 1)
+    assert waiting() == [1]
