@@ -22,7 +22,9 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 SERVICE = "batchgw"
 NAMESPACE = "batchgw"
 FLUSH_SECONDS = 60.0
-MAX_VALUES = 100  # EMF takes at most 100 values of one metric per line
+# EMF takes at most 100 values of one metric per line, and Powertools writes (and empties)
+# its set by itself when a metric reaches 100: each line takes 99 at most.
+MAX_VALUES = 99
 
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
@@ -102,7 +104,11 @@ class MetricsBuffer:
                 for name, items in series.items():
                     for item in items[start : start + MAX_VALUES]:
                         emf.add_metric(name, UNITS[name], item)
-                document = dict(emf.serialize_metric_set())
+                try:
+                    document = dict(emf.serialize_metric_set())
+                except Exception:  # a metric never stops the work it measures
+                    logger.warning("metrics not written", exc_info=True)
+                    continue
                 documents.append(document)
                 self._emit(json.dumps(document, separators=(",", ":")))
         return documents

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from batchgw.domain.errors import BadRequest
@@ -71,21 +71,8 @@ def time_param(params: Params, name: str) -> int | None:
     value = last(params, name)
     if value is None:
         return None
-    text = value.strip()
     refused = BadRequest(f"'{name}' must be unix seconds or an ISO 8601 time.", param=name)
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise refused from None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        seconds = parsed.timestamp()
-    if not 0 <= seconds <= MAX_UNIX_SECONDS:  # NaN fails this too
-        raise refused
-    return int(seconds)
+    return int(_seconds(value, refused, naive=UTC))
 
 
 def aware_time_ms(params: Params, name: str) -> int | None:
@@ -94,8 +81,13 @@ def aware_time_ms(params: Params, name: str) -> int | None:
     value = last(params, name)
     if value is None:
         return None
-    text = value.strip()
     refused = BadRequest(f"'{name}' must be unix seconds or an ISO 8601 time with a timezone.", param=name)
+    return round(_seconds(value, refused, naive=None) * 1000)
+
+
+def _seconds(value: str, refused: BadRequest, *, naive: tzinfo | None) -> float:
+    """``value`` as unix seconds; a naive ISO time is in ``naive`` (None: refused)."""
+    text = value.strip()
     try:
         seconds = float(text)
     except ValueError:
@@ -104,11 +96,13 @@ def aware_time_ms(params: Params, name: str) -> int | None:
         except ValueError:
             raise refused from None
         if parsed.tzinfo is None:
-            raise refused from None
+            if naive is None:
+                raise refused from None
+            parsed = parsed.replace(tzinfo=naive)
         seconds = parsed.timestamp()
-    if not 0 <= seconds <= MAX_UNIX_SECONDS:
+    if not 0 <= seconds <= MAX_UNIX_SECONDS:  # NaN fails this too
         raise refused
-    return round(seconds * 1000)
+    return seconds
 
 
 def time_range(params: Params, after: str, before: str) -> tuple[int | None, int | None]:
