@@ -145,6 +145,7 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "BATCH_MODEL_CONCURRENCY": "1",
         "BATCH_COMPLETION_WINDOW_HOURS": str(WINDOW / 3600),
         "BATCH_MAX_QUEUED_REQUESTS_PER_USER": "5",
+        "BATCH_UPSTREAM_TIMEOUT_SECONDS": "15",  # a request may outlast the window
     }
     with stack_for(tmp_path_factory, "rules", env) as running:
         yield running
@@ -167,7 +168,9 @@ def test_rule_1_only_requests_not_yet_ended_count_against_the_queued_request_lim
 # 9. A cancel after the window closed still ends cancelled.
 def test_rule_9_a_cancel_after_the_window_closed_ends_cancelled(slow: LocalStack) -> None:
     api = Api(slow, "sk-local-alice")
-    requests = [chat(f"c-{i}", f"slow [[sim latency_ms=2500]] {i}") for i in range(3)]
+    # The first request runs past the window (4 s, from a created_at in whole seconds), so
+    # the batch is still running when the cancel comes, whenever that request started.
+    requests = [chat(f"c-{i}", f"slow [[sim latency_ms=7000]] {i}") for i in range(3)]
     batch = api.create(requests).json()
     wait_for(lambda: time.time() > batch["expires_at"] + 0.3, timeout=20, interval=0.05)
     cancelled = api.http.post(f"/batches/{batch['id']}/cancel").json()
