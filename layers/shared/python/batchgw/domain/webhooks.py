@@ -1,0 +1,63 @@
+"""Batch webhooks: the events, and how a delivery is signed (the Standard Webhooks scheme).
+
+A delivery carries ``webhook-id`` (the event's id, the same on every retry),
+``webhook-timestamp`` (the attempt's, unix seconds) and ``webhook-signature``: ``v1,`` and
+the base64 HMAC-SHA256 of ``"{id}.{timestamp}.{body}"`` keyed with the secret's base64
+part. After a rotation, deliveries carry the old secret's signature too, for an overlap,
+space-separated, so a receiver can switch secrets without losing an event.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Sequence
+from typing import Any
+
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32  # 24 to 64 random bytes is what receivers accept
+ROTATION_OVERLAP_SECONDS = 24 * 3600  # the old secret still signs this long after a rotation
+EVENT_PREFIX = "evt_"
+
+# What a batch's final status sends.
+EVENT_TYPES = {
+    "completed": "batch.completed",
+    "failed": "batch.failed",
+    "expired": "batch.expired",
+    "cancelled": "batch.cancelled",
+}
+
+
+def new_secret(random_bytes: bytes) -> str:
+    """A signing secret, ``whsec_`` and the base64 of ``random_bytes``."""
+    if not 24 <= len(random_bytes) <= 64:
+        raise ValueError("a webhook secret is 24 to 64 random bytes")
+    return SECRET_PREFIX + base64.b64encode(random_bytes).decode()
+
+
+def _key(secret: str) -> bytes:
+    return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+
+
+def signature(secret: str, event_id: str, timestamp: int, body: bytes) -> str:
+    """``v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">``."""
+    signed = f"{event_id}.{timestamp}.".encode() + body
+    digest = hmac.new(_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def signature_header(secrets: Sequence[str], event_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` header: one signature per secret in force, space-separated."""
+    return " ".join(signature(secret, event_id, timestamp, body) for secret in secrets)
+
+
+def event_body(event_id: str, event_type: str, created_at: int, batch_id: str) -> dict[str, Any]:
+    """The event, thin and in OpenAI's shape: it names the batch only."""
+    return {
+        "id": event_id,
+        "object": "event",
+        "type": event_type,
+        "created_at": created_at,
+        "data": {"id": batch_id},
+    }
