@@ -14,7 +14,7 @@ from batchgw.deps import get_deps
 from batchgw.domain import codec
 from batchgw.domain.errors import ApiError, BadRequest, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.observability import logger, tracer
+from batchgw.observability import logger
 from batchgw.validation.jsonbody import parse_json
 
 app = APIGatewayHttpResolver()
@@ -348,6 +348,5 @@ for _prefix in ("/v1/messages/batches", "/anthropic/v1/messages/batches"):
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

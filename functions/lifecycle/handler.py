@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import Deps, get_deps
-from batchgw.observability import logger, metrics, tracer
+from batchgw.observability import logger, metrics, new_tracer
 from batchgw.run import lifecycle, reconcile
 
 STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
@@ -23,6 +23,9 @@ STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
     ),
     "purge": lambda deps, event: lifecycle.purge(deps, event["batch_id"]),
 }
+
+
+tracer = new_tracer()
 
 
 @logger.inject_lambda_context(clear_state=True)

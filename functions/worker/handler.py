@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import get_deps
 from batchgw.domain.chains import decode
-from batchgw.observability import logger, metrics, tracer
+from batchgw.observability import logger, metrics, new_tracer
 from batchgw.run.chain import run_message
 
 processor = AsyncBatchProcessor(event_type=EventType.SQS)
@@ -32,6 +32,9 @@ async def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> No
         deadline=deadline,
         receipt=record.receipt_handle,
     )
+
+
+tracer = new_tracer()
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -5,7 +5,9 @@
   the process and written as log lines when ``flush`` is called (at the end of each
   invocation, and at least every ``FLUSH_SECONDS`` during a long one), one line per set of
   dimensions: the Lambda log stream is what CloudWatch reads them from, at no API cost.
-- ``tracer``: Powertools Tracer (X-Ray) around each handler; off outside Lambda.
+- traces: the worker and lifecycle handlers run under Powertools Tracer (``new_tracer``;
+  off outside Lambda). The api handler does not: importing the X-Ray SDK costs its cold
+  start about 130 ms, and Lambda's active tracing records its invocations anyway.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 SERVICE = "batchgw"
@@ -27,7 +29,6 @@ FLUSH_SECONDS = 60.0
 MAX_VALUES = 99
 
 logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE)
 
 # The metrics, with the unit each is written in. Per model: requests started (an upstream
 # call), ended succeeded / failed / cancelled (failed includes expired), retried; upstream
@@ -119,3 +120,10 @@ def _key(dimensions: dict[str, str]) -> Dimensions:
 
 
 metrics = MetricsBuffer()
+
+
+def new_tracer() -> Any:
+    """Powertools Tracer for a handler module (imports the X-Ray SDK: workers only)."""
+    from aws_lambda_powertools import Tracer
+
+    return Tracer(service=SERVICE)
