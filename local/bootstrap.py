@@ -101,6 +101,11 @@ def create_table(dynamodb: Any, spec: TableSpec, name: str) -> None:
         )
 
 
+def create_key(kms: Any) -> str:
+    """The key that seals webhook secrets; returns its ARN."""
+    return str(kms.create_key(Description="batchgw webhook secrets")["KeyMetadata"]["Arn"])
+
+
 def create_queue(sqs: Any, spec: QueueSpec, visibility_seconds: int) -> str:
     """Create the queue and its dead-letter queue; returns the queue's URL."""
     fifo = {"FifoQueue": "true"} if spec.fifo else {}
@@ -202,10 +207,15 @@ def bootstrap(env: Mapping[str, str]) -> dict[str, str]:
     # Every queue feeds a function that runs no longer than the worker, so the worker's
     # visibility (six times its timeout, AWS's advice for event sources) fits them all.
     for queue in resources.QUEUES:
-        created[queue.env_var] = create_queue(sqs, queue, settings.work_visibility_seconds)
+        # A test may shrink a queue's visibility (how soon a message whose handler died
+        # comes back): BATCHGW_<QUEUE>_VISIBILITY_SECONDS.
+        shrunk = env.get(f"BATCHGW_{queue.logical_id.upper()}_VISIBILITY_SECONDS")
+        visibility = int(shrunk) if shrunk else (queue.visibility_seconds or settings.work_visibility_seconds)
+        created[queue.env_var] = create_queue(sqs, queue, visibility)
     for bucket in resources.BUCKETS:
         create_bucket(s3, bucket, env[bucket.env_var])
     seed_keys(env)
+    created[resources.WEBHOOK_KEY_ENV] = create_key(_client("kms", env))
     iam = _client("iam", env)
     arns = create_functions(iam, _client("lambda", env))
     role_arn = iam.get_role(RoleName=LAMBDA_ROLE_NAME)["Role"]["Arn"]

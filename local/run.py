@@ -251,6 +251,8 @@ class LocalStack:
                     name,
                     "--function-name",
                     f"batchgw-{logical_id.lower()}",
+                    "--batch-size",
+                    str(spec.batch_size),
                 )
             waited = [self.ports.api] if self.api else []
             waited += [self.ports.sim, self.ports.sim_backup] if self.simulator else []

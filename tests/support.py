@@ -92,3 +92,49 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return self._remaining_ms
+
+
+class Receiver:
+    """A webhook receiver on loopback: each POST to a path gets the next step planned for it
+    (a status; "slow": 200 after 0.8 s; "hang": 200 after 2 s, past a 1 s timeout), else
+    200; every delivery is kept as (headers with lower-case names, body, when)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.plans: dict[str, list[int | str]] = {}
+        self.seen: list[tuple[str, dict[str, str], bytes, float]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with receiver.lock:
+                    receiver.seen.append((self.path, headers, body, time.monotonic()))
+                    plan = receiver.plans.get(self.path, [])
+                    step = plan.pop(0) if plan else 200
+                if step in ("slow", "hang"):
+                    time.sleep(0.8 if step == "slow" else 2)
+                    step = 200
+                self.send_response(int(step))
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}{path}"
+
+    def at(self, path: str) -> list[tuple[dict[str, str], bytes, float]]:
+        with self.lock:
+            return [(h, b, t) for p, h, b, t in self.seen if p == path]
+
+    def stop(self) -> None:
+        self.server.shutdown()

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw.api import accounts, admin, auth, batches, files, openapi, results, uploads
+from batchgw.api import accounts, admin, auth, batches, files, openapi, results, uploads, webhooks
 from batchgw.api.params import Download
 from batchgw.deps import get_deps
 from batchgw.domain import codec
@@ -184,6 +184,29 @@ def complete_upload(upload_id: str) -> Response[Any]:
 @app.post("/v1/uploads/<upload_id>/cancel")
 def cancel_upload(upload_id: str) -> Response[Any]:
     return _json(200, uploads.cancel_upload(get_deps(), _principal(), upload_id))
+
+
+# --- the user's batch webhook -------------------------------------------------------------
+
+
+@app.put("/v1/batch_webhook")
+def put_webhook() -> Response[Any]:
+    return _json(200, webhooks.put_webhook(get_deps(), _principal(), _json_body()))
+
+
+@app.get("/v1/batch_webhook")
+def get_webhook() -> Response[Any]:
+    return _json(200, webhooks.get_webhook(get_deps(), _principal()))
+
+
+@app.delete("/v1/batch_webhook")
+def delete_webhook() -> Response[Any]:
+    return _json(200, webhooks.delete_webhook(get_deps(), _principal()))
+
+
+@app.get("/v1/batch_webhook/events")
+def webhook_events() -> Response[Any]:
+    return _json(200, webhooks.list_events(get_deps(), _principal()))
 
 
 # --- users and keys (administrators) -------------------------------------------------------

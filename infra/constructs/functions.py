@@ -34,6 +34,10 @@ assert LEASE_SECONDS < UPSTREAM_TIMEOUT_SECONDS < WORKER_TIMEOUT_SECONDS
 
 # The HTTP API gives up after 30 s; the handler must answer before it does.
 API_TIMEOUT = Duration.seconds(29)
+# One event per invocation (a FIFO group's order is kept whatever the batch size); the
+# receiver's 15 s (BATCH_WEBHOOK_TIMEOUT_SECONDS, every redirect included) with room to spare,
+# within the webhook queue's visibility (resources.WEBHOOK_QUEUE).
+WEBHOOK_TIMEOUT = Duration.seconds(30)
 # Worker invocations in flight at once, whatever the depth of the work queue. The
 # per-model caps are lease slots in DynamoDB; this bounds the whole gateway.
 WORKER_MAX_CONCURRENCY = 50
@@ -124,7 +128,14 @@ class Functions(Construct):
             memory_size=2048,
             description="batchgw: the workflow's steps (prepare, park, expire, cancel, finalize)",
         )
-        self.all = [self.api, self.worker, self.lifecycle]
+        self.webhooks = self._function(
+            "Webhooks",
+            "webhooks",
+            timeout=WEBHOOK_TIMEOUT,
+            memory_size=512,
+            description="batchgw: signs and delivers batch events to users' webhooks",
+        )
+        self.all = [self.api, self.worker, self.lifecycle, self.webhooks]
 
         self.worker.add_event_source(
             event_sources.SqsEventSource(
@@ -132,6 +143,13 @@ class Functions(Construct):
                 batch_size=WORKER_BATCH_SIZE,
                 report_batch_item_failures=True,
                 max_concurrency=WORKER_MAX_CONCURRENCY,
+            )
+        )
+        self.webhooks.add_event_source(
+            event_sources.SqsEventSource(
+                queues.webhooks,
+                batch_size=resources.WEBHOOK_QUEUE.batch_size,
+                report_batch_item_failures=True,
             )
         )
         workflow = sfn.StateMachine.from_state_machine_arn(self, "Workflow", workflow_arn)
@@ -184,6 +202,12 @@ class Functions(Construct):
             queues.work.grant_send_messages(function)
         # The worker delays work it cannot run yet (retry backoff, a full model).
         queues.work.grant(self.worker, "sqs:ChangeMessageVisibility")
+        # The api seals a new webhook secret; only the function that signs deliveries opens one.
+        storage.webhook_key.grant(self.api, "kms:Encrypt")
+        storage.webhook_key.grant(self.webhooks, "kms:Decrypt")
+        # A batch's end is announced by the workflow's steps; a waiting event stays invisible.
+        queues.webhooks.grant_send_messages(self.lifecycle)
+        queues.webhooks.grant(self.webhooks, "sqs:ChangeMessageVisibility")
 
     def _acknowledge(self, storage: Storage, workflow_name: str) -> None:
         """The cdk-nag findings on the functions that stand, each with its reason."""

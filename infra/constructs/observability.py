@@ -12,6 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
+from batchgw.config import resources
 from constructs import Construct
 
 PERIOD = Duration.minutes(5)
@@ -64,14 +65,15 @@ class Observability(Construct):
             worker.metric_errors(period=PERIOD, statistic="Sum"),
             "worker invocations failed (not partial batch failures: the whole invocation)",
         )
-        for name, queue in queues.items():
-            self._alarm(
-                f"{name}OldestMessage",
-                queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
-                f"a message of the {name} queue has waited over an hour: no worker is taking work",
-                threshold=OLDEST_MESSAGE_ALARM_SECONDS,
-                evaluation_periods=2,
-            )
+        # The work queue only: a webhook event may rightly wait hours for its user's endpoint.
+        work = queues[resources.WORK_QUEUE.logical_id]
+        self._alarm(
+            "WorkOldestMessage",
+            work.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
+            "a message of the work queue has waited over an hour: no worker is taking work",
+            threshold=OLDEST_MESSAGE_ALARM_SECONDS,
+            evaluation_periods=2,
+        )
         self._alarm(
             "ModelWaitingForCapacity",
             _custom("ModelWaitingForCapacity", "Maximum", period=Duration.minutes(10)),

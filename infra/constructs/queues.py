@@ -34,13 +34,19 @@ class Queues(Construct):
                 fifo=spec.fifo or None,
                 encryption=sqs.QueueEncryption.SQS_MANAGED,
                 enforce_ssl=True,
-                visibility_timeout=visibility_timeout,
+                visibility_timeout=visibility_timeout
+                if spec.visibility_seconds is None
+                else Duration.seconds(spec.visibility_seconds),
                 dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=spec.max_receive_count),
             )
 
     @property
     def work(self) -> sqs.Queue:
         return self.queues[resources.WORK_QUEUE.logical_id]
+
+    @property
+    def webhooks(self) -> sqs.Queue:
+        return self.queues[resources.WEBHOOK_QUEUE.logical_id]
 
     @property
     def environment(self) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from batchgw.config import resources
 from constructs import Construct
@@ -64,12 +65,22 @@ class Storage(Construct):
         self.buckets: dict[str, s3.Bucket] = {
             spec.logical_id: self._bucket(spec) for spec in resources.BUCKETS
         }
+        # Seals webhook signing secrets (``batchgw.storage.sealer``); retained with the table
+        # that holds what it sealed.
+        self.webhook_key = kms.Key(
+            self,
+            "WebhookSecrets",
+            description="batchgw: webhook signing secrets",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
 
     @property
     def environment(self) -> dict[str, str]:
         """The deployed names, under the variables the settings read them from."""
         env = {spec.env_var: self.tables[spec.logical_id].table_name for spec in resources.TABLES}
         env.update({spec.env_var: self.buckets[spec.logical_id].bucket_name for spec in resources.BUCKETS})
+        env[resources.WEBHOOK_KEY_ENV] = self.webhook_key.key_arn
         return env
 
     def _table(self, spec: resources.TableSpec) -> dynamodb.Table:

@@ -34,6 +34,7 @@ IAM_PREFIX = {
     "sfn": "states",
     "secrets-manager": "secretsmanager",
     "lambda": "lambda",
+    "kms": "kms",
 }
 
 # Operations whose IAM actions are not ``<prefix>:<Operation>``.
@@ -148,9 +149,15 @@ def synthesize(outdir: Path) -> tuple[BatchGwStack, dict[str, Any]]:
 
 
 def function_roles(stack: BatchGwStack, template: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    """``<prefix>-api``, ``-worker``, ``-lifecycle`` (the local stack's names) -> their role's statements."""
+    """``<prefix>-api``, ``-worker``, ``-lifecycle``, ``-webhooks`` (the local stack's names) -> their
+    role's statements."""
     functions = stack.functions
-    by_name = {"api": functions.api, "worker": functions.worker, "lifecycle": functions.lifecycle}
+    by_name = {
+        "api": functions.api,
+        "worker": functions.worker,
+        "lifecycle": functions.lifecycle,
+        "webhooks": functions.webhooks,
+    }
     roles = {}
     for name, function in by_name.items():
         element = function.node.default_child

@@ -52,15 +52,17 @@ def test_a_call_the_role_does_not_allow_is_reported_with_the_function_and_the_ac
 def test_calls_outside_the_known_functions_and_of_unknown_services_are_reported(
     roles: dict[str, Any],
 ) -> None:
-    problems = missing_permissions({"unattributed": {"s3.GetObject"}, "batchgw-api": {"kms.Decrypt"}}, roles)
+    problems = missing_permissions(
+        {"unattributed": {"s3.GetObject"}, "batchgw-api": {"ec2.RunInstances"}}, roles
+    )
     assert problems == [
-        "batchgw-api: no IAM mapping for 'kms.Decrypt': add its service to IAM_PREFIX",
+        "batchgw-api: no IAM mapping for 'ec2.RunInstances': add its service to IAM_PREFIX",
         "unattributed: calls made outside a known function: ['s3.GetObject']",
     ]
 
 
 def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, Any]) -> None:
-    assert set(roles) == {"batchgw-api", "batchgw-worker", "batchgw-lifecycle"}
+    assert set(roles) == {"batchgw-api", "batchgw-worker", "batchgw-lifecycle", "batchgw-webhooks"}
     calls = {
         "batchgw-api": {
             "dynamodb.TransactWriteItems",
@@ -69,6 +71,16 @@ def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, A
             "s3.CompleteMultipartUpload",
             "sfn.StartExecution",
             "sfn.StopExecution",  # DELETE /v1/batches/{id}
+            "kms.Encrypt",  # a new webhook secret
+        },
+        "batchgw-webhooks": {
+            "sqs.ReceiveMessage",
+            "sqs.DeleteMessageBatch",
+            "sqs.ChangeMessageVisibility",  # an event that waits
+            "kms.Decrypt",
+            "dynamodb.GetItem",
+            "dynamodb.PutItem",
+            "dynamodb.UpdateItem",
         },
         "batchgw-worker": {
             "sqs.ReceiveMessage",  # the event source mapping's, with the worker's role
@@ -78,6 +90,7 @@ def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, A
             "sfn.SendTaskSuccess",
         },
         "batchgw-lifecycle": {
+            "sqs.SendMessage",  # a batch's end, to its owner's webhook
             "dynamodb.BatchWriteItem",
             "s3.DeleteObjects",
             "sqs.SendMessageBatch",

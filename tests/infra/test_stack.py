@@ -105,7 +105,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture(scope="module")
 def functions(synth: Synth) -> dict[str, lambda_.Function]:
     fns = synth.stack.functions
-    return {"api": fns.api, "worker": fns.worker, "lifecycle": fns.lifecycle}
+    return {"api": fns.api, "worker": fns.worker, "lifecycle": fns.lifecycle, "webhooks": fns.webhooks}
 
 
 # --- storage ---------------------------------------------------------------------------
@@ -189,11 +189,29 @@ def test_each_queue_has_a_dead_letter_queue_with_the_specs_max_receive_count(syn
         assert synth.props(dlq).get("FifoQueue", False) == spec.fifo
 
 
-def test_queue_visibility_is_at_least_six_worker_timeouts(synth: Synth, functions: dict[str, Any]) -> None:
+def test_queue_visibility_is_at_least_six_timeouts_of_the_function_it_feeds(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
     worker_timeout = synth.props(functions["worker"])["Timeout"]
     assert worker_timeout == WORKER_TIMEOUT_SECONDS == 900
-    for queue in synth.stack.queues.queues.values():
-        assert synth.props(queue)["VisibilityTimeout"] >= 6 * worker_timeout
+    assert synth.props(synth.stack.queues.work)["VisibilityTimeout"] >= 6 * worker_timeout
+    webhook_timeout = synth.props(synth.stack.functions.webhooks)["Timeout"]
+    assert synth.props(synth.stack.queues.webhooks)["VisibilityTimeout"] >= 4 * webhook_timeout
+
+
+def test_the_webhook_function_takes_one_event_at_a_time_from_the_fifo_queue(synth: Synth) -> None:
+    queue = synth.props(synth.stack.queues.webhooks)
+    assert queue["FifoQueue"] is True
+    mappings = [
+        m["Properties"]
+        for m in synth.template.find_resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == {"Ref": synth.id(synth.stack.functions.webhooks)}
+    ]
+    assert len(mappings) == 1 and mappings[0]["BatchSize"] == 1
+    assert mappings[0]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert "kms:Decrypt" in synth.actions(synth.stack.functions.webhooks)
+    assert "kms:Decrypt" not in synth.actions(synth.stack.functions.api)
+    assert "kms:Encrypt" in synth.actions(synth.stack.functions.api)
 
 
 def test_queues_and_dead_letter_queues_are_encrypted(synth: Synth) -> None:
@@ -206,10 +224,13 @@ def test_queues_and_dead_letter_queues_are_encrypted(synth: Synth) -> None:
 def test_worker_consumes_the_work_queue_with_partial_batch_failures(
     synth: Synth, functions: dict[str, Any]
 ) -> None:
-    mappings = list(synth.template.find_resources("AWS::Lambda::EventSourceMapping").values())
+    mappings = [
+        m
+        for m in synth.template.find_resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == {"Ref": synth.id(functions["worker"])}
+    ]
     assert len(mappings) == 1
     props = mappings[0]["Properties"]
-    assert props["FunctionName"] == {"Ref": synth.id(functions["worker"])}
     assert props["EventSourceArn"] == {"Fn::GetAtt": [synth.id(synth.stack.queues.work), "Arn"]}
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert props["BatchSize"] == 10
@@ -537,10 +558,10 @@ def test_alarms_fire_on_dead_letters_failed_executions_and_worker_errors(
 
 
 def test_alarms_fire_on_an_old_work_message_and_a_model_waiting_for_capacity(synth: Synth) -> None:
-    for queue in synth.stack.queues.queues.values():
-        queue_name = {"Name": "QueueName", "Value": {"Fn::GetAtt": [synth.id(queue), "QueueName"]}}
-        alarm = _alarm_on(synth, "ApproximateAgeOfOldestMessage", queue_name, threshold=3600)
-        assert alarm["EvaluationPeriods"] == 2
+    work = synth.stack.queues.work
+    queue_name = {"Name": "QueueName", "Value": {"Fn::GetAtt": [synth.id(work), "QueueName"]}}
+    alarm = _alarm_on(synth, "ApproximateAgeOfOldestMessage", queue_name, threshold=3600)
+    assert alarm["EvaluationPeriods"] == 2
     waiting = _alarm_on(synth, "ModelWaitingForCapacity", {"Name": "service", "Value": "batchgw"})
     assert waiting["Namespace"] == "batchgw" and waiting["Statistic"] == "Maximum"
     assert "BATCH_QUEUED_ALERT_HOURS" in waiting["AlarmDescription"]

@@ -19,7 +19,7 @@ from batchgw.storage.workflow import Next, step
 from moto import mock_aws
 
 from local import moto_patches
-from local.bootstrap import create_bucket, create_queue, create_table
+from local.bootstrap import create_bucket, create_key, create_queue, create_table
 from local.keys import local_accounts
 from local.simulator import Simulator
 from tests.support import REPO_ROOT, FakeClock
@@ -94,7 +94,12 @@ def make_deps(sim: Simulator, clock: FakeClock, **overrides: Any) -> Deps:
         create_table(clients.dynamodb, spec, names[spec.logical_id])
     url = create_queue(clients.sqs, resources.WORK_QUEUE, settings.work_visibility_seconds)
     create_bucket(clients.s3, resources.DATA_BUCKET, settings.data_bucket)
-    settings = settings.model_copy(update={"work_queue_url": url})
+    events = create_queue(
+        clients.sqs, resources.WEBHOOK_QUEUE, resources.WEBHOOK_QUEUE.visibility_seconds or 60
+    )
+    settings = settings.model_copy(
+        update={"work_queue_url": url, "webhook_queue_url": events, "webhook_key_id": create_key(clients.kms)}
+    )
     catalog = load_catalog(
         REPO_ROOT / "config" / "models.local.json",
         {"BATCHGW_SIM_PORT": str(sim.port), "BATCHGW_SIM_BACKUP_PORT": str(sim.backup_port)},

@@ -141,7 +141,8 @@ def test_bootstrap_creates_every_resource_from_the_specs(stack: LocalStack, aws:
     for queue in resources.QUEUES:
         url = stack.env[queue.env_var]
         attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-        assert attributes["VisibilityTimeout"] == str(visibility)
+        assert attributes["VisibilityTimeout"] == str(queue.visibility_seconds or visibility)
+        assert (attributes.get("FifoQueue") == "true") is queue.fifo
         redrive = json.loads(attributes["RedrivePolicy"])
         assert int(redrive["maxReceiveCount"]) == queue.max_receive_count
         assert redrive["deadLetterTargetArn"].endswith(local_env.dead_letter_queue_name(queue))

@@ -21,13 +21,16 @@ from batchgw.storage.aws import get_clients
 from batchgw.storage.batches import BatchStore
 from batchgw.storage.blobs import BlobStore
 from batchgw.storage.control import ControlStore
+from batchgw.storage.dns import Resolver, resolve
 from batchgw.storage.files import FileStore
 from batchgw.storage.idempotency import IdempotencyStore
-from batchgw.storage.queue import WorkQueue
+from batchgw.storage.queue import EventQueue, WorkQueue
 from batchgw.storage.requests import RequestStore
 from batchgw.storage.runtime import RuntimeStore
+from batchgw.storage.sealer import KmsSealer
 from batchgw.storage.slots import SlotStore, UserSlotStore
 from batchgw.storage.spend import SpendStore
+from batchgw.storage.webhooks import Sealer, WebhookStore
 from batchgw.storage.workflow import Workflow
 
 
@@ -47,6 +50,10 @@ class Deps:
     idempotency: IdempotencyStore
     files: FileStore
     control: ControlStore
+    webhooks: WebhookStore
+    events: EventQueue  # batch events for the webhook function
+    sealer: Sealer  # webhook secrets at rest
+    resolve: Resolver  # names to addresses (a webhook's host)
     health: ModelHealth  # what this process knows of each model's failures and pauses
     route_health: RouteHealth  # routes this process found refusing connections
     stored: StoredResults  # bytes of responses each batch stored, as this process knows them
@@ -75,6 +82,10 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         idempotency=IdempotencyStore(clients.dynamodb, settings.control_table),
         files=FileStore(clients.dynamodb, settings.files_table),
         control=ControlStore(clients.dynamodb, settings.control_table),
+        webhooks=WebhookStore(clients.dynamodb, settings.control_table),
+        events=EventQueue(clients.sqs, settings.webhook_queue_url),
+        sealer=KmsSealer(clients, settings.webhook_key_id),
+        resolve=resolve,
         health=ModelHealth(settings.batch_model_pause_after_failures, settings.batch_model_pause_seconds),
         route_health=RouteHealth(),
         stored=StoredResults(),

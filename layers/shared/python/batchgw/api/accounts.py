@@ -223,6 +223,7 @@ def delete_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any
         batches.remove(deps, batch)
     files.delete_all_of(deps, user_id)
     deps.idempotency.delete_all_of(user_id)
+    deps.webhooks.delete_all(user_id)
     return {"id": user_id, "object": "user.deleted", "deleted": True}
 
 

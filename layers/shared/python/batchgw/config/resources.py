@@ -43,6 +43,11 @@ class QueueSpec:
     env_var: str
     max_receive_count: int  # deliveries before a message moves to the dead-letter queue
     fifo: bool = False
+    # How long a received message stays invisible unless its handler says otherwise (None:
+    # six worker timeouts, AWS's advice for a function's event source).
+    visibility_seconds: int | None = None
+    # Messages per invocation of its function (Lambda's event source mapping, the local poller).
+    batch_size: int = 10
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,20 @@ TABLES = (BATCHES, REQUESTS, CONTROL, FILES)
 # number of running chains, never the number of requests.
 WORK_QUEUE = QueueSpec(logical_id="Work", env_var="BATCHGW_WORK_QUEUE_URL", max_receive_count=10)
 
-QUEUES = (WORK_QUEUE,)
+# Webhooks: batch events (FIFO, one message group per user: one user's events go out one
+# at a time, in order). A delivery waits by keeping its message invisible, so a message is
+# received once per attempt and once per suspension of its endpoint: the DLQ takes it only
+# after days of an endpoint that answers nothing.
+WEBHOOK_QUEUE = QueueSpec(
+    logical_id="Webhooks",
+    env_var="BATCHGW_WEBHOOK_QUEUE_URL",
+    max_receive_count=100,
+    fifo=True,
+    visibility_seconds=120,
+    batch_size=1,  # an event that waits holds back only its own user's later ones
+)
+
+QUEUES = (WORK_QUEUE, WEBHOOK_QUEUE)
 
 # The data bucket's lifecycle rules (S3 applies them on AWS; the local stack applies the same
 # rules itself): an abandoned upload's parts (``uploads/``) and an abandoned presigned
@@ -114,6 +132,10 @@ DATA_BUCKET = BucketSpec(
     expire_prefixes={"uploads/": 1, "incoming/": 1, "files/": 31},
 )
 BUCKETS = (DATA_BUCKET,)
+
+# The KMS key that seals webhook signing secrets at rest (``storage.sealer``): the api
+# encrypts a new secret, the webhook function decrypts it to sign.
+WEBHOOK_KEY_ENV = "BATCHGW_WEBHOOK_KEY_ID"
 
 # The workflow: one Standard execution per batch, from this ASL file (relative to the
 # repository root). CDK and the local stack substitute the same placeholders.

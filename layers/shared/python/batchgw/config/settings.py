@@ -270,6 +270,39 @@ class Settings(BaseModel):
         alias="BATCH_MODEL_PAUSE_SECONDS",
         description="How long such a run of failures pauses the model",
     )
+    # --- webhooks -------------------------------------------------------------------
+    batch_webhook_retry_schedule_seconds: str = Field(
+        "5,300,1800,7200,18000,36000,36000",
+        alias="BATCH_WEBHOOK_RETRY_SCHEDULE_SECONDS",
+        description="Delays before a webhook delivery's attempts 2 to 8, in seconds, comma-separated",
+    )
+    batch_webhook_timeout_seconds: float = Field(
+        15,
+        gt=0,
+        alias="BATCH_WEBHOOK_TIMEOUT_SECONDS",
+        description="How long a webhook receiver has to answer",
+    )
+    batch_webhook_suspend_seconds: float = Field(
+        600,
+        ge=0,
+        alias="BATCH_WEBHOOK_SUSPEND_SECONDS",
+        description=(
+            "How long an endpoint that timed out three deliveries in a row gets none (doubling each time)"
+        ),
+    )
+    batch_webhook_suspend_max_seconds: float = Field(
+        3600,
+        ge=0,
+        alias="BATCH_WEBHOOK_SUSPEND_MAX_SECONDS",
+        description="The longest such a suspension lasts",
+    )
+    batch_webhook_allow_private_targets: bool = Field(
+        False,
+        alias="BATCH_WEBHOOK_ALLOW_PRIVATE_TARGETS",
+        description=(
+            "Let webhooks reach private and loopback addresses (and http). For isolated test deployments only"
+        ),
+    )
     batch_route_circuit_seconds: float = Field(
         30,
         ge=0,
@@ -301,6 +334,8 @@ class Settings(BaseModel):
     data_bucket: str = Field("batchgw-data", alias="BATCHGW_DATA_BUCKET")
     work_queue_url: str = Field("", alias="BATCHGW_WORK_QUEUE_URL")
     state_machine_arn: str = Field("", alias="BATCHGW_STATE_MACHINE_ARN")
+    webhook_queue_url: str = Field("", alias="BATCHGW_WEBHOOK_QUEUE_URL")
+    webhook_key_id: str = Field("", alias="BATCHGW_WEBHOOK_KEY_ID")  # the KMS key sealing webhook secrets
     models_config_path: str = Field("config/models.local.json", alias="BATCHGW_MODELS_CONFIG")
     # The local stack only: seconds added to the clock, so a test can start "now" just
     # before a UTC day or month ends (set from BATCHGW_FAKE_NOW by ``make run``).
@@ -319,6 +354,21 @@ class Settings(BaseModel):
                 "a presigned upload (BATCH_MAX_FILE_MB)"
             )
         return value
+
+    @field_validator("batch_webhook_retry_schedule_seconds")
+    @classmethod
+    def _a_schedule(cls, value: str) -> str:
+        try:
+            delays = [float(part) for part in value.split(",")]
+        except ValueError:
+            raise ValueError("must be seconds, comma-separated") from None
+        if not 1 <= len(delays) <= 7 or any(not 0 <= d <= 43200 for d in delays):
+            raise ValueError("must be 1 to 7 delays of 0 to 43200 seconds (SQS keeps a message 12 hours)")
+        return value
+
+    @property
+    def webhook_retry_schedule(self) -> tuple[float, ...]:
+        return tuple(float(part) for part in self.batch_webhook_retry_schedule_seconds.split(","))
 
     @field_validator("batch_min_role")
     @classmethod

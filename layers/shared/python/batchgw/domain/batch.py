@@ -126,6 +126,10 @@ class BatchRecord:
     ttl: int | None = None  # when DynamoDB may remove the record (a backstop: see backstop_ttl)
     finalize_cursor: dict[str, Any] | None = None  # how far finalize wrote its result objects
     idempotency_key: str | None = None  # the Idempotency-Key it was created with, as stored
+    # Its end is still to be announced to its owner's webhook (set with the final status,
+    # cleared once the event is queued: a retried step queues it again, deduplicated).
+    event_pending: bool = False
+    ended_at: float | None = None  # when it reached its final status (to the millisecond)
 
     @property
     def prepared(self) -> bool:
@@ -205,6 +209,8 @@ class BatchRecord:
             ttl=num("ttl"),
             finalize_cursor=codec.plain(item.get("finalize_cursor")),
             idempotency_key=item.get("idempotency_key"),
+            event_pending=bool(item.get("event_pending")),
+            ended_at=None if item.get("ended_at") is None else float(item["ended_at"]),
         )
 
     def to_item(self) -> dict[str, Any]:

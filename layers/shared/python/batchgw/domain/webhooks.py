@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 SECRET_PREFIX = "whsec_"
@@ -61,3 +63,33 @@ def event_body(event_id: str, event_type: str, created_at: int, batch_id: str) -
         "created_at": created_at,
         "data": {"id": batch_id},
     }
+
+
+@dataclass(frozen=True)
+class EventMessage:
+    """What the webhook queue carries: the event of one batch's end, for its owner."""
+
+    event_id: str
+    user_id: str
+    batch_id: str
+    type: str
+    created_at: int  # ms: when the batch ended (also the delivery record's place)
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> EventMessage:
+        return cls(**json.loads(text))
+
+    @classmethod
+    def of_batch(cls, batch_id: str, user_id: str, final_status: str, ended_ms: int) -> EventMessage:
+        """The event of a batch's end. Its id follows from the batch, so a retried step makes
+        the same event, which the FIFO queue's deduplication and the delivery record drop."""
+        return cls(
+            EVENT_PREFIX + batch_id.removeprefix("batch_"),
+            user_id,
+            batch_id,
+            EVENT_TYPES[final_status],
+            ended_ms,
+        )

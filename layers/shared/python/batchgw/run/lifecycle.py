@@ -22,6 +22,7 @@ from batchgw.domain.decisions import not_run_error
 from batchgw.domain.files import file_key
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
+from batchgw.domain.webhooks import EventMessage
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.result_files import result_file_id, write_results
@@ -172,6 +173,8 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             {
                 "status": BatchStatus.FAILED,
                 "failed_at": int(now),
+                "ended_at": timestamp(now),
+                "event_pending": True,
                 "errors": report_object(errors),
                 "error": error,
                 **_retention_fields(deps, batch, now),
@@ -362,6 +365,7 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
     if batch is None:
         return {"status": "deleted", "purge_at": _iso(deps.clock())}
     if batch.status.is_final:
+        announce(deps, batch)
         purge_at = deps.clock() if batch.results_expires_at is None else batch.results_expires_at
         return {"status": batch.status.value, "purge_at": _iso(purge_at)}
     now = deps.clock()
@@ -394,7 +398,13 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
         return {"status": BatchStatus.FINALIZING.value, "purge_at": None}
     ended = deps.batches.change(
         batch_id,
-        {"status": final, f"{final.value}_at": int(now), "ended_at": timestamp(now), **files},
+        {
+            "status": final,
+            f"{final.value}_at": int(now),
+            "ended_at": timestamp(now),
+            "event_pending": True,
+            **files,
+        },
         from_statuses=[BatchStatus.FINALIZING],
         remove=["task_token", "finalize_cursor"],
     )
@@ -402,6 +412,7 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
         return finalize(deps, batch_id, deadline)
     metrics.count("BatchesEnded", status=final.value)
     _keep_idempotency_key(deps, ended, now)
+    announce(deps, ended)
     logger.info("batch ended", extra={"batch_id": batch_id, "status": final.value})
     assert ended.results_expires_at is not None
     return {"status": final.value, "purge_at": _iso(ended.results_expires_at)}
@@ -440,7 +451,9 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
         {
             "status": BatchStatus.FAILED,
             "failed_at": int(now),
+            "ended_at": timestamp(now),
             "error": error,
+            "event_pending": True,
             **_retention_fields(deps, batch, now),
         },
         from_statuses=UNFINISHED_STATUSES,
@@ -451,9 +464,26 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
     if failed.prepared:
         sweep(deps, failed, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
     _keep_idempotency_key(deps, failed, now)
+    announce(deps, failed)
     logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})
     assert failed.results_expires_at is not None
     return {"status": BatchStatus.FAILED.value, "purge_at": _iso(failed.results_expires_at)}
+
+
+def announce(deps: Deps, batch: BatchRecord) -> None:
+    """Queue the event of the batch's end for its owner's webhook, if it has one that is
+    enabled, once: the event is marked pending with the final status and cleared here, and a
+    step retried between the two sends the same event again (FIFO deduplication, and the
+    delivery record, keep it once)."""
+    if not batch.event_pending or not batch.status.is_final:
+        return
+    hook = deps.webhooks.get(batch.owner)
+    if hook is not None and hook.enabled:
+        ended_at = batch.ended_at if batch.ended_at is not None else deps.clock()
+        deps.events.send(
+            EventMessage.of_batch(batch.id, batch.owner, batch.status.value, int(ended_at * 1000))
+        )
+    deps.batches.change(batch.id, {}, remove=["event_pending"])
 
 
 def _keep_idempotency_key(deps: Deps, batch: BatchRecord, ended_at: float) -> None:

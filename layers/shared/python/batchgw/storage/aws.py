@@ -63,6 +63,10 @@ class AwsClients:
     def secrets(self) -> Any:
         return self._client("secretsmanager")
 
+    @cached_property
+    def kms(self) -> Any:
+        return self._client("kms")
+
 
 _clients_lock = threading.Lock()
 

@@ -1,4 +1,5 @@
-"""SQS: the work queue that carries chain and lone-request messages to the worker."""
+"""SQS: the work queue that carries chain and lone-request messages to the worker, and the
+webhook queue (FIFO, one group per user) that carries batch events to the webhook function."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from botocore.exceptions import ClientError
 
 from batchgw.domain.chains import WorkMessage
 from batchgw.domain.errors import StorageError
+from batchgw.domain.webhooks import EventMessage
 
 MAX_DELAY_SECONDS = 900  # SQS's longest DelaySeconds
 MAX_VISIBILITY_SECONDS = 43200  # and its longest visibility timeout
@@ -49,3 +51,32 @@ class WorkQueue:
             )
         except ClientError as exc:
             raise StorageError("could not keep a message invisible") from exc
+
+
+class EventQueue:
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self._sqs = client
+        self._url = queue_url
+
+    def send(self, event: EventMessage) -> None:
+        """Queue ``event`` behind its user's earlier ones; the same event sent twice within
+        five minutes is kept once (FIFO deduplication by its id)."""
+        try:
+            self._sqs.send_message(
+                QueueUrl=self._url,
+                MessageBody=event.encode(),
+                MessageGroupId=event.user_id,
+                MessageDeduplicationId=event.event_id,
+            )
+        except ClientError as exc:
+            raise StorageError(f"could not queue event {event.event_id}") from exc
+
+    def hold(self, receipt: str, seconds: float) -> None:
+        """Keep a received event invisible (its user's later ones wait behind it)."""
+        visibility = max(0, min(MAX_VISIBILITY_SECONDS, int(seconds + 0.999)))
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=visibility
+            )
+        except ClientError as exc:
+            raise StorageError("could not keep an event invisible") from exc

@@ -1,0 +1,197 @@
+"""A user's batch webhook and its deliveries, in the control table.
+
+- ``webhook#<user>`` / ``webhook``: the endpoint (url, enabled, why disabled), its signing
+  secret and, for an overlap after a rotation, the previous one — both encrypted (``Sealer``:
+  KMS on AWS) — and the endpoint's health (timeouts in a row, suspended until).
+- ``whevents#<user>`` / ``<created ms>#<event id>``: one delivery record per event, kept
+  ``EVENTS_KEPT_SECONDS`` (DynamoDB TTL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from batchgw.storage.dynamo import Table, Update, from_item
+
+EVENTS_KEPT_SECONDS = 7 * 86400
+EVENTS_SHOWN = 100
+
+
+class Sealer(Protocol):
+    """Encrypts secrets at rest (KMS on AWS and locally, through moto)."""
+
+    def seal(self, plaintext: str, *, user_id: str) -> bytes: ...
+
+    def open(self, sealed: bytes, *, user_id: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Webhook:
+    user_id: str
+    url: str
+    enabled: bool
+    created_at: int
+    updated_at: int
+    secret: bytes  # sealed
+    previous_secret: bytes | None = None  # sealed; signs too until ``previous_until``
+    previous_until: float | None = None
+    disabled_reason: str | None = None
+    timeouts_in_row: int = 0
+    suspended_until: float | None = None
+    suspensions: int = 0  # in a row: each longer than the last
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Webhook:
+        def opt(name: str) -> Any:
+            return item.get(name)
+
+        return cls(
+            user_id=str(item["pk"]).removeprefix("webhook#"),
+            url=str(item["url"]),
+            enabled=bool(item["enabled"]),
+            created_at=int(item["created_at"]),
+            updated_at=int(item["updated_at"]),
+            secret=bytes(item["secret"]),
+            previous_secret=None if opt("previous_secret") is None else bytes(item["previous_secret"]),
+            previous_until=None if opt("previous_until") is None else float(item["previous_until"]),
+            disabled_reason=opt("disabled_reason"),
+            timeouts_in_row=int(item.get("timeouts_in_row", 0)),
+            suspended_until=None if opt("suspended_until") is None else float(item["suspended_until"]),
+            suspensions=int(item.get("suspensions", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of one event's delivery."""
+
+    event_id: str
+    type: str
+    batch_id: str
+    created_at: int
+    attempts: int = 0
+    last_status: int | None = None
+    last_error: str | None = None
+    next_attempt_at: float | None = None
+    delivered_at: float | None = None
+
+
+class WebhookStore:
+    def __init__(self, client: Any, table: str) -> None:
+        self._table = Table(client, table)
+
+    @staticmethod
+    def _key(user_id: str) -> dict[str, Any]:
+        return {"pk": {"S": f"webhook#{user_id}"}, "sk": {"S": "webhook"}}
+
+    def get(self, user_id: str) -> Webhook | None:
+        item = self._table.get(self._key(user_id))
+        return None if item is None else Webhook.from_item(item)
+
+    def put(self, hook: Webhook) -> None:
+        values: dict[str, Any] = {
+            "pk": f"webhook#{hook.user_id}",
+            "sk": "webhook",
+            "url": hook.url,
+            "enabled": hook.enabled,
+            "created_at": hook.created_at,
+            "updated_at": hook.updated_at,
+            "secret": hook.secret,
+            "previous_secret": hook.previous_secret,
+            "previous_until": hook.previous_until,
+            "disabled_reason": hook.disabled_reason,
+            "timeouts_in_row": hook.timeouts_in_row,
+            "suspended_until": hook.suspended_until,
+            "suspensions": hook.suspensions,
+        }
+        self._table.put(values, failure=f"could not store the webhook of {hook.user_id}")
+
+    def change(self, user_id: str, fields: dict[str, Any], *, remove: tuple[str, ...] = ()) -> bool:
+        """Set ``fields`` of an existing webhook (False: there is none)."""
+        update = Update(set=fields, remove=list(remove), condition="attribute_exists(pk)")
+        return self._table.update(
+            self._key(user_id), update, failure=f"could not change the webhook of {user_id}"
+        )
+
+    def delete(self, user_id: str) -> bool:
+        return self._table.delete(
+            self._key(user_id),
+            condition="attribute_exists(pk)",
+            failure=f"could not delete the webhook of {user_id}",
+        )
+
+    # --- deliveries ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _event_key(user_id: str, created_ms: int, event_id: str) -> dict[str, Any]:
+        return {"pk": {"S": f"whevents#{user_id}"}, "sk": {"S": f"{created_ms:013d}#{event_id}"}}
+
+    def record(self, user_id: str, created_ms: int, delivery: Delivery, *, now: float) -> None:
+        """Store what became of a delivery (created or updated whole)."""
+        self._table.put(
+            {
+                "pk": f"whevents#{user_id}",
+                "sk": f"{created_ms:013d}#{delivery.event_id}",
+                "event_id": delivery.event_id,
+                "type": delivery.type,
+                "batch_id": delivery.batch_id,
+                "created_at": delivery.created_at,
+                "attempts": delivery.attempts,
+                "last_status": delivery.last_status,
+                "last_error": delivery.last_error,
+                "next_attempt_at": delivery.next_attempt_at,
+                "delivered_at": delivery.delivered_at,
+                "ttl": int(now + EVENTS_KEPT_SECONDS),
+            },
+            failure=f"could not record event {delivery.event_id}",
+        )
+
+    def delivery(self, user_id: str, created_ms: int, event_id: str) -> Delivery | None:
+        item = self._table.get(self._event_key(user_id, created_ms, event_id))
+        return None if item is None else _delivery_of(item)
+
+    def deliveries(self, user_id: str, limit: int = EVENTS_SHOWN) -> list[Delivery]:
+        """The user's recent deliveries, newest first."""
+        found = []
+        for raw in self._table.query(
+            limit=limit,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"whevents#{user_id}"}},
+            ScanIndexForward=False,
+        ):
+            found.append(_delivery_of(from_item(raw)))
+            if len(found) >= limit:
+                break
+        return found
+
+    def delete_all(self, user_id: str) -> None:
+        """The webhook and every delivery record of the user."""
+        self.delete(user_id)
+        keys = [
+            {"pk": raw["pk"], "sk": raw["sk"]}
+            for raw in self._table.query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": f"whevents#{user_id}"}},
+                ProjectionExpression="pk, sk",
+            )
+        ]
+        self._table.delete_many(keys)
+
+
+def _delivery_of(item: dict[str, Any]) -> Delivery:
+    def num(name: str) -> float | None:
+        return None if item.get(name) is None else float(item[name])
+
+    status = num("last_status")
+    return Delivery(
+        event_id=str(item["event_id"]),
+        type=str(item["type"]),
+        batch_id=str(item["batch_id"]),
+        created_at=int(item["created_at"]),
+        attempts=int(item.get("attempts", 0)),
+        last_status=None if status is None else int(status),
+        last_error=item.get("last_error"),
+        next_attempt_at=num("next_attempt_at"),
+        delivered_at=num("delivered_at"),
+    )

@@ -1,0 +1,125 @@
+"""A user's batch webhook through the api handler (moto, KMS included; a fake resolver):
+the secret shown once and stored sealed, rotation, the role needed to set one up, the
+address rules when the URL is saved, deletion with the user."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from batchgw.deps import Deps
+
+from functions.api import handler as api
+from local.simulator import Simulator
+from tests.integration.conftest import make_deps
+from tests.support import FakeClock, LambdaContext, http_event
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+ADMIN, ALICE, FREE = "sk-local-admin", "sk-local-alice", "sk-local-free"
+NAMES = {"hooks.example.com": ["93.184.216.34"], "inside.example.com": ["10.1.2.3"]}
+
+
+@pytest.fixture
+def deps(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Deps:
+    built = make_deps(sim, FakeClock())
+    looked_up: list[str] = []
+
+    def resolve(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        return NAMES.get(host, [])
+
+    built.resolve = resolve
+    monkeypatch.setattr(api, "get_deps", lambda: built)
+    built.looked_up = looked_up  # type: ignore[attr-defined]
+    return built
+
+
+def call(method: str, path: str, key: str = ALICE, body: Any = None) -> tuple[int, Any]:
+    response = api.handler(http_event(method, path, key=key, body=body), LambdaContext())  # type: ignore[arg-type]
+    return int(response["statusCode"]), json.loads(response.get("body") or "null")
+
+
+def test_the_secret_is_shown_once_and_stored_sealed(deps: Deps) -> None:
+    status, made = call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/batch"})
+    assert status == 200 and made["secret"].startswith("whsec_") and made["enabled"] is True
+    status, shown = call("GET", "/v1/batch_webhook")
+    assert status == 200 and "secret" not in shown and shown["url"] == "https://hooks.example.com/batch"
+    stored = deps.webhooks.get("user-alice")
+    assert stored is not None and made["secret"].encode() not in stored.secret
+    assert deps.sealer.open(stored.secret, user_id="user-alice") == made["secret"]
+    with pytest.raises(Exception, match="decrypt"):  # bound to its owner
+        deps.sealer.open(stored.secret, user_id="user-bob")
+    status, again = call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/v2"})
+    assert status == 200 and "secret" not in again and again["url"].endswith("/v2")
+
+
+def test_rotating_makes_a_new_secret_and_keeps_the_old_one_signing_for_an_overlap(deps: Deps) -> None:
+    first = call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/"})[1]["secret"]
+    status, rotated = call(
+        "PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/", "rotate_secret": True}
+    )
+    assert status == 200 and rotated["secret"] != first
+    stored = deps.webhooks.get("user-alice")
+    assert stored is not None and stored.previous_secret is not None
+    assert deps.sealer.open(stored.previous_secret, user_id="user-alice") == first
+    assert stored.previous_until is not None and stored.previous_until > deps.clock()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://inside.example.com/hook",
+        "https://169.254.169.254/latest",
+        "http://hooks.example.com/hook",
+        "https://nowhere.example.com/",
+        "https://0x7f000001/",
+    ],
+)
+def test_a_url_that_could_reach_inside_is_400_and_nothing_is_stored(deps: Deps, url: str) -> None:
+    status, error = call("PUT", "/v1/batch_webhook", body={"url": url})
+    assert status == 400 and error["error"]["code"] == "invalid_webhook_url"
+    assert deps.webhooks.get("user-alice") is None
+
+
+def test_below_the_minimum_role_put_is_403_before_anything_is_resolved(deps: Deps) -> None:
+    status, _ = call("PUT", "/v1/batch_webhook", key=FREE, body={"url": "https://hooks.example.com/"})
+    assert status == 403 and deps.webhooks.get("user-free") is None
+    assert deps.looked_up == []  # type: ignore[attr-defined]
+
+
+def test_a_lowered_role_may_still_read_and_delete_its_webhook(deps: Deps) -> None:
+    assert call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/"})[0] == 200
+    assert call("PATCH", "/admin/users/user-alice", key=ADMIN, body={"role": "free"})[0] == 200
+    assert call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/x"})[0] == 403
+    assert call("GET", "/v1/batch_webhook")[0] == 200
+    assert call("GET", "/v1/batch_webhook/events")[1]["data"] == []
+    assert call("DELETE", "/v1/batch_webhook") == (200, {"object": "batch_webhook.deleted", "deleted": True})
+    assert call("GET", "/v1/batch_webhook")[0] == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        {},
+        {"url": 5},
+        {"url": "https://hooks.example.com/", "x": 1},
+        {"url": "https://a", "rotate_secret": "y"},
+    ],
+)
+def test_a_bad_body_is_400(deps: Deps, body: Any) -> None:
+    assert call("PUT", "/v1/batch_webhook", body=body)[0] == 400
+
+
+def test_batch_disabled_hides_the_webhook_routes(deps: Deps) -> None:
+    assert call("PATCH", "/admin/config/BATCH_ENABLED", key=ADMIN, body={"value": False})[0] == 200
+    for method in ("GET", "DELETE"):
+        assert call(method, "/v1/batch_webhook")[0] == 404
+    assert call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/"})[0] == 404
+
+
+def test_deleting_a_user_deletes_their_webhook(deps: Deps) -> None:
+    assert call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/"})[0] == 200
+    assert call("DELETE", "/admin/users/user-alice", key=ADMIN)[0] == 200
+    assert deps.webhooks.get("user-alice") is None
