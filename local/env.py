@@ -51,7 +51,9 @@ SIM_BACKUP_PORT_ENV = "BATCHGW_SIM_BACKUP_PORT"  # the simulator's second route
 DEFAULT_API_PORT = 8080
 DEFAULT_SIM_PORT = 8081
 DEFAULT_MOTO_PORT = 8082
-DEFAULT_SIM_BACKUP_PORT = 8083
+# The backup route's port: a free one unless set, so that a second stack started with only
+# the three documented ports set never collides with the first on it.
+DEFAULT_SIM_BACKUP_PORT = 0
 # The local stack's clock: start "now" at this instant (unix seconds or ISO 8601), so a test
 # can run across a UTC day or month boundary; every process gets the offset it makes.
 FAKE_NOW_ENV = "BATCHGW_FAKE_NOW"

@@ -16,8 +16,7 @@ Programmatic use (tests, benchmarks)::
 
 Port ``0`` picks a free port; ``None`` takes ``BATCHGW_PORT`` / ``BATCHGW_SIM_PORT`` /
 ``BATCHGW_MOTO_PORT`` or the defaults 8080 / 8081 / 8082. The simulator's second listener
-(``sim-chat``'s backup route) takes ``BATCHGW_SIM_BACKUP_PORT`` (8083), or a free port
-when the simulator's own is chosen so.
+(``sim-chat``'s backup route) takes ``BATCHGW_SIM_BACKUP_PORT``, else a free port.
 """
 
 from __future__ import annotations
@@ -149,7 +148,7 @@ class LocalStack:
             api=defaults.api if api_port is None else api_port,
             sim=defaults.sim if sim_port is None else sim_port,
             moto=defaults.moto if moto_port is None else moto_port,
-            # The simulator's second route: a free port whenever the simulator's is chosen so.
+            # The simulator's second route: BATCHGW_SIM_BACKUP_PORT, else a free port.
             sim_backup=0 if sim_port == 0 else defaults.sim_backup,
         )
         self.env_overrides = dict(env_overrides or {})

@@ -46,6 +46,9 @@ def admin(stack: LocalStack) -> Iterator[httpx.Client]:
     for name in ("BATCH_ENABLED", "BATCH_MIN_ROLE"):
         client.delete(f"/admin/config/{name}")
     client.patch("/admin/batch/models/sim-chat", json={"max_concurrency": None})
+    # Every process has read the defaults again before the next test (the other api process
+    # may still hold a test's override for up to one refresh interval).
+    time.sleep(REFRESH_SECONDS + 0.5)
 
 
 @pytest.fixture
