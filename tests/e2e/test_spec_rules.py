@@ -13,7 +13,7 @@ import pytest
 from openai import OpenAI
 
 from local.run import LocalStack
-from tests.e2e.conftest import STACK_ENV, Api, chat, stack_for
+from tests.e2e.conftest import STACK_ENV, Api, chat, root, stack_for
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -145,7 +145,7 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "BATCH_MODEL_CONCURRENCY": "1",
         "BATCH_COMPLETION_WINDOW_HOURS": str(WINDOW / 3600),
         "BATCH_MAX_QUEUED_REQUESTS_PER_USER": "5",
-        "BATCH_UPSTREAM_TIMEOUT_SECONDS": "15",  # a request may outlast the window
+        "BATCH_UPSTREAM_TIMEOUT_SECONDS": "40",  # a request may outlast the window
     }
     with stack_for(tmp_path_factory, "rules", env) as running:
         yield running
@@ -168,14 +168,28 @@ def test_rule_1_only_requests_not_yet_ended_count_against_the_queued_request_lim
 # 9. A cancel after the window closed still ends cancelled.
 def test_rule_9_a_cancel_after_the_window_closed_ends_cancelled(slow: LocalStack) -> None:
     api = Api(slow, "sk-local-alice")
-    # The first request runs past the window (4 s, from a created_at in whole seconds), so
-    # the batch is still running when the cancel comes, whenever that request started.
-    requests = [chat(f"c-{i}", f"slow [[sim latency_ms=7000]] {i}") for i in range(3)]
-    batch = api.create(requests).json()
+    sim = httpx.Client(base_url=slow.sim_url, timeout=10)
+    # This batch's window (a runtime setting: it keeps the value it was created with) is long
+    # enough for its first request to start however loaded the machine is, and that request
+    # runs well past it, so the batch is still running when the cancel comes.
+    admin = root(slow, "sk-local-admin")
+    window = "/admin/config/BATCH_COMPLETION_WINDOW_HOURS"
+    assert admin.patch(window, json={"value": 12 / 3600}).status_code == 200
+    requests = [chat(f"c-{i}", f"slow [[sim latency_ms=25000]] {i}") for i in range(3)]
+    try:
+        batch = api.create(requests).json()
+    finally:
+        admin.delete(window)
+    wait_for(
+        lambda: sim.get("/_sim/stats").json()["models"]["sim-chat"]["in_flight"] > 0,
+        timeout=12,
+        what="the first request to start",
+    )
+    assert time.time() < batch["expires_at"]
     wait_for(lambda: time.time() > batch["expires_at"] + 0.3, timeout=20, interval=0.05)
     cancelled = api.http.post(f"/batches/{batch['id']}/cancel").json()
     assert cancelled["status"] in ("cancelling", "cancelled"), cancelled["status"]
-    done = api.wait_final(batch["id"], timeout=30)
+    done = api.wait_final(batch["id"], timeout=60)
     assert done["status"] == "cancelled" and done["cancelled_at"] is not None
 
 
