@@ -3,6 +3,7 @@ webhook queue (FIFO, one group per user) that carries batch events to the webhoo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,11 +18,24 @@ MAX_VISIBILITY_SECONDS = 43200  # and its longest visibility timeout
 SEND_BATCH_LIMIT = 10
 
 
-class WorkQueue:
+class _Queue:
     def __init__(self, client: Any, queue_url: str) -> None:
         self._sqs = client
         self._url = queue_url
 
+    def hold(self, receipt: str, seconds: float) -> None:
+        """Keep a received message invisible for ``seconds`` more (at most SQS's 12 hours):
+        a worker's lease, an event's backoff (its user's later events wait behind it)."""
+        visibility = max(0, min(MAX_VISIBILITY_SECONDS, math.ceil(seconds)))
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=visibility
+            )
+        except ClientError as exc:
+            raise StorageError("could not keep a message invisible") from exc
+
+
+class WorkQueue(_Queue):
     def send(self, message: WorkMessage, delay_seconds: int = 0) -> None:
         """Send ``message``, visible after ``delay_seconds`` (at most SQS's 15 minutes: a
         longer wait is re-delayed by whoever receives it early)."""
@@ -42,22 +56,8 @@ class WorkQueue:
             for failed in resp.get("Failed", []):
                 self.send(chunk[int(failed["Id"])])
 
-    def hold(self, receipt: str, seconds: int) -> None:
-        """Keep a received message invisible for ``seconds`` more."""
-        visibility = max(0, min(MAX_VISIBILITY_SECONDS, seconds))
-        try:
-            self._sqs.change_message_visibility(
-                QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=visibility
-            )
-        except ClientError as exc:
-            raise StorageError("could not keep a message invisible") from exc
 
-
-class EventQueue:
-    def __init__(self, client: Any, queue_url: str) -> None:
-        self._sqs = client
-        self._url = queue_url
-
+class EventQueue(_Queue):
     def send(self, event: EventMessage) -> None:
         """Queue ``event`` behind its user's earlier ones; the same event sent twice within
         five minutes is kept once (FIFO deduplication by its id)."""
@@ -70,13 +70,3 @@ class EventQueue:
             )
         except ClientError as exc:
             raise StorageError(f"could not queue event {event.event_id}") from exc
-
-    def hold(self, receipt: str, seconds: float) -> None:
-        """Keep a received event invisible (its user's later ones wait behind it)."""
-        visibility = max(0, min(MAX_VISIBILITY_SECONDS, int(seconds + 0.999)))
-        try:
-            self._sqs.change_message_visibility(
-                QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=visibility
-            )
-        except ClientError as exc:
-            raise StorageError("could not keep an event invisible") from exc
