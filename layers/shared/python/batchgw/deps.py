@@ -86,7 +86,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         events=EventQueue(clients.sqs, settings.webhook_queue_url),
         sealer=KmsSealer(clients, settings.webhook_key_id),
         resolve=resolve,
-        health=ModelHealth(settings.batch_model_pause_after_failures, settings.batch_model_pause_seconds),
+        health=ModelHealth(),
         route_health=RouteHealth(),
         stored=StoredResults(),
         clock=clock,

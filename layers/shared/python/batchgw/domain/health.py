@@ -11,9 +11,7 @@ import threading
 
 
 class ModelHealth:
-    def __init__(self, failures_to_pause: int, pause_seconds: float) -> None:
-        self.failures_to_pause = failures_to_pause
-        self.pause_seconds = pause_seconds
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._paused: dict[str, float] = {}
         self._failures: dict[str, set[str]] = {}
@@ -26,16 +24,16 @@ class ModelHealth:
         with self._lock:
             self._paused[model] = max(until, self._paused.get(model, 0.0))
 
-    def failure(self, model: str, request: str, *, pause_after: int | None = None) -> bool:
+    def failure(self, model: str, request: str, *, pause_after: int) -> bool:
         """Count a retryable failure of ``request``; True when it completes a run of
         failures, of that many different requests with no success between, that pauses the
-        model (``pause_after`` of them, the setting in force now, else the one this object
-        was made with). One request failing again and again is that request's trouble, not
-        the model's: it counts once."""
+        model (``pause_after`` of them: BATCH_MODEL_PAUSE_AFTER_FAILURES as it is now). One
+        request failing again and again is that request's trouble, not the model's: it
+        counts once."""
         with self._lock:
             run = self._failures.setdefault(model, set())
             run.add(request)
-            tripped = len(run) >= (pause_after or self.failures_to_pause)
+            tripped = len(run) >= pause_after
             if tripped:
                 run.clear()
             return tripped

@@ -175,8 +175,8 @@ async def _judge_model(
     """
     if outcome.kind == "retry" and held.attempts <= 1:
         settings = deps.settings
-        run = settings.batch_model_pause_after_failures
-        if deps.health.failure(held.model, f"{batch.id}/{held.index}", pause_after=run):
+        pause_after = settings.batch_model_pause_after_failures
+        if deps.health.failure(held.model, f"{batch.id}/{held.index}", pause_after=pause_after):
             until = now + settings.batch_model_pause_seconds
             deps.health.note_pause(held.model, until)
             await io(deps.slots.pause, held.model, until)
