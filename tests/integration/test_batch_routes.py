@@ -6,6 +6,8 @@ and failover to the second route when the first refuses connections."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from batchgw.api import admin, batches, files
@@ -13,7 +15,7 @@ from batchgw.api import results as results_api
 from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle
+from batchgw.run import lifecycle, routing
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps
@@ -125,11 +127,24 @@ def test_queued_requests_fail_batch_route_unavailable_once_their_model_lost_its_
 
 
 def test_requests_fail_over_to_the_other_route_when_one_refuses_connections(
-    deps: Deps, sim: Simulator
+    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    planned = routing.plan
+
+    def backup_first(*args: Any, **kwargs: Any) -> routing.RoutePlan:
+        """The weighted order, but the backup route always tried first (when allowed and closed)."""
+        plan = planned(*args, **kwargs)
+        return replace(plan, routes=sorted(plan.routes, key=lambda r: r.id != "backup"))
+
+    monkeypatch.setattr(routing, "plan", backup_first)
     sim.set_backup(False)  # the backup route refuses connections ...
     batch_id = prepared(deps, ALICE, 6)
     walk(deps, batch_id)
     page = results_api.results_page(deps, ALICE, batch_id, {})
     assert [r["status"] for r in page["data"]] == ["completed"] * 6  # ... and nothing failed
     assert sim.stats()["routes"] == {"primary": 6, "backup": 0}
+    log = admin.attempts(deps, ADMIN, batch_id, {})["data"]
+    # The first request was failed over within its attempt; its refusal opened the backup's
+    # circuit, so the others went straight to the primary.
+    assert sorted(e["refused_routes"] for e in log) == [[]] * 5 + [["backup"]]
+    assert all(e["route"] == "primary" and e["attempt"] == 1 for e in log)

@@ -15,6 +15,8 @@ from batchgw.storage.runtime import RuntimeStore
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps
+from tests.integration.test_owner_gate import ALICE as OWNER
+from tests.integration.test_owner_gate import prepared, walk
 from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -191,3 +193,18 @@ def test_the_command_line_shows_sets_and_resets(deps: Deps, capsys: pytest.Captu
     assert config_cli(["reset", "BATCH_MODEL_CONCURRENCY"]) == 0
     deps.live.refresh(force=True)
     assert deps.settings.batch_model_concurrency == 64
+
+
+def test_batch_model_concurrency_0_pauses_batch_work_on_models_without_a_cap_of_their_own(
+    deps: Deps, sim: Simulator
+) -> None:
+    assert call("PATCH", "/admin/config/BATCH_MODEL_CONCURRENCY", body={"value": 0})[0] == 200
+    models = {m["id"]: m for m in call("GET", "/admin/batch/models")[1]["data"]}
+    assert models["sim-chat"]["paused"] == {"reason": "max_concurrency_zero", "until": None}
+    batch_id = prepared(deps, OWNER, 3)
+    walk(deps, batch_id)  # no request may start
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 0
+    assert call("GET", f"/v1/batches/{batch_id}", ALICE)[1]["request_counts"]["completed"] == 0
+    assert call("DELETE", "/admin/config/BATCH_MODEL_CONCURRENCY")[0] == 200
+    walk(deps, batch_id)
+    assert call("GET", f"/v1/batches/{batch_id}", ALICE)[1]["request_counts"]["completed"] == 3

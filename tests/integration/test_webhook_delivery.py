@@ -190,3 +190,19 @@ def receive_all_events(deps: Deps) -> list[dict[str, Any]]:
         QueueUrl=deps.settings.webhook_queue_url, MaxNumberOfMessages=10
     )
     return list(resp.get("Messages", []))
+
+
+def test_after_a_rotation_deliveries_verify_with_the_old_secret_and_the_new(
+    deps: Deps, receiver: Receiver
+) -> None:
+    old = webhooks.put_webhook(deps, ALICE, {"url": receiver.url(HOOK)})["secret"]
+    new = webhooks.put_webhook(deps, ALICE, {"url": receiver.url(HOOK), "rotate_secret": True})["secret"]
+    ended_batch(deps)
+    (event,) = queued_events(deps)
+    with httpx.Client() as http:
+        assert deliver(deps, event, http=http) is None
+    (headers, body, _) = receiver.at(HOOK)[0]
+    client = openai.OpenAI(api_key="x")
+    for secret in (old, new):
+        client.webhooks.verify_signature(body, headers, secret=secret)
+    assert len(headers["webhook-signature"].split(" ")) == 2
