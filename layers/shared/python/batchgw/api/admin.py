@@ -13,7 +13,6 @@ in the control table and applies in this process at once, in every other within
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from batchgw.api.accounts import require_admin
@@ -23,7 +22,7 @@ from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain import money
 from batchgw.domain.attempts import AttemptEntry
-from batchgw.domain.batch import CountedBatch
+from batchgw.domain.batch import CountedBatch, Tally
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import UNFINISHED_STATUSES
@@ -262,60 +261,28 @@ def summary(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
     wanted = last(params, "user")
     users = [u for u in deps.accounts.users() if wanted is None or u.id == wanted]
     rows = []
-    overall = _Totals()
+    everyone: list[CountedBatch] = []
     for user in users:
-        totals = _Totals()
-        for record in batches_of(deps, user.id):
-            counted = deps.batches.get(record.id)
-            if counted is not None:
-                totals.add(counted)
-        overall.merge(totals)
-        rows.append({"user_id": user.id, "user_name": user.name, "email": user.email, **totals.shown()})
-    return {"object": "batch.summary", "users": rows, "total": overall.shown()}
+        counted = [c for r in batches_of(deps, user.id) if (c := deps.batches.get(r.id)) is not None]
+        everyone += counted
+        rows.append({"user_id": user.id, "user_name": user.name, "email": user.email, **_totals(counted)})
+    return {"object": "batch.summary", "users": rows, "total": _totals(everyone)}
 
 
-@dataclass
-class _Totals:
-    batches: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    expired_unrun: int = 0
-    cancelled: int = 0
-    not_finished: int = 0
-    cost_nano: int = 0
-    cost_unknown_attempts: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def add(self, batch: CountedBatch) -> None:
-        counts = batch.counts
-        self.batches += 1
-        self.succeeded += counts.completed
-        self.failed += counts.failed
-        self.expired_unrun += counts.expired
-        self.cancelled += counts.cancelled
-        self.not_finished += batch.unfinished_requests
-        self.cost_nano += counts.cost_nano
-        self.cost_unknown_attempts += counts.cost_unknown
-        self.input_tokens += counts.input_tokens
-        self.output_tokens += counts.output_tokens
-
-    def merge(self, other: _Totals) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def shown(self) -> dict[str, Any]:
-        return {
-            "batches": self.batches,
-            "requests": {
-                "succeeded": self.succeeded,
-                "failed": self.failed,
-                "expired_unrun": self.expired_unrun,
-                "cancelled": self.cancelled,
-                "not_finished": self.not_finished,
-            },
-            "cost_usd": money.usd_float(self.cost_nano),
-            "cost_unknown_attempts": self.cost_unknown_attempts,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-        }
+def _totals(batches: list[CountedBatch]) -> dict[str, Any]:
+    """What ``batches`` add up to: their counters summed (``Tally.total``)."""
+    total = Tally.total(batch.counts for batch in batches)
+    return {
+        "batches": len(batches),
+        "requests": {
+            "succeeded": total.completed,
+            "failed": total.failed,
+            "expired_unrun": total.expired,
+            "cancelled": total.cancelled,
+            "not_finished": sum(batch.unfinished_requests for batch in batches),
+        },
+        "cost_usd": money.usd_float(total.cost_nano),
+        "cost_unknown_attempts": total.cost_unknown,
+        "input_tokens": total.input_tokens,
+        "output_tokens": total.output_tokens,
+    }
