@@ -256,7 +256,9 @@ def stack_env(
             "BATCHGW_STATE_MACHINE_ARN": state_machine_arn(),
         }
     )
-    env.setdefault("BATCHGW_SIM_API_KEY", "sk-sim-local")
+    # The key the local routes (config/models.local.json) send the simulator: shaped like a
+    # real one, so a test can check it never reaches a result.
+    env.setdefault("BATCHGW_SIM_API_KEY", "sk-sim-local-upstream-key")
     for table in resources.TABLES:
         env[table.env_var] = table_name(table)
     for bucket in resources.BUCKETS:

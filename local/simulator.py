@@ -46,11 +46,20 @@ Directives, written anywhere in the request's text (``[[sim key=value flag ...]]
 several tokens per directive and several directives are allowed, later values win)
     ``status=N``       answer HTTP N with an OpenAI-style error body (Anthropic-style on
                        /v1/messages). A 2xx N answers the normal body with that status.
+                       A 401 says what OpenAI says of a wrong key, quoting the first 8 and
+                       the last 4 characters of the key it was sent (``Incorrect API key
+                       provided: sk-sim-l*************-key. You can find...``); Anthropic's
+                       is ``invalid x-api-key``.
     ``fail=N``         apply the failure directives (status, queued, garbage, nan, surrogate,
                        hang) to the
                        first N attempts of this same request only (same endpoint and same
                        canonical JSON body), then answer normally. Alone it means status=500.
     ``latency_ms=N``   wait N ms before answering (added to the server's base latency).
+    ``trickle_ms=N``   send the answer's head at once, then its body in pieces of
+                       ``TRICKLE_PIECE_BYTES`` (16) bytes, N ms apart: a server that keeps
+                       the connection busy without ever being idle long enough for a read
+                       timeout (stops when the client goes away). The request counts
+                       as in flight until its last piece is sent.
     ``retry_after=S``  send ``Retry-After: S`` on error answers.
     ``queued``         answer 503 ``{"error": {"type": "service_unavailable",
                        "code": "model_queued", ...}}``.
@@ -64,6 +73,9 @@ several tokens per directive and several directives are allowed, later values wi
                        Usage still counts the unpadded answer. When N is smaller than the
                        answer with an empty text, that smallest answer is sent (longer than
                        N, but still valid JSON).
+    ``chunked``        send the answer with ``Transfer-Encoding: chunked`` (pieces of
+                       ``CHUNK_BYTES``, 64 KiB) instead of a ``Content-Length``: the client
+                       learns its size only by reading it.
     ``hang``           never answer: hold the connection until the client goes away or
                        the server stops.
     ``tag=NAME``       count the request under NAME too: ``/_sim/stats`` then also answers
@@ -91,8 +103,8 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -109,6 +121,8 @@ MAX_DIMENSIONS = 8192
 CREATED = 1_700_000_000  # fixed, so the same request gives the same bytes apart from ids
 GARBAGE_BODY = b"\xff\xfenot json{"
 HANG_POLL_SECONDS = 0.2
+TRICKLE_PIECE_BYTES = 16
+CHUNK_BYTES = 64 * 1024
 STOP_POLL_SECONDS = 0.05  # how soon stop() is noticed by the accept loop
 
 
@@ -140,6 +154,9 @@ class Reply:
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
     content_type: str = "application/json"
+    trickle_ms: float = 0.0  # > 0: the body is sent in small pieces this far apart
+    chunked: bool = False  # sent with Transfer-Encoding: chunked, no Content-Length
+    sent: Callable[[], None] | None = None  # to call once the body was written (or given up)
 
 
 def _dumps(obj: object) -> bytes:
@@ -212,7 +229,7 @@ class RequestError(Exception):
 
 
 _DIRECTIVE_RE = re.compile(r"\[\[sim(?:\s+([^\]]*?))?\s*\]\]")
-_FLAGS = frozenset({"queued", "garbage", "hang", "tool", "nan", "surrogate"})
+_FLAGS = frozenset({"queued", "garbage", "hang", "tool", "nan", "surrogate", "chunked"})
 _BROKEN = frozenset({"nan", "surrogate"})  # a 200 whose body the gateway must refuse
 
 
@@ -223,6 +240,7 @@ class Directives:
     status: int | None = None
     fail: int | None = None
     latency_ms: float = 0.0
+    trickle_ms: float = 0.0
     retry_after: str | None = None
     bytes: int | None = None
     tag: str | None = None
@@ -246,6 +264,18 @@ def _int_value(key: str, raw: str, minimum: int) -> int:
     return value
 
 
+def _ms_value(key: str, values: Mapping[str, str]) -> float:
+    if key not in values:
+        return 0.0
+    try:
+        value = float(values[key])
+    except ValueError:
+        raise RequestError(f"sim directive {key} needs a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise RequestError(f"sim directive {key} must be a non-negative number")
+    return value
+
+
 def parse_directives(texts: Iterable[str]) -> Directives:
     """Parse every ``[[sim ...]]`` directive in ``texts``; raises RequestError on a bad one."""
     values: dict[str, str] = {}
@@ -262,7 +292,7 @@ def parse_directives(texts: Iterable[str]) -> Directives:
                     flags.add(key)
                 else:
                     raise RequestError(f"unknown sim directive {token!r}")
-    unknown = set(values) - {"status", "fail", "latency_ms", "retry_after", "bytes", "tag"}
+    unknown = set(values) - {"status", "fail", "latency_ms", "trickle_ms", "retry_after", "bytes", "tag"}
     if unknown:
         raise RequestError(f"unknown sim directive {sorted(unknown)[0]!r}")
     status = None
@@ -270,18 +300,11 @@ def parse_directives(texts: Iterable[str]) -> Directives:
         status = _int_value("status", values["status"], 200)
         if not (200 <= status <= 299 or 400 <= status <= 599) or status in (204, 205):
             raise RequestError(f"sim directive status={status} must be a 2xx with a body, 4xx or 5xx")
-    latency = 0.0
-    if "latency_ms" in values:
-        try:
-            latency = float(values["latency_ms"])
-        except ValueError:
-            raise RequestError("sim directive latency_ms needs a number") from None
-        if not math.isfinite(latency) or latency < 0:
-            raise RequestError("sim directive latency_ms must be a non-negative number")
     return Directives(
         status=status,
         fail=_int_value("fail", values["fail"], 0) if "fail" in values else None,
-        latency_ms=latency,
+        latency_ms=_ms_value("latency_ms", values),
+        trickle_ms=_ms_value("trickle_ms", values),
         retry_after=values.get("retry_after") or None,
         bytes=_int_value("bytes", values["bytes"], 0) if "bytes" in values else None,
         tag=values.get("tag") or None,
@@ -782,6 +805,31 @@ def _tag_of(body: JsonObject) -> str | None:
         return None
 
 
+def _trickled(reply: Reply | None, directives: Directives) -> Reply | None:
+    """The reply, sent as the directives say: trickled, chunked, or at once."""
+    if reply is None or not (directives.trickle_ms or "chunked" in directives.flags):
+        return reply
+    return replace(reply, trickle_ms=directives.trickle_ms, chunked="chunked" in directives.flags)
+
+
+def wrong_key_message(headers: Mapping[str, str], anthropic: bool) -> str:
+    """What the provider says of a key it refuses: OpenAI quotes the key, partly masked."""
+    if anthropic:
+        return "invalid x-api-key"
+    authorization = headers.get("authorization", "")
+    key = authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
+    if not key:
+        return (
+            "You didn't provide an API key. You need to provide your API key in an Authorization "
+            "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+        )
+    shown = key[:8] + "*" * (len(key) - 12) + key[-4:] if len(key) > 12 else key
+    return (
+        f"Incorrect API key provided: {shown}. You can find your API key at "
+        "https://platform.openai.com/account/api-keys."
+    )
+
+
 class SimulatorCore:
     """Everything the simulator does, apart from HTTP parsing and socket writes.
 
@@ -848,8 +896,18 @@ class SimulatorCore:
                 type_="not_found_error",
                 code="model_not_found",
             )
-        with self.stats.track(model, _tag_of(body), route):
-            return self._model_request(endpoint, model, body, headers, client_gone)
+        tracked = ExitStack()
+        tracked.enter_context(self.stats.track(model, _tag_of(body), route))
+        try:
+            reply = self._model_request(endpoint, model, body, headers, client_gone)
+        except BaseException:
+            tracked.close()
+            raise
+        if reply is None or not reply.trickle_ms:
+            tracked.close()
+            return reply
+        # A trickled answer stays in flight until its last piece is written (``sent``).
+        return replace(reply, sent=tracked.close)
 
     def _switch_backup(self, method: str, raw: bytes) -> Reply:
         if method != "POST":
@@ -897,7 +955,7 @@ class SimulatorCore:
         else:
             failing = directives.has_failure
         if failing and not directives.flags & _BROKEN:
-            return self._failure(directives, anthropic, client_gone)
+            return _trickled(self._failure(directives, anthropic, client_gone, headers), directives)
 
         try:
             draft = _ANSWERS[endpoint](model, body, count_words(texts))
@@ -912,10 +970,14 @@ class SimulatorCore:
             if "surrogate" in directives.flags:
                 broken["x_sim_text"] = "\ud800"
             answer = json.dumps(broken).encode()
-        return Reply(status, answer)
+        return _trickled(Reply(status, answer), directives)
 
     def _failure(
-        self, directives: Directives, anthropic: bool, client_gone: Callable[[], bool]
+        self,
+        directives: Directives,
+        anthropic: bool,
+        client_gone: Callable[[], bool],
+        headers: Mapping[str, str],
     ) -> Reply | None:
         """The failing answer the directives ask for; None for a hang (after it ends)."""
         if "hang" in directives.flags:
@@ -935,6 +997,9 @@ class SimulatorCore:
         if "garbage" in directives.flags:
             return Reply(200, GARBAGE_BODY)
         status = directives.status if directives.status is not None and directives.status >= 400 else 500
+        if status == 401:
+            code = None if anthropic else "invalid_api_key"
+            return error_reply(401, wrong_key_message(headers, anthropic), anthropic=anthropic, code=code)
         return error_reply(
             status,
             f"simulated error {status}",
@@ -1014,13 +1079,44 @@ class _Handler(BaseHTTPRequestHandler):
         lines = [
             f"HTTP/1.1 {reply.status} {phrase}",
             f"Content-Type: {reply.content_type}",
-            f"Content-Length: {len(reply.body)}",
+            "Transfer-Encoding: chunked" if reply.chunked else f"Content-Length: {len(reply.body)}",
         ]
         lines += [f"{name}: {value}" for name, value in reply.headers]
         if self.close_connection:
             lines.append("Connection: close")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if reply.chunked and not reply.trickle_ms:
+            self.wfile.write(head)
+            for start in range(0, len(reply.body), CHUNK_BYTES):
+                self.wfile.write(_chunk(reply.body[start : start + CHUNK_BYTES]))
+            self.wfile.write(_chunk(b""))
+            return
+        if reply.trickle_ms > 0:
+            try:
+                self._trickle(head, reply.body, reply.trickle_ms / 1000, chunked=reply.chunked)
+            finally:
+                if reply.sent is not None:
+                    reply.sent()
+            return
         self.wfile.write(head + reply.body)  # one write: no Nagle/delayed-ACK stall between parts
+
+    def _trickle(self, head: bytes, body: bytes, pause: float, *, chunked: bool) -> None:
+        """The head at once, then the body in small pieces ``pause`` seconds apart (until the
+        client goes away: a write then fails, which the server ignores)."""
+        self.wfile.write(head)
+        for start in range(0, len(body), TRICKLE_PIECE_BYTES):
+            if self.server.core.stopping.wait(pause):
+                self.close_connection = True
+                return
+            piece = body[start : start + TRICKLE_PIECE_BYTES]
+            self.wfile.write(_chunk(piece) if chunked else piece)
+        if chunked:
+            self.wfile.write(_chunk(b""))
+
+
+def _chunk(data: bytes) -> bytes:
+    """One chunk of a chunked body (an empty one ends it)."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
 class _Server(ThreadingHTTPServer):

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from local.simulator import Simulator, parse_args, parse_directives
+from local.simulator import TRICKLE_PIECE_BYTES, Simulator, parse_args, parse_directives
+from tests.support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ANTHROPIC = {"anthropic-version": "2023-06-01", "x-api-key": "sk-test"}
@@ -415,6 +416,63 @@ def test_latency_directive_delays_the_answer(client: httpx.Client) -> None:
     started = time.monotonic()
     assert client.post("/v1/chat/completions", json=chat("[[sim latency_ms=300]]")).status_code == 200
     assert time.monotonic() - started >= 0.29
+
+
+def test_trickle_directive_sends_the_body_in_small_pieces_apart(client: httpx.Client) -> None:
+    body = chat("slow [[sim trickle_ms=50]]")
+    arrivals: list[float] = []
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        head_at = time.monotonic()
+        content = b""
+        for piece in response.iter_raw():
+            arrivals.append(time.monotonic())
+            content += piece
+            if len(arrivals) == 1:  # while the body is still coming, the request is in flight
+                assert stats(client)["sim-chat"]["in_flight"] == 1
+    assert wait_for(lambda: stats(client)["sim-chat"]["in_flight"] == 0, timeout=5)
+    assert json.loads(content)["choices"][0]["message"]["content"] == "echo: slow [[sim trickle_ms=50]]"
+    pieces = -(-len(content) // TRICKLE_PIECE_BYTES)
+    assert pieces >= 5 and len(arrivals) > 1  # the body came in several reads
+    assert arrivals[-1] - head_at >= 0.05 * (pieces - 1)  # its pieces 50 ms apart
+
+
+def test_chunked_directive_sends_the_answer_without_a_length(client: httpx.Client) -> None:
+    body = {"model": "sim-embed", "input": "big [[sim chunked bytes=200000]]"}
+    response = client.post("/v1/embeddings", json=body)
+    assert response.status_code == 200
+    assert response.headers["transfer-encoding"] == "chunked" and "content-length" not in response.headers
+    assert len(response.content) == 200_000 and response.json()["object"] == "list"
+    trickled = client.post("/v1/chat/completions", json=chat("[[sim chunked trickle_ms=1]]"))
+    assert (
+        trickled.headers["transfer-encoding"] == "chunked" and trickled.json()["object"] == "chat.completion"
+    )
+
+
+def test_trickle_applies_to_error_answers_too(client: httpx.Client) -> None:
+    started = time.monotonic()
+    response = client.post("/v1/chat/completions", json=chat("[[sim status=500 trickle_ms=20]]"))
+    assert response.status_code == 500 and response.json()["error"]["message"] == "simulated error 500"
+    assert time.monotonic() - started >= 0.02 * (len(response.content) // TRICKLE_PIECE_BYTES)
+
+
+def test_a_401_quotes_the_key_it_was_sent_as_openai_does(client: httpx.Client) -> None:
+    key = "sk-sim-local-upstream-key"
+    response = client.post(
+        "/v1/chat/completions",
+        json=chat("[[sim status=401]]"),
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status_code == 401
+    error = response.json()["error"]
+    assert error["code"] == "invalid_api_key" and error["type"] == "authentication_error"
+    assert error["message"].startswith("Incorrect API key provided: sk-sim-l*************-key. ")
+
+
+def test_a_401_on_messages_says_what_anthropic_says(client: httpx.Client) -> None:
+    response = client.post("/v1/messages", json=claude("[[sim status=401]]"), headers=ANTHROPIC)
+    assert response.status_code == 401
+    assert response.json()["error"] == {"type": "authentication_error", "message": "invalid x-api-key"}
 
 
 # --------------------------------------------------------------------------- stats, reset, serving

@@ -8,12 +8,12 @@ they would make the record too large (``request_ref`` / ``response_ref``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from batchgw.domain import codec
+from batchgw.domain.scrub import MAX_MESSAGE_CHARS, scrub
 from batchgw.domain.states import RequestStatus
 
 # Bodies above this many packed bytes go to S3 instead of the DynamoDB item (400 KB cap).
@@ -22,26 +22,13 @@ INLINE_BODY_LIMIT = 300 * 1024
 _ID_PREFIX = "batch_req_"
 
 # A stored error message is at most this long, and never carries a credential.
-MAX_ERROR_MESSAGE_CHARS = 4096
-_CREDENTIALS = (
-    (re.compile(r"(?i)(bearer\s+)[^\s\"',]+"), r"\1[redacted]"),
-    (re.compile(r"(?i)(x-api-key[\"']?\s*[:=]\s*[\"']?)[^\s\"',]+"), r"\1[redacted]"),
-    (re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{6,}"), r"\1-[redacted]"),
-    (re.compile(r"(://)[^/@\s]+@"), r"\1[redacted]@"),
-)
+MAX_ERROR_MESSAGE_CHARS = MAX_MESSAGE_CHARS
 
 
 def clean_message(text: str, secrets: Iterable[str] = ()) -> str:
-    """An error message fit to store and show: credentials (``secrets``, bearer tokens,
-    ``sk-`` keys, user:password in URLs) replaced, cut to MAX_ERROR_MESSAGE_CHARS."""
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    for pattern, replacement in _CREDENTIALS:
-        text = pattern.sub(replacement, text)
-    if len(text) > MAX_ERROR_MESSAGE_CHARS:
-        text = text[: MAX_ERROR_MESSAGE_CHARS - 3] + "..."
-    return text
+    """An error message fit to store and show: credentials (``secrets``, and anything shaped
+    like one: ``domain.scrub``) replaced, cut to MAX_ERROR_MESSAGE_CHARS."""
+    return scrub(text, secrets, limit=MAX_ERROR_MESSAGE_CHARS)
 
 
 def request_id(batch_id: str, index: int) -> str:

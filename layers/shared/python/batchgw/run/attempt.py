@@ -8,6 +8,7 @@ and duration.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -47,9 +48,17 @@ async def read_verdict(deps: Deps, batch_id: str) -> Verdict:
     return verdict(await io(deps.batches.get_record, batch_id), deps.clock())
 
 
-async def call(deps: Deps, batch: BatchRecord, held: RequestRecord, body: Any = None) -> Outcome:
+async def call(
+    deps: Deps,
+    batch: BatchRecord,
+    held: RequestRecord,
+    body: Any = None,
+    *,
+    stop: asyncio.Event | None = None,
+) -> Outcome:
     """Send the request to its model's upstream (its ``body``, when not already read, read
-    from its record or from S3).
+    from its record or from S3), within the call's deadline and the answer's byte cap.
+    ``stop``: set when the call must be abandoned (``upstream.call``).
 
     Whatever goes wrong here becomes the request's outcome, never an exception that would
     bring the message back to call (and bill) the upstream again.
@@ -73,6 +82,9 @@ async def call(deps: Deps, batch: BatchRecord, held: RequestRecord, body: Any = 
             body,
             timeout=deps.settings.batch_upstream_timeout_seconds,
             anthropic_version=batch.anthropic_version,
+            max_bytes=deps.settings.max_result_bytes,
+            secret_ttl=deps.settings.batch_upstream_secret_ttl_seconds,
+            stop=stop,
         )
         routing.note(deps, spec, outcome, deps.clock())
         return outcome

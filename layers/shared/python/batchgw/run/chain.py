@@ -27,6 +27,7 @@ import asyncio
 import heapq
 import math
 import random
+from collections.abc import Coroutine
 from typing import Any
 
 from batchgw.deps import Deps
@@ -384,10 +385,11 @@ class ChainRun:
         round trip). True to go on with the chain."""
         deps = self.deps
         started = deps.clock()
-        renewal = asyncio.create_task(self._keep_leased(held))
+        slot_lost = asyncio.Event()
+        renewal = asyncio.create_task(self._keep_leased(held, slot_lost))
         body, self.body = self.body, None
         try:
-            outcome = await attempt.call(deps, self.batch, held, body)
+            outcome = await attempt.call(deps, self.batch, held, body, stop=slot_lost)
         finally:
             renewal.cancel()
         settled, _ = await asyncio.gather(
@@ -407,17 +409,44 @@ class ChainRun:
             await self._hand_on(after=0)
         return settled.after is After.NEXT
 
-    async def _keep_leased(self, held: RequestRecord) -> None:
-        """Renew the request's lease while its call runs: a lease of a few minutes covers a
-        call of any length, and a dead worker's request comes back a few minutes later."""
+    async def _keep_leased(self, held: RequestRecord, slot_lost: asyncio.Event) -> None:
+        """Renew the request's lease, the model's slot and the owner's slot while the call
+        runs: a lease of a few minutes covers a call of any length, and a dead worker's
+        request and slots come back a few minutes later.
+
+        A request taken over meanwhile is left to its call (recording its end finds the
+        lease lost, as the other worker counts this attempt); a slot lost to another holder
+        sets ``slot_lost``, which stops the call (the attempt counted, of unknown cost, and
+        tried again), since running on would exceed the model's or the owner's cap.
+        """
         lease = self.deps.settings.batch_lease_seconds
+        leased = True
         while True:
             await asyncio.sleep(lease / 3)
-            try:
-                if not await io(self.deps.requests.renew, held, until=self.deps.clock() + lease):
-                    return  # taken over: recording its end will find the lease lost
-            except Exception:  # the lease may still be long enough; the next renewal tries again
-                logger.warning("could not renew a request's lease", exc_info=True)
+            if leased:
+                leased = await self._renewed("a request's lease", self._renew_request(held, lease))
+            kept = await self._renewed("the model's slot", self.slot.keep())
+            kept = kept and await self._renewed("the owner's slot", self.owner_gate.renew())
+            if not kept:
+                logger.warning(
+                    "slot lost during a call: stopping it",
+                    extra={"batch_id": self.batch.id, "index": held.index, "model": held.model},
+                )
+                slot_lost.set()
+                return
+
+    async def _renew_request(self, held: RequestRecord, lease: float) -> bool:
+        return await io(self.deps.requests.renew, held, until=self.deps.clock() + lease)
+
+    @staticmethod
+    async def _renewed(what: str, renewal: Coroutine[Any, Any, bool]) -> bool:
+        """Whether a renewal kept what it renews; a renewal that failed may be retried on
+        the next tick (the lease may still be long enough): it counts as kept."""
+        try:
+            return await renewal
+        except Exception:
+            logger.warning("could not renew during a call", extra={"renewing": what}, exc_info=True)
+            return True
 
     def _claim_ahead(self, now: float) -> None:
         """Claim the chain's next index while this request runs (its lease covers the call)."""

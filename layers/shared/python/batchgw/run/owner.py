@@ -71,6 +71,7 @@ class OwnerGate:
         self._batch = batch
         self._token = UserSlotStore.new_token()
         self._held: Hold | None = None
+        self._cap = 0  # the owner's cap when the slot was taken
 
     async def admit(self, held: RequestRecord) -> Admission:
         """Whether ``held`` may run now; if so, this chain holds a slot of its owner with
@@ -113,6 +114,24 @@ class OwnerGate:
         if self._held is not None:
             self._held = None
             await io(self._deps.user_slots.release, self._batch.owner, self._token)
+
+    async def renew(self) -> bool:
+        """Extend the owner's slot this chain holds, with the same reservation, while a long
+        call runs (``run.chain``). False when it lapsed and the owner's slots are full:
+        another request has it now, and the call must stop or the cap would be exceeded."""
+        held = self._held
+        if held is None:
+            return True
+        deps = self._deps
+        now = deps.clock()
+        lease = deps.settings.batch_lease_seconds + deps.settings.batch_upstream_timeout_seconds
+        hold = Hold(until=now + lease, reserved=held.reserved, key_id=held.key_id)
+        taken = await io(deps.user_slots.take, self._batch.owner, self._token, hold, cap=self._cap, now=now)
+        if taken is UserTake.TAKEN:
+            self._held = hold
+            return True
+        self._held = None
+        return False
 
     # --- the steps ----------------------------------------------------------------------------
 
@@ -164,7 +183,7 @@ class OwnerGate:
             deps.user_slots.take, self._batch.owner, self._token, hold, cap=cap, now=now, version=version
         )
         if taken is UserTake.TAKEN:
-            self._held = hold
+            self._held, self._cap = hold, cap
         elif taken is UserTake.FULL:
             await self.release()
         return taken

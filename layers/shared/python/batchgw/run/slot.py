@@ -53,6 +53,29 @@ class SlotHolder:
             deps.health.note_pause(model, grant.paused_until)
         return grant
 
+    async def keep(self) -> bool:
+        """Renew the slot held while a call runs (``run.chain`` does, on the request lease's
+        cadence). If it lapsed and was purged, take one again if the model has room; False
+        when it has none: another holder has the slot now, and the call must stop or the
+        model's cap would be exceeded."""
+        model = self.model
+        if model is None:
+            return True
+        deps = self._deps
+        lease = deps.settings.batch_lease_seconds
+        now = deps.clock()
+        if await io(deps.slots.renew, model, self.token, now=now, lease_seconds=lease):
+            self._until = now + lease
+            return True
+        cap = deps.live.model_cap(model)[0]
+        grant = await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
+        if grant.granted:
+            self._until, self._cap = now + lease, cap
+            return True
+        self.model = None
+        _in_use(model, -1)
+        return False
+
     async def release(self) -> None:
         if self.model is not None:
             model, self.model = self.model, None

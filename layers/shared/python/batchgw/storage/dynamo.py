@@ -4,8 +4,9 @@
   ``timestamp`` rounds a clock reading to the millisecond stored.
 - ``Update``: an update expression from SET / ADD / REMOVE parts and a condition, with
   its placeholders made here (adapters name their condition clauses; see each adapter).
-- ``Table``: get, put, update, query (every page), batch writes in chunks of 25, and
-  transactions whose cancellation reasons come back as a value.
+- ``Table``: get, put, update, query (every page, or one step sized by its reader),
+  batch writes in chunks of 25, and transactions whose cancellation reasons come back as
+  a value.
 
 A conditional write answers whether it applied; every other SDK error becomes a
 ``StorageError`` saying what failed, raised from the SDK's own.
@@ -13,9 +14,10 @@ A conditional write answers whether it applied; every other SDK error becomes a
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -33,7 +35,19 @@ TRANSACTION_CANCELLED = "TransactionCanceledException"
 BATCH_WRITE_LIMIT = 25
 BATCH_GET_LIMIT = 100
 TRANSACTION_LIMIT = 100
-_CONFLICT_RETRIES = 8
+# A transaction that conflicts with another in flight is tried this many times in all,
+# pausing between tries for an exponential, fully jittered while (so transactions that
+# conflicted together do not try again together): under 1.7 s in all at worst.
+_CONFLICT_TRIES = 8
+_CONFLICT_BASE_SECONDS = 0.02
+_CONFLICT_MAX_SECONDS = 0.5
+_sleep = time.sleep  # tests replace it
+
+
+def conflict_pause(tries: int, rng: Callable[[], float] = random.random) -> float:
+    """The pause after the ``tries``-th try of a transaction conflicted: up to 20 ms,
+    doubling with each try, at most 0.5 s; uniformly jittered from zero."""
+    return rng() * min(_CONFLICT_MAX_SECONDS, _CONFLICT_BASE_SECONDS * 2 ** max(0, tries - 1))
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -254,6 +268,19 @@ class Table:
                 return
             request["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
+    def query_step(
+        self, *, limit: int, start: Mapping[str, Any] | None = None, **request: Any
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """One Query call, for a reader that sizes each step by what it still needs: the
+        items found (raw typed maps) among at most ``limit`` evaluated (fewer when DynamoDB's
+        1 MB per call comes first; a filter drops items after they count), and the key the
+        next step starts after (None: nothing follows). ``start`` is such a key."""
+        request = {"TableName": self.name, **request, "Limit": limit}
+        if start is not None:
+            request["ExclusiveStartKey"] = dict(start)
+        resp = self._call("could not query " + self.name, self.client.query, request)
+        return resp.get("Items", []), resp.get("LastEvaluatedKey")
+
     def get_many(self, keys: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Every item of ``keys`` that exists (raw typed maps), strongly consistent, in one
         BatchGetItem per hundred keys; keys left unprocessed are asked for again."""
@@ -285,10 +312,10 @@ class Table:
 
         Each try carries a client request token, so the SDK's own retry of a try whose
         answer was lost is recognised by DynamoDB as the same transaction. A conflict with
-        another transaction in flight is retried (a few times, briefly): it says nothing
-        about the conditions.
+        another transaction in flight is retried (``_CONFLICT_TRIES`` tries in all, with
+        jittered exponential pauses): it says nothing about the conditions.
         """
-        for attempt in range(_CONFLICT_RETRIES):
+        for tries in range(1, _CONFLICT_TRIES + 1):
             try:
                 self.client.transact_write_items(
                     TransactItems=list(actions), ClientRequestToken=uuid.uuid4().hex
@@ -301,7 +328,8 @@ class Table:
                 cancelled = Cancelled(reasons)
                 if cancelled.failed_actions or "TransactionConflict" not in reasons:
                     return cancelled
-                time.sleep(0.01 * (attempt + 1))
+                if tries < _CONFLICT_TRIES:
+                    _sleep(conflict_pause(tries))
         raise StorageError(f"{failure}: transaction conflicts persisted")
 
     def _write_many(self, requests: list[dict[str, Any]]) -> None:

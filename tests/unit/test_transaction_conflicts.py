@@ -1,0 +1,77 @@
+"""A transaction that conflicts with others in flight is tried again, a bounded number of
+times, with pauses that grow and are jittered (so the conflicting writers spread out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from batchgw.domain.errors import StorageError
+from batchgw.storage import dynamo
+from batchgw.storage.dynamo import Table, conflict_pause
+from botocore.exceptions import ClientError
+
+
+def _conflict(*reasons: str) -> ClientError:
+    response: Any = {
+        "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+        "CancellationReasons": [{"Code": reason} for reason in reasons],
+    }
+    return ClientError(response, "TransactWriteItems")
+
+
+class ConflictingClient:
+    """A DynamoDB client whose transactions conflict ``conflicts`` times, then apply."""
+
+    def __init__(self, conflicts: int, reasons: tuple[str, ...] = ("None", "TransactionConflict")) -> None:
+        self.conflicts = conflicts
+        self.reasons = reasons
+        self.tries = 0
+
+    def transact_write_items(self, **request: Any) -> dict[str, Any]:
+        self.tries += 1
+        if self.tries <= self.conflicts:
+            raise _conflict(*self.reasons)
+        return {}
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    slept: list[float] = []
+    monkeypatch.setattr(dynamo, "_sleep", slept.append)
+    return slept
+
+
+def test_the_pause_doubles_from_20_ms_up_to_half_a_second_and_is_jittered() -> None:
+    assert [conflict_pause(tries, lambda: 1.0) for tries in range(1, 8)] == [
+        0.02,
+        0.04,
+        0.08,
+        0.16,
+        0.32,
+        0.5,
+        0.5,
+    ]
+    assert conflict_pause(3, lambda: 0.25) == pytest.approx(0.02)  # a quarter of 0.08
+    assert conflict_pause(3, lambda: 0.0) == 0.0
+
+
+def test_a_conflicting_transaction_is_tried_again_until_it_applies(pauses: list[float]) -> None:
+    client = ConflictingClient(conflicts=3)
+    assert Table(client, "t").transact([{"Put": {}}], failure="could not write") is None
+    assert client.tries == 4 and len(pauses) == 3
+    assert all(0 <= pause <= bound for pause, bound in zip(pauses, (0.02, 0.04, 0.08), strict=True))
+
+
+def test_conflicts_that_persist_end_in_a_storage_error_after_a_bounded_time(pauses: list[float]) -> None:
+    client = ConflictingClient(conflicts=1000)
+    with pytest.raises(StorageError, match="transaction conflicts persisted"):
+        Table(client, "t").transact([{"Put": {}}], failure="could not write")
+    assert client.tries == 8 and len(pauses) == 7  # no pause after the last try
+    assert sum(pauses) <= 0.02 + 0.04 + 0.08 + 0.16 + 0.32 + 0.5 + 0.5
+
+
+def test_a_condition_that_failed_is_answered_at_once_not_tried_again(pauses: list[float]) -> None:
+    client = ConflictingClient(conflicts=1000, reasons=("ConditionalCheckFailed", "TransactionConflict"))
+    cancelled = Table(client, "t").transact([{"Put": {}}, {"Put": {}}], failure="could not write")
+    assert cancelled is not None and client.tries == 1 and pauses == []
