@@ -89,7 +89,7 @@ def create_table(dynamodb: Any, spec: TableSpec, name: str) -> None:
             {
                 "IndexName": index.name,
                 "KeySchema": schema(index.partition, index.sort),
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {"ProjectionType": index.projection},
             }
             for index in spec.indexes
         ]

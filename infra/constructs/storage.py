@@ -103,7 +103,7 @@ class Storage(Construct):
                 index_name=index.name,
                 partition_key=_attribute(index.partition),
                 sort_key=_attribute(index.sort) if index.sort else None,
-                projection_type=dynamodb.ProjectionType.ALL,
+                projection_type=dynamodb.ProjectionType(index.projection),
             )
         return table
 

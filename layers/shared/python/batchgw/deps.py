@@ -19,17 +19,19 @@ from batchgw.runtime import LiveConfig
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.aws import get_clients
 from batchgw.storage.batches import BatchStore
-from batchgw.storage.blobs import BlobStore
+from batchgw.storage.blobs import BlobStore, UrlSigning
 from batchgw.storage.control import ControlStore
 from batchgw.storage.dns import Resolver, resolve
 from batchgw.storage.files import FileStore
 from batchgw.storage.idempotency import IdempotencyStore
 from batchgw.storage.queue import EventQueue, WorkQueue
+from batchgw.storage.ratelimit import RateLimiter
 from batchgw.storage.requests import RequestStore
 from batchgw.storage.runtime import RuntimeStore
 from batchgw.storage.sealer import KmsSealer
 from batchgw.storage.slots import SlotStore, UserSlotStore
 from batchgw.storage.spend import SpendStore
+from batchgw.storage.usage import UsageStore
 from batchgw.storage.webhooks import Sealer, WebhookStore
 from batchgw.storage.workflow import Workflow
 
@@ -50,6 +52,8 @@ class Deps:
     idempotency: IdempotencyStore
     files: FileStore
     control: ControlStore
+    usage: UsageStore  # what each user holds against their limits
+    rates: RateLimiter  # each API key's request rate
     webhooks: WebhookStore
     events: EventQueue  # batch events for the webhook function
     sealer: Sealer  # webhook secrets at rest
@@ -67,21 +71,33 @@ class Deps:
 
 def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] = time.time) -> Deps:
     clients = get_clients()
+    usage = UsageStore(clients.dynamodb, settings.control_table)
     return Deps(
         live=LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog),
         catalog=catalog,
-        batches=BatchStore(clients.dynamodb, settings.batches_table),
+        batches=BatchStore(clients.dynamodb, settings.batches_table, usage),
         requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),
         slots=SlotStore(clients.dynamodb, settings.control_table),
-        blobs=BlobStore(clients.s3, settings.data_bucket),
+        blobs=BlobStore(
+            clients.s3,
+            settings.data_bucket,
+            UrlSigning(
+                clients.session.get_credentials,
+                margin_seconds=settings.batch_presign_margin_seconds,
+                min_seconds=settings.batch_presign_min_seconds,
+                unknown_seconds=settings.batch_presign_unknown_expiry_seconds,
+            ),
+        ),
         queue=WorkQueue(clients.sqs, settings.work_queue_url),
         workflow=Workflow(clients.sfn, settings.state_machine_arn),
         accounts=AccountStore(clients.dynamodb, settings.control_table),
         spend=SpendStore(clients.dynamodb, settings.control_table),
         user_slots=UserSlotStore(clients.dynamodb, settings.control_table),
         idempotency=IdempotencyStore(clients.dynamodb, settings.control_table),
-        files=FileStore(clients.dynamodb, settings.files_table),
+        files=FileStore(clients.dynamodb, settings.files_table, usage),
         control=ControlStore(clients.dynamodb, settings.control_table),
+        usage=usage,
+        rates=RateLimiter(clients.dynamodb, settings.control_table),
         webhooks=WebhookStore(clients.dynamodb, settings.control_table),
         events=EventQueue(clients.sqs, settings.webhook_queue_url),
         sealer=KmsSealer(clients, settings.webhook_key_id),

@@ -2,29 +2,102 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass
+
 from batchgw.deps import Deps
 from batchgw.domain.accounts import UserStatus
-from batchgw.domain.errors import Forbidden, NotFound, Unauthorized
+from batchgw.domain.errors import Forbidden, NotFound, RateLimited, Unauthorized
 from batchgw.domain.principal import Principal, hash_key
+from batchgw.domain.rates import RateRule
 
-_key_cache: dict[str, tuple[float, Principal | None]] = {}
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    until: float  # when it must be looked up again
+    principal: Principal | None  # None: the key names nobody who may call
+
+
+class _KeyCache:
+    """What a process remembers of keys, by hash: at most ``size`` entries (the least
+    recently used go first), each until its own expiry."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[str, _Remembered] = OrderedDict()
+
+    def get(self, digest: str, now: float) -> _Remembered | None:
+        entry = self._entries.get(digest)
+        if entry is None or entry.until < now:
+            return None
+        self._entries.move_to_end(digest)
+        return entry
+
+    def put(self, digest: str, entry: _Remembered, size: int) -> None:
+        self._entries[digest] = entry
+        self._entries.move_to_end(digest)
+        while len(self._entries) > size:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# Keys that exist (with what they name), and keys that do not: apart, so a flood of made-up
+# keys cannot push the callers' own keys out of this process's memory.
+_known_keys = _KeyCache()
+_unknown_keys = _KeyCache()
 
 
 def authenticate(deps: Deps, authorization: str | None) -> Principal:
-    """The principal behind ``Authorization: Bearer <key>``; 401 when missing or unknown.
+    """The principal behind ``Authorization: Bearer <key>``, once it took its turn of the
+    key's request rate: 401 when missing or unknown, 403 when its account is suspended,
+    429 ``rate_limited`` (with ``Retry-After``) over BATCH_API_RATE_PER_KEY.
 
     What a key names is cached per process for BATCH_OWNER_CACHE_SECONDS (a change made
-    through this process's admin API applies at once).
+    through this process's admin API applies at once); that a key does not exist, for
+    BATCH_AUTH_UNKNOWN_KEY_SECONDS, so a caller with made-up keys reaches DynamoDB once per
+    key in that time, and never touches any key's request rate.
     """
+    principal = _identify(deps, authorization)
+    _take_turn(deps, principal)
+    return principal
+
+
+def forget_keys() -> None:
+    """Drop what this process cached of keys (after an administrator changed an account)."""
+    _known_keys.clear()
+    _unknown_keys.clear()
+
+
+def cached_keys() -> tuple[int, int]:
+    """How many keys this process remembers: (known, unknown)."""
+    return len(_known_keys), len(_unknown_keys)
+
+
+# A suspended account's key is recognised but refused (403, not 401).
+SUSPENDED = Principal(user_id="", role="", key_id="suspended")
+
+
+def _identify(deps: Deps, authorization: str | None) -> Principal:
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
     digest = hash_key(authorization[7:].strip())
     now = deps.clock()
-    cached = _key_cache.get(digest)
-    if cached is None or cached[0] < now:
-        cached = (now + deps.settings.batch_owner_cache_seconds, _principal_of(deps, digest, now))
-        _key_cache[digest] = cached
-    principal = cached[1]
+    settings = deps.settings
+    remembered = _known_keys.get(digest, now) or _unknown_keys.get(digest, now)
+    if remembered is None:
+        found = deps.accounts.by_hash(digest)
+        if found is None:
+            remembered = _Remembered(now + settings.batch_auth_unknown_key_seconds, None)
+            _unknown_keys.put(digest, remembered, settings.batch_auth_cache_keys)
+        else:
+            principal = _principal_of(deps, found[0], found[1], now)
+            remembered = _Remembered(now + settings.batch_owner_cache_seconds, principal)
+            _known_keys.put(digest, remembered, settings.batch_auth_cache_keys)
+    principal = remembered.principal
     if principal is None:
         raise Unauthorized("Invalid API key: unknown, revoked or expired.", code="invalid_api_key")
     if principal == SUSPENDED:
@@ -32,27 +105,25 @@ def authenticate(deps: Deps, authorization: str | None) -> Principal:
     return principal
 
 
-def forget_keys() -> None:
-    """Drop what this process cached of keys (after an administrator changed an account)."""
-    _key_cache.clear()
-
-
-# A suspended account's key is recognised but refused (403, not 401).
-SUSPENDED = Principal(user_id="", role="", key_id="suspended")
-
-
-def _principal_of(deps: Deps, digest: str, now: float) -> Principal | None:
-    """Who a key's hash names: its user, if the key is usable and the account active."""
-    found = deps.accounts.by_hash(digest)
-    if found is None:
-        return None
-    user, keys = deps.accounts.account(found[0])
-    key = next((k for k in keys if k.id == found[1]), None)
+def _principal_of(deps: Deps, user_id: str, key_id: str, now: float) -> Principal | None:
+    """Who a key names: its user, if the key is usable and the account active."""
+    user, keys = deps.accounts.account(user_id)
+    key = next((k for k in keys if k.id == key_id), None)
     if user is None or key is None or not key.usable(now) or user.status is UserStatus.DELETED:
         return None
     if user.status is UserStatus.SUSPENDED:
         return SUSPENDED
     return Principal(user_id=user.id, role=user.role, key_id=key.id)
+
+
+def _take_turn(deps: Deps, principal: Principal) -> None:
+    """Take one request of the key's rate (BATCH_API_RATE_PER_KEY; 0: unlimited)."""
+    per_second = deps.settings.batch_api_rate_per_key
+    if per_second <= 0:
+        return
+    wait = deps.rates.take(principal.key_id, RateRule(per_second), deps.clock())
+    if wait is not None:
+        raise RateLimited(wait)
 
 
 def ensure_enabled(deps: Deps) -> None:

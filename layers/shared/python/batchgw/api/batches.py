@@ -32,7 +32,8 @@ from batchgw.domain.errors import (
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.spend import needs_spend, refusal, used_up
-from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
+from batchgw.domain.states import BatchStatus
+from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.observability import logger
 from batchgw.storage.blobs import input_file_key, input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
@@ -123,7 +124,7 @@ def _create(
     )
     models = tuple(sorted({r.model for r in plan.requests}))
     _check_routes(deps, models)
-    _check_user_limits(deps, principal, len(plan.requests))
+    _check_spend(deps, principal)
     batch_id = creating.batch_id
     lines = [
         codec.dumps({"custom_id": r.custom_id, "model": r.model, "body": r.body}).encode()
@@ -187,7 +188,7 @@ def _create_from_file(
         ) from exc
     if file.purpose != "batch":
         raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
-    _check_user_limits(deps, principal, 0)
+    _check_spend(deps, principal)
     batch_id = creating.batch_id
     # The batch keeps its own copy: deleting the input file later does not affect it.
     deps.blobs.copy(file_key(file_id), input_file_key(batch_id))
@@ -268,9 +269,18 @@ def _new_record(
 
 
 def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
-    """Store the batch and start its workflow; if the workflow cannot start, nothing is
-    left behind (no batch counting against the user's limits) and the caller may retry."""
-    deps.batches.create(record)
+    """Store the batch, counted against its owner's limits in the same write (429 over
+    one, its input removed), and start its workflow; if the workflow cannot start, nothing
+    is left behind (no batch counting against the user's limits) and the caller may retry."""
+    settings = deps.settings
+    refused = deps.batches.create(
+        record, UsageLimits(settings.batch_max_active_per_user, settings.batch_max_queued_requests_per_user)
+    )
+    if refused is not None:
+        deps.blobs.delete(
+            input_key(record.id) if record.input_method == "inline" else input_file_key(record.id)
+        )
+        raise _over_limit(deps, refused)
     try:
         deps.workflow.start(record.id)
     except StorageError as exc:
@@ -291,35 +301,20 @@ def _check_routes(deps: Deps, models: Sequence[str]) -> None:
             )
 
 
-def _check_user_limits(deps: Deps, principal: Principal, new_requests: int) -> None:
-    """Unfinished batches, and requests not ended yet, per user (429 above either limit).
-
-    Read from the owner index; two creates racing at the limit may both pass.
-    """
+def _over_limit(deps: Deps, refused: OverLimit) -> TooManyRequests:
+    """The 429 for a batch its owner's unfinished batches or requests leave no room for."""
     settings = deps.settings
-    _check_spend(deps, principal)
-    unfinished, _ = deps.batches.list_for_owner(
-        principal.user_id,
-        limit=settings.batch_max_active_per_user + 1,
-        statuses=sorted(UNFINISHED_STATUSES),
-    )
-    if len(unfinished) >= settings.batch_max_active_per_user:
-        raise TooManyRequests(
-            f"You have {len(unfinished)} unfinished batches, the most allowed "
+    if refused.limit == "batches":
+        return TooManyRequests(
+            f"You have {refused.count} unfinished batches, the most allowed "
             f"({settings.batch_max_active_per_user}).",
             code="too_many_active_batches",
         )
-    queued = sum(
-        counted.unfinished_requests
-        for batch in unfinished
-        if (counted := deps.batches.get(batch.id)) is not None
+    return TooManyRequests(
+        f"This batch would take your unfinished requests to {refused.count}, over the limit "
+        f"of {settings.batch_max_queued_requests_per_user}.",
+        code="queued_request_limit",
     )
-    if queued + new_requests > settings.batch_max_queued_requests_per_user:
-        raise TooManyRequests(
-            f"This batch would take your unfinished requests to {queued + new_requests}, over the limit "
-            f"of {settings.batch_max_queued_requests_per_user}.",
-            code="queued_request_limit",
-        )
 
 
 def _check_spend(deps: Deps, principal: Principal) -> None:

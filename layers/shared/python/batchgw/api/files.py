@@ -9,9 +9,10 @@ expiry) in the files table. Files up to the API's payload limit come through
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from email.parser import BytesParser
 from email.policy import HTTP
-from typing import Any
+from typing import Any, get_args
 
 from batchgw.api.auth import require_role
 from batchgw.api.ids import cursor_key, new_id
@@ -20,8 +21,9 @@ from batchgw.api.shapes import file_object
 from batchgw.deps import Deps
 from batchgw.domain.batch import created_key
 from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, TooManyRequests
-from batchgw.domain.files import FileRecord, file_key, incoming_key
+from batchgw.domain.files import FilePurpose, FileRecord, file_key, incoming_key
 from batchgw.domain.principal import Principal
+from batchgw.domain.usage import OverLimit
 
 FILE_PREFIX = "file-"
 LARGER_INPUTS = (
@@ -73,39 +75,38 @@ def _input_record(
     )
 
 
-def _stored_input_bytes(deps: Deps, principal: Principal) -> int:
-    """The bytes of the user's input files that count against their quota: the ones they
-    can still see (not expired, not an upload declared but never completed)."""
-    now = deps.clock()
-    return sum(
-        r.bytes for r in deps.files.for_owner(principal.user_id) if r.purpose == "batch" and r.visible(now)
+def _storage_limit(deps: Deps) -> int:
+    """BATCH_FILES_MAX_TOTAL_MB_PER_USER, in bytes."""
+    return int(deps.settings.batch_files_max_total_mb_per_user * 1024 * 1024)
+
+
+def _check_room(deps: Deps, refused: OverLimit | None, message: str | None = None) -> None:
+    """429 when storing a file was refused: the user's input files would go over
+    BATCH_FILES_MAX_TOTAL_MB_PER_USER."""
+    if refused is None:
+        return
+    raise TooManyRequests(
+        message
+        or f"Your input files would take {refused.count} bytes, over the limit of "
+        f"{deps.settings.batch_files_max_total_mb_per_user:g} MiB; delete some first.",
+        code="file_storage_limit",
     )
 
 
-def _check_room(deps: Deps, principal: Principal, size: int) -> None:
-    """429 when the user's input files would go over BATCH_FILES_MAX_TOTAL_MB_PER_USER."""
-    settings = deps.settings
-    limit = int(settings.batch_files_max_total_mb_per_user * 1024 * 1024)
-    stored = _stored_input_bytes(deps, principal)
-    if stored + size > limit:
-        raise TooManyRequests(
-            f"Your input files would take {stored + size} bytes, over the limit of "
-            f"{settings.batch_files_max_total_mb_per_user:g} MiB; delete some first.",
-            code="file_storage_limit",
-        )
-
-
 def new_input_file(deps: Deps, principal: Principal, filename: str, data: bytes) -> FileRecord:
-    """Store a batch input file's bytes and record (the size and storage limits checked)."""
+    """Store a batch input file's bytes and record, counted against the user's storage limit
+    in the same write (429 over it, the bytes removed again)."""
     settings = deps.settings
     if len(data) > settings.max_file_bytes:
         raise PayloadTooLarge(f"The file is larger than {settings.batch_max_file_mb:g} MiB.")
     # An empty file is taken: a batch made from it fails validation with ``empty_file``.
-    _check_room(deps, principal, len(data))
     record = _input_record(deps, principal, filename, len(data), sha256=hashlib.sha256(data).hexdigest())
     deps.blobs.put(file_key(record.id), data, "application/jsonl")
-    deps.files.create(record)
-    return record
+    refused = deps.files.create_counted(record, limit=_storage_limit(deps), now=deps.clock())
+    if refused is not None:
+        deps.blobs.delete(file_key(record.id))
+    _check_room(deps, refused)
+    return replace(record, counted=True)
 
 
 def check_body_size(deps: Deps, body: bytes) -> None:
@@ -170,35 +171,39 @@ def get_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
 
 
 def list_files(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """GET /v1/files: the caller's files, newest first (``order=asc``: oldest first), a page
+    after ``after``; the page is read from the owner index, never the whole list."""
     limit = int_param(params, "limit", default=10000, low=1, high=10000)
     purpose, after, order = last(params, "purpose"), last(params, "after"), last(params, "order") or "desc"
     if order not in ("asc", "desc"):
         raise BadRequest("'order' must be 'asc' or 'desc'.", param="order")
-    now = deps.clock()
-    records = [
-        r
-        for r in deps.files.for_owner(principal.user_id)
-        if r.visible(now) and (purpose is None or r.purpose == purpose)
-    ]
-    if order == "asc":
-        records.reverse()
+    after_key = None
     if after:
         # Page on from where ``after`` stands, even if that file was deleted since.
-        key = cursor_key(FILE_PREFIX, after)
-        if key is None:
+        after_key = cursor_key(FILE_PREFIX, after)
+        if after_key is None:
             anchor = deps.files.get(after) if after.startswith(FILE_PREFIX) else None
             if anchor is None or (anchor.owner != principal.user_id and not principal.is_admin):
                 raise BadRequest(f"'after' names no file of yours: '{after}'.", param="after")
-            key = anchor.created_key
-        records = [r for r in records if (r.created_key > key if order == "asc" else r.created_key < key)]
-    return list_page([file_object(r) for r in records[:limit]], has_more=len(records) > limit)
+            after_key = anchor.created_key
+    if purpose is not None and purpose not in get_args(FilePurpose):
+        return list_page([], has_more=False)  # no file has it
+    records, has_more = deps.files.listed(
+        principal.user_id,
+        limit=limit,
+        now=deps.clock(),
+        ascending=order == "asc",
+        after_key=after_key,
+        purpose=purpose,
+    )
+    return list_page([file_object(r) for r in records], has_more=has_more)
 
 
 def delete_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
     """Delete for good; a batch already created from it keeps its own copy."""
     record = visible_file(deps, principal, file_id)
     deps.blobs.delete(file_key(file_id))
-    deps.files.mark_deleted(file_id, ttl=int(deps.clock()) + 30 * 86400)
+    deps.files.delete_counted(record, ttl=int(deps.clock()) + 30 * 86400)
     return {"id": record.id, "object": "file", "deleted": True}
 
 
@@ -207,7 +212,7 @@ def delete_all_of(deps: Deps, owner: str) -> None:
     ttl = int(deps.clock()) + 30 * 86400
     for record in deps.files.for_owner(owner):
         deps.blobs.delete(file_key(record.id))
-        deps.files.mark_deleted(record.id, ttl=ttl)
+        deps.files.delete_counted(record, ttl=ttl)
 
 
 def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
@@ -219,7 +224,7 @@ def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
             content_type="application/octet-stream",
             sha256=record.sha256,
         )
-    return Download(location=deps.blobs.presigned_get(file_key(file_id)), sha256=record.sha256)
+    return Download(location=deps.blobs.presigned_get(file_key(file_id)).url, sha256=record.sha256)
 
 
 # --- presigned uploads: the bytes go straight to S3 -------------------------------------------
@@ -243,26 +248,29 @@ def declared_file(deps: Deps, body: Any) -> tuple[str, int]:
 
 def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
     """POST /v1/files/presigned: a file record waiting for its bytes, and a presigned S3 PUT
-    URL for them (valid for an hour). ``POST /v1/files/{id}/complete`` then checks the
-    object's size and records its SHA-256; until then the file cannot be used."""
+    URL for them (valid for an hour, or less when the credentials that sign it end sooner:
+    ``expires_at`` says when). ``POST /v1/files/{id}/complete`` then checks the object's size
+    and records its SHA-256; until then the file cannot be used."""
     require_role(deps, principal, "upload files")
     filename, size = declared_file(deps, body)
     count_upload(deps, principal)
     record = _input_record(deps, principal, filename, size, pending=True)
+    upload = deps.blobs.presigned_put(incoming_key(record.id), size, expires_in=UPLOAD_SECONDS)
     deps.files.create(record)
-    url = deps.blobs.presigned_put(incoming_key(record.id), size, expires_in=UPLOAD_SECONDS)
     return {
         "file": file_object(record),
-        "upload_url": url,
+        "upload_url": upload.url,
         "method": "PUT",
         "headers": {"Content-Length": str(size)},
-        "expires_at": record.created_at + UPLOAD_SECONDS,
+        "expires_at": record.created_at + upload.seconds,
     }
 
 
 def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
     """POST /v1/files/{id}/complete: the presigned upload is done; check it, and copy its
-    bytes where the file lives (out of the URL's reach), then record their SHA-256."""
+    bytes where the file lives (out of the URL's reach), then record their SHA-256, counted
+    against the user's storage limit in the same write. Over the limit (429) the upload is
+    kept, to be completed once there is room."""
     record = visible_file(deps, principal, file_id, pending=True)
     size = deps.blobs.size(incoming_key(file_id))
     if size is None:
@@ -271,16 +279,10 @@ def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[s
         raise BadRequest(
             f"The upload holds {size} bytes; the file declared {record.bytes}.", code="upload_size_mismatch"
         )
-    if _stored_input_bytes(deps, principal) + size > int(
-        deps.settings.batch_files_max_total_mb_per_user * 1024 * 1024
-    ):
-        raise TooManyRequests(
-            "Your input files would exceed your storage limit; delete some first.", code="file_storage_limit"
-        )
     deps.blobs.copy(incoming_key(file_id), file_key(file_id))
-    deps.blobs.delete(incoming_key(file_id))
     if deps.blobs.size(file_key(file_id)) != record.bytes:  # replaced between the check and the copy
         deps.blobs.delete(file_key(file_id))
+        deps.blobs.delete(incoming_key(file_id))
         raise BadRequest(
             "The upload changed while it was completed; upload it again.", code="upload_size_mismatch"
         )
@@ -288,5 +290,15 @@ def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[s
     for chunk in deps.blobs.iter_chunks(file_key(file_id)):
         digest.update(chunk)
     assert record.expires_at is not None
-    deps.files.complete(file_id, digest.hexdigest(), ttl=record.expires_at + 86400)
+    refused = deps.files.complete_counted(
+        record,
+        digest.hexdigest(),
+        ttl=record.expires_at + 86400,
+        limit=_storage_limit(deps),
+        now=deps.clock(),
+    )
+    if refused is not None:
+        deps.blobs.delete(file_key(file_id))
+    _check_room(deps, refused, "Your input files would exceed your storage limit; delete some first.")
+    deps.blobs.delete(incoming_key(file_id))
     return file_object(record)

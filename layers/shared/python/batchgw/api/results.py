@@ -38,25 +38,78 @@ def results_page(
             raise BadRequest(f"'after' names no request of this batch: '{after}'.", param="after")
         after_index = found
     if record.prepared or record.status.is_final:
-        requests, has_more = deps.requests.page(record.id, after_index=after_index, limit=limit)
-    else:
-        requests, has_more = _not_yet_written(deps, record, after_index=after_index, limit=limit)
-    data: list[dict[str, Any]] = []
-    size = PAGE_ENVELOPE
-    for request in requests:
-        line = result_line(request, deps.blobs.load_body(request.response_packed, request.response_ref))
+        return _stored_page(deps, record, after_index=after_index, limit=limit)
+    requests, has_more = _not_yet_written(deps, record, after_index=after_index, limit=limit)
+    page = _Page()
+    for request in requests:  # queued, without a body: a line as long as its custom_id
+        if not page.add(result_line(request, None)):
+            return page.answer(has_more=True)
+    return page.answer(has_more=has_more)
+
+
+def _stored_page(
+    deps: Deps, record: BatchRecord, *, after_index: int, limit: int
+) -> dict[str, Any] | Download:
+    """The page from the batch's stored requests, read in steps that stop at the page's cap.
+
+    Each step asks DynamoDB for what the page still has room for: the lines left, and the
+    bytes left at the largest line seen so far, plus one request (to know whether more
+    follow); DynamoDB also ends a step at 1 MB. So a page reads what it answers and at most
+    one step more, never ``limit`` requests first.
+    """
+    page = _Page()
+    after = after_index
+    while True:
+        want = limit - len(page.data) + 1
+        if page.largest:
+            want = min(want, page.room // page.largest + 1)
+        requests, more = deps.requests.results_step(record.id, after_index=after, limit=max(want, 2))
+        for position, request in enumerate(requests):
+            if len(page.data) == limit:
+                return page.answer(has_more=True)
+            line = result_line(request, deps.blobs.load_body(request.response_packed, request.response_ref))
+            if not page.add(line):
+                if page.data:
+                    return page.answer(has_more=True)
+                return _alone(deps, request, line, has_more=more or position + 1 < len(requests))
+            after = request.index
+        if not more:
+            return page.answer(has_more=False)
+
+
+class _Page:
+    """A results page being filled, within what the function's response can carry."""
+
+    def __init__(self) -> None:
+        self.data: list[dict[str, Any]] = []
+        self.size = PAGE_ENVELOPE
+        self.largest = 0  # the largest line met so far, in response bytes
+
+    @property
+    def room(self) -> int:
+        return ANSWER_LIMIT - self.size
+
+    def add(self, line: dict[str, Any]) -> bool:
+        """Add ``line`` if it fits; False (and nothing added) when it does not."""
         line_size = text_out_bytes(codec.dumps(line)) + 1  # and its comma
-        if size + line_size > ANSWER_LIMIT:
-            if data:
-                has_more = True
-                break
-            page = codec.dumps(list_page([line], has_more=has_more or len(requests) > 1)).encode()
-            key = f"{export_key(record.id)}.page-{request.index}.json"
-            deps.blobs.put(key, page, "application/json")
-            return Download(location=deps.blobs.presigned_get(key), content_type="application/json")
-        data.append(line)
-        size += line_size
-    return list_page(data, has_more=has_more)
+        self.largest = max(self.largest, line_size)
+        if line_size > self.room:
+            return False
+        self.data.append(line)
+        self.size += line_size
+        return True
+
+    def answer(self, *, has_more: bool) -> dict[str, Any]:
+        return list_page(self.data, has_more=has_more)
+
+
+def _alone(deps: Deps, request: RequestRecord, line: dict[str, Any], *, has_more: bool) -> Download:
+    """A first result too large for the response alone: its page, written to S3, and a
+    redirect to it."""
+    page = codec.dumps(list_page([line], has_more=has_more)).encode()
+    key = f"{export_key(request.batch_id)}.page-{request.index}.json"
+    deps.blobs.put(key, page, "application/json")
+    return Download(location=deps.blobs.presigned_get(key).url, content_type="application/json")
 
 
 def _not_yet_written(
@@ -119,4 +172,4 @@ def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
                 return Download(body=body, text=True)
         except UnicodeDecodeError:
             pass  # not text the response can carry: the client downloads it
-    return Download(location=deps.blobs.presigned_get(key))
+    return Download(location=deps.blobs.presigned_get(key).url)

@@ -127,6 +127,30 @@ class Settings(BaseModel):
     batch_file_retention_days: float = Field(
         30, gt=0, alias="BATCH_FILE_RETENTION_DAYS", description="Days an uploaded input file is kept"
     )
+    # A presigned URL stops working when the credentials that signed it expire: it is signed
+    # for at most their remaining life less this margin (read at cold start).
+    batch_presign_margin_seconds: float = Field(
+        60,
+        ge=0,
+        alias="BATCH_PRESIGN_MARGIN_SECONDS",
+        description="Seconds a presigned URL ends before the credentials that signed it",
+    )
+    batch_presign_min_seconds: float = Field(
+        60,
+        ge=1,
+        alias="BATCH_PRESIGN_MIN_SECONDS",
+        description="Shortest presigned URL handed out; shorter-lived credentials answer 503",
+    )
+    batch_presign_unknown_expiry_seconds: int = Field(
+        900,
+        ge=60,
+        le=604800,
+        alias="BATCH_PRESIGN_UNKNOWN_EXPIRY_SECONDS",
+        description=(
+            "Longest presigned URL signed by temporary credentials whose expiry is not stated "
+            "(Lambda's execution role)"
+        ),
+    )
     batch_anthropic_versions: str = Field(
         "2023-06-01,2026-10-21",
         alias="BATCH_ANTHROPIC_VERSIONS",
@@ -203,8 +227,19 @@ class Settings(BaseModel):
         alias="BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS",
         description="The longest a model_queued answer pauses its model",
     )
+    # A total deadline: connecting, sending and reading the whole answer (an upstream that
+    # trickles bytes cannot hold a call past it); the request's lease is renewed meanwhile.
     batch_upstream_timeout_seconds: float = Field(
-        600, gt=0, alias="BATCH_UPSTREAM_TIMEOUT_SECONDS", description="How long one upstream call may take"
+        600,
+        gt=0,
+        alias="BATCH_UPSTREAM_TIMEOUT_SECONDS",
+        description="How long one upstream call may take in all, its whole answer read",
+    )
+    batch_upstream_secret_ttl_seconds: float = Field(
+        300,
+        ge=0,
+        alias="BATCH_UPSTREAM_SECRET_TTL_SECONDS",
+        description="How long a route's key read from Secrets Manager is used before it is read again",
     )
     # How often the workflow reconciles each unfinished batch while it waits (takes over
     # abandoned requests, re-sends lost work, settles counters): a batch ends within about
@@ -237,6 +272,29 @@ class Settings(BaseModel):
         ge=0,
         alias="BATCH_OWNER_CACHE_SECONDS",
         description="How long a process trusts what it read of a key and its owner's account",
+    )
+    # The api's limits per caller (``api.auth``): a token bucket per key, and what a process
+    # remembers of keys it was shown.
+    batch_api_rate_per_key: float = Field(
+        20,
+        ge=0,
+        alias="BATCH_API_RATE_PER_KEY",
+        description=(
+            "API requests per second one key may make, in bursts of up to twice that (429 rate_limited "
+            "with Retry-After above it); 0: unlimited"
+        ),
+    )
+    batch_auth_unknown_key_seconds: float = Field(
+        300,
+        ge=0,
+        alias="BATCH_AUTH_UNKNOWN_KEY_SECONDS",
+        description="How long a process remembers that a key it was shown does not exist",
+    )
+    batch_auth_cache_keys: int = Field(
+        10_000,
+        ge=1,
+        alias="BATCH_AUTH_CACHE_KEYS",
+        description="Keys a process remembers at most, of known and of unknown ones each",
     )
 
     # --- worker shape ---------------------------------------------------------------

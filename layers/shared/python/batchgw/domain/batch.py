@@ -130,6 +130,9 @@ class BatchRecord:
     # cleared once the event is queued: a retried step queues it again, deduplicated).
     event_pending: bool = False
     ended_at: float | None = None  # when it reached its final status (to the millisecond)
+    # Counted in its owner's usage (``storage.usage``): released when it ends, or is deleted
+    # unfinished, in that same write.
+    charged: bool = False
 
     @property
     def prepared(self) -> bool:
@@ -211,6 +214,7 @@ class BatchRecord:
             idempotency_key=item.get("idempotency_key"),
             event_pending=bool(item.get("event_pending")),
             ended_at=None if item.get("ended_at") is None else float(item["ended_at"]),
+            charged=bool(item.get("charged")),
         )
 
     def to_item(self) -> dict[str, Any]:

@@ -34,6 +34,10 @@ class ApiError(Exception):
         }
         return {"error": error, **self.extra}
 
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer carries besides its body (none, unless a subclass says)."""
+        return {}
+
 
 class BadRequest(ApiError):
     status = 400
@@ -67,6 +71,27 @@ class PayloadTooLarge(ApiError):
 class TooManyRequests(ApiError):
     status = 429
     type = "rate_limit_error"
+
+
+class RateLimited(TooManyRequests):
+    """The key sent more requests than BATCH_API_RATE_PER_KEY allows; ``Retry-After`` says
+    in how many whole seconds (at least one) the next one is taken."""
+
+    def __init__(self, retry_after: int) -> None:
+        self.retry_after = max(1, retry_after)
+        super().__init__(
+            f"Too many requests with this API key; retry after {self.retry_after} s.", code="rate_limited"
+        )
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class InternalError(ApiError):
+    """An unexpected failure: the answer says nothing of it (the log has the traceback)."""
+
+    status = 500
+    type = "server_error"
 
 
 class ServiceUnavailable(ApiError):

@@ -7,6 +7,10 @@ from typing import Any, Literal
 
 FilePurpose = Literal["batch", "batch_output"]
 
+# Where a deleted file's record keeps its ``created_key``: without it, the record is out of
+# the owner index (see ``storage.files.FileStore.mark_deleted``).
+UNLISTED_KEY = "unlisted_key"
+
 
 def file_key(file_id: str) -> str:
     """Where a file's bytes live in the data bucket."""
@@ -33,6 +37,7 @@ class FileRecord:
     pending: bool = False  # declared for a presigned upload, not completed yet
     deleted: bool = False  # a tombstone: a result file once deleted is never written again
     ttl: int | None = None
+    counted: bool = False  # its bytes count in its owner's usage (``storage.usage``)
 
     def visible(self, now: float) -> bool:
         """Whether it can be read: completed, not deleted, not expired."""
@@ -50,7 +55,7 @@ class FileRecord:
             owner=str(item["owner"]),
             bytes=int(item["bytes"]),
             created_at=int(item["created_at"]),
-            created_key=str(item["created_key"]),
+            created_key=str(item["created_key"] if "created_key" in item else item[UNLISTED_KEY]),
             filename=str(item["filename"]),
             purpose=str(item["purpose"]),
             expires_at=None if expires is None else int(expires),
@@ -58,6 +63,7 @@ class FileRecord:
             pending=bool(item.get("pending")),
             deleted=bool(item.get("deleted")),
             ttl=None if ttl is None else int(ttl),
+            counted=bool(item.get("counted")),
         )
 
     def to_item(self) -> dict[str, Any]:
@@ -74,5 +80,6 @@ class FileRecord:
             "pending": self.pending or None,
             "deleted": self.deleted or None,
             "ttl": self.ttl,
+            "counted": self.counted or None,
         }
         return {k: v for k, v in item.items() if v is not None}

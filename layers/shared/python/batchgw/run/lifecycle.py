@@ -22,6 +22,7 @@ from batchgw.domain.decisions import not_run_error
 from batchgw.domain.files import file_key
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
+from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.domain.webhooks import EventMessage
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
@@ -146,18 +147,28 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             for model in unroutable
         ]
     elif report.ok:
-        others = _unfinished_requests(deps, batch)
-        limit = deps.settings.batch_max_queued_requests_per_user
-        if others + report.total > limit:
-            errors = [
-                {
-                    "code": "queued_request_limit",
-                    "line": None,
-                    "param": None,
-                    "message": f"The file's {report.total} requests would take your unfinished requests "
-                    f"to {others + report.total}, over the limit of {limit}.",
-                }
-            ]
+        # Counted now, in the write that records them (a retried prepare finds them counted).
+        settings = deps.settings
+        counted = deps.batches.charge_requests(
+            batch,
+            total=report.total,
+            models=sorted(report.models),
+            limits=UsageLimits(
+                settings.batch_max_active_per_user, settings.batch_max_queued_requests_per_user
+            ),
+            from_statuses=_UNPREPARED,
+        )
+        if not isinstance(counted, OverLimit):
+            return counted
+        errors = [
+            {
+                "code": "queued_request_limit",
+                "line": None,
+                "param": None,
+                "message": f"The file's {report.total} requests would take your unfinished requests "
+                f"to {counted.count}, over the limit of {settings.batch_max_queued_requests_per_user}.",
+            }
+        ]
     if errors:
         now = deps.clock()
         whole_batch = errors[0]["code"] in ("queued_request_limit", "batch_route_unavailable")
@@ -168,7 +179,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             else f"The input file has {len(errors)}{'' if report.complete else '+'} problem(s), listed in "
             f"'errors'; nothing was run.",
         }
-        deps.batches.change(
+        deps.batches.end(
             batch.id,
             {
                 "status": BatchStatus.FAILED,
@@ -182,20 +193,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             from_statuses=_UNPREPARED,
         )
         logger.info("batch input refused", extra={"batch_id": batch.id, "problems": len(errors)})
-        return None
-    return deps.batches.change(
-        batch.id, {"total": report.total, "models": sorted(report.models)}, from_statuses=_UNPREPARED
-    )
-
-
-def _unfinished_requests(deps: Deps, batch: BatchRecord) -> int:
-    """Requests not ended yet in the owner's other unfinished batches."""
-    others, _ = deps.batches.list_for_owner(batch.owner, limit=1000, statuses=sorted(UNFINISHED_STATUSES))
-    return sum(
-        counted.unfinished_requests
-        for other in others
-        if other.id != batch.id and (counted := deps.batches.get(other.id)) is not None
-    )
+    return None
 
 
 def _write_requests(deps: Deps, batch_id: str, requests: Iterator[tuple[str, str, Any]]) -> int:
@@ -396,7 +394,7 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
     files = write_results(deps, batch, deadline)
     if files is None:
         return {"status": BatchStatus.FINALIZING.value, "purge_at": None}
-    ended = deps.batches.change(
+    ended = deps.batches.end(
         batch_id,
         {
             "status": final,
@@ -446,7 +444,7 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
             f"The batch could not be run to its end: {cause or 'a workflow step failed'}."
         ),
     }
-    failed = deps.batches.change(
+    failed = deps.batches.end(
         batch_id,
         {
             "status": BatchStatus.FAILED,

@@ -3,6 +3,11 @@
 Every change of a batch's status is a conditional write that names the statuses it
 may leave (``status_is_one_of``), so two steps racing (a cancel and the window's end,
 a retried finalize) cannot both apply.
+
+A batch counts against its owner's limits (``storage.usage``) from the transaction that
+stores it (``create``) to the one that ends it (``end``) or deletes it unfinished
+(``delete_record``): each of those writes changes the record and the owner's usage
+together, so a batch is counted once and released once, whoever retries or races.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from batchgw.domain.batch import (
 )
 from batchgw.domain.errors import StorageError
 from batchgw.domain.states import BatchStatus
+from batchgw.domain.usage import OverLimit, Usage, UsageLimits
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, to_item
+from batchgw.storage.usage import UsageStore
 
 OWNER_INDEX = "by_owner"
 
@@ -32,11 +39,20 @@ batch_exists = "attribute_exists(pk)"
 token_is_ours = "task_token = :token"
 shard_is_empty = "#left = :zero"
 shard_not_counted = "attribute_not_exists(done)"
+status_is = "#status = :status"
+total_is = "#total = :total"
+
+_USAGE_TRIES = 5  # charges or releases tried again while the owner's usage keeps changing
+
+
+class _RecordChanged(Exception):
+    """The write of a batch's record joined to a usage charge did not hold its condition."""
 
 
 class BatchStore:
-    def __init__(self, client: Any, table: str) -> None:
+    def __init__(self, client: Any, table: str, usage: UsageStore) -> None:
         self._table = Table(client, table)
+        self._usage = usage
 
     @staticmethod
     def _key(batch_id: str, sk: str = RECORD_SK) -> dict[str, Any]:
@@ -133,11 +149,59 @@ class BatchStore:
 
     # --- the record's life --------------------------------------------------------------------
 
-    def create(self, record: BatchRecord) -> None:
-        if not self._table.put(
-            record.to_item(), condition=batch_not_exists, failure=f"could not store {record.id}"
-        ):
-            raise StorageError(f"batch {record.id} exists already")
+    def create(self, record: BatchRecord, limits: UsageLimits) -> OverLimit | None:
+        """Store a new batch's record and count it in its owner's usage, in one transaction:
+        one unfinished batch more, and its requests (a file batch's are counted once its file
+        is read: ``charge_requests``). OverLimit, with nothing stored, when that would take
+        the owner over ``limits``."""
+        put = {
+            "Put": {
+                "TableName": self._table.name,
+                "Item": to_item(record.replace(charged=True).to_item()),
+                "ConditionExpression": batch_not_exists,
+            }
+        }
+        try:
+            return self._charge(record.id, record.owner, put, batches=1, requests=record.total, limits=limits)
+        except _RecordChanged:
+            raise StorageError(f"batch {record.id} exists already") from None
+
+    def charge_requests(
+        self,
+        batch: BatchRecord,
+        *,
+        total: int,
+        models: Sequence[str],
+        limits: UsageLimits,
+        from_statuses: Iterable[BatchStatus],
+    ) -> BatchRecord | OverLimit | None:
+        """A file batch's requests, once its file is read: set its ``total`` and ``models``
+        and count the requests in its owner's usage, in one transaction, if its status is
+        still one of ``from_statuses``. The record after (also when an earlier try counted
+        them already), OverLimit with nothing changed, or None when the status changed (or
+        the batch is gone)."""
+        statuses = list(from_statuses)
+        fields = {"total": total, "models": list(models)}
+        if not batch.charged:
+            return self.change(batch.id, fields, from_statuses=statuses)
+        update = self._update(fields, statuses, extra=(total_is, {"#total": "total"}, {":total": 0}))
+        try:
+            refused = self._charge(
+                batch.id,
+                batch.owner,
+                {"Update": update.request(self._table.name, self._key(batch.id))},
+                batches=0,
+                requests=total,
+                limits=limits,
+            )
+        except _RecordChanged:
+            refused = None  # an earlier try may have counted them: the record says
+        if refused is not None:
+            return refused
+        after = self.get_record(batch.id)
+        if after is None or after.status not in statuses or after.total != total:
+            return None
+        return after
 
     def change(
         self,
@@ -149,7 +213,60 @@ class BatchStore:
     ) -> BatchRecord | None:
         """Set ``fields`` (BatchRecord field names) on the record, only if its status is one
         of ``from_statuses`` (any, when None). The record after the change, or None when the
-        condition did not hold (or the batch is gone)."""
+        condition did not hold (or the batch is gone). A change to a final status goes
+        through ``end``."""
+        update = self._update(fields, from_statuses, remove)
+        after, _ = self._table.update_returning(
+            self._key(batch_id), update, failure=f"could not update {batch_id}"
+        )
+        return None if after is None else BatchRecord.from_item(after)
+
+    def end(
+        self,
+        batch_id: str,
+        fields: dict[str, Any],
+        *,
+        from_statuses: Iterable[BatchStatus],
+        remove: Sequence[str] = (),
+    ) -> BatchRecord | None:
+        """Give the batch its final status (``fields``, set as ``change`` does) if its status
+        is one of ``from_statuses`` (unfinished ones), and release what it counts in its
+        owner's usage in the same transaction: a step retried, or two racing, release it
+        once. The record after, or None when the condition did not hold (or the batch is
+        gone)."""
+        statuses = list(from_statuses)
+        if any(status.is_final for status in statuses):
+            raise ValueError("a batch ends from an unfinished status")
+        for _ in range(_USAGE_TRIES):
+            record = self.get_record(batch_id)
+            if record is None or record.status not in statuses:
+                return None
+            if not record.charged:
+                return self.change(batch_id, fields, from_statuses=statuses, remove=remove)
+            update = self._update(
+                fields, statuses, remove, extra=(total_is, {"#total": "total"}, {":total": record.total})
+            )
+            cancelled = self._table.transact(
+                [
+                    {"Update": update.request(self._table.name, self._key(batch_id))},
+                    self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total)),
+                ],
+                failure=f"could not end {batch_id}",
+            )
+            if cancelled is None:
+                return self.get_record(batch_id)
+        raise StorageError(f"batch {batch_id} kept changing while it was ended")
+
+    def _update(
+        self,
+        fields: dict[str, Any],
+        from_statuses: Iterable[BatchStatus] | None,
+        remove: Sequence[str] = (),
+        *,
+        extra: tuple[str, dict[str, str], dict[str, Any]] | None = None,
+    ) -> Update:
+        """The update of a batch's record setting ``fields`` if its status is one of
+        ``from_statuses`` (and ``extra``'s clause holds, with its names and values)."""
         condition = batch_exists
         values: dict[str, Any] = {}
         names: dict[str, str] = {}
@@ -157,14 +274,80 @@ class BatchStore:
             names["#status"] = "status"
             status_is_one_of, values = one_of("#status", "from", [str(s) for s in from_statuses])
             condition = f"{batch_exists} AND {status_is_one_of}"
+        if extra is not None:
+            clause, extra_names, extra_values = extra
+            condition = f"{condition} AND {clause}"
+            names.update(extra_names)
+            values.update(extra_values)
         stored = {
             name: value.value if isinstance(value, BatchStatus) else value for name, value in fields.items()
         }
-        update = Update(set=stored, remove=remove, condition=condition, names=names, values=values)
-        after, _ = self._table.update_returning(
-            self._key(batch_id), update, failure=f"could not update {batch_id}"
-        )
-        return None if after is None else BatchRecord.from_item(after)
+        return Update(set=stored, remove=remove, condition=condition, names=names, values=values)
+
+    # --- the owner's usage --------------------------------------------------------------------
+
+    def _charge(
+        self,
+        batch_id: str,
+        owner: str,
+        action: dict[str, Any],
+        *,
+        batches: int,
+        requests: int,
+        limits: UsageLimits,
+    ) -> OverLimit | None:
+        """Run ``action`` (a conditional write of batch ``batch_id``'s record) with ``batches``
+        and ``requests`` charged to ``owner``'s usage, in one transaction. OverLimit when the
+        owner would go over ``limits``, counting as ended the requests that ended in the
+        batches their usage holds (see ``storage.usage``); raises _RecordChanged when
+        ``action``'s own condition did not hold."""
+        read: tuple[Usage, int] | None = None  # the usage as read, and the requests ended of it
+        for _ in range(_USAGE_TRIES):
+            ended = 0 if read is None else read[1]
+            most_requests = limits.max_requests - requests + ended
+            if most_requests >= 0:
+                charge = UsageStore.charge_batch(
+                    batch_id,
+                    batches=batches,
+                    requests=requests,
+                    most_batches=limits.max_batches - batches,
+                    most_requests=most_requests,
+                    releases=None if read is None else read[0].releases,
+                )
+                cancelled = self._table.transact(
+                    [action, self._usage.action(owner, charge)], failure=f"could not count {batch_id}"
+                )
+                if cancelled is None:
+                    return None
+                if cancelled.failed(0):
+                    raise _RecordChanged
+            usage = self._usage.read(owner)
+            ended_now = self._ended_requests(owner, usage)
+            if ended_now is None:
+                read = None  # a vanished batch was released: read again
+                continue
+            if batches and usage.batches + batches > limits.max_batches:
+                return OverLimit("batches", usage.batches)
+            unfinished = usage.requests - ended_now
+            if unfinished + requests > limits.max_requests:
+                return OverLimit("requests", unfinished + requests)
+            read = (usage, ended_now)
+        raise StorageError(f"the usage of {owner} kept changing")
+
+    def _ended_requests(self, owner: str, usage: Usage) -> int | None:
+        """Requests that ended in the batches ``usage`` holds: counted until their batch ends,
+        but no longer unfinished (read from each batch's counters, strongly consistent).
+        None when a batch it holds had vanished without its release, which is now made."""
+        ended = 0
+        vanished = False
+        for batch_id, charged in usage.held.items():
+            batch = self.get(batch_id)
+            if batch is None:
+                vanished = True
+                self._usage.release_vanished(owner, batch_id, charged)
+                continue
+            ended += batch.record.total - batch.unfinished_requests
+        return None if vanished else ended
 
     def clear_token(self, batch_id: str, token: str) -> None:
         """Forget a task token once used (only if it is still the one stored)."""
@@ -175,13 +358,36 @@ class BatchStore:
         )
 
     def delete_record(self, batch_id: str) -> bool:
-        """Remove the batch's record (it then reads as not found everywhere)."""
-        return self._table.delete(
-            self._key(batch_id), condition=batch_exists, failure=f"could not delete {batch_id}"
-        )
+        """Remove the batch's record (it then reads as not found everywhere); an unfinished
+        batch's count in its owner's usage is released in the same transaction. False when
+        there was no record to remove."""
+        for _ in range(_USAGE_TRIES):
+            record = self.get_record(batch_id)
+            if record is None:
+                return False
+            if not record.charged or record.status.is_final:
+                return self._table.delete(
+                    self._key(batch_id), condition=batch_exists, failure=f"could not delete {batch_id}"
+                )
+            delete = {
+                "Delete": {
+                    "TableName": self._table.name,
+                    "Key": self._key(batch_id),
+                    "ConditionExpression": f"{batch_exists} AND {status_is} AND {total_is}",
+                    "ExpressionAttributeNames": {"#status": "status", "#total": "total"},
+                    "ExpressionAttributeValues": to_item(
+                        {":status": record.status.value, ":total": record.total}
+                    ),
+                }
+            }
+            release = self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total))
+            if self._table.transact([delete, release], failure=f"could not delete {batch_id}") is None:
+                return True
+        raise StorageError(f"batch {batch_id} kept changing while it was deleted")
 
     def delete_all(self, batch_id: str) -> None:
-        """Delete the batch's record and counter shards."""
+        """Delete the batch's record (releasing it, if it is unfinished) and counter shards."""
+        self.delete_record(batch_id)
         keys = [
             {"pk": raw["pk"], "sk": raw["sk"]}
             for raw in self._table.query(

@@ -1,15 +1,29 @@
-"""S3: batch inputs, request and response bodies too large for their record, files."""
+"""S3: batch inputs, request and response bodies too large for their record, files.
+
+A presigned URL acts with the credentials that signed it, and stops working when they
+expire, whatever its own expiry says. So a URL is signed for at most what is left of its
+credentials' life, less a margin (``UrlSigning``): shorter than asked when they end sooner,
+and refused (503) when what is left is shorter than the shortest URL worth handing out.
+"""
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
 from batchgw.domain import codec
-from batchgw.domain.errors import StorageError
+from batchgw.domain.errors import ServiceUnavailable, StorageError
+
+# Where Lambda-style environments say when the credentials they hand over expire (ISO 8601).
+CREDENTIAL_EXPIRATION_ENV = "AWS_CREDENTIAL_EXPIRATION"
 
 
 def input_key(batch_id: str) -> str:
@@ -29,10 +43,90 @@ def export_key(batch_id: str) -> str:
     return f"exports/{batch_id}/output.jsonl"
 
 
+@dataclass(frozen=True)
+class Presigned:
+    """A presigned URL and how many seconds it is valid for from when it was signed."""
+
+    url: str
+    seconds: int
+
+
+class SigningExpiring(ServiceUnavailable):
+    """The credentials that sign URLs end too soon for a URL worth handing out."""
+
+    def __init__(self, seconds_left: float) -> None:
+        super().__init__(
+            "Downloads and uploads cannot be signed for now; try again in a minute.",
+            code="signing_unavailable",
+        )
+        self.seconds_left = seconds_left
+
+
+@dataclass(frozen=True)
+class UrlSigning:
+    """How long a presigned URL may be valid, given the credentials that sign it.
+
+    ``credentials`` gives the client's botocore credentials (the session's
+    ``get_credentials``); their expiry is known for refreshable ones (role, container, SSO,
+    environment variables with ``AWS_CREDENTIAL_EXPIRATION``), else from that variable when
+    they came from the environment. Temporary credentials (a session token) of an unknown
+    expiry — Lambda's execution role states none — sign for at most ``unknown_seconds``;
+    long-lived keys sign for what is asked. ``clock`` is the wall clock botocore signs with.
+    """
+
+    credentials: Callable[[], Any] = lambda: None
+    margin_seconds: float = 60
+    min_seconds: float = 60
+    unknown_seconds: int = 900
+    clock: Callable[[], float] = time.time
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+    def seconds(self, wanted: int) -> int:
+        """The URL's lifetime: ``wanted``, or less when the credentials end sooner (less the
+        margin). Raises SigningExpiring when that is under ``min_seconds``."""
+        left = self.credentials_left()
+        if left is None:
+            return min(wanted, self.unknown_seconds) if self._temporary() else wanted
+        usable = math.floor(left - self.margin_seconds)
+        if usable < self.min_seconds:
+            raise SigningExpiring(left)
+        return min(wanted, usable)
+
+    def _temporary(self) -> bool:
+        credentials = self.credentials()
+        return credentials is not None and bool(credentials.get_frozen_credentials().token)
+
+    def credentials_left(self) -> float | None:
+        """Seconds until the signing credentials expire; None when that is not known."""
+        credentials = self.credentials()
+        if credentials is None:
+            return None
+        credentials.get_frozen_credentials()  # refreshed first if near their end, as signing does
+        expiry: datetime | None = getattr(credentials, "_expiry_time", None)  # RefreshableCredentials
+        if expiry is None and getattr(credentials, "method", None) == "env":
+            expiry = _stated_expiry(self.environ.get(CREDENTIAL_EXPIRATION_ENV))
+        if expiry is None:
+            return None
+        if expiry.tzinfo is None:
+            expiry = expiry.replace(tzinfo=UTC)
+        return expiry.timestamp() - self.clock()
+
+
+def _stated_expiry(text: str | None) -> datetime | None:
+    """An ISO 8601 expiry as the environment states it; None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 class BlobStore:
-    def __init__(self, client: Any, bucket: str) -> None:
+    def __init__(self, client: Any, bucket: str, signing: UrlSigning | None = None) -> None:
         self._s3 = client
         self._bucket = bucket
+        self._signing = signing or UrlSigning()
 
     def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         try:
@@ -131,14 +225,16 @@ class BlobStore:
             raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
         return True
 
-    def presigned_put(self, key: str, size: int, expires_in: int = 3600) -> str:
-        return str(
-            self._s3.generate_presigned_url(
-                "put_object",
-                Params={"Bucket": self._bucket, "Key": key, "ContentLength": size},
-                ExpiresIn=expires_in,
-            )
+    def presigned_put(self, key: str, size: int, expires_in: int = 3600) -> Presigned:
+        """A URL that uploads exactly ``size`` bytes to ``key``, valid for ``expires_in``
+        seconds or less (see ``UrlSigning``)."""
+        seconds = self._signing.seconds(expires_in)
+        url = self._s3.generate_presigned_url(
+            "put_object",
+            Params={"Bucket": self._bucket, "Key": key, "ContentLength": size},
+            ExpiresIn=seconds,
         )
+        return Presigned(str(url), seconds)
 
     def size(self, key: str) -> int | None:
         try:
@@ -163,12 +259,14 @@ class BlobStore:
             raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
         yield from body.iter_chunks(chunk)
 
-    def presigned_get(self, key: str, expires_in: int = 3600) -> str:
-        return str(
-            self._s3.generate_presigned_url(
-                "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_in
-            )
+    def presigned_get(self, key: str, expires_in: int = 3600) -> Presigned:
+        """A URL that downloads ``key``, valid for ``expires_in`` seconds or less (see
+        ``UrlSigning``)."""
+        seconds = self._signing.seconds(expires_in)
+        url = self._s3.generate_presigned_url(
+            "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=seconds
         )
+        return Presigned(str(url), seconds)
 
     def delete_batch(self, batch_id: str) -> None:
         for prefix in (f"inputs/{batch_id}/", f"bodies/{batch_id}/", f"exports/{batch_id}/"):

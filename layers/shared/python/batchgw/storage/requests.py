@@ -54,6 +54,10 @@ _TAKE_LEASE = (
 )
 _STATUS = {"#st": "status"}
 SWEEP_CHUNK = 99  # requests per transaction, with their shard's counter update
+RUNNING_INDEX = "running"  # a batch's running requests by lease_until (config.resources)
+# What a result line shows of a request (``domain.results``): all but its request body.
+_RESULT_NAMES = {"#st": "status", "#m": "model", "#err": "error"}
+_RESULT_FIELDS = "pk, idx, custom_id, #m, #st, #err, res, res_ref, status_code, request_id"
 
 
 def attempts_pk(batch_id: str) -> str:
@@ -488,21 +492,20 @@ class RequestStore:
     # --- reads --------------------------------------------------------------------------------
 
     def live_lease(self, batch_id: str, now: float) -> bool:
-        """Whether any request of the batch is held by a worker whose lease has not run out."""
-        for _ in self._table.query(
-            KeyConditionExpression="pk = :pk",
-            FilterExpression="#st = :running AND lease_until > :now",
-            ProjectionExpression="idx",
-            ExpressionAttributeNames=_STATUS,
-            ExpressionAttributeValues={
-                ":pk": {"S": batch_id},
-                ":running": {"S": RequestStatus.RUNNING.value},
-                ":now": {"N": str(timestamp(now))},
-            },
-            ConsistentRead=True,
-        ):
-            return True
-        return False
+        """Whether any request of the batch is held by a worker whose lease has not run out.
+
+        One read of at most one key, whatever the batch's size: the running index holds only
+        requests with a ``lease_until`` (every write that leaves ``running`` removes it), and
+        its sort key is that time. The index is eventually consistent: a claim made a moment
+        ago may not show yet, as a claim made a moment after the read would not either.
+        """
+        found, _ = self._table.query_step(
+            limit=1,
+            IndexName=RUNNING_INDEX,
+            KeyConditionExpression="pk = :pk AND lease_until > :now",
+            ExpressionAttributeValues={":pk": {"S": batch_id}, ":now": {"N": str(timestamp(now))}},
+        )
+        return bool(found)
 
     def unfinished(self, batch_id: str) -> list[RequestRecord]:
         """Every request of the batch that has not ended (queued, running, waiting for a
@@ -539,6 +542,22 @@ class RequestStore:
             if len(found) > limit:
                 break
         return found[:limit], len(found) > limit
+
+    def results_step(
+        self, batch_id: str, *, after_index: int, limit: int
+    ) -> tuple[list[RequestRecord], bool]:
+        """One read of the batch's requests after index ``after_index``, in submission order,
+        with what a result shows and not their request bodies: at most ``limit`` of them
+        (fewer when DynamoDB's 1 MB per read comes first), and whether more may follow."""
+        items, start = self._table.query_step(
+            limit=limit,
+            KeyConditionExpression="pk = :pk AND idx > :after",
+            ProjectionExpression=_RESULT_FIELDS,
+            ExpressionAttributeNames=_RESULT_NAMES,
+            ExpressionAttributeValues={":pk": {"S": batch_id}, ":after": {"N": str(after_index)}},
+            ConsistentRead=True,
+        )
+        return [RequestRecord.from_item(from_item(raw)) for raw in items], start is not None
 
     def all(self, batch_id: str, page_size: int = 500) -> Iterator[RequestRecord]:
         """Every request of the batch in submission order, a page at a time."""

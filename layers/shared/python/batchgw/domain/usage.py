@@ -1,0 +1,111 @@
+"""What one user holds against their limits: unfinished batches and requests, and the bytes
+of their input files, as counted in their usage record.
+
+The record changes only in the transaction that makes the change it counts (a batch
+created or ended, a file stored or deleted), under a condition that keeps it within the
+limit, so two calls racing at a limit cannot both pass.
+
+Input files leave the count when they expire, with no write of their own: their bytes are
+kept per *expiry hour* (the hour at or after the file's ``expires_at``), and an hour that
+has passed is dropped (its bytes taken off the total) by the next write that finds it. A
+file thus counts until the end of the hour it expires in, and the record holds at most one
+bucket per hour of retention.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FILE_BUCKET_SECONDS = 3600
+BUCKET_PREFIX = "f"  # a bucket's attribute: f<hour>, hours since the epoch
+HELD_PREFIX = "held:"  # a batch's attribute: held:<batch id>, the requests it charged
+
+
+def held_attribute(batch_id: str) -> str:
+    return f"{HELD_PREFIX}{batch_id}"
+
+
+def file_bucket(expires_at: int) -> int:
+    """The expiry hour a file's bytes are kept in: the first hour boundary at or after it
+    expires (once that has passed, the file has expired)."""
+    return math.ceil(expires_at / FILE_BUCKET_SECONDS)
+
+
+def bucket_attribute(bucket: int) -> str:
+    return f"{BUCKET_PREFIX}{bucket}"
+
+
+def current_hour(now: float) -> int:
+    """The last hour boundary at or before ``now``: every bucket up to it has expired."""
+    return math.floor(now / FILE_BUCKET_SECONDS)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageLimits:
+    """The limits a batch's charge is checked against."""
+
+    max_batches: int  # BATCH_MAX_ACTIVE_PER_USER
+    max_requests: int  # BATCH_MAX_QUEUED_REQUESTS_PER_USER
+
+
+@dataclass(frozen=True, slots=True)
+class OverLimit:
+    """A charge refused: which limit, and ``count``: the unfinished batches the user holds,
+    or the unfinished requests or input-file bytes they would hold with the charge."""
+
+    limit: Literal["batches", "requests", "file_bytes"]
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A user's usage record, as stored."""
+
+    batches: int = 0  # unfinished batches
+    requests: int = 0  # requests charged by unfinished batches (some may have ended)
+    releases: int = 0  # batches released so far: a charge that read the record names it
+    held: dict[str, int] = field(default_factory=dict)  # batch id -> the requests it charged
+    file_bytes: int = 0  # bytes of input files, the expired hours not dropped yet included
+    # An hour held, the earliest unless the retention was shortened since: when a drop is due.
+    first_bucket: int | None = None
+    buckets: dict[int, int] = field(default_factory=dict)  # expiry hour -> bytes
+
+    def due_buckets(self, now: float) -> dict[int, int]:
+        """The buckets whose hour has passed: every file in them has expired."""
+        hour = current_hour(now)
+        return {bucket: size for bucket, size in self.buckets.items() if bucket <= hour}
+
+    def drop_due(self, now: float) -> bool:
+        """Whether an hour is due to be dropped (or the record's next one to be named again)."""
+        return bool(self.due_buckets(now)) or (
+            self.first_bucket is not None and self.first_bucket <= current_hour(now)
+        )
+
+    def live_file_bytes(self, now: float) -> int:
+        """Bytes of the input files that have not expired (up to the hour)."""
+        return self.file_bytes - sum(self.due_buckets(now).values())
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any] | None) -> Usage:
+        if item is None:
+            return cls()
+        first = item.get("fnext")
+        return cls(
+            batches=int(item.get("batches", 0)),
+            requests=int(item.get("requests", 0)),
+            releases=int(item.get("v", 0)),
+            held={
+                name[len(HELD_PREFIX) :]: int(value)
+                for name, value in item.items()
+                if name.startswith(HELD_PREFIX)
+            },
+            file_bytes=int(item.get("fbytes", 0)),
+            first_bucket=None if first is None else int(first),
+            buckets={
+                int(name[len(BUCKET_PREFIX) :]): int(value)
+                for name, value in item.items()
+                if name.startswith(BUCKET_PREFIX) and name[len(BUCKET_PREFIX) :].isdigit()
+            },
+        )

@@ -1,0 +1,159 @@
+"""Each user's usage record, in the control table (see ``domain.usage``):
+
+    pk usage#<user id>   sk usage   batches, requests, v, held:<batch id>...,
+                                    fbytes, fnext, f<hour>...
+
+Nothing is written here on its own but the dropping of expired file hours: the charges
+and releases are updates that join the transaction of the change they count
+(``storage.batches``, ``storage.files``), each under a condition that keeps the user
+within their limit — DynamoDB conditions cannot add, so each compares against a bound
+computed before the write (``batches <= :most`` for one batch more under a limit of
+``:most + 1``).
+
+Unfinished requests are charged whole when a batch is created (or its file read) and
+released whole when it ends, while its requests end one by one: a charge that finds the
+record over the limit reads what already ended in the user's unfinished batches (the
+``credit``) and is tried again with that credit, provided no batch was released since the
+record was read (``v`` counts releases), else it reads again. The record names the batches
+it counts (``held:<batch id>``, what each charged), so the credit is read from those
+batches' own records, strongly consistent, and a batch whose record vanished without its
+release (DynamoDB's TTL removing a batch whose workflow died) is released by the next
+charge that finds it (``release_vanished``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchgw.domain.usage import Usage, bucket_attribute, current_hour, file_bucket, held_attribute
+from batchgw.storage.dynamo import Table, Update
+
+USAGE_SK = "usage"
+
+# The clauses of the usage record's conditional writes.
+batches_below_limit = "(attribute_not_exists(batches) OR batches <= :most_batches)"
+requests_below_limit = "(attribute_not_exists(requests) OR requests <= :most_requests)"
+no_release_since_read = "(attribute_not_exists(v) OR v = :releases)"
+no_release_since_read_of = "v = :releases"
+still_held_as_read = "#held = :held"
+bytes_below_limit = "(attribute_not_exists(fbytes) OR fbytes <= :most_bytes)"
+no_hour_due = "(attribute_not_exists(fnext) OR fnext > :hour)"
+hour_held = "attribute_exists(#hour)"
+first_hour_is = "fnext = :first"
+
+
+class UsageStore:
+    def __init__(self, client: Any, table: str) -> None:
+        self._table = Table(client, table)
+
+    @staticmethod
+    def key(user_id: str) -> dict[str, Any]:
+        return {"pk": {"S": f"usage#{user_id}"}, "sk": {"S": USAGE_SK}}
+
+    def read(self, user_id: str) -> Usage:
+        """The user's usage record (strongly consistent; all zero before their first charge)."""
+        return Usage.from_item(self._table.get(self.key(user_id)))
+
+    def action(self, user_id: str, update: Update) -> dict[str, Any]:
+        """``update`` as an action of a transaction."""
+        return {"Update": update.request(self._table.name, self.key(user_id))}
+
+    # --- batches -------------------------------------------------------------------------------
+
+    @staticmethod
+    def charge_batch(
+        batch_id: str,
+        *,
+        batches: int,
+        requests: int,
+        most_batches: int,
+        most_requests: int,
+        releases: int | None = None,
+    ) -> Update:
+        """Count ``batches`` more unfinished batches (0 or 1: batch ``batch_id`` itself) and
+        ``requests`` more requests of it, if the record holds at most ``most_batches`` and
+        ``most_requests`` before; with ``releases``, only if no batch was released since the
+        record was read."""
+        conditions = [requests_below_limit]
+        values: dict[str, Any] = {":most_requests": most_requests}
+        if batches:
+            conditions.append(batches_below_limit)
+            values[":most_batches"] = most_batches
+        if releases is not None:
+            conditions.append(no_release_since_read if releases == 0 else no_release_since_read_of)
+            values[":releases"] = releases
+        return Update(
+            add={"batches": batches, "requests": requests, held_attribute(batch_id): requests},
+            condition=" AND ".join(conditions),
+            values=values,
+        )
+
+    @staticmethod
+    def release_batch(batch_id: str, requests: int) -> Update:
+        """One unfinished batch fewer, and the ``requests`` it charged. Joins the write that
+        ends or deletes the batch, whose own condition makes it happen once."""
+        return Update(add={"batches": -1, "requests": -requests, "v": 1}, remove=[held_attribute(batch_id)])
+
+    def release_vanished(self, user_id: str, batch_id: str, requests: int) -> bool:
+        """Release a batch whose record is gone without its release, if the record still
+        counts it as read (False otherwise)."""
+        release = self.release_batch(batch_id, requests)
+        return self._table.update(
+            self.key(user_id),
+            Update(
+                add=release.add,
+                remove=release.remove,
+                condition=still_held_as_read,
+                names={"#held": held_attribute(batch_id)},
+                values={":held": requests},
+            ),
+            failure=f"could not release {batch_id} of {user_id}",
+        )
+
+    # --- input files ---------------------------------------------------------------------------
+
+    @staticmethod
+    def charge_file(*, size: int, expires_at: int, most_bytes: int, now: float) -> Update:
+        """Count ``size`` more bytes of input files, in the file's expiry hour, if the record
+        holds at most ``most_bytes`` and no expired hour is left to drop (one is dropped
+        first: ``drop_due_hours``)."""
+        bucket = file_bucket(expires_at)
+        return Update(
+            add={"fbytes": size, bucket_attribute(bucket): size},
+            extra_set=["fnext = if_not_exists(fnext, :bucket)"],
+            condition=f"{bytes_below_limit} AND {no_hour_due}",
+            values={":most_bytes": most_bytes, ":hour": current_hour(now), ":bucket": bucket},
+        )
+
+    @staticmethod
+    def release_file(*, size: int, expires_at: int) -> Update:
+        """``size`` bytes fewer, from the file's expiry hour, if that hour was not dropped
+        already (then its bytes left the count with it)."""
+        hour = bucket_attribute(file_bucket(expires_at))
+        return Update(add={"fbytes": -size, hour: -size}, condition=hour_held, names={"#hour": hour})
+
+    def drop_due_hours(self, user_id: str, usage: Usage, now: float) -> bool:
+        """Take the hours that have passed off the record (their files all expired), if the
+        record still holds them as read. False when it changed meanwhile."""
+        if not usage.drop_due(now):
+            return True
+        due = usage.due_buckets(now)
+        left = [bucket for bucket in usage.buckets if bucket not in due]
+        names = {f"#d{i}": bucket_attribute(bucket) for i, bucket in enumerate(due)}
+        values: dict[str, Any] = {f":d{i}": size for i, size in enumerate(due.values())}
+        conditions = [f"#d{i} = :d{i}" for i in range(len(due))]
+        if usage.first_bucket is not None:
+            conditions.append(first_hour_is)
+            values[":first"] = usage.first_bucket
+        return self._table.update(
+            self.key(user_id),
+            Update(
+                add={"fbytes": -sum(due.values())},
+                set={"fnext": min(left) if left else None},
+                extra_remove=list(names),
+                condition=" AND ".join(conditions),
+                names=names,
+                values=values,
+            ),
+            failure=f"could not drop the expired files of {user_id}",
+        )

@@ -1,0 +1,385 @@
+"""Bounded reads: a files page, a batch's delete and a results page read what they answer
+(and one more), counted in DynamoDB Query calls and items, however much is stored."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from batchgw.api import batches, files
+from batchgw.api import results as results_api
+from batchgw.api.ids import cursor_key, new_id
+from batchgw.api.params import ANSWER_LIMIT
+from batchgw.deps import Deps
+from batchgw.domain import codec
+from batchgw.domain.batch import BatchRecord, Tally, shard_totals
+from batchgw.domain.errors import BadRequest, Conflict
+from batchgw.domain.files import FileRecord
+from batchgw.domain.principal import Principal
+from batchgw.domain.request import RequestEnd, RequestRecord, request_id
+from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.storage import aws
+from batchgw.storage.blobs import BlobStore, UrlSigning
+from batchgw.storage.dynamo import Table
+from botocore.credentials import Credentials
+
+from local.simulator import Simulator
+from tests.integration.conftest import make_deps
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+BOB = Principal(user_id="user-bob", role="internal", key_id="key_local_bob")
+LEASE_SECONDS = 60
+BIG_REQUESTS = 600  # of the 50,000: requests whose response is ~30 KB packed
+
+
+# --- counting what DynamoDB reads ----------------------------------------------------------
+
+
+@dataclass
+class QueryCall:
+    table: str
+    index: str | None
+    evaluated: int  # ScannedCount: what the Query's Limit counts
+    returned: int
+    bytes: int  # of the items returned, as DynamoDB sizes them (names and values)
+    attributes: frozenset[str]  # the attribute names the items returned carry
+
+
+@dataclass
+class Reads:
+    """Every DynamoDB Query made through the process's clients, with what it read."""
+
+    calls: list[QueryCall] = field(default_factory=list)
+
+    def on(self, table: str) -> list[QueryCall]:
+        return [call for call in self.calls if call.table == table]
+
+    def clear(self) -> None:
+        self.calls.clear()
+
+
+@pytest.fixture
+def reads() -> Iterator[Reads]:
+    seen = Reads()
+    events = aws.get_clients().session.events
+
+    def before(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["bounded_reads"] = (params["TableName"], params.get("IndexName"))
+
+    def after(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        table, index = context["bounded_reads"]
+        items = parsed.get("Items", [])
+        size = sum(_item_bytes(item) for item in items)
+        names = frozenset(name for item in items for name in item)
+        seen.calls.append(
+            QueryCall(table, index, int(parsed.get("ScannedCount", 0)), len(items), size, names)
+        )
+
+    events.register("before-parameter-build.dynamodb.Query", before)
+    events.register("after-call.dynamodb.Query", after)
+    try:
+        yield seen
+    finally:
+        events.unregister("before-parameter-build.dynamodb.Query", before)
+        events.unregister("after-call.dynamodb.Query", after)
+
+
+def _item_bytes(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB counts it, near enough: its names and its values."""
+    total = 0
+    for name, value in item.items():
+        ((kind, raw),) = value.items()
+        if kind == "B":
+            size = len(raw)
+        elif kind in ("S", "N"):
+            size = len(str(raw).encode())
+        else:  # a map, a list or a set: its JSON, near enough
+            size = len(json.dumps(raw, default=str))
+        total += len(name.encode()) + size
+    return total
+
+
+# --- GET /v1/files ----------------------------------------------------------------------------
+
+
+def _file(deps: Deps, owner: str, made_at: float, *, purpose: str = "batch", **extra: Any) -> FileRecord:
+    file_id = new_id("file-", made_at)
+    return FileRecord(
+        id=file_id,
+        owner=owner,
+        bytes=10,
+        created_at=int(made_at),
+        created_key=cursor_key("file-", file_id) or "",
+        filename="in.jsonl",
+        purpose=purpose,
+        expires_at=int(deps.clock() + 86400),
+        sha256="0" * 64,
+        **extra,
+    )
+
+
+def _store_files(deps: Deps, records: list[FileRecord]) -> None:
+    Table(aws.get_clients().dynamodb, deps.settings.files_table).put_many(r.to_item() for r in records)
+
+
+def test_a_files_page_reads_its_files_and_one_more_past_thousands_deleted_in_the_way(
+    sim: Simulator, reads: Reads
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    now = clock()
+    kept = [_file(deps, ALICE.user_id, now - 10_000 + i) for i in range(3000)]
+    deleted = [_file(deps, ALICE.user_id, now - 1000 + i * 0.5) for i in range(1000)]  # the newest
+    _store_files(deps, kept + deleted + [_file(deps, BOB.user_id, now - 5 + i) for i in range(5)])
+    for record in deleted:
+        files.delete_file(deps, ALICE, record.id)
+    newest_first = [r.id for r in reversed(kept)]
+    table = deps.settings.files_table
+    reads.clear()
+
+    page = files.list_files(deps, ALICE, {"limit": ["20"]})
+
+    assert [f["id"] for f in page["data"]] == newest_first[:20] and page["has_more"] is True
+    assert [(c.index, c.evaluated) for c in reads.on(table)] == [("by_owner", 21)]
+    reads.clear()
+
+    following = files.list_files(deps, ALICE, {"limit": ["20"], "after": [page["last_id"]]})
+
+    assert [f["id"] for f in following["data"]] == newest_first[20:40]
+    assert [(c.index, c.evaluated) for c in reads.on(table)] == [("by_owner", 21)]
+    reads.clear()
+
+    oldest = files.list_files(deps, ALICE, {"limit": ["20"], "order": ["asc"], "after": [kept[99].id]})
+
+    assert [f["id"] for f in oldest["data"]] == [r.id for r in kept[100:120]]
+    assert [(c.index, c.evaluated) for c in reads.on(table)] == [("by_owner", 21)]
+
+
+def test_a_files_page_steps_past_files_it_cannot_show_and_says_when_the_list_ends(
+    sim: Simulator, reads: Reads
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    now = clock()
+    shown = [_file(deps, ALICE.user_id, now - 100 + i) for i in range(3)]
+    hidden = [
+        _file(deps, ALICE.user_id, now - 50, pending=True),  # an upload never completed
+        _file(deps, ALICE.user_id, now - 40, purpose="batch_output"),
+        *(_file(deps, ALICE.user_id, now - 30 + i) for i in range(5)),
+    ]
+    hidden[2:] = [replace(r, expires_at=int(now)) for r in hidden[2:]]  # expired, not yet removed
+    _store_files(deps, shown + hidden)
+    reads.clear()
+
+    page = files.list_files(deps, ALICE, {"limit": ["2"], "purpose": ["batch"]})
+
+    assert [f["id"] for f in page["data"]] == [shown[2].id, shown[1].id] and page["has_more"] is True
+    # the first step (3 files) met only files it cannot show; the next asks for more at once
+    assert [c.evaluated for c in reads.on(deps.settings.files_table)] == [3, 7]
+    rest = files.list_files(deps, ALICE, {"limit": ["2"], "after": [page["last_id"]]})
+    assert [f["id"] for f in rest["data"]] == [shown[0].id] and rest["has_more"] is False
+    assert files.list_files(deps, ALICE, {"purpose": ["assistants"]})["data"] == []
+
+
+def test_a_deleted_file_leaves_the_owner_index_yet_a_page_still_goes_on_from_it(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    now = clock()
+    older, newer = _file(deps, ALICE.user_id, now - 20), _file(deps, ALICE.user_id, now - 10)
+    # a result file's id is not time-ordered: its place in the list is its record's
+    result_id = "file-" + "ab" * 16
+    result_file = replace(
+        older, id=result_id, created_key=f"{int((now - 15) * 1000):015d}#{result_id}", purpose="batch_output"
+    )
+    _store_files(deps, [older, newer, result_file])
+
+    files.delete_file(deps, ALICE, result_file.id)
+    kept_until = int(now) + 30 * 86400
+    deps.files.mark_deleted(result_file.id, ttl=kept_until)  # as a purge would again: no change
+
+    tombstone = Table(aws.get_clients().dynamodb, deps.settings.files_table).get(
+        {"pk": {"S": result_file.id}}
+    )
+    assert tombstone is not None and "created_key" not in tombstone and tombstone["deleted"] is True
+    assert deps.files.get(result_file.id) == replace(result_file, deleted=True, ttl=kept_until)
+    assert [f["id"] for f in files.list_files(deps, ALICE, {})["data"]] == [newer.id, older.id]
+    after_it = files.list_files(deps, ALICE, {"after": [result_file.id]})
+    assert [f["id"] for f in after_it["data"]] == [older.id]
+    with pytest.raises(BadRequest):
+        files.list_files(deps, BOB, {"after": [result_file.id]})
+
+
+# --- a batch of 50,000 requests -------------------------------------------------------------
+
+
+def _big_batch(deps: Deps, total: int = 50_000, *, ended: bool = True) -> BatchRecord:
+    """A batch in progress with ``total`` requests, all succeeded (the first BIG_REQUESTS
+    with a ~30 KB packed response each, the rest with a small one), or all queued."""
+    now = deps.clock()
+    batch_id = new_id("batch_", now)
+    record = BatchRecord(
+        id=batch_id,
+        owner=ALICE.user_id,
+        status=BatchStatus.IN_PROGRESS,
+        endpoint="/v1/chat/completions",
+        created_at=int(now),
+        created_key=cursor_key("batch_", batch_id) or "",
+        total=total,
+        models=("sim-chat",),
+        shards=8,
+        chains=8,
+    )
+    Table(aws.get_clients().dynamodb, deps.settings.batches_table).put_many([record.to_item()])
+    deps.batches.put_shards(batch_id, shard_totals(total, 8))
+    noise = random.Random(7)
+    big = base64.b64encode(noise.randbytes(22_000)).decode()  # hardly compresses
+
+    def item(index: int) -> dict[str, Any]:
+        response = {"id": f"chatcmpl-{index}", "text": big if index < BIG_REQUESTS else "ok"}
+        end = RequestEnd(
+            RequestStatus.SUCCEEDED, ended_at=now, status_code=200, response_packed=codec.pack(response)
+        )
+        request = RequestRecord.new(batch_id, index, f"r-{index}", "sim-chat", codec.pack({"n": index}))
+        return {**request.to_item(), **(end.stored_fields() if ended else {})}
+
+    Table(aws.get_clients().dynamodb, deps.settings.requests_table).put_many(item(i) for i in range(total))
+    return record
+
+
+def test_deleting_a_batch_of_50000_requests_reads_at_most_one_key_of_the_running_index(
+    sim: Simulator, reads: Reads
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch = _big_batch(deps, ended=False)
+    assert deps.requests.claim(batch.id, 49_999, "worker-1", clock(), LEASE_SECONDS).request is not None
+    table = deps.settings.requests_table
+    reads.clear()
+
+    with pytest.raises(Conflict):
+        batches.delete_batch(deps, ALICE, batch.id)
+
+    assert [(c.index, c.evaluated) for c in reads.on(table)] == [("running", 1)]
+    clock.advance(LEASE_SECONDS + 1)  # the worker died: its lease ran out
+    reads.clear()
+
+    assert batches.delete_batch(deps, ALICE, batch.id)["deleted"] is True
+
+    assert [(c.index, c.evaluated) for c in reads.on(table)] == [("running", 0)]
+    assert deps.workflow.purges == [batch.id]  # type: ignore[attr-defined]
+
+
+def test_a_request_is_in_the_running_index_only_while_it_runs(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch = _big_batch(deps, total=3, ended=False)
+    running = Table(aws.get_clients().dynamodb, deps.settings.requests_table)
+
+    def indexed() -> list[int]:
+        return [
+            int(raw["idx"]["N"])
+            for raw in running.query(
+                IndexName="running",
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": batch.id}},
+            )
+        ]
+
+    assert indexed() == [] and not deps.requests.live_lease(batch.id, clock())
+    held = deps.requests.claim(batch.id, 1, "worker-1", clock(), LEASE_SECONDS).request
+    assert held is not None
+    assert indexed() == [1] and deps.requests.live_lease(batch.id, clock())
+    clock.advance(LEASE_SECONDS + 1)
+    assert indexed() == [1] and not deps.requests.live_lease(batch.id, clock())  # ran out
+    taken = deps.requests.claim(batch.id, 1, "worker-2", clock(), LEASE_SECONDS).request
+    assert taken is not None and deps.requests.live_lease(batch.id, clock())
+    deps.requests.record_end(
+        taken,
+        shard=batch.shard_of(1),
+        end=RequestEnd(RequestStatus.SUCCEEDED, ended_at=clock(), status_code=200),
+        tally=Tally(completed=1),
+    )
+    assert indexed() == [] and not deps.requests.live_lease(batch.id, clock())
+
+
+def test_a_results_page_of_a_50000_request_batch_stops_reading_at_its_byte_cap(
+    sim: Simulator, reads: Reads
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch = _big_batch(deps)
+    table = deps.settings.requests_table
+    reads.clear()
+
+    page = results_api.results_page(deps, ALICE, batch.id, {"limit": ["1000"]})
+
+    assert isinstance(page, dict) and page["has_more"] is True
+    shown = len(page["data"])
+    assert 100 < shown < BIG_REQUESTS  # ~40 KB lines: the response's 6 MB cap ends the page
+    assert [line["custom_id"] for line in page["data"]] == [f"r-{i}" for i in range(shown)]
+    calls = reads.on(table)
+    # each step asks for what the bytes left hold at the largest line so far (DynamoDB ends
+    # a step at 1 MB too): the page's lines and the one that did not fit, not 1,001 requests
+    assert sum(c.evaluated for c in calls) == shown + 1
+    assert sum(c.bytes for c in calls) <= ANSWER_LIMIT
+    assert not any("req" in c.attributes for c in calls)  # nor are the requests' own bodies
+    reads.clear()
+
+    following = results_api.results_page(
+        deps, ALICE, batch.id, {"limit": ["1000"], "after": [page["last_id"]]}
+    )
+
+    assert isinstance(following, dict)
+    assert following["data"][0]["custom_id"] == f"r-{shown}"
+
+
+def test_a_results_page_of_a_50000_request_batch_reads_its_lines_and_one_more(
+    sim: Simulator, reads: Reads
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch = _big_batch(deps)
+    after = request_id(batch.id, 9_999)
+    reads.clear()
+
+    page = results_api.results_page(deps, ALICE, batch.id, {"limit": ["1000"], "after": [after]})
+
+    assert isinstance(page, dict) and page["has_more"] is True
+    assert [line["custom_id"] for line in page["data"]] == [f"r-{i}" for i in range(10_000, 11_000)]
+    calls = reads.on(deps.settings.requests_table)
+    assert sum(c.evaluated for c in calls) == 1001 and len(calls) == 1
+    last = results_api.results_page(deps, ALICE, batch.id, {"after": [request_id(batch.id, 49_997)]})
+    assert isinstance(last, dict) and [line["custom_id"] for line in last["data"]] == ["r-49998", "r-49999"]
+    assert last["has_more"] is False
+
+
+# --- presigned uploads say when their URL really ends ----------------------------------------
+
+
+def test_a_presigned_upload_ends_with_its_signing_credentials_and_says_so(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    expiring = Credentials("AKIDEXPIRING", "secret", "token", method="env")
+    signing = UrlSigning(
+        lambda: expiring,
+        margin_seconds=60,
+        min_seconds=60,
+        clock=lambda: 1_000.0,
+        environ={"AWS_CREDENTIAL_EXPIRATION": "1970-01-01T00:36:40Z"},  # 2,200 s: 1,200 s after 1,000
+    )
+    deps.blobs = BlobStore(aws.get_clients().s3, deps.settings.data_bucket, signing)
+
+    answer = files.presign_upload(deps, ALICE, {"filename": "in.jsonl", "purpose": "batch", "bytes": 10})
+
+    query = parse_qs(urlsplit(answer["upload_url"]).query)
+    assert query["X-Amz-Expires"] == ["1140"]
+    assert answer["expires_at"] == answer["file"]["created_at"] + 1140
