@@ -45,12 +45,13 @@ class BatchGwStack(Stack):
             workflow_name=workflow_name,
         )
         self.workflow = Workflow(self, "Workflow", name=workflow_name, lifecycle=self.functions.lifecycle)
-        self.api = Api(self, "Api", handler=self.functions.api)
+        self.api = Api(self, "Api", handler=self.functions.api, admin_handler=self.functions.admin)
         self.observability = Observability(
             self,
             "Observability",
             http_api=self.api.http_api,
             api=self.functions.api,
+            admin=self.functions.admin,
             worker=self.functions.worker,
             lifecycle=self.functions.lifecycle,
             queues=self.queues.queues,

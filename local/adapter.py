@@ -1,9 +1,12 @@
 """The local API Gateway: HTTP requests in, HTTP API (payload v2.0) events to the api handler.
 
-``python -m local.adapter [--port N] [--handler pkg.mod.func]`` listens on 127.0.0.1
-(``BATCHGW_PORT``, default 8080) and calls the real api handler in process
-(``BATCHGW_API_HANDLER``, default ``functions.api.handler.handler``), enforcing the
-limits API Gateway and Lambda would:
+``python -m local.adapter [--port N] [--handler pkg.mod.func] [--admin-handler pkg.mod.func]``
+listens on 127.0.0.1 (``BATCHGW_PORT``, default 8080) and calls the real handlers in process,
+routing as the HTTP API does: a path under ``/admin/`` (``resources.ADMIN_PATH_PREFIX``) to the
+admin handler (``BATCHGW_ADMIN_HANDLER``, default ``functions.admin.handler.handler``), whose
+AWS calls are recorded as the admin function's, every other path to the api handler
+(``BATCHGW_API_HANDLER``, default ``functions.api.handler.handler``). It enforces the limits API
+Gateway and Lambda would:
 
 - a request body over 10 MB answers 413 ``{"message": "Request Entity Too Large"}``, and
   so does an event over Lambda's 6 MB invoke limit, without calling the handler;
@@ -36,7 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
 
-from batchgw.storage.aws import FUNCTION_NAME_ENV
+from batchgw.config import resources
+from batchgw.storage.aws import FUNCTION_NAME_ENV, calls_made_for
 
 from local.env import (
     ACCOUNT_ID,
@@ -61,6 +65,9 @@ API_CONCURRENCY_ENV = "BATCHGW_API_CONCURRENCY"
 DEFAULT_CONCURRENCY = 10
 DRAIN_LIMIT = 64 * 1024 * 1024  # past this, an oversized request's connection is just closed
 API_FUNCTION_NAME = f"{PREFIX}-api"
+ADMIN_FUNCTION_NAME = f"{PREFIX}-admin"
+ADMIN_HANDLER_ENV = "BATCHGW_ADMIN_HANDLER"
+DEFAULT_ADMIN_HANDLER = "functions.admin.handler.handler"
 
 _TEXT_TYPES = frozenset({"application/json", "application/javascript", "application/xml"})
 # Hop-by-hop or recomputed here; a handler's values for these are ignored.
@@ -201,7 +208,8 @@ def reply_from_result(result: Any) -> Reply:
 
 
 class ApiAdapter(ThreadingHTTPServer):
-    """The HTTP server; ``handler_path`` names the api handler it calls."""
+    """The HTTP server; ``handler_path`` names the api handler it calls, ``admin_handler_path``
+    the admin function's."""
 
     daemon_threads = True
     block_on_close = False
@@ -213,23 +221,33 @@ class ApiAdapter(ThreadingHTTPServer):
         host: str = HOST,
         reuse_port: bool = False,
         concurrency: int = DEFAULT_CONCURRENCY,
+        admin_handler_path: str = DEFAULT_ADMIN_HANDLER,
     ) -> None:
         self.allow_reuse_port = reuse_port
         self.handlers = HandlerPool(handler_path, max_size=concurrency)
+        self.admin_handlers = HandlerPool(admin_handler_path, max_size=concurrency)
         super().__init__((host, port), _RequestHandler)
+
+    def function_for(self, path: str) -> tuple[str, HandlerPool]:
+        """The function the HTTP API routes ``path`` to, and its execution environments."""
+        if path.startswith(resources.ADMIN_PATH_PREFIX):
+            return ADMIN_FUNCTION_NAME, self.admin_handlers
+        return API_FUNCTION_NAME, self.handlers
 
     def invoke(self, event: Mapping[str, Any]) -> Reply:
         request_id = event["requestContext"]["requestId"]
+        function_name, pool = self.function_for(event["rawPath"])
         try:
-            with self.handlers.environment() as handler:  # an import error fails here: a failed init
+            # its AWS calls are its function's (this process is named after the api function)
+            with calls_made_for(function_name), pool.environment() as handler:  # an import error fails here
                 context = LambdaContext(
-                    function_name=API_FUNCTION_NAME, timeout_seconds=API_GATEWAY_TIMEOUT_SECONDS
+                    function_name=function_name, timeout_seconds=API_GATEWAY_TIMEOUT_SECONDS
                 )
                 started = time.monotonic()
                 result = handler(dict(event), context)
                 elapsed = time.monotonic() - started
         except Exception:
-            log.exception("api handler raised", extra={"request_id": request_id})
+            log.exception("handler raised", extra={"request_id": request_id, "function": function_name})
             return Reply.message(500, "Internal Server Error")
         if elapsed > API_GATEWAY_TIMEOUT_SECONDS:
             log.error("api handler exceeded API Gateway's 30 s", extra={"seconds": round(elapsed, 1)})
@@ -342,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get(API_PORT_ENV, DEFAULT_API_PORT)))
     parser.add_argument("--handler", default=os.environ.get(API_HANDLER_ENV, DEFAULT_API_HANDLER))
+    parser.add_argument("--admin-handler", default=os.environ.get(ADMIN_HANDLER_ENV, DEFAULT_ADMIN_HANDLER))
     parser.add_argument("--reuse-port", action="store_true", help="share the port with other adapters")
     parser.add_argument(
         "--concurrency", type=int, default=int(os.environ.get(API_CONCURRENCY_ENV, DEFAULT_CONCURRENCY))
@@ -349,9 +368,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging("api")
     os.environ[FUNCTION_NAME_ENV] = API_FUNCTION_NAME  # as in the function's environment on Lambda
-    server = ApiAdapter(args.port, args.handler, reuse_port=args.reuse_port, concurrency=args.concurrency)
-    server.handlers.warm()  # import the handler before accepting requests: fail at start
-    log.info("api adapter listening", extra={"port": args.port, "handler": args.handler})
+    server = ApiAdapter(
+        args.port,
+        args.handler,
+        reuse_port=args.reuse_port,
+        concurrency=args.concurrency,
+        admin_handler_path=args.admin_handler,
+    )
+    # import the handlers before accepting requests: fail at start
+    server.handlers.warm()
+    server.admin_handlers.warm()
+    log.info(
+        "api adapter listening",
+        extra={"port": args.port, "handler": args.handler, "admin_handler": args.admin_handler},
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.serve_forever(poll_interval=0.2)

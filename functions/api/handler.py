@@ -1,45 +1,56 @@
-"""API function: the HTTP API's routes, each a thin call into ``batchgw.api``."""
+"""API function: the HTTP API's routes, each a thin call into ``batchgw.api``.
+
+The ``/admin/...`` routes are the admin function's (``functions/admin``); this one only
+describes them in the OpenAPI document.
+"""
 
 from __future__ import annotations
 
-import base64
 import functools
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw.api import accounts, admin, auth, batches, files, openapi, results, uploads, webhooks
+from batchgw.api import (
+    accounts,
+    admin_routes,
+    auth,
+    batches,
+    files,
+    http,
+    openapi,
+    results,
+    uploads,
+    webhooks,
+)
 from batchgw.api.params import Download
 from batchgw.deps import get_deps
 from batchgw.domain import codec
-from batchgw.domain.errors import ApiError, BadRequest, NotFound
+from batchgw.domain.errors import BadRequest
 from batchgw.domain.principal import Principal
 from batchgw.observability import logger
 from batchgw.validation.jsonbody import parse_json
 
-app = APIGatewayHttpResolver()
-
-
-def _json(status: int, body: Any) -> Response[Any]:
-    return Response(status_code=status, content_type="application/json", body=codec.dumps(body))
+app = http.new_resolver()
+_json = http.json_response
 
 
 def _principal() -> Principal:
     deps = get_deps()
     auth.ensure_enabled(deps)
-    return auth.authenticate(deps, app.current_event.headers.get("authorization"))
+    return http.caller(deps, app)
 
 
 def _raw_body() -> bytes:
-    event = app.current_event
-    body = event.body or ""
-    return base64.b64decode(body) if event.is_base64_encoded else body.encode()
+    return http.raw_body(app)
 
 
 def _params() -> dict[str, list[str]]:
-    """Query parameters; HTTP API joins repeated ones with commas, so split them back."""
-    raw = app.current_event.query_string_parameters or {}
-    return {name: value.split(",") if name == "status" else [value] for name, value in raw.items()}
+    return http.params(app)
+
+
+def _json_body() -> Any:
+    return http.json_body(app)
 
 
 def _download(download: Download) -> Response[Any]:
@@ -55,18 +66,6 @@ def _download(download: Download) -> Response[Any]:
         content_type=download.content_type,
         body=body.decode() if download.text else body,
         headers=headers,
-    )
-
-
-@app.exception_handler(ApiError)
-def _api_error(exc: ApiError) -> Response[Any]:
-    return _json(exc.status, exc.body())
-
-
-@app.not_found
-def _not_found(_: Exception) -> Response[Any]:
-    return _api_error(
-        NotFound(f"Unknown route {app.current_event.request_context.http.method} {app.current_event.path}.")
     )
 
 
@@ -209,135 +208,35 @@ def webhook_events() -> Response[Any]:
     return _json(200, webhooks.list_events(get_deps(), _principal()))
 
 
-# --- users and keys (administrators) -------------------------------------------------------
-
-
-def _caller() -> Principal:
-    """The caller of a route outside the batch API (BATCH_ENABLED does not apply)."""
-    return auth.authenticate(get_deps(), app.current_event.headers.get("authorization"))
-
-
-def _json_body() -> Any:
-    return parse_json(_raw_body()) if _raw_body() else None
+# --- the caller's own account ----------------------------------------------------------------
 
 
 @app.get("/v1/me")
 def me() -> Response[Any]:
-    return _json(200, accounts.me(get_deps(), _caller()))
-
-
-@app.post("/admin/users")
-def create_user() -> Response[Any]:
-    return _json(200, accounts.create_user(get_deps(), _caller(), _json_body()))
-
-
-@app.get("/admin/users")
-def list_users() -> Response[Any]:
-    return _json(200, accounts.list_users(get_deps(), _caller()))
-
-
-@app.get("/admin/users/<user_id>")
-def get_user(user_id: str) -> Response[Any]:
-    return _json(200, accounts.get_user(get_deps(), _caller(), user_id))
-
-
-@app.patch("/admin/users/<user_id>")
-def update_user(user_id: str) -> Response[Any]:
-    return _json(200, accounts.update_user(get_deps(), _caller(), user_id, _json_body()))
-
-
-@app.delete("/admin/users/<user_id>")
-def delete_user(user_id: str) -> Response[Any]:
-    return _json(200, accounts.delete_user(get_deps(), _caller(), user_id))
-
-
-@app.post("/admin/users/<user_id>/keys")
-def create_key(user_id: str) -> Response[Any]:
-    return _json(200, accounts.create_key(get_deps(), _caller(), user_id, _json_body()))
-
-
-@app.get("/admin/users/<user_id>/keys")
-def list_keys(user_id: str) -> Response[Any]:
-    return _json(200, accounts.list_keys(get_deps(), _caller(), user_id))
-
-
-@app.patch("/admin/keys/<key_id>")
-def update_key(key_id: str) -> Response[Any]:
-    return _json(200, accounts.update_key(get_deps(), _caller(), key_id, _json_body()))
-
-
-@app.post("/admin/keys/<key_id>/revoke")
-def revoke_key(key_id: str) -> Response[Any]:
-    return _json(200, accounts.revoke_key(get_deps(), _caller(), key_id))
-
-
-@app.post("/admin/keys/<key_id>/regenerate")
-def regenerate_key(key_id: str) -> Response[Any]:
-    return _json(200, accounts.regenerate_key(get_deps(), _caller(), key_id))
-
-
-# --- the operator's plane (administrators) ------------------------------------------------
-
-
-@app.get("/admin/config")
-def list_config() -> Response[Any]:
-    return _json(200, admin.list_config(get_deps(), _caller()))
-
-
-@app.patch("/admin/config/<name>")
-def set_config(name: str) -> Response[Any]:
-    return _json(200, admin.set_config(get_deps(), _caller(), name, _json_body()))
-
-
-@app.delete("/admin/config/<name>")
-def reset_config(name: str) -> Response[Any]:
-    return _json(200, admin.reset_config(get_deps(), _caller(), name))
-
-
-@app.get("/admin/batch/models")
-def list_models() -> Response[Any]:
-    return _json(200, admin.list_models(get_deps(), _caller()))
-
-
-@app.patch("/admin/batch/models/<model_id>")
-def set_model(model_id: str) -> Response[Any]:
-    return _json(200, admin.set_model(get_deps(), _caller(), model_id, _json_body()))
-
-
-@app.get("/admin/routing/provider-routes")
-def list_routes() -> Response[Any]:
-    return _json(200, admin.list_routes(get_deps(), _caller()))
-
-
-@app.patch("/admin/routing/provider-route-batch/<model_id>/<route_id>")
-def set_route(model_id: str, route_id: str) -> Response[Any]:
-    return _json(200, admin.set_route(get_deps(), _caller(), model_id, route_id, _json_body()))
-
-
-@app.get("/admin/batch/jobs")
-def list_jobs() -> Response[Any]:
-    return _json(200, admin.list_jobs(get_deps(), _caller(), _params()))
-
-
-@app.get("/admin/batch/summary")
-def batch_summary() -> Response[Any]:
-    return _json(200, admin.summary(get_deps(), _caller(), _params()))
-
-
-@app.get("/admin/batch/jobs/<batch_id>/attempts")
-def batch_attempts(batch_id: str) -> Response[Any]:
-    return _json(200, admin.attempts(get_deps(), _caller(), batch_id, _params()))
+    # outside the batch API: BATCH_ENABLED does not apply
+    deps = get_deps()
+    return _json(200, accounts.me(deps, http.caller(deps, app)))
 
 
 # --- the API's description ---------------------------------------------------------------
 
 
-@functools.cache
-def _openapi_document() -> str:
-    generated = app.get_openapi_schema(
+def _schema(resolver: Any) -> dict[str, Any]:
+    generated = resolver.get_openapi_schema(
         title="batchgw", version="1", summary="The batch API of an LLM gateway"
     )
-    return codec.dumps(openapi.complete(generated.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    schema: dict[str, Any] = generated.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return schema
+
+
+@functools.cache
+def _openapi_document() -> str:
+    """The whole HTTP API's description: these routes and the admin function's."""
+    described = http.new_resolver()
+    admin_routes.register(described, get_deps)
+    document = _schema(app)
+    document.setdefault("paths", {}).update(_schema(described).get("paths", {}))
+    return codec.dumps(openapi.complete(document))
 
 
 @app.get("/v1/openapi.json")

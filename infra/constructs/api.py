@@ -1,4 +1,5 @@
-"""The HTTP API: every path and method goes to the api function (payload format 2.0)."""
+"""The HTTP API: ``/admin/...`` goes to the admin function, every other path and method to the
+api function (payload format 2.0)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
+from batchgw.config import resources
 from constructs import Construct
 
 from infra.constructs import acknowledge
@@ -54,9 +56,21 @@ class _AccessLogSettings:
 
 
 class Api(Construct):
-    """An HTTP API whose ``$default`` stage logs every request and throttles."""
+    """An HTTP API whose ``$default`` stage logs every request and throttles.
 
-    def __init__(self, scope: Construct, construct_id: str, *, handler: lambda_.IFunction) -> None:
+    The admin routes have a function of their own (``admin_handler``), so that the role of the
+    function serving every other route cannot write users, keys or runtime settings; API
+    Gateway picks the most specific route, ``/admin/{proxy+}`` over ``/{proxy+}``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: lambda_.IFunction,
+        admin_handler: lambda_.IFunction,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.http_api = apigwv2.HttpApi(
             self,
@@ -69,15 +83,23 @@ class Api(Construct):
         )
         for path in ("/", "/{proxy+}"):
             self.http_api.add_routes(path=path, methods=[apigwv2.HttpMethod.ANY], integration=integration)
+        admin = HttpLambdaIntegration(
+            "AdminHandler", admin_handler, payload_format_version=apigwv2.PayloadFormatVersion.VERSION_2_0
+        )
+        self.http_api.add_routes(
+            path=f"{resources.ADMIN_PATH_PREFIX}{{proxy+}}",
+            methods=[apigwv2.HttpMethod.ANY],
+            integration=admin,
+        )
         acknowledge(
             self.http_api,
             {
                 "AwsSolutions-APIG4": (
-                    "the api function authenticates every request itself (batchgw.api.auth): the "
-                    "OpenAI SDK's `Authorization: Bearer <key>` is looked up among the hashed keys in "
-                    "DynamoDB, giving the caller's user and role; a missing, unknown or revoked key gets "
-                    "401 in the OpenAI error shape. An authorizer would repeat that lookup in a second "
-                    "function"
+                    "the api and admin functions authenticate every request themselves "
+                    "(batchgw.api.auth): the OpenAI SDK's `Authorization: Bearer <key>` is looked up "
+                    "among the hashed keys in DynamoDB, giving the caller's user and role; a missing, "
+                    "unknown or revoked key gets 401 in the OpenAI error shape. An authorizer would "
+                    "repeat that lookup in another function"
                 )
             },
         )

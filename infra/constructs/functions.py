@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from batchgw.config import resources
@@ -46,18 +49,43 @@ WORKER_BATCH_SIZE = 10
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 SERVICE_NAME = "batchgw"
 
-# What the functions do with the data bucket (``batchgw.storage.blobs``), themselves or through
-# the URLs they presign: objects read, written (whole or in parts, whose list completes an upload),
-# copied and deleted, unfinished uploads in parts aborted; the bucket listed (purges, and HeadObject
-# answers 404, not 403, for a missing key only with it).
-BUCKET_OBJECT_ACTIONS = [
-    "s3:GetObject",
+# What a function may do with the objects under a key prefix of the data bucket
+# (``batchgw.storage.blobs``), itself or through the URLs it presigns, by its access in
+# ``resources.DATA_PREFIXES``: read them (HeadObject is GetObject); write them (whole or in
+# parts, whose list completes an upload; a copy's target), delete them and abort an unfinished
+# upload in parts; or only delete them.
+OBJECT_READ_ACTIONS = ["s3:GetObject"]
+OBJECT_WRITE_ACTIONS = [
     "s3:PutObject",
     "s3:DeleteObject",
     "s3:ListMultipartUploadParts",
     "s3:AbortMultipartUpload",
 ]
-BUCKET_ACTIONS = ["s3:ListBucket"]
+OBJECT_DELETE_ACTIONS = ["s3:DeleteObject"]
+# The functions that list the bucket: both delete a batch's objects by prefix, and HeadObject
+# answers 404, not 403, for a missing key (a presigned upload not made yet, a result file's
+# part) only with ListBucket, which has no per-key resource. Keys are ids; no content is listed.
+LISTS_BUCKET = (resources.API, resources.LIFECYCLE)
+
+# What a function may do with a table's items (DynamoDB authorizes each item of a transaction
+# or a batch write by itself, with these actions and its key). No Scan: nothing scans, and a
+# Scan has no leading key for a partition condition to hold it to.
+ITEM_READ_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:ConditionCheckItem",
+]
+ITEM_WRITE_ACTIONS = [
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+]
+ITEM_DELETE_ACTIONS = ["dynamodb:DeleteItem", "dynamodb:BatchWriteItem"]
+# The control table's condition: every partition key an operation touches (each item's, a
+# Query's) matches one of the function's patterns in ``resources.CONTROL_PARTITIONS``.
+LEADING_KEYS = "dynamodb:LeadingKeys"
 
 # A complete secret ARN ends with the six characters Secrets Manager appends to the name.
 _COMPLETE_SECRET_ARN = re.compile(r"^arn:[^:]+:secretsmanager:.*-[A-Za-z0-9]{6}$")
@@ -77,7 +105,10 @@ def upstream_secret_ids(catalog: Catalog) -> list[str]:
 
 
 class Functions(Construct):
-    """The ``api``, ``worker`` and ``lifecycle`` functions, each granted only what it uses.
+    """The ``api``, ``admin``, ``worker``, ``lifecycle`` and ``webhooks`` functions, each granted
+    only what it uses: its share of the tables, the control table's partitions and the bucket's
+    key prefixes as ``batchgw.config.resources`` declares them, and the queues, workflow and keys
+    its code calls.
 
     The state machine's ARN is a plain string built from its fixed name, ``workflow_name``:
     the state machine invokes ``lifecycle`` and ``lifecycle`` answers its task tokens, so
@@ -113,6 +144,13 @@ class Functions(Construct):
         self.api = self._function(
             "Api", "api", timeout=API_TIMEOUT, memory_size=1024, description="batchgw: the HTTP API"
         )
+        self.admin = self._function(
+            "Admin",
+            "admin",
+            timeout=API_TIMEOUT,
+            memory_size=1024,
+            description="batchgw: the HTTP API's /admin routes (users, keys, runtime settings)",
+        )
         self.worker = self._function(
             "Worker",
             "worker",
@@ -135,7 +173,16 @@ class Functions(Construct):
             memory_size=512,
             description="batchgw: signs and delivers batch events to users' webhooks",
         )
-        self.all = [self.api, self.worker, self.lifecycle, self.webhooks]
+        # by the names ``resources`` declares their access under
+        self.by_name = {
+            resources.API: self.api,
+            resources.ADMIN: self.admin,
+            resources.WORKER: self.worker,
+            resources.LIFECYCLE: self.lifecycle,
+            resources.WEBHOOKS: self.webhooks,
+        }
+        assert tuple(self.by_name) == resources.FUNCTIONS
+        self.all = list(self.by_name.values())
 
         self.worker.add_event_source(
             event_sources.SqsEventSource(
@@ -182,22 +229,18 @@ class Functions(Construct):
         )
 
     def _grant(self, storage: Storage, queues: Queues, workflow: sfn.IStateMachine) -> None:
-        for function in self.all:
-            for table in storage.tables.values():
-                table.grant_read_write_data(function)
-            for bucket in storage.buckets.values():
-                objects = [bucket.arn_for_objects("*")]
-                function.add_to_role_policy(
-                    iam.PolicyStatement(actions=BUCKET_OBJECT_ACTIONS, resources=objects)
-                )
-                function.add_to_role_policy(
-                    iam.PolicyStatement(actions=BUCKET_ACTIONS, resources=[bucket.bucket_arn])
-                )
-            # every function may wake a parked workflow (the last item, a cancel, park itself)
+        for name, function in self.by_name.items():
+            self._grant_tables(name, function, storage)
+            self._grant_control(name, function, storage.tables[resources.CONTROL.logical_id])
+            self._grant_objects(name, function, storage.buckets[resources.DATA_BUCKET.logical_id])
+        # Who wakes a parked workflow: a cancel (api), the last item (worker), park itself (lifecycle).
+        for function in (self.api, self.worker, self.lifecycle):
             workflow.grant_task_response(function)
-        workflow.grant_start_execution(self.api)
-        # Deleting a batch stops its execution: the executions of this state machine only.
-        workflow.grant_execution(self.api, "states:StopExecution")
+        # A batch is started by the api; deleting one (a user's, or a deleted user's every batch)
+        # stops its execution and starts its purge: the executions of this state machine only.
+        for function in (self.api, self.admin):
+            workflow.grant_start_execution(function)
+            workflow.grant_execution(function, "states:StopExecution")
         for function in (self.worker, self.lifecycle):
             queues.work.grant_send_messages(function)
         # The worker delays work it cannot run yet (retry backoff, a full model).
@@ -208,6 +251,64 @@ class Functions(Construct):
         # A batch's end is announced by the workflow's steps; a waiting event stays invisible.
         queues.webhooks.grant_send_messages(self.lifecycle)
         queues.webhooks.grant(self.webhooks, "sqs:ChangeMessageVisibility")
+
+    @staticmethod
+    def _allow(
+        function: lambda_.Function,
+        actions: list[str],
+        resources_: list[str],
+        conditions: dict[str, Any] | None = None,
+    ) -> None:
+        function.add_to_role_policy(
+            iam.PolicyStatement(actions=actions, resources=resources_, conditions=conditions)
+        )
+
+    def _grant_tables(self, name: str, function: lambda_.Function, storage: Storage) -> None:
+        """The tables ``name`` touches, as ``resources.TABLE_ACCESS`` says (a table's indexes
+        with its reads)."""
+        for spec in resources.TABLES:
+            access = resources.TABLE_ACCESS.get(spec.logical_id)
+            if access is None:
+                continue
+            arn = storage.tables[spec.logical_id].table_arn
+            if access.reads(name):
+                self._allow(function, ITEM_READ_ACTIONS, [arn, *([f"{arn}/index/*"] if spec.indexes else [])])
+            if access.writes(name):
+                self._allow(function, ITEM_WRITE_ACTIONS, [arn])
+            elif access.deletes(name):
+                self._allow(function, ITEM_DELETE_ACTIONS, [arn])
+
+    def _grant_control(self, name: str, function: lambda_.Function, table: dynamodb.ITable) -> None:
+        """The control table's partitions ``name`` touches (``resources.CONTROL_PARTITIONS``),
+        held to them by a ``dynamodb:LeadingKeys`` condition on every statement."""
+        partitions = resources.CONTROL_PARTITIONS
+        for actions, patterns in (
+            (ITEM_READ_ACTIONS, [p for p, a in partitions.items() if a.reads(name)]),
+            (ITEM_WRITE_ACTIONS, [p for p, a in partitions.items() if a.writes(name)]),
+            (
+                ITEM_DELETE_ACTIONS,
+                [p for p, a in partitions.items() if a.deletes(name) and not a.writes(name)],
+            ),
+        ):
+            if patterns:
+                condition = {"ForAllValues:StringLike": {LEADING_KEYS: sorted(patterns)}}
+                self._allow(function, actions, [table.table_arn], condition)
+
+    def _grant_objects(self, name: str, function: lambda_.Function, bucket: s3.IBucket) -> None:
+        """The bucket's key prefixes ``name`` touches (``resources.DATA_PREFIXES``)."""
+        by_actions: dict[tuple[str, ...], list[str]] = {}
+        for prefix, access in resources.DATA_PREFIXES.items():
+            under = bucket.arn_for_objects(f"{prefix}*")
+            if access.reads(name):
+                by_actions.setdefault(tuple(OBJECT_READ_ACTIONS), []).append(under)
+            if access.writes(name):
+                by_actions.setdefault(tuple(OBJECT_WRITE_ACTIONS), []).append(under)
+            elif access.deletes(name):
+                by_actions.setdefault(tuple(OBJECT_DELETE_ACTIONS), []).append(under)
+        for actions, objects in by_actions.items():
+            self._allow(function, list(actions), objects)
+        if name in LISTS_BUCKET:
+            self._allow(function, ["s3:ListBucket"], [bucket.bucket_arn])
 
     def _acknowledge(self, storage: Storage, workflow_name: str) -> None:
         """The cdk-nag findings on the functions that stand, each with its reason."""
@@ -222,10 +323,12 @@ class Functions(Construct):
                 "resource-level permissions, so AWS requires Resource *"
             ),
         }
-        for name, bucket in storage.buckets.items():
-            findings[f"AwsSolutions-IAM5[Resource::{nag_arn(bucket, '/*')}]"] = (
-                f"the objects of the {name} bucket only, whose keys (per batch, file and upload) are made "
-                "at runtime; the actions are the few batchgw.storage.blobs uses (BUCKET_OBJECT_ACTIONS)"
+        bucket = storage.buckets[resources.DATA_BUCKET.logical_id]
+        for prefix in resources.DATA_PREFIXES:
+            findings[f"AwsSolutions-IAM5[Resource::{nag_arn(bucket, f'/{prefix}*')}]"] = (
+                f"the objects under {prefix} only, whose keys (per batch, file and upload) are made at "
+                "runtime; granted to the functions resources.DATA_PREFIXES names, with only the actions "
+                "of their access (OBJECT_READ_ACTIONS, OBJECT_WRITE_ACTIONS, OBJECT_DELETE_ACTIONS)"
             )
         for spec in resources.TABLES:
             if spec.indexes:
@@ -237,16 +340,17 @@ class Functions(Construct):
                 )
         acknowledge(self, findings)
         executions = f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:{workflow_name}:*"
-        assert self.api.role is not None
-        acknowledge(
-            self.api.role,
-            {
-                f"AwsSolutions-IAM5[Resource::{executions}]": (
-                    "deleting a batch stops its execution (states:StopExecution), which is named after "
-                    "the batch at runtime: the executions of this one state machine only"
-                )
-            },
-        )
+        for function in (self.api, self.admin):
+            assert function.role is not None
+            acknowledge(
+                function.role,
+                {
+                    f"AwsSolutions-IAM5[Resource::{executions}]": (
+                        "deleting a batch stops its execution (states:StopExecution), which is named after "
+                        "the batch at runtime: the executions of this one state machine only"
+                    )
+                },
+            )
 
     def _grant_upstream_secrets(self, secret_ids: list[str]) -> None:
         for number, secret_id in enumerate(secret_ids):

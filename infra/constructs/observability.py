@@ -35,6 +35,7 @@ class Observability(Construct):
         *,
         http_api: apigwv2.HttpApi,
         api: lambda_.Function,
+        admin: lambda_.Function,
         worker: lambda_.Function,
         lifecycle: lambda_.Function,
         queues: dict[str, sqs.Queue],
@@ -91,7 +92,7 @@ class Observability(Construct):
             ),
             _graph("API latency (p99)", [http_api.metric_latency(period=PERIOD, statistic="p99")]),
         )
-        functions = {"api": api, "worker": worker, "lifecycle": lifecycle}
+        functions = {"api": api, "admin": admin, "worker": worker, "lifecycle": lifecycle}
         dashboard.add_widgets(
             _graph(
                 "Function errors",

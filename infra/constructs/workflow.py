@@ -40,6 +40,7 @@ class Workflow(Construct):
         self, scope: Construct, construct_id: str, *, name: str, lifecycle: lambda_.IFunction
     ) -> None:
         super().__init__(scope, construct_id)
+        self.name = name
         definition = REPO_ROOT / resources.WORKFLOW_ASL
         substitutions = {"LifecycleFunctionArn": lifecycle.function_arn}
         # The spec, the file and this construct must name the same placeholders: one left

@@ -33,6 +33,7 @@ from infra.constructs.layers import (
     third_party_requirements,
 )
 from infra.stack import BatchGwStack
+from tests.infra.iam_check import ANY_TEXT, Request, bucket_arn, function_roles, role_statements, table_arn
 
 # cfn-lint checks left out, each with its reason.
 CFN_LINT_IGNORED = [
@@ -104,8 +105,14 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 @pytest.fixture(scope="module")
 def functions(synth: Synth) -> dict[str, lambda_.Function]:
-    fns = synth.stack.functions
-    return {"api": fns.api, "worker": fns.worker, "lifecycle": fns.lifecycle, "webhooks": fns.webhooks}
+    return dict(synth.stack.functions.by_name)
+
+
+@pytest.fixture(scope="module")
+def roles(synth: Synth) -> dict[str, list[dict[str, Any]]]:
+    """Each function's role statements by its name (``api``...), resources resolved to canonical ARNs."""
+    resolved = function_roles(synth.stack, synth.template.to_json(), prefix="fn")
+    return {name.removeprefix("fn-"): statements for name, statements in resolved.items()}
 
 
 # --- storage ---------------------------------------------------------------------------
@@ -132,7 +139,7 @@ def test_every_table_in_resources_exists_with_its_keys_indexes_and_ttl(synth: Sy
         assert set(indexes) == {index.name for index in spec.indexes}
         for index in spec.indexes:
             assert indexes[index.name]["KeySchema"] == _key_schema(index.partition, index.sort)
-            assert indexes[index.name]["Projection"] == {"ProjectionType": "ALL"}
+            assert indexes[index.name]["Projection"] == {"ProjectionType": index.projection}
         if spec.ttl_attribute:
             assert props["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
         else:
@@ -365,17 +372,21 @@ def test_api_function_cannot_consume_or_feed_the_work_queue(synth: Synth, functi
     assert not {a for a in actions if a.startswith("sqs:")}
 
 
-def test_only_the_api_function_starts_executions(synth: Synth, functions: dict[str, Any]) -> None:
+def test_only_the_api_and_admin_functions_start_executions(synth: Synth, functions: dict[str, Any]) -> None:
     arn = synth.props(functions["api"])["Environment"]["Variables"]["BATCHGW_STATE_MACHINE_ARN"]
-    assert ("states:StartExecution", arn) in synth.statements(functions["api"])
-    assert "states:StartExecution" not in synth.actions(functions["worker"])
-    assert "states:StartExecution" not in synth.actions(functions["lifecycle"])
+    assert ("states:StartExecution", arn) in synth.statements(functions["api"])  # a batch
+    assert ("states:StartExecution", arn) in synth.statements(functions["admin"])  # a deleted user's purge
+    for name in ("worker", "lifecycle", "webhooks"):
+        assert "states:StartExecution" not in synth.actions(functions[name])
 
 
-def test_every_function_may_answer_the_workflows_task_tokens(synth: Synth, functions: dict[str, Any]) -> None:
-    for function in functions.values():
+def test_the_functions_that_wake_a_parked_workflow_may_answer_its_task_tokens(
+    synth: Synth, functions: dict[str, Any]
+) -> None:
+    for name, function in functions.items():
         arn = synth.props(function)["Environment"]["Variables"]["BATCHGW_STATE_MACHINE_ARN"]
-        assert ("states:SendTaskSuccess", arn) in synth.statements(function)
+        wakes = name in ("api", "worker", "lifecycle")  # a cancel, the last request, park itself
+        assert (("states:SendTaskSuccess", arn) in synth.statements(function)) == wakes, name
 
 
 def test_worker_may_send_and_delay_work_messages(synth: Synth, functions: dict[str, Any]) -> None:
@@ -388,19 +399,115 @@ def test_worker_may_send_and_delay_work_messages(synth: Synth, functions: dict[s
     assert ("sqs:DeleteMessage", work) not in lifecycle
 
 
-def test_functions_read_and_write_only_the_stacks_tables_and_bucket(
-    synth: Synth, functions: dict[str, Any]
+CONTROL_ARN = table_arn(resources.CONTROL.logical_id)
+READS = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem")
+WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
+
+
+def _partition_key(pattern: str) -> str:
+    """A partition key of a pattern's kind (``user#*`` -> ``user#`` and text no pattern spells)."""
+    return pattern.replace("*", ANY_TEXT)
+
+
+def _may(
+    statements: list[dict[str, Any]], actions: tuple[str, ...], resource: str, key: str | None = None
+) -> bool:
+    """Whether every one of ``actions`` on ``resource`` (for partition ``key``) is allowed."""
+    return all(Request(action, resource, key).allowed_by(statements) for action in actions)
+
+
+def test_only_the_admin_role_writes_accounts_keys_and_runtime_settings(roles: dict[str, Any]) -> None:
+    accounts = ("user#u1", "users", "key#0123abcd", "keyid#key_1", "runtime")
+    for name, statements in roles.items():
+        for key in accounts:
+            for action in WRITES:
+                assert Request(action, CONTROL_ARN, key).allowed_by(statements) == (name == "admin"), (
+                    f"{name} {action} {key}"
+                )
+    # the api still reads a caller's key and account, and every function the runtime settings
+    assert _may(roles["api"], READS, CONTROL_ARN, "key#0123abcd") and _may(
+        roles["api"], READS, CONTROL_ARN, "user#u1"
+    )
+    assert not _may(roles["api"], READS, CONTROL_ARN, "keyid#key_1")
+    assert all(_may(statements, READS, CONTROL_ARN, "runtime") for statements in roles.values())
+
+
+def test_each_role_reads_and_writes_exactly_the_control_partitions_declared_for_it(
+    roles: dict[str, Any],
 ) -> None:
-    tables = {synth.id(table) for table in synth.stack.storage.tables.values()}
-    for function in functions.values():
-        statements = synth.statements(function)
-        writes = {
-            res["Fn::GetAtt"][0] for a, res in statements if a == "dynamodb:PutItem" and "Fn::GetAtt" in res
-        }
-        assert writes == tables
-        assert not {a for a, _ in statements if a in {"dynamodb:DeleteTable", "dynamodb:*", "s3:*", "*"}}
+    for name, statements in roles.items():
+        for pattern, access in resources.CONTROL_PARTITIONS.items():
+            key = _partition_key(pattern)
+            assert _may(statements, READS, CONTROL_ARN, key) == access.reads(name), f"{name} reads {pattern}"
+            assert _may(statements, WRITES, CONTROL_ARN, key) == access.writes(name), (
+                f"{name} writes {pattern}"
+            )
+            deletes = _may(statements, ("dynamodb:DeleteItem",), CONTROL_ARN, key)
+            assert deletes == access.deletes(name), f"{name} deletes {pattern}"
+        # a partition nobody declared is nobody's
+        assert not _may(statements, ("dynamodb:GetItem",), CONTROL_ARN, "undeclared#x")
+
+
+def test_every_grant_on_the_control_table_is_held_to_partitions_and_nothing_scans(synth: Synth) -> None:
+    control = synth.id(synth.stack.storage.tables[resources.CONTROL.logical_id])
+    for function in synth.stack.functions.all:
+        for statement in role_statements(synth.template.to_json(), synth.id(function)):
+            actions = _as_list(statement["Action"])
+            assert not {a for a in actions if a in {"dynamodb:Scan", "dynamodb:*", "s3:*", "*"}}
+            if any(r == {"Fn::GetAtt": [control, "Arn"]} for r in _as_list(statement["Resource"])):
+                assert _as_list(statement["Resource"]) == [{"Fn::GetAtt": [control, "Arn"]}]
+                assert set(statement["Condition"]) == {"ForAllValues:StringLike"}
+                assert set(statement["Condition"]["ForAllValues:StringLike"]) == {"dynamodb:LeadingKeys"}
         # "*" resources only for actions that have no resource of their own
-        assert {a.split(":")[0] for a, res in statements if res == "*"} <= {"xray"}
+        assert {a.split(":")[0] for a, res in synth.statements(function) if res == "*"} <= {"xray"}
+
+
+def test_each_role_touches_only_the_tables_declared_for_it(roles: dict[str, Any]) -> None:
+    for name, statements in roles.items():
+        for spec in resources.TABLES:
+            if spec is resources.CONTROL:
+                continue
+            access, arn = resources.TABLE_ACCESS[spec.logical_id], table_arn(spec.logical_id)
+            assert _may(statements, READS, arn) == access.reads(name), f"{name} reads {spec.logical_id}"
+            assert _may(statements, WRITES, arn) == access.writes(name), f"{name} writes {spec.logical_id}"
+            for index in spec.indexes:
+                assert _may(statements, ("dynamodb:Query",), f"{arn}/index/{index.name}") == access.reads(
+                    name
+                )
+    files = table_arn(resources.FILES.logical_id)
+    assert not any(Request(a, files).allowed_by(roles["worker"]) for a in READS + WRITES)  # no file records
+    for spec in resources.TABLES:
+        if spec is not resources.CONTROL:
+            assert not _may(roles["webhooks"], ("dynamodb:GetItem",), table_arn(spec.logical_id))
+
+
+def test_each_role_touches_only_its_key_prefixes_of_the_bucket(synth: Synth, roles: dict[str, Any]) -> None:
+    bucket = bucket_arn(resources.DATA_BUCKET.logical_id)
+    declared = tuple(resources.DATA_PREFIXES)
+    for name, statements in roles.items():
+        for prefix, access in resources.DATA_PREFIXES.items():
+            key = f"{bucket}/{prefix}{ANY_TEXT}"
+            assert _may(statements, ("s3:GetObject",), key) == access.reads(name), f"{name} reads {prefix}"
+            assert _may(statements, ("s3:PutObject",), key) == access.writes(name), f"{name} writes {prefix}"
+            assert _may(statements, ("s3:DeleteObject",), key) == access.deletes(name), (
+                f"{name} deletes {prefix}"
+            )
+        # nothing outside the declared prefixes, nor the bucket's every object
+        assert not _may(statements, ("s3:GetObject",), f"{bucket}/elsewhere/{ANY_TEXT}")
+        object_resources = {
+            r
+            for s in statements
+            if any(str(a).startswith("s3:") for a in _as_list(s["Action"]))
+            for r in s["Resource"]
+        }
+        assert all(
+            r == bucket or r.startswith(tuple(f"{bucket}/{p}" for p in declared)) for r in object_resources
+        )
+        assert _may(statements, ("s3:ListBucket",), bucket) == (name in ("api", "lifecycle"))
+    assert not any(
+        _may(roles["worker"], ("s3:GetObject",), f"{bucket}/{p}{ANY_TEXT}") for p in ("files/", "inputs/")
+    )
+    assert not _may(roles["webhooks"], ("s3:GetObject",), f"{bucket}/bodies/{ANY_TEXT}")
 
 
 def test_no_function_reads_secrets_when_no_route_names_one(synth: Synth, functions: dict[str, Any]) -> None:
@@ -491,20 +598,26 @@ def test_state_machine_may_invoke_lifecycle_logs_and_traces(synth: Synth, functi
 # --- api -------------------------------------------------------------------------------
 
 
-def test_http_api_routes_every_path_to_the_api_function_with_payload_v2(
+def test_http_api_routes_admin_paths_to_the_admin_function_and_the_rest_to_the_api_with_payload_v2(
     synth: Synth, functions: dict[str, Any]
 ) -> None:
     integrations = synth.template.find_resources("AWS::ApiGatewayV2::Integration")
-    assert len(integrations) == 1
-    ((integration_id, integration),) = integrations.items()
-    assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
-    assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
-    assert integration["Properties"]["IntegrationUri"] == {"Fn::GetAtt": [synth.id(functions["api"]), "Arn"]}
+    target = {}
+    for integration_id, integration in integrations.items():
+        assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
+        assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
+        target[integration_id] = integration["Properties"]["IntegrationUri"]["Fn::GetAtt"][0]
 
     routes = synth.template.find_resources("AWS::ApiGatewayV2::Route").values()
-    assert {route["Properties"]["RouteKey"] for route in routes} == {"ANY /", "ANY /{proxy+}"}
-    for route in routes:
-        assert route["Properties"]["Target"] == {"Fn::Join": ["", ["integrations/", {"Ref": integration_id}]]}
+    served = {
+        route["Properties"]["RouteKey"]: target[route["Properties"]["Target"]["Fn::Join"][1][1]["Ref"]]
+        for route in routes
+    }
+    assert served == {
+        "ANY /": synth.id(functions["api"]),
+        "ANY /{proxy+}": synth.id(functions["api"]),
+        f"ANY {resources.ADMIN_PATH_PREFIX}{{proxy+}}": synth.id(functions["admin"]),
+    }
 
 
 def test_http_api_stage_logs_access_and_throttles(synth: Synth) -> None:

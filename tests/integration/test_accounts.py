@@ -10,6 +10,7 @@ from batchgw.api import auth
 from batchgw.deps import Deps
 from batchgw.storage.spend import Payer
 
+from functions.admin import handler as admin
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps
@@ -24,7 +25,8 @@ def world(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> tuple[Deps, FakeCl
     clock = FakeClock()
     deps = make_deps(sim, clock)
     monkeypatch.setattr(api, "get_deps", lambda: deps)
-    monkeypatch.setattr(auth, "_key_cache", {})
+    monkeypatch.setattr(admin, "get_deps", lambda: deps)
+    auth.forget_keys()
     return deps, clock
 
 
@@ -32,7 +34,8 @@ def call(
     method: str, path: str, key: str | None, body: Any = None, headers: dict[str, str] | None = None
 ) -> tuple[int, Any]:
     event = http_event(method, path, key=key, body=body, headers=headers)
-    response = api.handler(event, LambdaContext())  # type: ignore[arg-type]
+    function = admin if path.startswith("/admin/") else api  # as the HTTP API routes
+    response = function.handler(event, LambdaContext())  # type: ignore[arg-type]
     return int(response["statusCode"]), json.loads(response.get("body") or "null")
 
 
@@ -71,7 +74,7 @@ PATH_VALUES = {
 # Every admin route the api serves, read from its router: a new one is in this table at once.
 ADMIN_ROUTES = sorted(
     (route.method, route.path)
-    for route in [*api.app._static_routes, *api.app._dynamic_routes]
+    for route in [*admin.app._static_routes, *admin.app._dynamic_routes]
     if route.path.startswith("/admin/")
 )
 

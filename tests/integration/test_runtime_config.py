@@ -12,6 +12,7 @@ from batchgw.runtime import LiveConfig
 from batchgw.storage.aws import get_clients
 from batchgw.storage.runtime import RuntimeStore
 
+from functions.admin import handler as admin
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps
@@ -27,11 +28,13 @@ ADMIN, ALICE = "sk-local-admin", "sk-local-alice"
 def deps(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Deps:
     built = make_deps(sim, FakeClock())
     monkeypatch.setattr(api, "get_deps", lambda: built)
+    monkeypatch.setattr(admin, "get_deps", lambda: built)
     return built
 
 
 def call(method: str, path: str, key: str = ADMIN, body: Any = None) -> tuple[int, Any]:
-    response = api.handler(http_event(method, path, key=key, body=body), LambdaContext())  # type: ignore[arg-type]
+    function = admin if path.startswith("/admin/") else api  # as the HTTP API routes
+    response = function.handler(http_event(method, path, key=key, body=body), LambdaContext())  # type: ignore[arg-type]
     return int(response["statusCode"]), json.loads(response.get("body") or "null")
 
 

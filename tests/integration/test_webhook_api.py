@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from batchgw.deps import Deps
 
+from functions.admin import handler as admin
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps
@@ -31,12 +32,14 @@ def deps(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Deps:
 
     built.resolve = resolve
     monkeypatch.setattr(api, "get_deps", lambda: built)
+    monkeypatch.setattr(admin, "get_deps", lambda: built)
     built.looked_up = looked_up  # type: ignore[attr-defined]
     return built
 
 
 def call(method: str, path: str, key: str = ALICE, body: Any = None) -> tuple[int, Any]:
-    response = api.handler(http_event(method, path, key=key, body=body), LambdaContext())  # type: ignore[arg-type]
+    function = admin if path.startswith("/admin/") else api  # as the HTTP API routes
+    response = function.handler(http_event(method, path, key=key, body=body), LambdaContext())  # type: ignore[arg-type]
     return int(response["statusCode"]), json.loads(response.get("body") or "null")
 
 

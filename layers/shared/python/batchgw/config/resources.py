@@ -24,6 +24,8 @@ class Index:
     name: str
     partition: Key
     sort: Key | None = None
+    # ALL copies every attribute into the index; KEYS_ONLY only the table's and the index's keys
+    projection: Literal["ALL", "KEYS_ONLY"] = "ALL"
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,15 @@ BATCHES = TableSpec(
 )
 
 # Requests: one item per request of a batch, keyed by the batch and the request's index.
+# The running index holds a batch's running requests alone (only a running request has a
+# lease_until), so "is any request of this batch running?" is one read of one key.
 REQUESTS = TableSpec(
     logical_id="Requests",
     settings_field="requests_table",
     env_var="BATCHGW_REQUESTS_TABLE",
     partition=Key("pk"),
     sort=Key("idx", "N"),
+    indexes=(Index("running", Key("pk"), Key("lease_until", "N"), projection="KEYS_ONLY"),),
     ttl_attribute="ttl",
 )
 
@@ -141,3 +146,117 @@ WEBHOOK_KEY_ENV = "BATCHGW_WEBHOOK_KEY_ID"
 # repository root). CDK and the local stack substitute the same placeholders.
 WORKFLOW_ASL = "infra/workflow/batch.asl.json"
 WORKFLOW_SUBSTITUTIONS = ("LifecycleFunctionArn",)
+
+
+# --- who may touch what -----------------------------------------------------------------------
+#
+# Each Lambda function's role is built from these declarations (``infra/constructs/functions.py``)
+# and nothing else, so a grant is a line here. ``tests/infra`` proves the roles from the
+# synthesized template, and the e2e run proves every call the functions made is allowed
+# (``tests/e2e/test_aws_permissions.py``): together they pin each role to what its code uses.
+
+# The Lambda functions, by the name of their folder in ``functions/`` (the local stack names
+# them ``batchgw-<name>``). ``admin`` serves the HTTP API's ``/admin/...`` routes: it alone
+# writes accounts, keys and runtime settings, so the internet-facing ``api`` cannot.
+API = "api"
+ADMIN = "admin"
+WORKER = "worker"
+LIFECYCLE = "lifecycle"
+WEBHOOKS = "webhooks"
+FUNCTIONS = (API, ADMIN, WORKER, LIFECYCLE, WEBHOOKS)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Which functions read a piece of storage, which write it (and may read and delete it
+    too), and which may only delete in it."""
+
+    read: frozenset[str] = frozenset()
+    write: frozenset[str] = frozenset()
+    delete: frozenset[str] = frozenset()
+
+    def reads(self, function: str) -> bool:
+        return function in self.read or function in self.write
+
+    def writes(self, function: str) -> bool:
+        return function in self.write
+
+    def deletes(self, function: str) -> bool:
+        return function in self.write or function in self.delete
+
+    def touches(self, function: str) -> bool:
+        return self.reads(function) or self.deletes(function)
+
+
+def access(
+    *, read: tuple[str, ...] = (), write: tuple[str, ...] = (), delete: tuple[str, ...] = ()
+) -> Access:
+    unknown = set(read + write + delete) - set(FUNCTIONS)
+    if unknown:
+        raise ValueError(f"unknown functions {sorted(unknown)}")
+    return Access(frozenset(read), frozenset(write), frozenset(delete))
+
+
+# The tables whose items any of their users may touch (the control table is shared out by
+# partition below).
+TABLE_ACCESS: dict[str, Access] = {
+    # the admin lists every user's batches and deletes a deleted user's
+    BATCHES.logical_id: access(read=(ADMIN,), write=(API, ADMIN, WORKER, LIFECYCLE)),
+    # the api pages results; the admin reads a batch's attempts
+    REQUESTS.logical_id: access(read=(API, ADMIN), write=(WORKER, LIFECYCLE)),
+    # the admin deletes a deleted user's files; the lifecycle stores result files
+    FILES.logical_id: access(write=(API, ADMIN, LIFECYCLE)),
+}
+
+# The control table's partitions, by the IAM pattern of their partition key (``StringLike`` on
+# ``dynamodb:LeadingKeys``: ``*`` is any text). The storage module that owns each is named.
+_ALL = FUNCTIONS
+CONTROL_PARTITIONS: dict[str, Access] = {
+    # storage.accounts: a user's profile and keys, the registry, the two key lookups
+    "user#*": access(read=(API, WORKER), write=(ADMIN,)),
+    "users": access(write=(ADMIN,)),
+    "key#*": access(read=(API,), write=(ADMIN,)),
+    "keyid#*": access(write=(ADMIN,)),
+    # storage.runtime: administrators' overrides, read by every process
+    "runtime": access(read=tuple(f for f in _ALL if f != ADMIN), write=(ADMIN,)),
+    # storage.idempotency: the api claims keys; a batch's end or deletion keeps them
+    "idem#*": access(write=(API, ADMIN, LIFECYCLE)),
+    # storage.slots: model and per-user concurrency leases, shown to administrators
+    "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
+    "uslots#*": access(write=(WORKER,)),
+    # storage.spend: charged in the attempt's own transaction, read for quotas and /v1/me
+    "spend#*": access(read=(API,), write=(WORKER,)),
+    # storage.webhooks: a user's endpoint and its delivery log
+    "webhook#*": access(read=(LIFECYCLE,), write=(API, ADMIN, WEBHOOKS)),
+    "whevents#*": access(read=(API,), write=(ADMIN, WEBHOOKS)),
+    # storage.control: uploads in parts, hourly upload counters, a result file's parts
+    "upload#*": access(write=(API,)),
+    "uploads#*": access(write=(API,)),
+    "parts#*": access(write=(LIFECYCLE,)),
+    # storage.ratelimit: each key's request rate, taken by whichever function the key calls;
+    # storage.usage: per-user counters of unfinished work and stored bytes (the admin deletes
+    # a deleted user's batches and files)
+    "rate#*": access(write=(API, ADMIN)),
+    "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
+}
+
+# The data bucket's key prefixes (``storage.blobs``, ``domain.files``). Presigned URLs act with
+# the role of the function that signs them (the api's).
+DATA_PREFIXES: dict[str, Access] = {
+    # a batch's requests as sent (and its copy of an input file), read back for its results
+    "inputs/": access(write=(API, LIFECYCLE)),
+    # request and response bodies too large for their item; a batch whose start failed is
+    # cleaned up by the api
+    "bodies/": access(read=(API,), write=(WORKER, LIFECYCLE), delete=(API,)),
+    # result pages and a batch's output.jsonl
+    "exports/": access(write=(API, LIFECYCLE)),
+    # files: uploaded inputs and result files; a deleted user's are deleted by the admin
+    "files/": access(write=(API, LIFECYCLE), delete=(ADMIN,)),
+    # presigned uploads waiting to be completed, and parts of uploads (/v1/uploads)
+    "incoming/": access(write=(API,)),
+    "uploads/": access(write=(API,)),
+}
+
+# The HTTP API sends every path under this prefix to the admin function (``/admin/{proxy+}``),
+# the rest to the api function; the local adapter dispatches the same way.
+ADMIN_PATH_PREFIX = "/admin/"

@@ -2,7 +2,8 @@
 
 Every AWS call the gateway makes goes through these clients, so a benchmark can count
 them by hooking the session's events (``count_calls``), and a test can check that each
-function's role allows every call it made (``record_calls``, by function).
+function's role allows every call it made, on the resources it made it on (``record_calls``,
+by function, with what each call touched: ``batchgw.storage.touches``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+
+from batchgw.storage.touches import Touch, touches
 
 _CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5},
@@ -93,10 +96,13 @@ def reset_clients() -> None:
 
 
 # Benchmarks and tests set this to a directory: every process then writes the AWS calls it
-# made there, one file per Lambda function it made them for (``<function>.<pid>.json``,
-# ``service.Operation`` -> count, refreshed twice a second), so calls can be summed across
-# processes or checked against each function's role.
+# made there, per Lambda function it made them for: ``<function>.<pid>.json``
+# (``service.Operation`` -> count, refreshed twice a second), so calls can be summed across
+# processes, and ``<function>.<pid>.touched.jsonl`` (one ``Touch`` a line: what the calls
+# touched, presigned URLs' included), so they can be checked against each function's role.
 CALLS_DIR_ENV = "BATCHGW_AWS_CALLS_DIR"
+TOUCHED_SUFFIX = ".touched.jsonl"
+UNREADABLE = "?"  # the resource of a call whose parameters could not be read
 # Lambda names the function in every execution environment; the local stack sets it in each
 # handler process. A process that runs several functions (moto's Lambda hook) names the one
 # of each invocation with ``calls_made_for``.
@@ -121,26 +127,35 @@ def current_function() -> str:
 
 
 def record_calls(session: boto3.session.Session, directory: Path) -> None:
-    """Count ``session``'s calls and keep ``directory/<function>.<pid>.json`` up to date with them.
+    """Count ``session``'s calls and keep ``directory/<function>.<pid>.json`` up to date with them,
+    and what they touched in ``directory/<function>.<pid>.touched.jsonl``.
 
-    A call of an operation the function had not made before is written before it is sent, so
-    the set of operations on disk is complete even if the process is killed the next moment;
-    counts follow within half a second.
+    A call of an operation the function had not made before, or one that touches something it
+    had not touched before, is written before it is sent, so the sets of operations and of
+    touches on disk are complete even if the process is killed the next moment; counts follow
+    within half a second. A presigned URL is recorded as touching what it grants (it acts with
+    the role of the function that signed it), and not counted: it makes no call.
     """
     counters: dict[str, CallCounter] = {}
-    lock = threading.Lock()  # guards ``counters`` and the files
+    touched: dict[str, set[Touch]] = {}
+    lock = threading.Lock()  # guards ``counters``, ``touched`` and the files
     directory.mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
+
+    def write(target: Path, text: str) -> None:
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(target)
 
     def flush() -> None:
         with lock:
             for function, counter in counters.items():
                 with counter._lock:
                     snapshot = dict(counter.calls)
-                target = directory / f"{function}.{pid}.json"
-                tmp = target.with_suffix(".tmp")
-                tmp.write_text(json.dumps(snapshot))
-                tmp.replace(target)
+                write(directory / f"{function}.{pid}.json", json.dumps(snapshot))
+            for function, seen in touched.items():
+                lines = [json.dumps(touch.to_json()) for touch in sorted(seen)]
+                write(directory / f"{function}.{pid}{TOUCHED_SUFFIX}", "".join(f"{line}\n" for line in lines))
 
     def count(event_name: str, **_: Any) -> None:
         function = current_function()
@@ -149,11 +164,26 @@ def record_calls(session: boto3.session.Session, directory: Path) -> None:
         if counter.count(event_name) == 1:  # the operation's first call: on disk before it is sent
             flush()
 
+    def touch(event_name: str, params: Any = None, **_: Any) -> None:
+        operation = event_name.split(".", 1)[1]
+        try:
+            found = touches(operation, params or {})
+        except Exception:  # recording must never fail the call: the check reports what it could not read
+            found = [Touch(operation, resource=UNREADABLE)]
+        function = current_function()
+        with lock:
+            seen = touched.setdefault(function, set())
+            new = not seen.issuperset(found)
+            seen.update(found)
+        if new:  # on disk before it is sent
+            flush()
+
     def keep_flushing() -> None:
         while True:
             time.sleep(0.5)
             flush()
 
+    session.events.register("before-parameter-build", touch)
     session.events.register("before-call", count)
     threading.Thread(target=keep_flushing, name="aws-call-counter", daemon=True).start()
 
@@ -172,6 +202,16 @@ def read_recorded_calls_by_function(directory: Path) -> dict[str, Counter[str]]:
     for path in directory.rglob("*.json"):
         function, _, _pid = path.stem.rpartition(".")
         by_function.setdefault(function or UNATTRIBUTED, Counter()).update(json.loads(path.read_text()))
+    return by_function
+
+
+def read_recorded_touches_by_function(directory: Path) -> dict[str, set[Touch]]:
+    """What the calls recorded in ``directory`` (and its subdirectories) touched, per function."""
+    by_function: dict[str, set[Touch]] = {}
+    for path in directory.rglob(f"*{TOUCHED_SUFFIX}"):
+        function, _, _pid = path.name.removesuffix(TOUCHED_SUFFIX).rpartition(".")
+        seen = by_function.setdefault(function or UNATTRIBUTED, set())
+        seen.update(Touch.from_json(json.loads(line)) for line in path.read_text().splitlines() if line)
     return by_function
 
 
