@@ -37,7 +37,10 @@ _ERRORS = {
     "404": "No such batch, file or upload (or batch inference is not available).",
     "409": "The batch is not in a state that allows this.",
     "413": "The body is larger than the gateway takes.",
-    "429": "A per-user limit was reached.",
+    "429": (
+        "A per-user limit was reached, or the key's request rate (code rate_limited, with a "
+        "Retry-After header in seconds)."
+    ),
 }
 
 
