@@ -31,7 +31,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,10 @@ log = logging.getLogger("local.poller")
 DEFAULT_TIMEOUT_SECONDS = 900.0
 MAX_BATCH_SIZE = 10  # one ReceiveMessage; the mapping's batching window is not modelled
 DEFAULT_CONCURRENCY = 8
+# How long an idle slot's ReceiveMessage waits for a message: SQS's longest, as Lambda's event
+# source mapping long-polls. moto answers as soon as a message arrives (``local.moto_server``),
+# so it costs no latency, and an idle slot makes 3 receives a minute instead of 60.
+LONG_POLL_SECONDS = 20
 WORKER_BATCH_SIZE_ENV = "BATCHGW_WORKER_BATCH_SIZE"
 WORKER_CONCURRENCY_ENV = "BATCHGW_WORKER_CONCURRENCY"
 
@@ -141,7 +146,7 @@ class Poller:
         sqs: Any = None,
         batch_size: int = MAX_BATCH_SIZE,
         concurrency: int = DEFAULT_CONCURRENCY,
-        wait_seconds: int = 1,
+        wait_seconds: int = LONG_POLL_SECONDS,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         function_name: str = f"{PREFIX}-worker",
     ) -> None:
@@ -166,6 +171,8 @@ class Poller:
         self._queue_arn: str | None = None
         self._stopping = threading.Event()
         self._slots: list[threading.Thread] = []
+        self._busy = 0  # slots invoking the handler now (not those waiting in a long poll)
+        self._idle = threading.Condition()
 
     @property
     def queue_arn(self) -> str:
@@ -186,9 +193,33 @@ class Poller:
             MessageAttributeNames=["All"],
         )
         messages = received.get("Messages", [])
+        if messages and self._stopping.is_set():
+            self._give_back(messages)  # received while stopping: for the next poller, now
+            return 0
         if messages:
-            self.process(messages)
+            with self._invoking():
+                self.process(messages)
         return len(messages)
+
+    @contextmanager
+    def _invoking(self) -> Iterator[None]:
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def _give_back(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        for message in messages:
+            try:
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                )
+            except Exception:  # it comes back when its visibility ends
+                log.warning("could not give a message back", exc_info=True)
 
     def process(self, messages: Sequence[Mapping[str, Any]]) -> set[str]:
         """Invoke the handler with these messages, delete the successes; returns the failed ids."""
@@ -246,12 +277,13 @@ class Poller:
             self._slots.append(slot)
 
     def stop(self, grace_seconds: float = 10.0) -> bool:
-        """Stop receiving; wait up to ``grace_seconds`` for running invocations. True if all ended."""
+        """Stop receiving; wait up to ``grace_seconds`` for running invocations. True if all ended.
+
+        Slots waiting in a long poll are not waited for (a poll lasts up to ``wait_seconds``):
+        what they receive from now on is given back at once, not run."""
         self._stopping.set()
-        deadline = time.monotonic() + grace_seconds
-        for slot in self._slots:
-            slot.join(max(0.0, deadline - time.monotonic()))
-        return not any(slot.is_alive() for slot in self._slots)
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout=grace_seconds)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -264,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--concurrency", type=int, default=int(os.environ.get(WORKER_CONCURRENCY_ENV, DEFAULT_CONCURRENCY))
     )
-    parser.add_argument("--wait-seconds", type=int, default=1)
+    parser.add_argument("--wait-seconds", type=int, default=LONG_POLL_SECONDS)
     parser.add_argument(
         "--timeout-seconds",
         type=float,

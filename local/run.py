@@ -252,12 +252,10 @@ class LocalStack:
                     f"batchgw-{logical_id.lower()}",
                     "--batch-size",
                     str(spec.batch_size),
-                    # Events are few: two slots that long-poll 5 s, not the work queue's eight
-                    # polling every second (idle polls are SQS calls too).
+                    # Events are few: two slots, not the work queue's eight (idle long polls
+                    # are SQS calls too).
                     "--concurrency",
                     "2",
-                    "--wait-seconds",
-                    "5",
                 )
             waited = [self.ports.api] if self.api else []
             waited += [self.ports.sim, self.ports.sim_backup] if self.simulator else []

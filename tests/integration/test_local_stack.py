@@ -407,10 +407,30 @@ def test_poller_leaves_the_whole_batch_when_the_handler_raises(aws: Aws, test_qu
         QueueUrl=test_queue,
         Entries=[{"Id": "ok", "MessageBody": "{}"}, {"Id": "bad", "MessageBody": '{"raise": true}'}],
     )
-    poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs)
+    poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs, wait_seconds=0)
     wait_for(lambda: poller.poll_once() == 0 and poller.stats.failed == 2)
     assert poller.stats.deleted == 0
     assert sum(_counts(sqs, test_queue)) == 2
+
+
+def test_a_stopping_poller_waits_for_invocations_not_long_polls_and_gives_back_what_it_receives(
+    aws: Aws, test_queue: str
+) -> None:
+    sqs = aws.client("sqs")
+    fake_handlers.SEEN.clear()
+    poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs, concurrency=2, wait_seconds=20)
+    poller.start()
+    sqs.send_message(QueueUrl=test_queue, MessageBody=json.dumps({"n": 1}))
+    wait_for(lambda: poller.stats.deleted == 1)  # an idle slot's long poll answers at once
+
+    started = time.monotonic()
+    assert poller.stop(grace_seconds=15)  # both slots wait in a 20 s long poll: not waited for
+    assert time.monotonic() - started < 5
+    sqs.send_message(QueueUrl=test_queue, MessageBody=json.dumps({"n": 2}))
+    # a slot still in its long poll receives it, and gives it back unrun
+    wait_for(lambda: not any(slot.is_alive() for slot in poller._slots), timeout=30)
+    assert _counts(sqs, test_queue) == (1, 0)
+    assert len(fake_handlers.SEEN) == 1 and poller.stats.invocations == 1
 
 
 def test_partial_failure_response_is_read_as_lambda_reads_it() -> None:
