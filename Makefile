@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: install run test test-fast lint format synth deploy diff config bench chaos clean
+.PHONY: install run test test-fast lint format synth deploy diff config bench cost chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ config: install
 
 bench: install
 	$(PY) -m bench.run
+
+## What one million requests of the named workload cost on AWS, from a recorded local run
+## (about 3 minutes; N=500 by default, e.g. ARGS="--n 1000"; ARGS="--from-json" reprices bench/last.json).
+cost: install
+	$(PY) -m bench.cost $(ARGS)
 
 ## A long seeded chaos run on a local stack (crashes, faults, duplicates, cancels); prints the totals.
 chaos: install

@@ -32,8 +32,8 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    polls are not an item's cost: what one poll costs is measured after the run (20 polls)
    and subtracted; ``aws_calls_per_item_with_polls`` keeps them. The local pollers' SQS
    ReceiveMessage / DeleteMessageBatch are counted when the pollers use the shared
-   session (``local.poller`` does): idle poller slots long-poll once a second, a cost per
-   second rather than per item, which is included. moto's Step Functions interpreter's
+   session (``local.poller`` does): idle poller slots long-poll 20 s as Lambda's mapping does, a cost
+   per second rather than per item, which is included. moto's Step Functions interpreter's
    internal calls are never counted. Budget: 6.
 3. **Retries** (issue 3): a second batch (``--retry-n``, default N) where every 10th
    request carries ``[[sim status=503 fail=2]]``, so it fails twice with 503 and then
@@ -46,6 +46,11 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    the stack's environment, minus ``python -c "pass"``, medians of 3.
 5. **Validation** (``bench.validation``, after the stack has stopped): a 50,000-line file
    through the file validator against one ``json.loads`` per line, and peak memory.
+6. **Cost** (``bench.cost``, also ``make cost``; ``--skip-cost``): on a stack of its own whose
+   moto records every request, a batch of 500 requests of the named workload (1 KB bodies,
+   1 KB answers, 2 s upstream); the recording is replayed to bill DynamoDB by item sizes, and
+   with the invocations' measured durations and the functions' memory it gives
+   ``cost_per_million_usd`` and its breakdown (prices: ``bench.prices``, dated).
 
 Also printed, to find where time goes: the gateway's timeline (create call, in_progress
 seen, first upstream request, last request in flight, final status seen, results read),

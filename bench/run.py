@@ -2,7 +2,8 @@
 
 See ``bench/__init__.py`` for what is measured and how. Options: ``--n`` (env
 ``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``,
-``--skip-validation`` (the 50,000-line file check of ``bench.validation``), ``--workers``,
+``--skip-validation`` (the 50,000-line file check of ``bench.validation``), ``--skip-cost`` (the
+cost run of ``bench.cost``, on a recorded stack of its own), ``--workers``,
 ``--no-warmup``, ``--out`` (default ``bench/last.json``).
 """
 
@@ -27,7 +28,7 @@ from batchgw.config.catalog import load_catalog
 from batchgw.config.settings import Settings
 from batchgw.storage.aws import CALLS_DIR_ENV
 
-from bench import validation
+from bench import cost, validation
 from bench.direct import DirectRun, run_direct
 from bench.gateway import GatewayRun, Stalled, api_client, run_batch
 from bench.probes import (
@@ -230,7 +231,7 @@ def _throughput_line(counts: list[int]) -> str:
 def _calls_note(calls: Counter[str]) -> str:
     pollers = (
         "the pollers' SQS ReceiveMessage\n"
-        "   (idle slots long-poll once a second: a cost per second, not per item) and DeleteMessageBatch"
+        "   (idle slots long-poll 20 s: a cost per second, not per item) and DeleteMessageBatch"
         if "sqs.ReceiveMessage" in calls
         else "not the pollers' SQS ReceiveMessage\n"
         "   and DeleteMessageBatch (their boto3 client is their own)"
@@ -377,6 +378,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--skip-validation", action="store_true", help="skip the file validation run (bench.validation)"
     )
+    parser.add_argument("--skip-cost", action="store_true", help="skip the cost run (bench.cost, ~3 min)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the figures")
     args = parser.parse_args(argv)
     if args.n < 1 or (args.retry_n is not None and args.retry_n < 1):
@@ -436,6 +438,8 @@ class Bench:
             self.problems.append(str(exc))
         if not self.args.skip_validation:
             self._validation()
+        if not self.args.skip_cost:
+            self._cost()
         broken = counter_thread_failures(self.logs)
         if broken:
             self.warnings.append(
@@ -530,6 +534,18 @@ class Bench:
             f"({handler_s:.3f} s with the import, {bare_s:.3f} s a bare interpreter)"
         )
         stack.check()
+
+    def _cost(self) -> None:
+        """Issue 15's figure (``bench.cost``): the named workload on a recorded stack of its own,
+        after this one has stopped."""
+        print("\ncost: the named workload (1 KB in, 1 KB out, 2 s) on a recorded stack...", flush=True)
+        try:
+            figures = cost.measure_cost(cost.DEFAULT_N, self.args.workers)
+        except (TimeoutError, RuntimeError, httpx.HTTPError) as exc:
+            self.warnings.append(f"the cost run failed, no cost_per_million_usd: {exc}")
+            return
+        self.result.update(figures)
+        self.problems += [f"cost: {p}" for p in figures["cost_measurements"]["problems"]]
 
     def _validation(self) -> None:
         """Issue 4's figure (``bench.validation``), after the stack has stopped: in this process."""

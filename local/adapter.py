@@ -54,6 +54,7 @@ from local.env import (
     LambdaContext,
     setup_logging,
 )
+from local.invocations import record_invocation
 
 log = logging.getLogger("local.adapter")
 
@@ -246,6 +247,7 @@ class ApiAdapter(ThreadingHTTPServer):
                 started = time.monotonic()
                 result = handler(dict(event), context)
                 elapsed = time.monotonic() - started
+            record_invocation(function_name, elapsed)
         except Exception:
             log.exception("handler raised", extra={"request_id": request_id, "function": function_name})
             return Reply.message(500, "Internal Server Error")

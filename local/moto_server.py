@@ -59,6 +59,7 @@ from local.env import (
     lambda_handlers,
     setup_logging,
 )
+from local.invocations import record_invocation
 
 log = logging.getLogger("local.moto_server")
 
@@ -102,12 +103,15 @@ def run_handler(pool: HandlerPool, function: Any, event: Any, response_headers: 
     try:
         # this process runs every hooked function: each invocation's AWS calls count as its own
         with calls_made_for(function.function_name), pool.environment() as handler:
+            started = time.monotonic()
             try:
                 result = handler(event, context)
             except Exception as exc:
                 log.warning("handler raised", extra={"function": function.function_name}, exc_info=True)
                 response_headers["x-amz-function-error"] = "Unhandled"
                 return _error_payload(exc, context.aws_request_id)
+            finally:
+                record_invocation(function.function_name, time.monotonic() - started)
     except Exception as exc:  # the environment could not start: the module does not import
         log.exception("cannot import handler", extra={"handler": pool.path})
         response_headers["x-amz-function-error"] = "Unhandled"

@@ -49,6 +49,7 @@ from local.env import (
     LambdaContext,
     setup_logging,
 )
+from local.invocations import record_invocation
 
 log = logging.getLogger("local.poller")
 
@@ -236,6 +237,7 @@ class Poller:
             failed = set(ids)
         else:
             elapsed = time.monotonic() - started
+            record_invocation(self.function_name, elapsed)
             if elapsed > timeout:
                 log.error("invocation timed out; the batch stays", extra={"seconds": round(elapsed, 1)})
                 failed = set(ids)

@@ -1,0 +1,590 @@
+"""``make cost`` (``python -m bench.cost``): what one million batch requests cost on AWS.
+
+The named workload: chat requests of a 1 KB body each (``body`` of the batch line, padded),
+answered with 1 KB (``[[sim bytes=1024]]``) after 2 s (the simulator's base latency), in
+batches of ``--n`` (default 500) at the model cap of the benchmark (16): per-batch costs (the
+create call, the workflow's transitions, finalizing) are shared by the batch's requests.
+
+How (a run, not an estimate): a local stack starts with moto's request recorder on and every
+invocation's wall duration written down (``local.invocations``). After a warm-up batch, one
+batch of the workload runs; the client waits on the simulator's counter (no AWS calls), then
+polls the batch's status every 0.5 s until it is final and reads every result page. Then 10
+status polls are made alone, so the run's own polls can be subtracted. From the recording,
+``bench.cost_replay`` replays DynamoDB to bill each write on the item's size before and after
+(transactions twice, each GSI by its projected size) and each read on what it read; SQS, S3,
+KMS and Secrets Manager requests are counted as recorded. Step Functions transitions are the
+batch's execution history (its states entered) plus the states its success path still has to
+enter (it waits out the retention before its purge). Lambda: each function's invocations and
+measured durations times its memory in ``infra/constructs/functions.py``; API Gateway: the api
+function's invocations (the create call in 512 KB chunks). SQS ReceiveMessage on the polled
+queues is one per worker invocation (Lambda's event source mapping polls on AWS; its idle
+long polls, about 0.25 a second per queue whatever the load, are left out). CloudWatch Logs:
+the bytes the handler processes wrote during the run plus Lambda's START/END/REPORT lines.
+X-Ray: each function's invocations sampled by the default rule at the run's throughput.
+
+Options: ``--n``, ``--workers``, ``--from-json`` (price the usage already in ``--out``, e.g.
+after a price change, without a run), ``--out`` (default ``bench/last.json``: its other keys are
+kept). Takes about 3 minutes at N = 500.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import random
+import statistics
+import string
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+from batchgw.config import resources
+
+from bench import cost_model as m
+from bench import cost_replay, prices
+from bench.gateway import FINAL_STATUSES, RESULTS_PAGE_LIMIT, api_client
+from bench.workload import MODEL
+from local.env import REPO_ROOT, queue_name
+from local.invocations import INVOCATIONS_DIR_ENV
+from local.run import LocalStack
+
+DEFAULT_N = 500
+DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
+MODEL_CAP = 16
+LATENCY_MS = 2000
+REQUEST_BYTES = 1024  # a batch line's body, JSON
+RESPONSE_BYTES = 1024  # the upstream answer
+WARMUP_REQUESTS = 32
+POLL_SECONDS = 0.5
+CALIBRATION_POLLS = 10
+SETTLE_SECONDS = 2.0  # for trailing calls (deletes of the last messages) to reach moto
+GOAL_USD = 5.0
+# Lambda writes START, END and REPORT lines for every invocation (REPORT with X-Ray's fields).
+PLATFORM_LOG_BYTES_PER_INVOCATION = 420
+FUNCTIONS_SOURCE = REPO_ROOT / "infra" / "constructs" / "functions.py"
+ASL_PATH = REPO_ROOT / "infra" / "workflow" / "batch.asl.json"
+# The log files (``<log_dir>/<child>.log``) of the processes that run each function.
+LOG_FILES = {"api": "api-*.log", "worker": "worker-*.log", "lifecycle": "moto.log"}
+
+
+# --- the deployed configuration ----------------------------------------------------------------
+
+
+def function_memory_mb(source: Path = FUNCTIONS_SOURCE) -> dict[str, int]:
+    """Each function's configured memory, by its folder name (``self._function("Api", "api",
+    ..., memory_size=1024)`` in the CDK construct), read without importing CDK."""
+    out: dict[str, int] = {}
+    for node in ast.walk(ast.parse(source.read_text())):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "_function"):
+            continue
+        folder = node.args[1].value if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else None
+        memory = next((k.value for k in node.keywords if k.arg == "memory_size"), None)
+        if isinstance(folder, str) and isinstance(memory, ast.Constant) and isinstance(memory.value, int):
+            out[folder] = memory.value
+    return out
+
+
+def remaining_transitions(asl: Mapping[str, Any], state: str) -> int:
+    """States still to be entered after ``state`` along the success path (``Next``, a Choice's
+    ``Default``), up to a Succeed or Fail state."""
+    states = asl["States"]
+    count, current = 0, state
+    while True:
+        spec = states[current]
+        following = spec.get("Next") or spec.get("Default")
+        if following is None or spec.get("End"):
+            return count
+        count += 1
+        current = following
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def request_text(index: int) -> str:
+    """A request's user text: its directive, then seeded random lowercase words, so that its line's
+    body is REQUEST_BYTES. Random words compress about as well as prose (zlib: to about 60%), where
+    a run of one letter would shrink to nothing in a compressed item. The simulator echoes the text
+    (cut to the answer's 1 KB), so answers are as incompressible."""
+    head = f"cost request {index} [[sim bytes={RESPONSE_BYTES}]]"
+    room = REQUEST_BYTES - len(json.dumps(_body(head), separators=(",", ":")).encode())
+    rng = random.Random(index)
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < room:
+        words.append("".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))))
+    return f"{head} {' '.join(words)}"[: len(head) + room]
+
+
+def _body(text: str) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+
+
+def batch_payload(n: int, prefix: str) -> bytes:
+    lines = [{"custom_id": f"{prefix}-{i}", "body": _body(request_text(i))} for i in range(n)]
+    return json.dumps({"requests": lines}, separators=(",", ":")).encode()
+
+
+@dataclass
+class RunWindow:
+    first_line: int
+    end_line: int
+    start: float  # time.time()
+    end: float
+    log_bytes: dict[str, int]  # by function
+
+
+@dataclass
+class CostRun:
+    n: int
+    batch_id: str
+    seconds: float  # create to the last result page
+    create_payload_bytes: int
+    status_polls: int
+    run: RunWindow
+    polls: RunWindow
+    transitions: int  # per batch
+    transition_note: str
+    problems: list[str]
+
+
+def _log_sizes(log_dir: Path) -> dict[str, int]:
+    return {
+        function: sum(path.stat().st_size for path in log_dir.glob(pattern))
+        for function, pattern in LOG_FILES.items()
+    }
+
+
+def _wait_sim(sim: httpx.Client, n: int, deadline: float) -> None:
+    """Until the simulator has answered ``n`` requests (it costs no AWS call to ask)."""
+    while time.monotonic() < deadline:
+        stats = sim.get("/_sim/stats").raise_for_status().json()["models"].get(MODEL, {})
+        if int(stats.get("requests", 0)) >= n and int(stats.get("in_flight", 0)) == 0:
+            return
+        time.sleep(POLL_SECONDS)
+    raise TimeoutError(f"the simulator did not see {n} requests in time")
+
+
+def _run_batch(api: httpx.Client, sim: httpx.Client, n: int, prefix: str) -> tuple[str, int, list[str]]:
+    """One batch to its end and every result read; returns its id, the status polls made, and
+    what was wrong with it."""
+    sim.post("/_sim/reset").raise_for_status()
+    created = api.post(
+        "/batches", content=batch_payload(n, prefix), headers={"content-type": "application/json"}
+    )
+    created.raise_for_status()
+    batch_id = str(created.json()["id"])
+    deadline = time.monotonic() + 60 + 4 * n * LATENCY_MS / 1000 / MODEL_CAP
+    _wait_sim(sim, n, deadline)
+    polls = 0
+    while True:
+        polls += 1
+        batch = api.get(f"/batches/{batch_id}").raise_for_status().json()
+        if batch["status"] in FINAL_STATUSES:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"batch {batch_id} still {batch['status']}")
+        time.sleep(POLL_SECONDS)
+    results: list[dict[str, Any]] = []
+    after: str | None = None
+    while True:
+        params: dict[str, str | int] = {"limit": RESULTS_PAGE_LIMIT, **({"after": after} if after else {})}
+        page = api.get(f"/batches/{batch_id}/results", params=params).raise_for_status().json()
+        results.extend(page["data"])
+        if not page["has_more"]:
+            break
+        after = page["last_id"]
+    problems = []
+    if batch["status"] != "completed" or int(batch["request_counts"]["completed"]) != n:
+        problems.append(f"batch {batch['status']}, counts {batch['request_counts']}")
+    done = [r for r in results if r.get("status") == "completed"]
+    if len(results) != n or len(done) != n:
+        problems.append(f"{len(results)} results, {len(done)} completed, expected {n}")
+    return batch_id, polls, problems
+
+
+def _transitions(env: Mapping[str, str], batch_id: str) -> tuple[int, str]:
+    """States the batch's execution entered so far, plus those its success path has left."""
+    client = boto3.client(  # type: ignore[call-overload]
+        "stepfunctions",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name=env["AWS_DEFAULT_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+    arn = env["BATCHGW_STATE_MACHINE_ARN"].replace(":stateMachine:", ":execution:") + f":{batch_id}"
+    entered: list[str] = []
+    token: str | None = None
+    while True:
+        page = client.get_execution_history(
+            executionArn=arn, maxResults=1000, **({"nextToken": token} if token else {})
+        )
+        for event in page["events"]:
+            if event["type"].endswith("StateEntered"):
+                entered.append(event["stateEnteredEventDetails"]["name"])
+        token = page.get("nextToken")
+        if not token:
+            break
+    if not entered:
+        raise RuntimeError(f"no execution history for {batch_id}")
+    asl = json.loads(ASL_PATH.read_text())
+    later = remaining_transitions(asl, entered[-1])
+    path = " > ".join(entered)
+    return len(entered) + later, f"{path} (+{later} after {entered[-1]}, on its success path)"
+
+
+def run_cost_workload(n: int, workers: int = 2) -> tuple[CostRun, Path, Path]:
+    """Run the workload on a fresh recorded stack; returns the run, the recording and the
+    invocation records' directory."""
+    work = Path(tempfile.mkdtemp(prefix="batchgw-cost-"))
+    recording, invocations, logs = work / "moto-recording.jsonl", work / "invocations", work / "logs"
+    invocations.mkdir()
+    overrides = {
+        "BATCH_MODEL_CONCURRENCY": str(MODEL_CAP),
+        "BATCHGW_SIM_LATENCY_MS": str(LATENCY_MS),
+        "MOTO_ENABLE_RECORDING": "true",
+        "MOTO_RECORDER_FILEPATH": str(recording),
+        INVOCATIONS_DIR_ENV: str(invocations),
+    }
+    print(f"cost run: N={n}, 1 KB requests, 1 KB answers, {LATENCY_MS} ms; work dir {work}", flush=True)
+    with (
+        LocalStack(0, 0, 0, env_overrides=overrides, workers=workers, log_dir=logs) as stack,
+        api_client(stack.api_url) as api,
+        httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
+    ):
+        print(f"  warm-up batch of {WARMUP_REQUESTS}...", flush=True)
+        _, _, warm_problems = _run_batch(api, sim, WARMUP_REQUESTS, "w")
+        time.sleep(SETTLE_SECONDS)
+        first, start, logs_before = cost_replay.count_lines(recording), time.time(), _log_sizes(logs)
+        print(f"  batch of {n}...", flush=True)
+        t0 = time.monotonic()
+        batch_id, polls, problems = _run_batch(api, sim, n, "c")
+        seconds = time.monotonic() - t0
+        time.sleep(SETTLE_SECONDS)
+        run = RunWindow(first, cost_replay.count_lines(recording), start, time.time(), {})
+        logs_mid = _log_sizes(logs)
+        run.log_bytes = {k: logs_mid[k] - logs_before[k] for k in logs_mid}
+        for _ in range(CALIBRATION_POLLS):
+            api.get(f"/batches/{batch_id}").raise_for_status()
+        time.sleep(SETTLE_SECONDS)
+        logs_after = _log_sizes(logs)
+        calibration = RunWindow(
+            run.end_line,
+            cost_replay.count_lines(recording),
+            run.end,
+            time.time(),
+            {k: logs_after[k] - logs_mid[k] for k in logs_after},
+        )
+        transitions, note = _transitions(stack.env, batch_id)
+        stack.check()
+    cost_run = CostRun(
+        n=n,
+        batch_id=batch_id,
+        seconds=seconds,
+        create_payload_bytes=len(batch_payload(n, "c")),
+        status_polls=polls,
+        run=run,
+        polls=calibration,
+        transitions=transitions,
+        transition_note=note,
+        problems=[f"warm-up: {p}" for p in warm_problems] + problems,
+    )
+    return cost_run, recording, invocations
+
+
+# --- from the run to usage per request ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Invocation:
+    function: str  # api, worker, lifecycle, webhooks, admin
+    seconds: float
+    at: float
+
+
+def read_invocations(directory: Path) -> list[Invocation]:
+    out = []
+    for path in directory.glob("invocations.*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            name = str(record["function"]).rpartition("-")[2]
+            out.append(Invocation(name, float(record["seconds"]), float(record["at"])))
+    return out
+
+
+def _in(window: RunWindow, invocations: Sequence[Invocation]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for invocation in invocations:
+        if window.start <= invocation.at < window.end:
+            out.setdefault(invocation.function, []).append(invocation.seconds)
+    return out
+
+
+def _less(run: list[m.UsageLine], polls: list[m.UsageLine], times: float) -> list[m.UsageLine]:
+    """The run's usage less ``times`` the polls' (by service, component and price; never < 0)."""
+    subtract: dict[tuple[str, str, str], float] = {}
+    for line in polls:
+        key = (line.service, line.component, line.price)
+        subtract[key] = subtract.get(key, 0.0) + line.quantity * times
+    out = []
+    for line in run:
+        quantity = max(0.0, line.quantity - subtract.get((line.service, line.component, line.price), 0.0))
+        if quantity:
+            out.append(m.UsageLine(line.service, line.component, line.price, quantity))
+    return out
+
+
+@dataclass
+class Measured:
+    usage: list[m.UsageLine]  # per request
+    figures: dict[str, Any]
+
+
+def _window_usage(
+    tally: cost_replay.Tally,
+    invoked: Mapping[str, list[float]],
+    log_bytes: Mapping[str, int],
+    memory: Mapping[str, int],
+    seconds: float,
+    create_payload_bytes: int = 0,
+) -> list[m.UsageLine]:
+    """A window's whole usage (absolute): the replayed calls plus Lambda, API Gateway, logs, X-Ray."""
+    usage = tally.lines()
+    for function, durations in sorted(invoked.items()):
+        usage.append(m.UsageLine("Lambda", f"{function} invocations", "lambda_request", len(durations)))
+        usage.append(
+            m.UsageLine(
+                "Lambda",
+                f"{function} GB-s ({memory.get(function, 0)} MB)",
+                "lambda_gb_second",
+                m.gb_seconds(durations, memory.get(function, 0)),
+            )
+        )
+        usage.append(
+            m.UsageLine("X-Ray", f"{function} traces", "xray_trace", m.xray_traces(len(durations), seconds))
+        )
+    api_calls = len(invoked.get("api", []))
+    if api_calls:
+        extra_chunks = (
+            m.chunks(create_payload_bytes, prices.APIGW_CHUNK_BYTES) - 1 if create_payload_bytes else 0
+        )
+        usage.append(
+            m.UsageLine("API Gateway", "HTTP API requests", "apigw_request", api_calls + extra_chunks)
+        )
+    for function, price in (("worker", "sqs_standard"), ("webhooks", "sqs_fifo")):
+        receives = len(invoked.get(function, []))
+        if receives:
+            component = f"ReceiveMessage (one per {function} invocation)"
+            usage.append(m.UsageLine("SQS", component, price, receives))
+    for function, count in sorted(log_bytes.items()):
+        platform = PLATFORM_LOG_BYTES_PER_INVOCATION * len(invoked.get(function, []))
+        usage.append(m.UsageLine("CloudWatch Logs", f"{function} logs", "logs_gb", (count + platform) / 1e9))
+    return usage
+
+
+def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measured:
+    requests, broken = cost_replay.read_recording(recording)
+    polled = frozenset(queue_name(queue) for queue in resources.QUEUES)  # each feeds a function
+    windows = [
+        cost_replay.Window("run", cost_run.run.first_line, cost_run.run.end_line),
+        cost_replay.Window("polls", cost_run.polls.first_line, cost_run.polls.end_line),
+    ]
+    tallies = cost_replay.replay(requests, windows, polled)
+    invocations = read_invocations(invocations_dir)
+    memory = function_memory_mb()
+    run_invoked, poll_invoked = _in(cost_run.run, invocations), _in(cost_run.polls, invocations)
+    throughput = cost_run.n / cost_run.seconds
+    run_seconds = cost_run.run.end - cost_run.run.start
+    run_usage = _window_usage(
+        tallies["run"],
+        run_invoked,
+        cost_run.run.log_bytes,
+        memory,
+        run_seconds,
+        cost_run.create_payload_bytes,
+    )
+    poll_usage = _window_usage(
+        tallies["polls"],
+        poll_invoked,
+        cost_run.polls.log_bytes,
+        memory,
+        cost_run.polls.end - cost_run.polls.start,
+    )
+    per_poll = [
+        m.UsageLine(u.service, u.component, u.price, u.quantity / CALIBRATION_POLLS) for u in poll_usage
+    ]
+    # X-Ray's reservoir depends on time, not on calls: keep the run's own traces.
+    per_poll = [u for u in per_poll if u.service != "X-Ray"]
+    usage = _less(run_usage, per_poll, cost_run.status_polls)
+    usage.append(m.UsageLine("Step Functions", "state transitions", "sfn_transition", cost_run.transitions))
+    per_request = [m.UsageLine(u.service, u.component, u.price, u.quantity / cost_run.n) for u in usage]
+
+    # The run window's invocations as measured (its few status polls included).
+    lambda_figures = {
+        function: {
+            "invocations_per_request": len(durations) / cost_run.n,
+            "mean_seconds": sum(durations) / len(durations),
+            "memory_mb": memory.get(function),
+            "gb_seconds_per_request": m.gb_seconds(durations, memory.get(function, 0)) / cost_run.n,
+        }
+        for function, durations in sorted(run_invoked.items())
+    }
+    figures = {
+        "workload": {
+            "request_body_bytes": len(json.dumps(_body(request_text(0)), separators=(",", ":"))),
+            "response_bytes": RESPONSE_BYTES,
+            "upstream_latency_ms": LATENCY_MS,
+            "batch_size": cost_run.n,
+            "model_cap": MODEL_CAP,
+        },
+        "batch_seconds": cost_run.seconds,
+        "throughput_rps": throughput,
+        "status_polls_subtracted": cost_run.status_polls,
+        "step_functions_transitions_per_batch": cost_run.transitions,
+        "step_functions_path": cost_run.transition_note,
+        "lambda": lambda_figures,
+        "log_bytes_per_request": {k: v / cost_run.n for k, v in cost_run.run.log_bytes.items()},
+        # the run's DynamoDB calls (status polls included), with the billed size of their items
+        "dynamodb_items": {
+            component: {
+                "per_request": len(sizes) / cost_run.n,
+                "mean_bytes": round(statistics.mean(sizes)),
+                "p90_bytes": sorted(sizes)[int(0.9 * (len(sizes) - 1))],
+                "max_bytes": max(sizes),
+            }
+            for component, sizes in sorted(tallies["run"].sizes.items(), key=lambda kv: -len(kv[1]))
+        },
+        "aws_calls_in_run": dict(sorted(tallies["run"].calls.items(), key=lambda kv: -kv[1])),
+        "recording_lines_unreadable": broken,
+        "x_ray_window_seconds": run_seconds,
+        "problems": cost_run.problems,
+    }
+    return Measured(per_request, figures)
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def print_breakdown(breakdown: m.CostBreakdown, figures: Mapping[str, Any]) -> None:
+    print(f"\n=== cost of one million requests on AWS ({prices.PRICES_NOTE}) ===")
+    workload = figures.get("workload", {})
+    if workload:
+        print(
+            "workload: {request_body_bytes} B request bodies, {response_bytes} B answers, "
+            "{upstream_latency_ms} ms upstream, batches of {batch_size}, model cap {model_cap}".format(
+                **workload
+            )
+        )
+    total = breakdown.total
+    print("\nby service (USD per million requests):")
+    for service, usd in breakdown.by_service().items():
+        print(f"  {service:<18} {usd:9.4f}  {usd / total:6.1%}")
+    print("\nby component:")
+    print(f"  {'service':<16} {'component':<58} {'units/M':>14} {'USD/M':>9}")
+    for line in sorted(breakdown.lines, key=lambda line: -line.usd_per_million):
+        if line.usd_per_million < 0.0005:
+            continue
+        units, dollars = f"{line.units_per_million:14,.1f}", f"{line.usd_per_million:9.4f}"
+        print(f"  {line.service:<16} {line.component[:58]:<58} {units} {dollars}")
+    verdict = "PASS" if total <= GOAL_USD else "FAIL"
+    print(f"\ntotal: ${total:.3f} per million requests (goal <= ${GOAL_USD:g}: {verdict})")
+    top = breakdown.dominant(3)
+    print(
+        "dominated by: "
+        + "; ".join(f"{line.service} {line.component} ${line.usd_per_million:.3f}" for line in top)
+    )
+    lambda_figures = figures.get("lambda", {})
+    if lambda_figures:
+        print("  lambda, as measured in the run window (its status polls included):")
+    for function, f in lambda_figures.items():
+        print(
+            f"  lambda {function}: {f['invocations_per_request']:.3f} invocations/request, "
+            f"mean {f['mean_seconds'] * 1000:.0f} ms at {f['memory_mb']} MB, "
+            f"{f['gb_seconds_per_request']:.4f} GB-s/request"
+        )
+    items = figures.get("dynamodb_items", {})
+    if items:
+        print("  dynamodb items (billed size: the larger of before and after), the most frequent:")
+        for component, f in list(items.items())[:14]:
+            print(
+                f"    {component[:60]:<60} {f['per_request']:6.3f}/request  mean {f['mean_bytes']:5} B"
+                f"  p90 {f['p90_bytes']:5} B  max {f['max_bytes']:5} B"
+            )
+    if "step_functions_transitions_per_batch" in figures:
+        print(f"  step functions: {figures['step_functions_transitions_per_batch']} transitions per batch")
+
+
+def cost_result(measured: Measured) -> dict[str, Any]:
+    """The keys ``make cost`` (and ``make bench``) write into bench/last.json."""
+    breakdown = m.price(measured.usage)
+    return {
+        "cost_per_million_usd": breakdown.total,
+        "cost_by_service_usd": breakdown.by_service(),
+        "cost_breakdown": [
+            {
+                "service": line.service,
+                "component": line.component,
+                "units_per_million": line.units_per_million,
+                "unit": line.unit,
+                "usd_per_million": line.usd_per_million,
+            }
+            for line in breakdown.lines
+        ],
+        "cost_usage_per_request": [line.to_json() for line in measured.usage],
+        "cost_measurements": measured.figures,
+        "cost_prices": {
+            "date": prices.PRICES_DATE,
+            "region": prices.PRICES_REGION,
+            "note": prices.PRICES_NOTE,
+        },
+    }
+
+
+def measure_cost(n: int = DEFAULT_N, workers: int = 2) -> dict[str, Any]:
+    """Run the named workload and return the cost keys (``cost_result``)."""
+    cost_run, recording, invocations = run_cost_workload(n, workers)
+    print("  replaying the recording...", flush=True)
+    measured = measure(cost_run, recording, invocations)
+    result = cost_result(measured)
+    print_breakdown(m.price(measured.usage), measured.figures)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--n", type=int, default=DEFAULT_N, help=f"requests in the batch (default {DEFAULT_N})"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker poller processes (default 2)")
+    parser.add_argument("--from-json", action="store_true", help="price the usage already in --out; no run")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    saved: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.from_json:
+        usage = [m.UsageLine.from_json(u) for u in saved.get("cost_usage_per_request", [])]
+        if not usage:
+            parser.error(f"{args.out} has no cost_usage_per_request: run without --from-json first")
+        measured = Measured(usage, saved.get("cost_measurements", {}))
+        result = cost_result(measured)
+        print_breakdown(m.price(usage), measured.figures)
+    else:
+        result = measure_cost(args.n, args.workers)
+    saved.update(result)
+    args.out.write_text(json.dumps(saved, indent=2) + "\n")
+    print(f"\nwritten to {args.out}")
+    problems = result["cost_measurements"].get("problems", [])
+    if problems:
+        print("PROBLEMS: " + "; ".join(problems))
+        return 1
+    return 0 if math.isfinite(result["cost_per_million_usd"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
