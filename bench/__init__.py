@@ -44,9 +44,15 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    The simulator must have seen exactly N + 2 x N/10 requests for the gateway's run.
 4. **Cold start**: ``python -c "import functions.api.handler"`` in a fresh interpreter with
    the stack's environment, minus ``python -c "pass"``, medians of 3.
-5. **Validation** (``bench.validation``, after the stack has stopped): a 50,000-line file
+5. **Scale** (issue 15), each on a stack of its own after the first: ``cap64``, 4,000
+   requests at 2,000 ms under a model cap of 64 against the direct client with 64 in flight
+   (``dispatch_ratio_cap64``, budget 1.2); ``throughput``, 2,000 requests with the simulator
+   answering at once under a cap of 64: requests per second through the whole stack, create
+   to last result page (``throughput_rps``, goal 60), and the CPU each kind of process spent
+   per request. ``--skip-scale`` skips both.
+6. **Validation** (``bench.validation``, after the stack has stopped): a 50,000-line file
    through the file validator against one ``json.loads`` per line, and peak memory.
-6. **Cost** (``bench.cost``, also ``make cost``; ``--skip-cost``): on a stack of its own whose
+7. **Cost** (``bench.cost``, also ``make cost``; ``--skip-cost``): on a stack of its own whose
    moto records every request, a batch of 500 requests of the named workload (1 KB bodies,
    1 KB answers, 2 s upstream); the recording is replayed to bill DynamoDB by item sizes, and
    with the invocations' measured durations and the functions' memory it gives

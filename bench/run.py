@@ -51,6 +51,24 @@ DEFAULT_N = 2000
 SIM_LATENCY_MS = 500
 MODEL_CAP = 16
 RATIO_BUDGET = 1.3
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A run on a stack of its own: N requests at ``latency_ms`` under a model cap of ``cap``."""
+
+    name: str
+    n: int
+    latency_ms: int
+    cap: int
+    budget: float | None = None  # of the gateway / direct ratio
+
+
+# Issue 15's second dispatch point: more in flight, longer calls.
+CAP64 = Scale("cap64", n=4000, latency_ms=2000, cap=64, budget=1.2)
+# The local stack's ceiling: the simulator answers at once, so the stack's own work is the time.
+THROUGHPUT = Scale("throughput", n=2000, latency_ms=0, cap=64)
+THROUGHPUT_GOAL_RPS = 60
 CALLS_PER_ITEM_BUDGET = 6.0
 WARMUP_REQUESTS = 2 * MODEL_CAP
 POLL_CALIBRATION = 20  # status polls made after a run to learn what one poll costs in AWS calls
@@ -108,6 +126,7 @@ def measure_gateway(
     workload: Workload,
     calls_dir: Path,
     roles: dict[int, str],
+    cap: int = MODEL_CAP,
 ) -> GatewayFigures:
     sim_reset(sim)
     calls_before = settled_calls(calls_dir)
@@ -142,8 +161,8 @@ def measure_gateway(
         problems.append(
             f"the simulator saw {stats['requests']} requests, expected {workload.expected_upstream_requests}"
         )
-    if stats["max_in_flight"] > MODEL_CAP:
-        problems.append(f"{stats['max_in_flight']} requests were in flight at once (cap {MODEL_CAP})")
+    if stats["max_in_flight"] > cap:
+        problems.append(f"{stats['max_in_flight']} requests were in flight at once (cap {cap})")
     stack.check()
     cpu = _cpu_by_role(roles, cpu_before, cpu_after)
     return GatewayFigures(run, occupancy, stats, calls, per_poll, cpu, throughput, moto_ms, problems)
@@ -158,12 +177,17 @@ class DirectFigures:
 
 
 def measure_direct(
-    stack: LocalStack, sim: httpx.Client, workload: Workload, settings: Settings, retry: bool
+    stack: LocalStack,
+    sim: httpx.Client,
+    workload: Workload,
+    settings: Settings,
+    retry: bool,
+    cap: int = MODEL_CAP,
 ) -> DirectFigures:
     sim_reset(sim)
     with SimSampler(stack.sim_url, MODEL) as sampler:
         start = time.monotonic()
-        run = run_direct(stack.sim_url, workload, concurrency=MODEL_CAP, settings=settings, retry=retry)
+        run = run_direct(stack.sim_url, workload, concurrency=cap, settings=settings, retry=retry)
         end = time.monotonic()
         occupancy = sampler.occupancy(start, end)
         throughput = sampler.throughput(start, end, THROUGHPUT_BUCKET_SECONDS)
@@ -379,6 +403,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--skip-validation", action="store_true", help="skip the file validation run (bench.validation)"
     )
     parser.add_argument("--skip-cost", action="store_true", help="skip the cost run (bench.cost, ~3 min)")
+    parser.add_argument(
+        "--skip-scale",
+        action="store_true",
+        help="skip the cap-64 dispatch run and the throughput run (their own stacks, ~7 min)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the figures")
     args = parser.parse_args(argv)
     if args.n < 1 or (args.retry_n is not None and args.retry_n < 1):
@@ -436,6 +465,12 @@ class Bench:
                 self._run(stack, api, sim)
         except Stalled as exc:
             self.problems.append(str(exc))
+        if not self.args.skip_scale:
+            for scale in (CAP64, THROUGHPUT):
+                try:
+                    self._scale(scale)
+                except Stalled as exc:
+                    self.problems.append(f"{scale.name}: {exc}")
         if not self.args.skip_validation:
             self._validation()
         if not self.args.skip_cost:
@@ -534,6 +569,97 @@ class Bench:
             f"({handler_s:.3f} s with the import, {bare_s:.3f} s a bare interpreter)"
         )
         stack.check()
+
+    def _scale(self, scale: Scale) -> None:
+        """``scale``'s batch on a stack of its own (its cap and the simulator's latency are the
+        stack's settings), then the direct client with the same requests and cap."""
+        calls_dir = self.calls_dir.parent / f"aws-calls-{scale.name}"
+        overrides = {
+            "BATCH_MODEL_CONCURRENCY": str(scale.cap),
+            "BATCHGW_SIM_LATENCY_MS": str(scale.latency_ms),
+            CALLS_DIR_ENV: str(calls_dir),
+        }
+        print(
+            f"\n{scale.name}: {scale.n} requests, simulator latency {scale.latency_ms} ms, "
+            f"model cap {scale.cap}...",
+            flush=True,
+        )
+        with (
+            LocalStack(
+                api_port=0,
+                sim_port=0,
+                moto_port=0,
+                env_overrides=overrides,
+                workers=self.args.workers,
+                log_dir=self.logs.parent / f"logs-{scale.name}",
+            ) as stack,
+            api_client(stack.api_url) as api,
+            httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
+        ):
+            settings = Settings.from_env(stack.env)
+            roles = {p.pid: p.role for p in stack_processes()}
+            if not self.args.no_warmup:
+                warm_up(api, 2 * scale.cap)
+            workload = dispatch_workload(scale.n)
+            gw = measure_gateway(stack, api, sim, workload, calls_dir, roles, cap=scale.cap)
+            self.problems += [f"{scale.name}: {p}" for p in gw.problems]
+            print(f"  {gw.run.total_seconds:.2f} s; direct client, same requests...", flush=True)
+            direct = measure_direct(stack, sim, workload, settings, retry=False, cap=scale.cap)
+            self.problems += [f"{scale.name} direct: {p}" for p in direct.run.failures[:5]]
+        ratio = gw.run.total_seconds / direct.run.seconds
+        figures: dict[str, Any] = {
+            "n": scale.n,
+            "latency_ms": scale.latency_ms,
+            "cap": scale.cap,
+            "gateway_seconds": gw.run.total_seconds,
+            "direct_seconds": direct.run.seconds,
+            "ratio": ratio,
+            "first_result_seconds": gw.run.first_result_seconds,
+            "requests_per_second": scale.n / gw.run.total_seconds,
+            "aws_calls_per_item": gw.calls_per_item(scale.n),
+            "slot_occupancy": gw.occupancy.fraction(scale.cap),
+            "slot_occupancy_busy_window": gw.occupancy.busy_fraction(scale.cap),
+            "cpu_ms_per_request_by_role": {
+                role: 1000 * seconds / scale.n for role, seconds in sorted(gw.cpu_by_role.items())
+            },
+            "calls_by_operation": dict(gw.calls.total.most_common()),
+        }
+        self.result[scale.name] = figures
+        rows = [
+            ("gateway, create to last result page", f"{gw.run.total_seconds:.2f} s"),
+            ("direct asyncio httpx client, same requests", f"{direct.run.seconds:.2f} s"),
+        ]
+        if scale is CAP64:
+            self.result["dispatch_ratio_cap64"] = ratio
+            rows.append(
+                (
+                    f"dispatch ratio gateway / direct (budget <= {scale.budget})",
+                    f"{ratio:.3f}  " + _verdict(scale.budget is not None and ratio <= scale.budget),
+                )
+            )
+        if scale is THROUGHPUT:
+            self.result["throughput_rps"] = figures["requests_per_second"]
+            rows.append(
+                (
+                    f"requests per second through the stack (goal >= {THROUGHPUT_GOAL_RPS})",
+                    f"{figures['requests_per_second']:.1f}  "
+                    + _verdict(figures["requests_per_second"] >= THROUGHPUT_GOAL_RPS),
+                )
+            )
+        rows += [
+            ("AWS calls per item", f"{figures['aws_calls_per_item']:.2f}"),
+            ("time to first result", _s(gw.run.first_result_seconds)),
+            (
+                f"slot occupancy (mean in flight / {scale.cap}): run / busy",
+                f"{figures['slot_occupancy']:.1%} / {figures['slot_occupancy_busy_window']:.1%}",
+            ),
+        ]
+        rows += [
+            (f"  CPU per request, {role}", f"{ms:.1f} ms")
+            for role, ms in figures["cpu_ms_per_request_by_role"].items()
+        ]
+        _table(rows)
+        self.save()
 
     def _cost(self) -> None:
         """Issue 15's figure (``bench.cost``): the named workload on a recorded stack of its own,
