@@ -42,8 +42,10 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    retries 503s with the same rule (``batchgw.domain.decisions.backoff_seconds``, same settings),
    sleeping outside its semaphore as the gateway frees the slot while a request waits.
    The simulator must have seen exactly N + 2 x N/10 requests for the gateway's run.
-4. **Cold start**: ``python -c "import functions.api.handler"`` in a fresh interpreter with
-   the stack's environment, minus ``python -c "pass"``, medians of 3.
+4. **Cold start** (``bench.imports``, also ``python -m bench.imports``): ``import
+   functions.api.handler`` and ``import boto3`` alone in fresh interpreters with the stack's
+   environment, interleaved, each less a bare ``python -c pass``, medians of 5:
+   ``api_import_ratio`` = handler / boto3 (budget 1.5).
 5. **Scale** (issue 15), each on a stack of its own after the first: ``cap64``, 4,000
    requests at 2,000 ms under a model cap of 64 against the direct client with 64 in flight
    (``dispatch_ratio_cap64``, budget 1.2); ``throughput``, 2,000 requests with the simulator

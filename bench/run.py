@@ -13,8 +13,6 @@ import argparse
 import json
 import math
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +26,7 @@ from batchgw.config.catalog import load_catalog
 from batchgw.config.settings import Settings
 from batchgw.storage.aws import CALLS_DIR_ENV
 
-from bench import cost, validation
+from bench import cost, imports, validation
 from bench.direct import DirectRun, run_direct
 from bench.gateway import GatewayRun, Stalled, api_client, run_batch
 from bench.probes import (
@@ -44,7 +42,7 @@ from bench.probes import (
     stack_processes,
 )
 from bench.workload import MODEL, Workload, dispatch_workload, retry_workload
-from local.env import REPO_ROOT, process_env
+from local.env import REPO_ROOT
 from local.run import LocalStack
 
 DEFAULT_N = 2000
@@ -72,7 +70,7 @@ THROUGHPUT_GOAL_RPS = 60
 CALLS_PER_ITEM_BUDGET = 6.0
 WARMUP_REQUESTS = 2 * MODEL_CAP
 POLL_CALIBRATION = 20  # status polls made after a run to learn what one poll costs in AWS calls
-IMPORT_RUNS = 3
+IMPORT_RUNS = 5
 THROUGHPUT_BUCKET_SECONDS = 10.0
 VALIDATION_LINES = 50_000
 DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
@@ -202,27 +200,6 @@ def warm_up(api: httpx.Client, n: int) -> None:
 
 
 # --- cold start -------------------------------------------------------------------------------------
-
-
-def import_seconds(env: dict[str, str]) -> tuple[float, float, float]:
-    """Median wall time of ``import functions.api.handler`` in a fresh interpreter, of ``pass``,
-    and their difference (the handler's import time, i.e. its cold start)."""
-    child_env = process_env(env)
-    paths = [str(REPO_ROOT / "layers" / "shared" / "python"), str(REPO_ROOT)]
-    child_env["PYTHONPATH"] = os.pathsep.join([*paths, child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    child_env.pop(CALLS_DIR_ENV, None)
-
-    def timed(code: str) -> float:
-        runs = []
-        for _ in range(IMPORT_RUNS):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code], env=child_env, cwd=REPO_ROOT, check=True)
-            runs.append(time.perf_counter() - start)
-        return statistics.median(runs)
-
-    handler = timed("import functions.api.handler")
-    bare = timed("pass")
-    return handler, bare, handler - bare
 
 
 # --- the report ------------------------------------------------------------------------------------
@@ -560,13 +537,15 @@ class Bench:
         if not self.args.skip_retry:
             self._retry(stack, api, sim, settings, roles)
 
-        print("\ncold start: timing the api handler's import...", flush=True)
-        handler_s, bare_s, import_s = import_seconds(stack.env)
-        result["api_import_seconds"] = import_s
-        result["api_import_detail"] = {"with_import": handler_s, "bare_interpreter": bare_s}
+        print("\ncold start: the api handler's import against boto3's...", flush=True)
+        times = imports.import_ratio(stack.env, runs=IMPORT_RUNS)
+        result.update(times.as_dict())
+        result["api_import_detail"] = {"with_import": times.handler_seconds + times.bare_seconds}
         print(
-            f"  api handler import, median of {IMPORT_RUNS}: {import_s:.3f} s "
-            f"({handler_s:.3f} s with the import, {bare_s:.3f} s a bare interpreter)"
+            f"  api handler import {times.handler_seconds:.3f} s, boto3 alone {times.boto3_seconds:.3f} s "
+            f"(medians of {IMPORT_RUNS}, less a bare interpreter's {times.bare_seconds:.3f} s): "
+            f"ratio {times.ratio:.2f} (budget <= {imports.RATIO_BUDGET}) "
+            + _verdict(times.ratio <= imports.RATIO_BUDGET)
         )
         stack.check()
 
