@@ -17,7 +17,7 @@ from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
 from batchgw.runtime import LiveConfig
 from batchgw.storage.accounts import AccountStore
-from batchgw.storage.aws import get_clients
+from batchgw.storage.aws import LazyClient, get_clients
 from batchgw.storage.batches import BatchStore
 from batchgw.storage.blobs import BlobStore, UrlSigning
 from batchgw.storage.control import ControlStore
@@ -71,6 +71,9 @@ class Deps:
 
 def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] = time.time) -> Deps:
     clients = get_clients()
+    # Every request needs DynamoDB; the other clients are made when first used.
+    s3, sqs = LazyClient(lambda: clients.s3), LazyClient(lambda: clients.sqs)
+    sfn = LazyClient(lambda: clients.sfn)
     usage = UsageStore(clients.dynamodb, settings.control_table)
     return Deps(
         live=LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog),
@@ -79,7 +82,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),
         slots=SlotStore(clients.dynamodb, settings.control_table),
         blobs=BlobStore(
-            clients.s3,
+            s3,
             settings.data_bucket,
             UrlSigning(
                 clients.session.get_credentials,
@@ -88,8 +91,8 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
                 unknown_seconds=settings.batch_presign_unknown_expiry_seconds,
             ),
         ),
-        queue=WorkQueue(clients.sqs, settings.work_queue_url),
-        workflow=Workflow(clients.sfn, settings.state_machine_arn),
+        queue=WorkQueue(sqs, settings.work_queue_url),
+        workflow=Workflow(sfn, settings.state_machine_arn),
         accounts=AccountStore(clients.dynamodb, settings.control_table),
         spend=SpendStore(clients.dynamodb, settings.control_table),
         user_slots=UserSlotStore(clients.dynamodb, settings.control_table),
@@ -99,7 +102,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         usage=usage,
         rates=RateLimiter(clients.dynamodb, settings.control_table),
         webhooks=WebhookStore(clients.dynamodb, settings.control_table),
-        events=EventQueue(clients.sqs, settings.webhook_queue_url),
+        events=EventQueue(sqs, settings.webhook_queue_url),
         sealer=KmsSealer(clients, settings.webhook_key_id),
         resolve=resolve,
         health=ModelHealth(),
