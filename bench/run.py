@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -392,6 +394,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@contextmanager
+def bench_stack(
+    overrides: dict[str, str], workers: int, log_dir: Path
+) -> Iterator[tuple[LocalStack, httpx.Client, httpx.Client]]:
+    """A local stack on free ports with ``overrides``, and clients of its API and simulator."""
+    with (
+        LocalStack(
+            api_port=0, sim_port=0, moto_port=0, env_overrides=overrides, workers=workers, log_dir=log_dir
+        ) as stack,
+        api_client(stack.api_url) as api,
+        httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
+    ):
+        yield stack, api, sim
+
+
 class Bench:
     """One benchmark run: the stack, the figures so far, and the problems found."""
 
@@ -427,18 +444,7 @@ class Bench:
         print(f"batchgw benchmark: N={self.n}, retry N={retry_label}, code from {REPO_ROOT}")
         print(f"stack logs: {self.logs}\nAWS call counts: {self.calls_dir}", flush=True)
         try:
-            with (
-                LocalStack(
-                    api_port=0,
-                    sim_port=0,
-                    moto_port=0,
-                    env_overrides=overrides,
-                    workers=self.args.workers,
-                    log_dir=self.logs,
-                ) as stack,
-                api_client(stack.api_url) as api,
-                httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
-            ):
+            with bench_stack(overrides, self.args.workers, self.logs) as (stack, api, sim):
                 self._run(stack, api, sim)
         except Stalled as exc:
             self.problems.append(str(exc))
@@ -563,18 +569,8 @@ class Bench:
             f"model cap {scale.cap}...",
             flush=True,
         )
-        with (
-            LocalStack(
-                api_port=0,
-                sim_port=0,
-                moto_port=0,
-                env_overrides=overrides,
-                workers=self.args.workers,
-                log_dir=self.logs.parent / f"logs-{scale.name}",
-            ) as stack,
-            api_client(stack.api_url) as api,
-            httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
-        ):
+        logs = self.logs.parent / f"logs-{scale.name}"
+        with bench_stack(overrides, self.args.workers, logs) as (stack, api, sim):
             settings = Settings.from_env(stack.env)
             roles = {p.pid: p.role for p in stack_processes()}
             if not self.args.no_warmup:
