@@ -10,14 +10,14 @@ import time
 import pytest
 from batchgw.api import batches
 from batchgw.deps import Deps
-from batchgw.domain.chains import RequestMessage
+from batchgw.domain.chains import ChainMessage, RequestMessage, decode
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import RequestStatus
 from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
 
 from local.simulator import Simulator
-from tests.integration.conftest import body_of, chat_request, make_deps
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
 from tests.support import wait_for
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -97,3 +97,30 @@ def test_a_call_whose_slot_was_taken_by_another_holder_stops_and_is_counted(sim:
     counted = sum(shard.tally.cost_unknown for shard in deps.batches.shards(batch_id))
     assert counted == 1  # the stopped call may have run: counted once, of unknown cost
     assert deps.slots.holders("sim-chat").keys() == {"intruder"}  # the cap held
+
+
+def test_the_owners_slot_outlasts_each_call_it_admits_so_no_call_renews_it(sim: Simulator) -> None:
+    clock = MovingClock()
+    deps = make_deps(sim, clock, **SETTINGS, BATCH_ROLE_CONCURRENCY_INTERNAL="1")
+    call = deps.settings.batch_upstream_timeout_seconds
+    batch = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r{i}", f"{i} [[sim latency_ms=1000]]") for i in range(2)])
+    )
+    lifecycle.prepare(deps, batch["id"])
+    [message] = receive_all(deps)  # one chain runs both requests, one hold of the owner's slot
+    chain = decode(message["Body"])
+    assert isinstance(chain, ChainMessage)
+    run = threading.Thread(
+        target=lambda: asyncio.run(run_message(deps, chain, owner="w1", deadline=deps.clock() + 3600))
+    )
+    run.start()
+    wait_for(lambda: _in_flight(sim) == 1, timeout=10, what="the first call to start")
+    # Less of the hold is left than the next call may take, more than half of it.
+    clock.advance(call / 2 - 10)
+    wait_for(lambda: sim.stats()["models"]["sim-chat"]["requests"] == 2, timeout=15, what="the second call")
+
+    [hold] = deps.user_slots.read("user-alice").holds.values()
+    assert hold.until - clock() > call  # taken again at its admission: it outlasts the call
+
+    run.join(timeout=30)
+    assert not run.is_alive()

@@ -410,14 +410,14 @@ class ChainRun:
         return settled.after is After.NEXT
 
     async def _keep_leased(self, held: RequestRecord, slot_lost: asyncio.Event) -> None:
-        """Renew the request's lease, the model's slot and the owner's slot while the call
-        runs: a lease of a few minutes covers a call of any length, and a dead worker's
-        request and slots come back a few minutes later.
+        """Renew the request's lease and the model's slot while the call runs: a lease of a
+        few minutes covers a call of any length, and a dead worker's request and slot come
+        back a few minutes later (the owner's slot was taken to outlast the call).
 
         A request taken over meanwhile is left to its call (recording its end finds the
         lease lost, as the other worker counts this attempt); a slot lost to another holder
         sets ``slot_lost``, which stops the call (the attempt counted, of unknown cost, and
-        tried again), since running on would exceed the model's or the owner's cap.
+        tried again), since running on would exceed the model's cap.
         """
         lease = self.deps.settings.batch_lease_seconds
         leased = True
@@ -425,9 +425,7 @@ class ChainRun:
             await asyncio.sleep(lease / 3)
             if leased:
                 leased = await self._renewed("a request's lease", self._renew_request(held, lease))
-            kept = await self._renewed("the model's slot", self.slot.keep())
-            kept = kept and await self._renewed("the owner's slot", self.owner_gate.renew())
-            if not kept:
+            if not await self._renewed("the model's slot", self.slot.keep()):
                 logger.warning(
                     "slot lost during a call: stopping it",
                     extra={"batch_id": self.batch.id, "index": held.index, "model": held.model},

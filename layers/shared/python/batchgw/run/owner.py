@@ -71,7 +71,6 @@ class OwnerGate:
         self._batch = batch
         self._token = UserSlotStore.new_token()
         self._held: Hold | None = None
-        self._cap = 0  # the owner's cap when the slot was taken
 
     async def admit(self, held: RequestRecord) -> Admission:
         """Whether ``held`` may run now; if so, this chain holds a slot of its owner with
@@ -115,24 +114,6 @@ class OwnerGate:
             self._held = None
             await io(self._deps.user_slots.release, self._batch.owner, self._token)
 
-    async def renew(self) -> bool:
-        """Extend the owner's slot this chain holds, with the same reservation, while a long
-        call runs (``run.chain``). False when it lapsed and the owner's slots are full:
-        another request has it now, and the call must stop or the cap would be exceeded."""
-        held = self._held
-        if held is None:
-            return True
-        deps = self._deps
-        now = deps.clock()
-        lease = deps.settings.batch_lease_seconds + deps.settings.batch_upstream_timeout_seconds
-        hold = Hold(until=now + lease, reserved=held.reserved, key_id=held.key_id)
-        taken = await io(deps.user_slots.take, self._batch.owner, self._token, hold, cap=self._cap, now=now)
-        if taken is UserTake.TAKEN:
-            self._held = hold
-            return True
-        self._held = None
-        return False
-
     # --- the steps ----------------------------------------------------------------------------
 
     async def _reservation(self, held: RequestRecord) -> tuple[Any, int]:
@@ -174,16 +155,19 @@ class OwnerGate:
         if cap == 0 and version is None:
             await self.release()  # neither a cap nor a limit: nothing to hold
             return UserTake.TAKEN
-        lease = deps.settings.batch_lease_seconds + deps.settings.batch_upstream_timeout_seconds
+        # The hold outlasts the call it admits (BATCH_UPSTREAM_TIMEOUT_SECONDS bounds a call
+        # whole) by half a request lease, so it never needs renewing while a call runs.
+        call, lease = deps.settings.batch_upstream_timeout_seconds, deps.settings.batch_lease_seconds
         held = self._held
-        if version is None and held is not None and held.reserved == reserve and held.until - now > lease / 2:
+        covers_the_call = held is not None and held.until - now > call + lease / 2
+        if version is None and held is not None and held.reserved == reserve and covers_the_call:
             return UserTake.TAKEN
-        hold = Hold(until=now + lease, reserved=reserve, key_id=self._batch.key_id or "")
+        hold = Hold(until=now + call + lease, reserved=reserve, key_id=self._batch.key_id or "")
         taken = await io(
             deps.user_slots.take, self._batch.owner, self._token, hold, cap=cap, now=now, version=version
         )
         if taken is UserTake.TAKEN:
-            self._held, self._cap = hold, cap
+            self._held = hold
         elif taken is UserTake.FULL:
             await self.release()
         return taken
