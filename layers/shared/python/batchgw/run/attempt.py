@@ -24,7 +24,7 @@ from batchgw.observability import logger, metrics
 from batchgw.run import completion, routing, upstream
 from batchgw.run.aio import io
 from batchgw.storage.blobs import body_key
-from batchgw.storage.requests import Recorded, Released, Scheduled
+from batchgw.storage.requests import Recorded, Released, RunGuard, Scheduled
 from batchgw.storage.spend import Payer
 from batchgw.storage.spend import shard_of as spend_shard
 
@@ -41,6 +41,7 @@ class After(StrEnum):
 class Settled:
     after: After
     retry_at: float | None = None  # the request waits for another try, due then
+    runs: bool = False  # the batch still runs its requests, as checked in the write (RunGuard)
 
 
 async def read_verdict(deps: Deps, batch_id: str) -> Verdict:
@@ -103,9 +104,16 @@ async def call(
 
 
 async def settle(
-    deps: Deps, batch: BatchRecord, held: RequestRecord, outcome: Outcome, *, started: float
+    deps: Deps,
+    batch: BatchRecord,
+    held: RequestRecord,
+    outcome: Outcome,
+    *,
+    started: float,
+    guard: RunGuard | None = None,
 ) -> Settled:
-    """Decide what becomes of a request that ran, and store it."""
+    """Decide what becomes of a request that ran, and store it (an end with ``guard``'s
+    check that the batch still runs: ``Settled.runs``)."""
     now = deps.clock()
     await _judge_model(deps, batch, held, outcome, now)
     decision = decide(
@@ -123,7 +131,7 @@ async def settle(
         return await _schedule_retry(deps, batch, held, decision, log=log)
     if decision.results_full:
         await io(deps.batches.change, batch.id, {"results_full": True})
-    return await end(deps, batch, held, decision, outcome=outcome, started=started, log=log)
+    return await end(deps, batch, held, decision, outcome=outcome, started=started, log=log, guard=guard)
 
 
 def _measure(
@@ -236,12 +244,14 @@ async def end(
     started: float | None = None,
     called: bool = False,
     log: dict[str, Any] | None = None,
+    guard: RunGuard | None = None,
 ) -> Settled:
     """Record a request's end and count it; the chain stops if the lease was lost.
 
     ``outcome``: the answer of the call it ran (what it cost, what it answered);
     ``called``: it was called even without one (a retry that found its batch stopped);
-    ``log``: the request log's entry of that call, written in the same transaction.
+    ``log``: the request log's entry of that call, written in the same transaction;
+    ``guard``: check in the same write that the batch still runs (``Settled.runs``).
     """
     now = deps.clock()
     ending = RequestEnd(status=decision.status, ended_at=now, error=decision.error)
@@ -260,6 +270,7 @@ async def end(
         tally=decision.tally,
         called=called or outcome is not None,
         charges=[*_charges(deps, batch, held, decision.tally), *([log] if log else [])],
+        guard=guard,
     )
     if recorded is Recorded.LEASE_LOST:
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
@@ -279,7 +290,7 @@ async def end(
     )
     if recorded is Recorded.SHARD_FINISHED:
         await io(completion.shard_finished, deps, batch.id, shard)
-    return Settled(After.NEXT)
+    return Settled(After.NEXT, runs=recorded is Recorded.RUNS)
 
 
 def _charges(deps: Deps, batch: BatchRecord, held: RequestRecord, tally: Tally) -> list[dict[str, Any]]:

@@ -4,18 +4,21 @@ For each index of its chain the worker
 
 1. claims the request: a conditional write that takes its lease (owner, epoch + 1);
 2. holds a slot of the request's model (a self-expiring lease, kept across the chain);
-3. reads the batch (strongly consistent): no request starts once the batch is
-   cancelled, deleted or past its window;
+3. knows the batch still runs: no request starts once the batch is cancelled, deleted,
+   past its window or superseded. The end of the request before it, counted in its
+   counter shard, checked that the shard is not halted (``storage.requests.RunGuard``;
+   every change that stops a batch halts its shards in the same transaction); when that
+   check failed, or nothing was checked yet, the batch is read (strongly consistent);
 4. calls the upstream with httpx;
 5. decides what the outcome means and stores it: the end, counted in the batch's
    shard in one transaction that holds only while this worker still has the lease at
    that epoch, or the next try.
 
 While one request is with the upstream the chain claims its next index; when the answer
-comes, storing it and re-reading the batch happen at once, so between two upstream calls
-of a chain there is one AWS round trip. A request that must be tried again stays the
-chain's: it waits on the chain's heap and runs, with the chain's slot, once due. When the
-chain stops before they are due, each waiting request is handed to a message of its own.
+comes, storing it is the one AWS round trip before the next upstream call. A request
+that must be tried again stays the chain's: it waits on the chain's heap and runs, with
+the chain's slot, once due. When the chain stops before they are due, each waiting
+request is handed to a message of its own.
 
 Whatever dies where, the lease runs out and the message comes back: the request is taken
 over by the next worker, and the lost attempt is counted as one of unknown cost.
@@ -43,7 +46,7 @@ from batchgw.run.aio import io
 from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
 from batchgw.run.slot import SlotHolder
-from batchgw.storage.requests import Claim, ClaimKind
+from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 from batchgw.storage.workflow import Next
 
 # Time kept in hand at the end of an invocation to send the chain's continuation.
@@ -78,7 +81,9 @@ async def run_message(
         if deps.settings.max_results_bytes_per_batch is not None:
             shards = await io(deps.batches.shards, batch.id)
             deps.stored.raise_to(batch.id, sum(shard.tally.stored_bytes for shard in shards))
-        finished = await ChainRun(deps, batch, message, owner=owner, deadline=deadline).run()
+        chain = ChainRun(deps, batch, message, owner=owner, deadline=deadline)
+        chain.verdict = verdict(batch, deps.clock())  # just read
+        finished = await chain.run()
     finally:
         if heartbeat is not None:
             heartbeat.cancel()
@@ -201,6 +206,7 @@ class ChainRun:
         if not self.retries or self.lone or not self._worth_waiting(self.retries[0][0]):
             return False
         await asyncio.sleep(max(0.0, self.retries[0][0] - self.deps.clock()))
+        self.verdict = None  # the batch may have stopped meanwhile: read it again
         return True
 
     async def _must_stop(self, now: float) -> bool:
@@ -381,8 +387,8 @@ class ChainRun:
         return True
 
     async def _run(self, held: RequestRecord, target: int) -> bool:
-        """Call the upstream, then store what it means while re-reading the batch (one
-        round trip). True to go on with the chain."""
+        """Call the upstream, then store what it means, learning in the same write whether
+        the batch still runs. True to go on with the chain."""
         deps = self.deps
         started = deps.clock()
         slot_lost = asyncio.Event()
@@ -392,10 +398,12 @@ class ChainRun:
             outcome = await attempt.call(deps, self.batch, held, body, stop=slot_lost)
         finally:
             renewal.cancel()
-        settled, _ = await asyncio.gather(
-            attempt.settle(deps, self.batch, held, outcome, started=started),
-            self._read_batch(),
+        generation = self.message.generation if isinstance(self.message, ChainMessage) else None
+        settled = await attempt.settle(
+            deps, self.batch, held, outcome, started=started, guard=RunGuard(generation)
         )
+        # The batch still runs, as its shard said in the write; else read it before the next.
+        self.verdict = Verdict.RUN if settled.runs else None
         if settled.retry_at is not None:
             await self._keep_retry(target, settled.retry_at)
         if self.lone:

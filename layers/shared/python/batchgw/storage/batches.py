@@ -4,6 +4,13 @@ Every change of a batch's status is a conditional write that names the statuses 
 may leave (``status_is_one_of``), so two steps racing (a cancel and the window's end,
 a retried finalize) cannot both apply.
 
+A change that stops the batch's requests from starting (a status other than in progress,
+the window's end, its owner failing it, its results storage full) also marks each of its
+counter shards ``halt`` in the same transaction, and a new generation of its chains is
+written to them as ``gen``: a worker that records a request's end in its shard, checking
+the shard as it counts, learns in that one write whether it may start the next request
+(``storage.requests.RunGuard``), without reading the batch.
+
 A batch counts against its owner's limits (``storage.usage``) from the transaction that
 stores it (``create``) to the one that ends it (``end``) or deletes it unfinished
 (``delete_record``): each of those writes changes the record and the owner's usage
@@ -41,8 +48,29 @@ shard_is_empty = "#left = :zero"
 shard_not_counted = "attribute_not_exists(done)"
 status_is = "#status = :status"
 total_is = "#total = :total"
+shards_unset = "attribute_not_exists(#shards)"
+shards_are = "#shards = :shards"
+
+# Fields whose setting stops a batch's requests from starting (with any status change
+# other than to in progress): such a change halts the batch's counter shards.
+HALTING_FIELDS = ("expiring", "owner_failed", "results_full")
 
 _USAGE_TRIES = 5  # charges or releases tried again while the owner's usage keeps changing
+
+
+def halts(fields: dict[str, Any]) -> bool:
+    """Whether setting ``fields`` on a batch's record stops its requests from starting."""
+    status = fields.get("status")
+    if status is not None and BatchStatus(status) is not BatchStatus.IN_PROGRESS:
+        return True
+    return any(fields.get(name) for name in HALTING_FIELDS)
+
+
+def _shards_clause(record: BatchRecord) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The condition that the record still has the counter shards it was read with."""
+    if record.shards is None:
+        return shards_unset, {"#shards": "shards"}, {}
+    return shards_are, {"#shards": "shards"}, {":shards": record.shards}
 
 
 class _RecordChanged(Exception):
@@ -184,7 +212,7 @@ class BatchStore:
         fields = {"total": total, "models": list(models)}
         if not batch.charged:
             return self.change(batch.id, fields, from_statuses=statuses)
-        update = self._update(fields, statuses, extra=(total_is, {"#total": "total"}, {":total": 0}))
+        update = self._update(fields, statuses, extra=[(total_is, {"#total": "total"}, {":total": 0})])
         try:
             refused = self._charge(
                 batch.id,
@@ -214,12 +242,64 @@ class BatchStore:
         """Set ``fields`` (BatchRecord field names) on the record, only if its status is one
         of ``from_statuses`` (any, when None). The record after the change, or None when the
         condition did not hold (or the batch is gone). A change to a final status goes
-        through ``end``."""
+        through ``end``. A change that stops the batch's requests (``halts``) or starts a
+        new generation of its chains reaches its counter shards in the same transaction."""
+        if halts(fields) or "generation" in fields:
+            return self._change_with_shards(batch_id, fields, from_statuses, remove)
         update = self._update(fields, from_statuses, remove)
         after, _ = self._table.update_returning(
             self._key(batch_id), update, failure=f"could not update {batch_id}"
         )
         return None if after is None else BatchRecord.from_item(after)
+
+    def _change_with_shards(
+        self,
+        batch_id: str,
+        fields: dict[str, Any],
+        from_statuses: Iterable[BatchStatus] | None,
+        remove: Sequence[str],
+    ) -> BatchRecord | None:
+        """``change``, written with the marks it leaves on the batch's counter shards: the
+        record is read first (how many shards), then changed on condition that it still
+        has them, with every shard, in one transaction; then read again."""
+        statuses = None if from_statuses is None else list(from_statuses)
+        for _ in range(_USAGE_TRIES):
+            record = self.get_record(batch_id)
+            if record is None or (statuses is not None and record.status not in statuses):
+                return None
+            update = self._update(fields, statuses, remove, extra=[_shards_clause(record)])
+            cancelled = self._table.transact(
+                [
+                    {"Update": update.request(self._table.name, self._key(batch_id))},
+                    *self._shard_marks(record, halt=halts(fields), generation=fields.get("generation")),
+                ],
+                failure=f"could not update {batch_id}",
+            )
+            if cancelled is None:
+                return self.get_record(batch_id)
+            if not cancelled.failed(0):
+                raise StorageError(f"could not update {batch_id}: {list(cancelled.reasons)}")
+        raise StorageError(f"batch {batch_id} kept changing while it was updated")
+
+    def _shard_marks(
+        self, record: BatchRecord, *, halt: bool, generation: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The updates of the record's counter shards that stop its requests (``halt``) or
+        start a new ``generation`` of its chains (``gen``)."""
+        if record.shards is None:
+            return []
+        marks: dict[str, Any] = {}
+        if halt:
+            marks["halt"] = True
+        if generation is not None:
+            marks["gen"] = generation
+        if not marks:
+            return []
+        update = Update(set=marks, condition=batch_exists)
+        return [
+            {"Update": update.request(self._table.name, self._key(record.id, shard_sk(k)))}
+            for k in range(record.shards)
+        ]
 
     def end(
         self,
@@ -244,12 +324,16 @@ class BatchStore:
             if not record.charged:
                 return self.change(batch_id, fields, from_statuses=statuses, remove=remove)
             update = self._update(
-                fields, statuses, remove, extra=(total_is, {"#total": "total"}, {":total": record.total})
+                fields,
+                statuses,
+                remove,
+                extra=[(total_is, {"#total": "total"}, {":total": record.total}), _shards_clause(record)],
             )
             cancelled = self._table.transact(
                 [
                     {"Update": update.request(self._table.name, self._key(batch_id))},
                     self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total)),
+                    *self._shard_marks(record, halt=True),
                 ],
                 failure=f"could not end {batch_id}",
             )
@@ -263,10 +347,10 @@ class BatchStore:
         from_statuses: Iterable[BatchStatus] | None,
         remove: Sequence[str] = (),
         *,
-        extra: tuple[str, dict[str, str], dict[str, Any]] | None = None,
+        extra: Sequence[tuple[str, dict[str, str], dict[str, Any]]] = (),
     ) -> Update:
         """The update of a batch's record setting ``fields`` if its status is one of
-        ``from_statuses`` (and ``extra``'s clause holds, with its names and values)."""
+        ``from_statuses`` (and each ``extra`` clause holds, with its names and values)."""
         condition = batch_exists
         values: dict[str, Any] = {}
         names: dict[str, str] = {}
@@ -274,8 +358,7 @@ class BatchStore:
             names["#status"] = "status"
             status_is_one_of, values = one_of("#status", "from", [str(s) for s in from_statuses])
             condition = f"{batch_exists} AND {status_is_one_of}"
-        if extra is not None:
-            clause, extra_names, extra_values = extra
+        for clause, extra_names, extra_values in extra:
             condition = f"{condition} AND {clause}"
             names.update(extra_names)
             values.update(extra_values)
@@ -359,29 +442,34 @@ class BatchStore:
 
     def delete_record(self, batch_id: str) -> bool:
         """Remove the batch's record (it then reads as not found everywhere); an unfinished
-        batch's count in its owner's usage is released in the same transaction. False when
-        there was no record to remove."""
+        batch's count in its owner's usage is released, and its counter shards halted, in the
+        same transaction. False when there was no record to remove."""
         for _ in range(_USAGE_TRIES):
             record = self.get_record(batch_id)
             if record is None:
                 return False
-            if not record.charged or record.status.is_final:
+            if record.status.is_final:
                 return self._table.delete(
                     self._key(batch_id), condition=batch_exists, failure=f"could not delete {batch_id}"
                 )
+            clause, names, values = _shards_clause(record)
             delete = {
                 "Delete": {
                     "TableName": self._table.name,
                     "Key": self._key(batch_id),
-                    "ConditionExpression": f"{batch_exists} AND {status_is} AND {total_is}",
-                    "ExpressionAttributeNames": {"#status": "status", "#total": "total"},
+                    "ConditionExpression": f"{batch_exists} AND {status_is} AND {total_is} AND {clause}",
+                    "ExpressionAttributeNames": {"#status": "status", "#total": "total", **names},
                     "ExpressionAttributeValues": to_item(
-                        {":status": record.status.value, ":total": record.total}
+                        {":status": record.status.value, ":total": record.total, **values}
                     ),
                 }
             }
-            release = self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total))
-            if self._table.transact([delete, release], failure=f"could not delete {batch_id}") is None:
+            actions = [delete, *self._shard_marks(record, halt=True)]
+            if record.charged:
+                actions.append(
+                    self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total))
+                )
+            if self._table.transact(actions, failure=f"could not delete {batch_id}") is None:
                 return True
         raise StorageError(f"batch {batch_id} kept changing while it was deleted")
 

@@ -13,7 +13,9 @@ Timeline of one request's lease::
     running ──schedule_retry──▶ retry_wait(next_at) ──claim once due──▶ running(epoch + 1)
     running ──release──▶ queued (attempt given back; only while the batch runs)
 
-Ending a request and counting it in its batch's counter shard are one transaction.
+Ending a request and counting it in its batch's counter shard are one transaction. With
+a ``RunGuard``, the count also checks that the shard is not halted (``storage.batches``):
+the worker learns from that one write whether its batch still runs its requests.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ attempted_before = "attempts > :zero"
 batch_runs = "#st = :in_progress AND attribute_not_exists(expiring)"
 more_than_one_left = "#left > :one"
 exactly_one_left = "#left = :one"
+shard_not_halted = "attribute_not_exists(halt)"
+generation_current = "(attribute_not_exists(gen) OR gen <= :gen)"
 
 # Takes the lease: running, this owner, until the lease ends; one more epoch and attempt.
 _TAKE_LEASE = (
@@ -80,7 +84,22 @@ class Claim:
     took_over: bool = False  # claimed from a worker whose lease ran out
 
 
+@dataclass(frozen=True, slots=True)
+class RunGuard:
+    """A request's end recorded with a check that its batch still runs its requests: no
+    stop halted the request's counter shard, and (for a chain's request) no newer
+    ``generation`` of the batch's chains superseded the chain."""
+
+    generation: int | None = None  # the chain's; None for a lone request
+
+    def condition(self) -> tuple[str, dict[str, Any]]:
+        if self.generation is None:
+            return shard_not_halted, {}
+        return f"{shard_not_halted} AND {generation_current}", {":gen": self.generation}
+
+
 class Recorded(StrEnum):
+    RUNS = "runs"  # recorded; and the batch, checked in the same write, still runs (RunGuard)
     OK = "ok"
     SHARD_FINISHED = "shard_finished"  # this was the last request of its shard
     LEASE_LOST = "lease_lost"  # another worker holds the request: nothing was written
@@ -242,6 +261,7 @@ class RequestStore:
         tally: Tally,
         called: bool = False,
         charges: Sequence[dict[str, Any]] = (),
+        guard: RunGuard | None = None,
     ) -> Recorded:
         """End a running request and count it in its shard, in one transaction.
 
@@ -251,7 +271,9 @@ class RequestStore:
         learns that the shard finished. ``called``: the end follows an upstream call
         (counted in the request's ``calls``). ``charges``: the updates that charge the
         attempt's cost to its owner's and key's spend (``SpendStore.charge_actions``), in
-        the same transaction.
+        the same transaction. With ``guard``, the first try also checks the shard for a
+        stop (RUNS when none): a refused check tries again without it (OK: the caller
+        reads the batch to learn why).
 
         A refused write is read back: if it is this worker's own end, committed by a try
         whose answer was lost, it counts as done (SHARD_FINISHED, so the caller checks the
@@ -259,7 +281,7 @@ class RequestStore:
         """
         end = replace(end, ended_by=held.lease_owner)
         ended = self._ended(held, end, called).request(self._table.name, self._key(held.batch_id, held.index))
-        recorded = self._end_and_count(held.batch_id, held.index, ended, shard, tally, charges)
+        recorded = self._end_and_count(held.batch_id, held.index, ended, shard, tally, charges, guard)
         if recorded is Recorded.LEASE_LOST and self._ended_by_us(held):
             return Recorded.SHARD_FINISHED
         return recorded
@@ -297,20 +319,23 @@ class RequestStore:
         shard: int,
         tally: Tally,
         charges: Sequence[dict[str, Any]] = (),
+        guard: RunGuard | None = None,
     ) -> Recorded:
         failure = f"could not record {batch_id}/{index}"
-        for last in (False, True):
-            count = self._count(batch_id, shard, tally, last=last)
+        tries = [(False, guard), (False, None), (True, None)] if guard else [(False, None), (True, None)]
+        for last, checked in tries:
+            count = self._count(batch_id, shard, tally, last=last, guard=checked)
             cancelled = self._table.transact(
                 [{"Update": ended}, {"Update": count}, *charges], failure=failure
             )
             if cancelled is None:
-                return Recorded.SHARD_FINISHED if last else Recorded.OK
+                return Recorded.SHARD_FINISHED if last else Recorded.RUNS if checked else Recorded.OK
             if cancelled.failed(0):
                 return Recorded.LEASE_LOST
             if not cancelled.failed(1):
                 raise StorageError(f"{failure}: {list(cancelled.reasons)}")
-            # not "more than one left": try again as the shard's last request
+            # halted, superseded or not "more than one left": try again without the guard,
+            # then as the shard's last request
         raise StorageError(f"shard {shard} of {batch_id} has no request left to count {index}")
 
     def _ended_by_us(self, held: RequestRecord) -> bool:
@@ -333,12 +358,18 @@ class RequestStore:
             values={":running": RequestStatus.RUNNING.value, ":me": held.lease_owner, ":epoch": held.epoch},
         )
 
-    def _count(self, batch_id: str, shard: int, tally: Tally, *, last: bool) -> dict[str, Any]:
+    def _count(
+        self, batch_id: str, shard: int, tally: Tally, *, last: bool, guard: RunGuard | None = None
+    ) -> dict[str, Any]:
+        condition, values = exactly_one_left if last else more_than_one_left, {":one": 1}
+        if guard is not None:
+            clause, guard_values = guard.condition()
+            condition, values = f"{condition} AND {clause}", {**values, **guard_values}
         update = Update(
             add={"left": -1, **tally.counters()},
-            condition=exactly_one_left if last else more_than_one_left,
+            condition=condition,
             names={"#left": "left"},
-            values={":one": 1},
+            values=values,
         )
         return update.request(self._batches, {"pk": {"S": batch_id}, "sk": {"S": shard_sk(shard)}})
 
