@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from batchgw.config import resources
 from bench import cost_model as m
 from bench import cost_replay, prices
 from bench.gateway import FINAL_STATUSES, RESULTS_PAGE_LIMIT, api_client
+from bench.probes import peak_rss_mb, stack_processes
 from bench.workload import MODEL
 from local.env import REPO_ROOT, queue_name
 from local.invocations import INVOCATIONS_DIR_ENV
@@ -153,6 +154,7 @@ class CostRun:
     transitions: int  # per batch
     transition_note: str
     problems: list[str]
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)  # by role: the largest process's
 
 
 def _log_sizes(log_dir: Path) -> dict[str, int]:
@@ -283,6 +285,7 @@ def run_cost_workload(n: int, workers: int = 2) -> tuple[CostRun, Path, Path]:
             {k: logs_after[k] - logs_mid[k] for k in logs_after},
         )
         transitions, note = _transitions(stack.env, batch_id)
+        peak = _peak_rss_by_role()
         stack.check()
     cost_run = CostRun(
         n=n,
@@ -295,8 +298,19 @@ def run_cost_workload(n: int, workers: int = 2) -> tuple[CostRun, Path, Path]:
         transitions=transitions,
         transition_note=note,
         problems=[f"warm-up: {p}" for p in warm_problems] + problems,
+        peak_rss_mb=peak,
     )
     return cost_run, recording, invocations
+
+
+def _peak_rss_by_role() -> dict[str, float]:
+    """The peak resident memory of the stack's processes, the largest of each role: the
+    worker's is what its Lambda needs (its poller adds a little of its own)."""
+    roles = {p.pid: p.role for p in stack_processes()}
+    peak: dict[str, float] = {}
+    for pid, mb in peak_rss_mb(list(roles)).items():
+        peak[roles[pid]] = max(peak.get(roles[pid], 0.0), mb)
+    return peak
 
 
 # --- from the run to usage per request ---------------------------------------------------------
@@ -450,6 +464,7 @@ def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measur
         "step_functions_transitions_per_batch": cost_run.transitions,
         "step_functions_path": cost_run.transition_note,
         "lambda": lambda_figures,
+        "peak_rss_mb_by_role": cost_run.peak_rss_mb,
         "log_bytes_per_request": {k: v / cost_run.n for k, v in cost_run.run.log_bytes.items()},
         # the run's DynamoDB calls (status polls included), with the billed size of their items
         "dynamodb_items": {
@@ -508,6 +523,12 @@ def print_breakdown(breakdown: m.CostBreakdown, figures: Mapping[str, Any]) -> N
             f"  lambda {function}: {f['invocations_per_request']:.3f} invocations/request, "
             f"mean {f['mean_seconds'] * 1000:.0f} ms at {f['memory_mb']} MB, "
             f"{f['gb_seconds_per_request']:.4f} GB-s/request"
+        )
+    peak = figures.get("peak_rss_mb_by_role", {})
+    if peak:
+        print(
+            "  peak resident memory of the local processes: "
+            + ", ".join(f"{role} {mb:.0f} MB" for role, mb in sorted(peak.items()))
         )
     items = figures.get("dynamodb_items", {})
     if items:

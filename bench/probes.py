@@ -246,6 +246,20 @@ def cpu_seconds(pids: list[int]) -> dict[int, float]:
     return out
 
 
+def peak_rss_mb(pids: list[int]) -> dict[int, float]:
+    """Each process's peak resident memory so far (``VmHWM``), in MB (missing ones left out)."""
+    out = {}
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                out[pid] = int(line.split()[1]) / 1024  # kB
+    return out
+
+
 # --- AWS calls --------------------------------------------------------------------------------
 
 
