@@ -163,7 +163,7 @@ class Poller:
         if sqs is None:
             # The event source mapping's own calls count too when a benchmark counts calls.
             session = aws.get_clients().session
-            sqs = session.client(  # type: ignore[call-overload]
+            sqs = session.create_client(
                 "sqs", config=Config(max_pool_connections=self.concurrency + 4, retries={"mode": "standard"})
             )
         self.sqs = sqs

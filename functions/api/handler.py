@@ -6,26 +6,13 @@ describes them in the OpenAPI document.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from batchgw.api import (
-    accounts,
-    admin_routes,
-    auth,
-    batches,
-    files,
-    http,
-    openapi,
-    results,
-    uploads,
-    webhooks,
-)
+from batchgw.api import accounts, auth, batches, files, http, uploads, webhooks
 from batchgw.api.params import Download
 from batchgw.deps import get_deps
-from batchgw.domain import codec
 from batchgw.domain.errors import BadRequest
 from batchgw.domain.principal import Principal
 from batchgw.observability import logger
@@ -112,14 +99,23 @@ def delete_batch(batch_id: str) -> Response[Any]:
     return _json(200, batches.delete_batch(get_deps(), _principal(), batch_id))
 
 
+# The results routes load their module (and the file validator's line splitting it reads
+# stored inputs with) on their first request: a batch's results are read long after its
+# process's first request, so no cold start pays for them.
+
+
 @app.get("/v1/batches/<batch_id>/results")
 def batch_results(batch_id: str) -> Response[Any]:
+    from batchgw.api import results
+
     page = results.results_page(get_deps(), _principal(), batch_id, _params())
     return _download(page) if isinstance(page, Download) else _json(200, page)
 
 
 @app.get("/v1/batches/<batch_id>/output.jsonl")
 def batch_output(batch_id: str) -> Response[Any]:
+    from batchgw.api import results
+
     return _download(results.output_jsonl(get_deps(), _principal(), batch_id))
 
 
@@ -221,27 +217,13 @@ def me() -> Response[Any]:
 # --- the API's description ---------------------------------------------------------------
 
 
-def _schema(resolver: Any) -> dict[str, Any]:
-    generated = resolver.get_openapi_schema(
-        title="batchgw", version="1", summary="The batch API of an LLM gateway"
-    )
-    schema: dict[str, Any] = generated.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return schema
-
-
-@functools.cache
-def _openapi_document() -> str:
-    """The whole HTTP API's description: these routes and the admin function's."""
-    described = http.new_resolver()
-    admin_routes.register(described, get_deps)
-    document = _schema(app)
-    document.setdefault("paths", {}).update(_schema(described).get("paths", {}))
-    return codec.dumps(openapi.complete(document))
-
-
 @app.get("/v1/openapi.json")
 def openapi_json() -> Response[Any]:
-    return Response(status_code=200, content_type="application/json", body=_openapi_document())
+    # Loaded on this route's first request: describing the API (and the admin function's
+    # routes) is no other route's cold start.
+    from batchgw.api import openapi
+
+    return Response(status_code=200, content_type="application/json", body=openapi.document(app))
 
 
 # --- the retired Message Batches API ------------------------------------------------------

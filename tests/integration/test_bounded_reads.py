@@ -70,7 +70,7 @@ class Reads:
 @pytest.fixture
 def reads() -> Iterator[Reads]:
     seen = Reads()
-    events = aws.get_clients().session.events
+    events = aws.get_clients().events
 
     def before(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["bounded_reads"] = (params["TableName"], params.get("IndexName"))

@@ -3,15 +3,25 @@
 The resolver generates the paths, methods and path parameters from its routes; this
 module completes each operation with what the routes read themselves: the query
 parameters, the request bodies, the bearer key, and the errors every route may answer
-in the spec's shape.
+in the spec's shape; ``document`` adds the admin function's routes to the api's.
+
+Only ``GET /v1/openapi.json`` needs this module (and the admin routes it describes): the
+api handler loads it on that route's first request, so no other route's cold start pays
+for it.
 """
 
 from __future__ import annotations
 
+import functools
 from copy import deepcopy
 from typing import Any
 
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
+from batchgw.api import admin_routes, http
 from batchgw.config.catalog import ENDPOINTS
+from batchgw.deps import get_deps
+from batchgw.domain import codec
 from batchgw.domain.states import BatchStatus
 
 ERROR = {
@@ -184,3 +194,21 @@ def complete(generated: dict[str, Any]) -> dict[str, Any]:
                 )
             operation["responses"] = responses
     return document
+
+
+def _schema(resolver: APIGatewayHttpResolver) -> dict[str, Any]:
+    generated = resolver.get_openapi_schema(
+        title="batchgw", version="1", summary="The batch API of an LLM gateway"
+    )
+    schema: dict[str, Any] = generated.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return schema
+
+
+@functools.cache
+def document(api: APIGatewayHttpResolver) -> str:
+    """The whole HTTP API's description, as JSON: ``api``'s routes and the admin function's."""
+    described = http.new_resolver()
+    admin_routes.register(described, get_deps)
+    generated = _schema(api)
+    generated.setdefault("paths", {}).update(_schema(described).get("paths", {}))
+    return codec.dumps(complete(generated))

@@ -1,4 +1,9 @@
-"""boto3 clients, created lazily (moto must be up first) from one session per process.
+"""botocore clients, created lazily (moto must be up first) from one session per process.
+
+botocore's, not boto3's: boto3's package (its resources, docs and S3 transfer manager) adds
+tens of milliseconds to a cold start and the gateway needs none of it, except the managed
+transfers S3's client gets from it (``upload_fileobj``), which the S3 client alone loads.
+botocore itself is imported here, with the handler: every first request needs it.
 
 Every AWS call the gateway makes goes through these clients, so a benchmark can count
 them by hooking the session's events (``count_calls``), and a test can check that each
@@ -17,34 +22,57 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.session import Session
 
 from batchgw.storage.touches import Touch, touches
 
-_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 5},
-    max_pool_connections=128,
-    connect_timeout=5,
-    read_timeout=60,
-)
-# S3 signs with SigV4, so a presigned PUT signs the headers it was made with: its
-# Content-Length binds the upload to the declared size.
-_S3_CONFIG = _CONFIG.merge(Config(signature_version="s3v4"))
+
+def _new_session() -> Session:
+    return botocore.session.Session()
+
+
+@cache
+def _config(service: str) -> Config:
+    """Every client's retries, pool and timeouts (and S3's signature)."""
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 5},
+        max_pool_connections=128,
+        connect_timeout=5,
+        read_timeout=60,
+    )
+    if service == "s3":
+        # S3 signs with SigV4, so a presigned PUT signs the headers it was made with: its
+        # Content-Length binds the upload to the declared size.
+        config = config.merge(Config(signature_version="s3v4"))
+    return config
+
+
+class EventSource(Protocol):
+    """What ``count_calls`` and ``record_calls`` hook: ``AwsClients``, or a boto3 session."""
+
+    @property
+    def events(self) -> Any: ...
 
 
 @dataclass
 class AwsClients:
     """The clients one process uses; each is created on first use and then shared."""
 
-    session: boto3.session.Session = field(default_factory=boto3.session.Session)
+    session: Session = field(default_factory=_new_session)
 
-    def _client(self, name: str, config: Config = _CONFIG) -> Any:
-        return self.session.client(name, config=config)  # type: ignore[call-overload]
+    @property
+    def events(self) -> Any:
+        """The session's event emitter: every client of it fires its events there."""
+        return self.session.get_component("event_emitter")
+
+    def _client(self, name: str) -> Any:
+        return self.session.create_client(name, config=_config(name))
 
     @cached_property
     def dynamodb(self) -> Any:
@@ -52,7 +80,12 @@ class AwsClients:
 
     @cached_property
     def s3(self) -> Any:
-        return self._client("s3", _S3_CONFIG)
+        # boto3 gives S3 clients their managed transfers (``upload_fileobj``); importing it
+        # costs a cold start tens of ms, so only a process that uses S3 pays for it.
+        import boto3.session
+
+        session = boto3.session.Session(botocore_session=self.session)
+        return session.client("s3", config=_config("s3"))  # type: ignore[call-overload]
 
     @cached_property
     def sqs(self) -> Any:
@@ -96,7 +129,7 @@ def _build_clients() -> AwsClients:
     clients = AwsClients()
     calls_dir = os.environ.get(CALLS_DIR_ENV)
     if calls_dir:
-        record_calls(clients.session, Path(calls_dir))
+        record_calls(clients, Path(calls_dir))
     return clients
 
 
@@ -143,7 +176,7 @@ def current_function() -> str:
     return _invoked_function.get() or os.environ.get(FUNCTION_NAME_ENV) or UNATTRIBUTED
 
 
-def record_calls(session: boto3.session.Session, directory: Path) -> None:
+def record_calls(session: EventSource, directory: Path) -> None:
     """Count ``session``'s calls and keep ``directory/<function>.<pid>.json`` up to date with them,
     and what they touched in ``directory/<function>.<pid>.touched.jsonl``.
 
@@ -257,7 +290,7 @@ class CallCounter:
 
 
 @contextmanager
-def count_calls(session: boto3.session.Session) -> Iterator[CallCounter]:
+def count_calls(session: EventSource) -> Iterator[CallCounter]:
     """Count every API call made by clients of ``session`` while the block runs."""
     counter = CallCounter()
     session.events.register("before-call", counter)

@@ -1,6 +1,8 @@
 """The DynamoDB kernel: what every adapter does with the low-level client, written once.
 
-- ``to_item`` / ``from_item``: Python values to DynamoDB's typed attributes and back;
+- ``to_item`` / ``from_item``: Python values to DynamoDB's typed attributes and back
+  (``serialize`` / ``deserialize``, boto3's ``TypeSerializer`` rules, written here so that a
+  process needs botocore only: importing ``boto3.dynamodb.types`` imports all of boto3);
   ``timestamp`` rounds a clock reading to the millisecond stored.
 - ``Update``: an update expression from SET / ADD / REMOVE parts and a condition, with
   its placeholders made here (adapters name their condition clauses; see each adapter).
@@ -18,17 +20,14 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from typing import Any
 
-from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from batchgw.domain.errors import StorageError
-
-_ser = TypeSerializer()
-_de = TypeDeserializer()
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 TRANSACTION_CANCELLED = "TransactionCanceledException"
@@ -64,18 +63,87 @@ def to_ddb(value: Any) -> Any:
     return value
 
 
+# DynamoDB's numbers: 38 significant digits, exponents -130 to +125; anything a number
+# would lose on the way in is an error, never a silent rounding.
+NUMBER_CONTEXT = Context(Emin=-128, Emax=126, prec=38, traps=[Clamped, Overflow, Inexact, Rounded, Underflow])
+
+
+def _number(value: int | Decimal) -> str:
+    text = str(NUMBER_CONTEXT.create_decimal(value))
+    if text in ("Infinity", "-Infinity", "NaN", "sNaN"):
+        raise TypeError(f"DynamoDB stores no {text}")
+    return text
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, float):
+        raise TypeError("Float types are not supported. Use Decimal types instead.")
+    return isinstance(value, int | Decimal) and not isinstance(value, bool)
+
+
+def serialize(value: Any) -> dict[str, Any]:
+    """One Python value as a DynamoDB typed attribute, by boto3's ``TypeSerializer`` rules:
+    None is NULL, bool BOOL, int and Decimal N (a float is a TypeError), str S, bytes B,
+    a set of numbers / strings / bytes NS / SS / BS, a mapping M, a list or tuple L."""
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if _is_number(value):
+        return {"N": _number(value)}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, bytes | bytearray):
+        return {"B": value}
+    if isinstance(value, AbstractSet):
+        if all(_is_number(v) for v in value):
+            return {"NS": [_number(v) for v in value]}
+        if all(isinstance(v, str) for v in value):
+            return {"SS": list(value)}
+        if all(isinstance(v, bytes | bytearray) for v in value):
+            return {"BS": list(value)}
+    if isinstance(value, Mapping):
+        return {"M": {k: serialize(v) for k, v in value.items()}}
+    if isinstance(value, list | tuple):
+        return {"L": [serialize(v) for v in value]}
+    raise TypeError(f'Unsupported type "{type(value)}" for value "{value}"')
+
+
+def deserialize(attribute: Mapping[str, Any]) -> Any:
+    """One DynamoDB typed attribute as a Python value: numbers as Decimal, binary as bytes,
+    sets as sets."""
+    if len(attribute) != 1:
+        raise TypeError(f"not one DynamoDB typed value: {sorted(attribute)}")
+    ((kind, value),) = attribute.items()
+    if kind == "S" or kind == "BOOL":
+        return value
+    if kind == "N":
+        return NUMBER_CONTEXT.create_decimal(value)
+    if kind == "M":
+        return {k: deserialize(v) for k, v in value.items()}
+    if kind == "L":
+        return [deserialize(v) for v in value]
+    if kind == "NULL":
+        return None
+    if kind == "B":
+        return bytes(value)
+    if kind == "SS":
+        return set(value)
+    if kind == "NS":
+        return {NUMBER_CONTEXT.create_decimal(v) for v in value}
+    if kind == "BS":
+        return {bytes(v) for v in value}
+    raise TypeError(f"DynamoDB type {kind} is not supported")
+
+
 def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
     """A record's attributes as DynamoDB's typed map (None values left out)."""
-    return {k: _ser.serialize(to_ddb(v)) for k, v in values.items() if v is not None}
+    return {k: serialize(to_ddb(v)) for k, v in values.items() if v is not None}
 
 
 def from_item(raw: Mapping[str, Any]) -> dict[str, Any]:
     """DynamoDB's typed map as Python values (binary as bytes, numbers as Decimal)."""
-    out = {k: _de.deserialize(v) for k, v in raw.items()}
-    for key, value in out.items():
-        if isinstance(value, Binary):
-            out[key] = bytes(value.value)
-    return out
+    return {k: deserialize(v) for k, v in raw.items()}
 
 
 def timestamp(seconds: float) -> Decimal:
