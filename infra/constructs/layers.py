@@ -4,7 +4,9 @@ dependencies, and the operator's models config document.
 
 from __future__ import annotations
 
+import compileall
 import hashlib
+import py_compile
 import shlex
 import shutil
 import subprocess
@@ -49,13 +51,25 @@ def third_party_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> 
     return [req for req in dependencies if name(req) not in _PROVIDED_BY_RUNTIME]
 
 
-def pip_install_arguments(requirements: str, target: str) -> list[str]:
-    """``pip install`` of binary wheels for the Lambda platform, whatever machine runs it."""
+def runs_runtime_python() -> bool:
+    """Whether this interpreter is the runtime's version, so its bytecode is the runtime's."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}" == PYTHON_VERSION
+
+
+# Bytecode shipped in a layer: Lambda's /opt is read-only, so a layer without it compiles
+# every module it imports on every cold start. Unchecked hashes: the runtime trusts the
+# .pyc without comparing it with the source's timestamp (which bundling does not keep).
+COMPILE_COMMAND = ["python", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash"]
+
+
+def pip_install_arguments(requirements: str, target: str, *, compile_bytecode: bool = False) -> list[str]:
+    """``pip install`` of binary wheels for the Lambda platform, whatever machine runs it;
+    compiled to bytecode only where the interpreter that runs pip is the runtime's version."""
     return [
         "install",
         "--quiet",
         "--disable-pip-version-check",
-        "--no-compile",  # the .pyc would be for this interpreter, not the runtime
+        "--compile" if compile_bytecode else "--no-compile",
         "--platform",
         PIP_PLATFORM,
         "--implementation",
@@ -89,11 +103,46 @@ class LocalPipBundling:
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: Any) -> bool:
         target = str(Path(output_dir) / "python")
-        command = [sys.executable, "-m", "pip", *pip_install_arguments(str(self._requirements), target)]
+        arguments = pip_install_arguments(
+            str(self._requirements), target, compile_bytecode=runs_runtime_python()
+        )
         try:
-            return self._run(command) == 0
+            return self._run([sys.executable, "-m", "pip", *arguments]) == 0
         except OSError:
             return False
+
+
+@jsii.implements(ILocalBundling)
+class LocalCodeBundling:
+    """Builds the shared code's layer without Docker: a copy of its source, with bytecode
+    when this interpreter is the runtime's version (else the source alone, as before: a
+    machine without Docker can still deploy, its cold starts compiling the code)."""
+
+    def __init__(self, source: Path) -> None:
+        self._source = source
+
+    def try_bundle(self, output_dir: str, **_options: Any) -> bool:
+        target = Path(output_dir) / "python"
+        shutil.copytree(
+            self._source / "python", target, ignore=shutil.ignore_patterns(*_IGNORED), dirs_exist_ok=True
+        )
+        if runs_runtime_python():
+            compileall.compile_dir(
+                str(target),
+                quiet=1,
+                workers=0,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
+        else:
+            print(
+                f"the shared layer ships without bytecode: this is Python {sys.version_info.major}."
+                f"{sys.version_info.minor}, the runtime {PYTHON_VERSION}",
+                file=sys.stderr,
+            )
+        return True
+
+
+_IGNORED = ("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache")
 
 
 def load_models_config(path: Path) -> Catalog:
@@ -118,7 +167,7 @@ class Layers(Construct):
             self,
             "Shared",
             description="batchgw: the code the functions share",
-            code=lambda_.Code.from_asset(str(REPO_ROOT / "layers" / "shared"), exclude=ASSET_EXCLUDES),
+            code=self._shared_code(REPO_ROOT / "layers" / "shared"),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
         )
@@ -159,11 +208,25 @@ class Layers(Construct):
             path.write_bytes(content)
         return directory
 
+    def _shared_code(self, source: Path) -> lambda_.Code:
+        """The shared code, with its bytecode for the runtime (``COMPILE_COMMAND``)."""
+        docker_command = shlex.join(["cp", "-r", "/asset-input/python", "/asset-output/python"])
+        docker_command += " && " + shlex.join([*COMPILE_COMMAND, "/asset-output/python"])
+        return lambda_.Code.from_asset(
+            str(source),
+            exclude=ASSET_EXCLUDES,
+            bundling=BundlingOptions(
+                image=RUNTIME.bundling_image,
+                command=["bash", "-c", docker_command],
+                local=LocalCodeBundling(source),
+            ),
+        )
+
     def _dependencies_code(self, requirements: list[str]) -> lambda_.Code:
         text = "\n".join(requirements) + "\n"
         source = self._generated_source("dependencies", {"requirements.txt": text.encode()})
         docker_command = shlex.join(
-            ["pip", *pip_install_arguments("requirements.txt", "/asset-output/python")]
+            ["pip", *pip_install_arguments("requirements.txt", "/asset-output/python", compile_bytecode=True)]
         )
         # The hash names what the layer is built from; CDK's own would fingerprint the
         # local bundler object, which is not stable from one run to the next.

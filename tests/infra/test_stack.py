@@ -24,11 +24,13 @@ from constructs import IConstruct
 
 from infra.app import SKIP_BUNDLING, bundling_enabled, cdk_json_context
 from infra.constructs import REPO_ROOT
+from infra.constructs import layers as layers_module
 from infra.constructs.functions import WORKER_TIMEOUT_SECONDS
 from infra.constructs.layers import (
     MODELS_CONFIG_PATH,
     PIP_PLATFORM,
     PYTHON_VERSION,
+    LocalCodeBundling,
     LocalPipBundling,
     third_party_requirements,
 )
@@ -318,6 +320,27 @@ def test_local_bundling_pip_installs_lambda_platform_wheels_into_the_layer_pytho
     assert "--only-binary=:all:" in text
     assert f"--target {tmp_path / 'out' / 'python'}" in text
     assert f"--requirement {tmp_path / 'requirements.txt'}" in text
+
+
+@pytest.mark.parametrize("runtime_python", [True, False])
+def test_the_shared_layer_ships_bytecode_when_built_by_the_runtimes_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime_python: bool
+) -> None:
+    source = tmp_path / "shared"
+    (source / "python" / "pkg" / "__pycache__").mkdir(parents=True)
+    (source / "python" / "pkg" / "__init__.py").write_text("VALUE = 1\n")
+    (source / "python" / "pkg" / "__pycache__" / "stale.cpython-311.pyc").write_bytes(b"stale")
+    monkeypatch.setattr(layers_module, "runs_runtime_python", lambda: runtime_python)
+    assert LocalCodeBundling(source).try_bundle(str(tmp_path / "out"))
+    built = tmp_path / "out" / "python" / "pkg"
+    assert (built / "__init__.py").read_text() == "VALUE = 1\n"
+    compiled = sorted(path.name for path in (built / "__pycache__").glob("*.pyc")) if runtime_python else []
+    assert compiled == ([f"__init__.{sys.implementation.cache_tag}.pyc"] if runtime_python else [])
+    if runtime_python:  # trusted without the source's timestamp, which bundling does not keep
+        flags = int.from_bytes((built / "__pycache__" / compiled[0]).read_bytes()[4:8], "little")
+        assert flags == 0b01  # hash-based, unchecked
+    else:
+        assert not (built / "__pycache__").exists()  # nothing stale from the source tree either
 
 
 def test_local_bundling_falls_back_to_docker_when_pip_fails(tmp_path: Path) -> None:
