@@ -249,6 +249,23 @@ def plan_request(
     except RequestInvalid as exc:
         raise exc.under("body") from exc
 
+    spec = batch_model(name, url, catalog=catalog, role=role)
+    _check_output_tokens(spec, url, body, name)
+    if spec.translates(url):
+        try:
+            check_translatable(body)
+        except RequestInvalid as exc:
+            raise exc.under("body") from exc
+    return PlannedRequest(custom_id=custom_id, method=method, url=url, body=body, model=spec.id)
+
+
+def batch_model(name: str, url: str, *, catalog: Catalog, role: str) -> ModelSpec:
+    """The model a batch request for ``url`` naming ``name`` runs on, for a caller of ``role``.
+
+    Raises RequestInvalid (``param`` ``"body.model"``) when it is an auto model, unknown or
+    not the role's, does not serve ``url``, or has no price. A request's own limits
+    (its output tokens, translation) are ``plan_request``'s to check.
+    """
     if catalog.is_auto(name):
         raise RequestInvalid(
             "model_unsupported",
@@ -267,13 +284,7 @@ def plan_request(
             f"Model '{name}' has no price; a batch can only use priced models",
             param="body.model",
         )
-    _check_output_tokens(spec, url, body, name)
-    if spec.translates(url):
-        try:
-            check_translatable(body)
-        except RequestInvalid as exc:
-            raise exc.under("body") from exc
-    return PlannedRequest(custom_id=custom_id, method=method, url=url, body=body, model=spec.id)
+    return spec
 
 
 # The field that bounds a request's output, by target (the first one present counts).
