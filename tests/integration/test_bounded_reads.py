@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import random
@@ -18,19 +19,22 @@ from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import ANSWER_LIMIT
 from batchgw.deps import Deps
 from batchgw.domain import codec
-from batchgw.domain.batch import BatchRecord, Tally, shard_totals
+from batchgw.domain.batch import BatchRecord, shard_totals
+from batchgw.domain.chains import decode
 from batchgw.domain.errors import BadRequest, Conflict
 from batchgw.domain.files import FileRecord
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd, RequestRecord, request_id
 from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.run import attempt, lifecycle
+from batchgw.run.chain import run_message
 from batchgw.storage import aws
 from batchgw.storage.blobs import BlobStore, UrlSigning
 from batchgw.storage.dynamo import Table
 from botocore.credentials import Credentials
 
 from local.simulator import Simulator
-from tests.integration.conftest import make_deps
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -255,60 +259,53 @@ def _big_batch(deps: Deps, total: int = 50_000, *, ended: bool = True) -> BatchR
     return record
 
 
-def test_deleting_a_batch_of_50000_requests_reads_at_most_one_key_of_the_running_index(
-    sim: Simulator, reads: Reads
-) -> None:
+def test_deleting_a_batch_of_50000_requests_reads_its_run_marks_alone(sim: Simulator, reads: Reads) -> None:
     clock = FakeClock()
     deps = make_deps(sim, clock)
     batch = _big_batch(deps, ended=False)
-    assert deps.requests.claim(batch.id, 49_999, "worker-1", clock(), LEASE_SECONDS).request is not None
-    table = deps.settings.requests_table
+    deps.batches.mark_run(batch.id, "worker-1", until=clock() + LEASE_SECONDS)  # a chain runs
+    table = deps.settings.batches_table
     reads.clear()
 
     with pytest.raises(Conflict):
         batches.delete_batch(deps, ALICE, batch.id)
 
-    assert [(c.index, c.evaluated) for c in reads.on(table)] == [("running", 1)]
-    clock.advance(LEASE_SECONDS + 1)  # the worker died: its lease ran out
+    marks = [(c.index, c.evaluated) for c in reads.on(table) if c.attributes == {"until"}]
+    assert marks == [(None, 1)]
+    assert not reads.on(deps.settings.requests_table)  # no request was read
+    clock.advance(LEASE_SECONDS + 1)  # the worker died: its mark ran out
     reads.clear()
 
     assert batches.delete_batch(deps, ALICE, batch.id)["deleted"] is True
 
-    assert [(c.index, c.evaluated) for c in reads.on(table)] == [("running", 0)]
+    assert not reads.on(deps.settings.requests_table)
     assert deps.workflow.purges == [batch.id]  # type: ignore[attr-defined]
 
 
-def test_a_request_is_in_the_running_index_only_while_it_runs(sim: Simulator) -> None:
+def test_a_batch_carries_a_run_mark_while_a_chain_runs_and_none_after(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = FakeClock()
-    deps = make_deps(sim, clock)
-    batch = _big_batch(deps, total=3, ended=False)
-    running = Table(aws.get_clients().dynamodb, deps.settings.requests_table)
-
-    def indexed() -> list[int]:
-        return [
-            int(raw["idx"]["N"])
-            for raw in running.query(
-                IndexName="running",
-                KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues={":pk": {"S": batch.id}},
-            )
-        ]
-
-    assert indexed() == [] and not deps.requests.live_lease(batch.id, clock())
-    held = deps.requests.claim(batch.id, 1, "worker-1", clock(), LEASE_SECONDS).request
-    assert held is not None
-    assert indexed() == [1] and deps.requests.live_lease(batch.id, clock())
-    clock.advance(LEASE_SECONDS + 1)
-    assert indexed() == [1] and not deps.requests.live_lease(batch.id, clock())  # ran out
-    taken = deps.requests.claim(batch.id, 1, "worker-2", clock(), LEASE_SECONDS).request
-    assert taken is not None and deps.requests.live_lease(batch.id, clock())
-    deps.requests.record_end(
-        taken,
-        shard=batch.shard_of(1),
-        end=RequestEnd(RequestStatus.SUCCEEDED, ended_at=clock(), status_code=200),
-        tally=Tally(completed=1),
+    deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY="1")
+    created = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", f"hi {i}") for i in range(3)])
     )
-    assert indexed() == [] and not deps.requests.live_lease(batch.id, clock())
+    lifecycle.prepare(deps, created["id"])
+    (message,) = [decode(raw["Body"]) for raw in receive_all(deps)]
+    seen: list[bool] = []
+    real_call = attempt.call
+
+    async def watched_call(deps: Deps, batch: Any, *args: Any, **kw: Any) -> Any:
+        seen.append(deps.batches.runs_live(batch.id, clock()))
+        with pytest.raises(Conflict):  # while a request of it runs
+            batches.delete_batch(deps, ALICE, batch.id)
+        return await real_call(deps, batch, *args, **kw)
+
+    monkeypatch.setattr(attempt, "call", watched_call)
+    assert not deps.batches.runs_live(created["id"], clock())
+    asyncio.run(run_message(deps, message, owner="w", deadline=clock() + 900))
+    assert seen == [True, True, True]
+    assert not deps.batches.runs_live(created["id"], clock())
 
 
 def test_a_results_page_of_a_50000_request_batch_stops_reading_at_its_byte_cap(

@@ -245,10 +245,11 @@ def test_a_retry_message_that_arrives_before_its_time_is_delayed_again(sim: Simu
     assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"  # sent again for the rest of the wait
 
 
-def test_a_stale_lease_does_not_block_delete_but_a_live_one_does(sim: Simulator) -> None:
+def test_a_stale_run_does_not_block_delete_but_a_live_one_does(sim: Simulator) -> None:
     clock = FakeClock()
     deps = make_deps(sim, clock)
     batch_id = _prepared_batch(deps, 2)
+    deps.batches.mark_run(batch_id, "dead-worker", until=clock() + 60)  # its chain's mark
     deps.requests.claim(batch_id, 0, "dead-worker", clock(), 60)
     with pytest.raises(Conflict):
         batches.delete_batch(deps, ALICE, batch_id)

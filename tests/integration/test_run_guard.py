@@ -131,3 +131,15 @@ def test_a_cancel_while_a_request_is_with_the_upstream_starts_no_further_request
         ("completed", None),
         ("completed", None),
     ] + [("cancelled", "batch_cancelled")] * 4
+
+
+def test_an_ended_request_keeps_its_answer_and_lets_its_body_go(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock(), **ONE_CHAIN)
+    batch_id = prepared(deps, 2)
+    (message,) = chain_messages(deps)
+    assert deps.requests.get(batch_id, 0).request_packed is not None  # type: ignore[union-attr]
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
+    for index in (0, 1):
+        ended = deps.requests.get(batch_id, index)
+        assert ended is not None and ended.status is RequestStatus.SUCCEEDED
+        assert ended.request_packed is None and ended.response_packed is not None

@@ -379,7 +379,7 @@ def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
     """Delete the batch with its requests and results, whatever its status, unless a
     request is running under a live lease (409); the data is purged in the background."""
     record = visible_batch(deps, principal, batch_id).record
-    if deps.requests.live_lease(record.id, deps.clock()):
+    if deps.batches.runs_live(record.id, deps.clock()):
         raise Conflict(
             f"Batch '{batch_id}' has requests running; cancel it and wait for them to finish.",
             code="batch_not_deletable",

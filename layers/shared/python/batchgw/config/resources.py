@@ -72,15 +72,14 @@ BATCHES = TableSpec(
 )
 
 # Requests: one item per request of a batch, keyed by the batch and the request's index.
-# The running index holds a batch's running requests alone (only a running request has a
-# lease_until), so "is any request of this batch running?" is one read of one key.
+# No index: a claim or an end writes the item alone ("is any of this batch's work
+# running?" reads the batch's run marks: storage.batches).
 REQUESTS = TableSpec(
     logical_id="Requests",
     settings_field="requests_table",
     env_var="BATCHGW_REQUESTS_TABLE",
     partition=Key("pk"),
     sort=Key("idx", "N"),
-    indexes=(Index("running", Key("pk"), Key("lease_until", "N"), projection="KEYS_ONLY"),),
     ttl_attribute="ttl",
 )
 

@@ -30,6 +30,7 @@ import asyncio
 import heapq
 import math
 import random
+import uuid
 from collections.abc import Coroutine
 from typing import Any
 
@@ -132,7 +133,15 @@ class ChainRun:
         self.body: Any = None  # the next request's body, when the owner's gate read it
 
     async def run(self) -> bool:
-        """Run; True when the chain reached its end (nothing left for it to start)."""
+        """Run; True when the chain reached its end (nothing left for it to start).
+
+        While it runs, the batch carries this run's mark (``BatchStore.mark_run``), renewed
+        every third of a lease: a batch is not deleted while it has live marks, and a dead
+        worker's mark runs out with its leases.
+        """
+        token = uuid.uuid4().hex
+        await self._mark(token)
+        marking = asyncio.create_task(self._keep_marked(token))
         finished = False
         try:
             finished = await self._loop()
@@ -143,6 +152,23 @@ class ChainRun:
                 await self._hand_off_retries()
             await self.slot.release()
             await self.owner_gate.release()
+            marking.cancel()
+            try:
+                await io(self.deps.batches.unmark_run, self.batch.id, token)
+            except Exception:  # it runs out on its own
+                logger.warning("could not remove a run's mark", exc_info=True)
+
+    async def _mark(self, token: str) -> None:
+        until = self.deps.clock() + self.deps.settings.batch_lease_seconds
+        await io(self.deps.batches.mark_run, self.batch.id, token, until=until)
+
+    async def _keep_marked(self, token: str) -> None:
+        while True:
+            await asyncio.sleep(self.deps.settings.batch_lease_seconds / 3)
+            try:
+                await self._mark(token)
+            except Exception:  # tried again next time: the mark lasts a whole lease
+                logger.warning("could not renew a run's mark", exc_info=True)
 
     async def _loop(self) -> bool:
         while True:

@@ -11,6 +11,11 @@ written to them as ``gen``: a worker that records a request's end in its shard, 
 the shard as it counts, learns in that one write whether it may start the next request
 (``storage.requests.RunGuard``), without reading the batch.
 
+A worker running a chain of the batch keeps a run mark in its partition (``run#<token>``,
+with the time it lasts until, renewed while the chain runs, removed when it stops): "is
+any of this batch's work running?" reads those few marks, whatever the batch's size, and
+no request's claim or end writes anything for it.
+
 A batch counts against its owner's limits (``storage.usage``) from the transaction that
 stores it (``create``) to the one that ends it (``end``) or deletes it unfinished
 (``delete_record``): each of those writes changes the record and the owner's usage
@@ -35,7 +40,7 @@ from batchgw.domain.batch import (
 from batchgw.domain.errors import StorageError
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import OverLimit, Usage, UsageLimits
-from batchgw.storage.dynamo import Table, Update, from_item, one_of, to_item
+from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
 from batchgw.storage.usage import UsageStore
 
 OWNER_INDEX = "by_owner"
@@ -50,6 +55,9 @@ status_is = "#status = :status"
 total_is = "#total = :total"
 shards_unset = "attribute_not_exists(#shards)"
 shards_are = "#shards = :shards"
+
+RUN_PREFIX = "run#"  # the sort keys of the batch's run marks
+_RUN_MARK_KEPT_SECONDS = 86400  # a dead worker's mark, long ended, is left to TTL after this
 
 # Fields whose setting stops a batch's requests from starting (with any status change
 # other than to in progress): such a change halts the batch's counter shards.
@@ -485,6 +493,40 @@ class BatchStore:
             )
         ]
         self._table.delete_many(keys)
+
+    # --- run marks ----------------------------------------------------------------------------
+
+    def mark_run(self, batch_id: str, token: str, *, until: float) -> None:
+        """Say that a worker runs some of the batch's work until ``until`` (or renew that)."""
+        self._table.put(
+            {
+                "pk": batch_id,
+                "sk": f"{RUN_PREFIX}{token}",
+                "until": timestamp(until),
+                "ttl": int(until) + _RUN_MARK_KEPT_SECONDS,
+            },
+            failure=f"could not mark a run of {batch_id}",
+        )
+
+    def unmark_run(self, batch_id: str, token: str) -> None:
+        self._table.delete(
+            self._key(batch_id, f"{RUN_PREFIX}{token}"), failure=f"could not unmark {batch_id}"
+        )
+
+    def runs_live(self, batch_id: str, now: float) -> bool:
+        """Whether a worker runs some of the batch's work now: a mark not yet run out. Reads
+        the marks alone (one per running chain, and those of workers that died within a
+        day), strongly consistent, so a mark written before this read is seen."""
+        for raw in self._table.query(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :run)",
+            ExpressionAttributeValues={":pk": {"S": batch_id}, ":run": {"S": RUN_PREFIX}},
+            ProjectionExpression="#until",
+            ExpressionAttributeNames={"#until": "until"},
+            ConsistentRead=True,
+        ):
+            if float(from_item(raw)["until"]) > now:
+                return True
+        return False
 
     # --- counter shards -----------------------------------------------------------------------
 

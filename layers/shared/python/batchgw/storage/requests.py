@@ -58,7 +58,6 @@ _TAKE_LEASE = (
 )
 _STATUS = {"#st": "status"}
 SWEEP_CHUNK = 99  # requests per transaction, with their shard's counter update
-RUNNING_INDEX = "running"  # a batch's running requests by lease_until (config.resources)
 # What a result line shows of a request (``domain.results``): all but its request body.
 _RESULT_NAMES = {"#st": "status", "#m": "model", "#err": "error"}
 _RESULT_FIELDS = "pk, idx, custom_id, #m, #st, #err, res, res_ref, status_code, request_id"
@@ -349,10 +348,13 @@ class RequestStore:
         )
 
     def _ended(self, held: RequestRecord, end: RequestEnd, called: bool) -> Update:
+        """The end of a request this worker holds. Its body goes: nothing reads it once the
+        request has ended, and a write is billed by the larger of the item before and after,
+        so the answer then takes the body's place instead of adding to it."""
         return Update(
             set=end.stored_fields(),
             add={"calls": 1} if called else {},
-            remove=["lease_owner", "lease_until"],
+            remove=["lease_owner", "lease_until", "req"],
             condition=f"{is_running} AND {lease_is_mine}",
             names=_STATUS,
             values={":running": RequestStatus.RUNNING.value, ":me": held.lease_owner, ":epoch": held.epoch},
@@ -521,22 +523,6 @@ class RequestStore:
         return 0
 
     # --- reads --------------------------------------------------------------------------------
-
-    def live_lease(self, batch_id: str, now: float) -> bool:
-        """Whether any request of the batch is held by a worker whose lease has not run out.
-
-        One read of at most one key, whatever the batch's size: the running index holds only
-        requests with a ``lease_until`` (every write that leaves ``running`` removes it), and
-        its sort key is that time. The index is eventually consistent: a claim made a moment
-        ago may not show yet, as a claim made a moment after the read would not either.
-        """
-        found, _ = self._table.query_step(
-            limit=1,
-            IndexName=RUNNING_INDEX,
-            KeyConditionExpression="pk = :pk AND lease_until > :now",
-            ExpressionAttributeValues={":pk": {"S": batch_id}, ":now": {"N": str(timestamp(now))}},
-        )
-        return bool(found)
 
     def unfinished(self, batch_id: str) -> list[RequestRecord]:
         """Every request of the batch that has not ended (queued, running, waiting for a
