@@ -73,12 +73,14 @@ def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, A
             Touch("dynamodb.GetItem", "", CONTROL, "key#*"),  # the caller's key
             Touch("dynamodb.Query", "", CONTROL, "user#*"),  # and account
             Touch("dynamodb.Query", "", CONTROL, "runtime"),
-            Touch("dynamodb.BatchGetItem", "", CONTROL, "spend#*"),  # quotas
+            Touch("dynamodb.Query", "", CONTROL, "spend#*"),  # quotas
             Touch("dynamodb.PutItem", "", CONTROL, "idem#*"),  # an Idempotency-Key claimed
             Touch("dynamodb.UpdateItem", "", CONTROL, "uploads#*"),
             Touch("dynamodb.PutItem", "", CONTROL, "webhook#*"),
             Touch("dynamodb.Query", "", f"{BATCHES}/index/by_owner", "user*"),
             Touch("dynamodb.PutItem", "", BATCHES, "batch*"),
+            Touch("dynamodb.TransactWriteItems", "Update", BATCHES, "batch*"),  # a cancel halts it
+            Touch("dynamodb.Query", "", BATCHES, "batch*"),  # its run marks, before a delete
             Touch("dynamodb.UpdateItem", "", FILES, "file*"),
             Touch("s3.PutObject", "", DATA, "inputs/*"),
             Touch("s3.CopyObject", "source", DATA, "incoming/*"),
@@ -128,6 +130,10 @@ def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, A
             Touch("dynamodb.UpdateItem", "", CONTROL, "slots#*"),
             Touch("dynamodb.UpdateItem", "", CONTROL, "uslots#*"),
             Touch("dynamodb.Query", "", CONTROL, "user#*"),  # the owner still active
+            Touch("dynamodb.Query", "", CONTROL, "spend#*"),  # and within their quotas
+            Touch("dynamodb.PutItem", "", BATCHES, "batch*"),  # a chain's run mark
+            Touch("dynamodb.DeleteItem", "", BATCHES, "batch*"),
+            Touch("dynamodb.TransactWriteItems", "Update", BATCHES, "batch*"),  # a batch halted
             Touch("s3.PutObject", "", DATA, "bodies/*"),
         },
         "batchgw-lifecycle": {

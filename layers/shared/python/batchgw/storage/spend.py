@@ -1,14 +1,18 @@
 """What users and keys spent, per UTC day and month, in the control table.
 
-One item per user (or key), month and shard holds the month's total and one counter per
-day. A charge lands in one of ``SPEND_SHARDS`` shards (chosen by the request), so the
-charges of one busy user spread over several items instead of contending for one inside
-their transactions; a read sums the shards (one BatchGetItem for a user and a key).
+One item per user, key, month and shard holds the month's total and one counter per day,
+in the user's partition. A charge lands in one of ``SPEND_SHARDS`` shards (chosen by the
+request), so the charges of one busy key spread over several items instead of
+contending for one inside their transactions. A charge is one item, the key's: the
+user's spend is the sum of every item of the month in the user's partition (all of their
+keys, deleted ones too), one strongly consistent Query; a key's is its own items among
+those.
 
-    pk spend#user#<user id>  sk <YYYY-MM>#<shard>   mo (the month), d01 .. d31 (each day)
-    pk spend#key#<key id>    sk <YYYY-MM>#<shard>
+    pk spend#user#<user id>  sk <YYYY-MM>#<key id>#<shard>   mo (the month), d01 .. d31
 
-A charge is not written here on its own: ``charge_actions`` gives the updates that join
+A batch stored without a key is charged under the key id ``-``.
+
+A charge is not written here on its own: ``charge_actions`` gives the update that joins
 the transaction recording the attempt (``storage.requests``), so each attempt's cost is
 charged exactly once, with the attempt.
 """
@@ -36,15 +40,19 @@ class Payer:
     key_id: str | None
 
 
-def _pk(kind: str, owner: str) -> str:
-    return f"spend#{kind}#{owner}"
+def _pk(user_id: str) -> str:
+    return f"spend#user#{user_id}"
 
 
-def _owners(payer: Payer) -> list[tuple[str, str]]:
-    owners = [("user", payer.user_id)]
-    if payer.key_id:
-        owners.append(("key", payer.key_id))
-    return owners
+NO_KEY = "-"  # the key id of a batch stored without one
+
+
+def _sk(month: str, key_id: str | None, shard: int) -> str:
+    return f"{month}#{key_id or NO_KEY}#{shard}"
+
+
+def _key_of(sk: str) -> str:
+    return sk.split("#")[1]
 
 
 def shard_of(batch_id: str, index: int) -> int:
@@ -56,60 +64,48 @@ class SpendStore:
         self._table = Table(client, table)
 
     def charge_actions(self, payer: Payer, nano: int, *, now: float, shard: int) -> list[dict[str, Any]]:
-        """The transaction actions that charge ``nano`` to the payer's day and month."""
+        """The transaction action that charges ``nano`` to the payer's day and month."""
         if nano <= 0:
             return []
         month, day = month_of(now), day_of(now)
-        ttl = next_month(now) + _KEEP_SECONDS
-        actions = []
-        for kind, owner in _owners(payer):
-            charge = Update(
-                add={MONTH: nano, day: nano},
-                extra_set=["#ttl = if_not_exists(#ttl, :ttl)"],
-                names={"#ttl": "ttl"},
-                values={":ttl": ttl},
-            )
-            key = {"pk": {"S": _pk(kind, owner)}, "sk": {"S": f"{month}#{shard}"}}
-            actions.append({"Update": charge.request(self._table.name, key)})
-        return actions
-
-    def keys(self, kind: str, owner: str, now: float) -> list[dict[str, Any]]:
-        """The keys of every shard of the owner's month (for a BatchGetItem)."""
-        month = month_of(now)
-        return [
-            {"pk": {"S": _pk(kind, owner)}, "sk": {"S": f"{month}#{shard}"}} for shard in range(SPEND_SHARDS)
-        ]
+        charge = Update(
+            add={MONTH: nano, day: nano},
+            extra_set=["#ttl = if_not_exists(#ttl, :ttl)"],
+            names={"#ttl": "ttl"},
+            values={":ttl": next_month(now) + _KEEP_SECONDS},
+        )
+        key = {"pk": {"S": _pk(payer.user_id)}, "sk": {"S": _sk(month, payer.key_id, shard)}}
+        return [{"Update": charge.request(self._table.name, key)}]
 
     @staticmethod
     def total(items: Sequence[dict[str, Any]], now: float) -> Spend:
-        """What the shards read add up to, today and this month."""
+        """What the items read add up to, today and this month."""
         day = day_of(now)
         today = sum(int(from_item(raw).get(day, 0)) for raw in items)
         month = sum(int(from_item(raw).get(MONTH, 0)) for raw in items)
         return Spend(today=today, month=month)
 
     def read(self, payer: Payer, now: float) -> tuple[Spend, Spend]:
-        """What the user and the key were charged today and this month (one call)."""
-        found = self.read_with(payer, now, [])
-        return found[0], found[1]
+        """What the user and the key were charged today and this month (one Query)."""
+        items = list(
+            self._table.query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :month)",
+                ExpressionAttributeValues={
+                    ":pk": {"S": _pk(payer.user_id)},
+                    ":month": {"S": f"{month_of(now)}#"},
+                },
+                ConsistentRead=True,
+            )
+        )
+        key_id = payer.key_id or NO_KEY
+        keys = [raw for raw in items if _key_of(raw["sk"]["S"]) == key_id]
+        return self.total(items, now), self.total(keys, now)
 
     def read_with(
         self, payer: Payer, now: float, extra: Sequence[dict[str, Any]]
     ) -> tuple[Spend, Spend, list[dict[str, Any]]]:
         """The user's and the key's spend, and those of the ``extra`` keys of the same table
-        that exist (as plain items), in one strongly consistent BatchGetItem."""
-        user_keys = self.keys("user", payer.user_id, now)
-        key_keys = self.keys("key", payer.key_id, now) if payer.key_id else []
-        wanted = [*user_keys, *key_keys, *extra]
-        items = self._table.get_many(wanted)
-        by_key = {_id(raw): raw for raw in items}
-
-        def found(keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-            return [by_key[_id(k)] for k in keys if _id(k) in by_key]
-
-        extras = [from_item(raw) for raw in found(extra)]
-        return self.total(found(user_keys), now), self.total(found(key_keys), now), extras
-
-
-def _id(raw: dict[str, Any]) -> tuple[str, str]:
-    return raw["pk"]["S"], raw["sk"]["S"]
+        that exist (as plain items): a Query and a BatchGetItem, both strongly consistent."""
+        user, key = self.read(payer, now)
+        extras = [from_item(raw) for raw in self._table.get_many(list(extra))] if extra else []
+        return user, key, extras
