@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -380,3 +381,23 @@ def test_a_presigned_upload_ends_with_its_signing_credentials_and_says_so(sim: S
     query = parse_qs(urlsplit(answer["upload_url"]).query)
     assert query["X-Amz-Expires"] == ["1140"]
     assert answer["expires_at"] == answer["file"]["created_at"] + 1140
+
+
+def test_a_run_mark_is_renewed_while_its_call_outlasts_a_lease(sim: Simulator) -> None:
+    deps = make_deps(sim, time.time, BATCH_LEASE_SECONDS="0.6", BATCH_UPSTREAM_TIMEOUT_SECONDS="5")
+    slow = chat_request("long", "slow [[sim latency_ms=2000]]")
+    created = batches.create_batch(deps, ALICE, body_of([slow]))
+    lifecycle.prepare(deps, created["id"])
+    [message] = receive_all(deps)
+
+    async def run_and_look() -> bool:
+        chain = asyncio.create_task(
+            run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 60)
+        )
+        await asyncio.sleep(1.5)  # the call runs 2 s: well past the mark's first 0.6 s
+        live = await asyncio.to_thread(deps.batches.runs_live, created["id"], deps.clock())
+        await chain
+        return live
+
+    assert asyncio.run(run_and_look())  # still live: the mark was renewed
+    assert not deps.batches.runs_live(created["id"], deps.clock())  # and removed at the end

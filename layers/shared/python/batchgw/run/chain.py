@@ -82,9 +82,7 @@ async def run_message(
         if deps.settings.max_results_bytes_per_batch is not None:
             shards = await io(deps.batches.shards, batch.id)
             deps.stored.raise_to(batch.id, sum(shard.tally.stored_bytes for shard in shards))
-        chain = ChainRun(deps, batch, message, owner=owner, deadline=deadline)
-        chain.verdict = verdict(batch, deps.clock())  # just read
-        finished = await chain.run()
+        finished = await ChainRun(deps, batch, message, owner=owner, deadline=deadline).run()
     finally:
         if heartbeat is not None:
             heartbeat.cancel()
@@ -126,7 +124,8 @@ class ChainRun:
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
         self.prefetch: asyncio.Task[Claim] | None = None  # the next index, claimed ahead
-        self.verdict: Verdict | None = None  # what the batch allows; None: read it afresh
+        # What the batch allows (``batch`` was just read); None: read it afresh.
+        self.verdict: Verdict | None = verdict(batch, deps.clock())
         self.latest = batch  # the batch as last read
         self.slot = SlotHolder(deps)
         self.owner_gate = OwnerGate(deps, batch)
@@ -158,17 +157,15 @@ class ChainRun:
             except Exception:  # it runs out on its own
                 logger.warning("could not remove a run's mark", exc_info=True)
 
-    async def _mark(self, token: str) -> None:
+    async def _mark(self, token: str) -> bool:
         until = self.deps.clock() + self.deps.settings.batch_lease_seconds
         await io(self.deps.batches.mark_run, self.batch.id, token, until=until)
+        return True
 
     async def _keep_marked(self, token: str) -> None:
-        while True:
+        while True:  # a failed renewal is tried again next time: the mark lasts a whole lease
             await asyncio.sleep(self.deps.settings.batch_lease_seconds / 3)
-            try:
-                await self._mark(token)
-            except Exception:  # tried again next time: the mark lasts a whole lease
-                logger.warning("could not renew a run's mark", exc_info=True)
+            await self._renewed("the run's mark", self._mark(token))
 
     async def _loop(self) -> bool:
         while True:
