@@ -91,11 +91,26 @@ def test_several_processes_share_one_bucket_per_key(sim: Simulator) -> None:
     deps = make_deps(sim, clock)
     processes = [RateLimiter(aws.get_clients().dynamodb, deps.settings.control_table) for _ in range(3)]
     rule = RateRule(5)  # bursts of 10
-    taken = [processes[i % 3].take("key_x", rule, clock()) is None for i in range(15)]
+    taken = [processes[i % 3].take("key_x", rule, clock) is None for i in range(15)]
     assert taken == [True] * 10 + [False] * 5
     clock.advance(1)  # five tokens back, whichever process asks
-    taken = [processes[(i + 1) % 3].take("key_x", rule, clock()) is None for i in range(6)]
+    taken = [processes[(i + 1) % 3].take("key_x", rule, clock) is None for i in range(6)]
     assert taken == [True] * 5 + [False]
+
+
+def test_a_request_whose_write_waited_behind_others_is_judged_by_the_clock_after_it(
+    sim: Simulator,
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    rule = RateRule(2)  # bursts of 4: three taken now leave one
+    first, second = (RateLimiter(aws.get_clients().dynamodb, deps.settings.control_table) for _ in range(2))
+    assert [first.take("key_x", rule, clock) for _ in range(3)] == [None] * 3
+    # The second process read the clock two seconds before its write was judged (it queued
+    # behind the others): by that clock the bucket is full, by the clock after it one is left.
+    readings = iter([clock.now - 2])
+    assert second.take("key_x", rule, lambda: next(readings, clock())) is None
+    assert second.take("key_x", rule, clock) == 1  # and then it is full
 
 
 def test_zero_means_no_rate_and_no_bucket(sim: Simulator, serve: Any) -> None:

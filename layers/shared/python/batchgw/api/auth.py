@@ -121,7 +121,7 @@ def _take_turn(deps: Deps, principal: Principal) -> None:
     per_second = deps.settings.batch_api_rate_per_key
     if per_second <= 0:
         return
-    wait = deps.rates.take(principal.key_id, RateRule(per_second), deps.clock())
+    wait = deps.rates.take(principal.key_id, RateRule(per_second), deps.clock)
     if wait is not None:
         raise RateLimited(wait)
 

@@ -20,6 +20,7 @@ the guess.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -48,9 +49,14 @@ class RateLimiter:
     def _key(key_id: str) -> dict[str, Any]:
         return {"pk": {"S": f"rate#{key_id}"}, "sk": {"S": "bucket"}}
 
-    def take(self, key_id: str, rule: RateRule, now: float) -> int | None:
+    def take(self, key_id: str, rule: RateRule, clock: Callable[[], float]) -> int | None:
         """Take one token of ``key_id``'s bucket: None when taken, else the whole seconds
-        (at least one) until the bucket takes a request again."""
+        (at least one) until the bucket takes a request again.
+
+        A refused write is judged by the clock read after it came back, not the one it was
+        sent with: under load a write can wait behind others that moved the bucket on, and
+        a request must not be refused for time it spent queued."""
+        now = clock()
         busy = self._seen.get(key_id, now - 1) >= now
         for _ in range(_TRIES):
             update = self._busy_write(rule, now) if busy else self._idle_write(rule, now)
@@ -60,6 +66,7 @@ class RateLimiter:
             if after is not None:
                 self._remember(key_id, float(after["tat"]))
                 return None
+            now = clock()
             tat = None if before is None or "tat" not in before else float(before["tat"])
             if tat is not None:
                 self._remember(key_id, tat)
