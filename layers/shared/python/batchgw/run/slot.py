@@ -6,7 +6,7 @@ from collections import Counter
 
 from batchgw.deps import Deps
 from batchgw.observability import metrics
-from batchgw.run.aio import io
+from batchgw.run.aio import io, renewal
 from batchgw.storage.slots import SlotGrant, SlotStore
 
 
@@ -64,11 +64,11 @@ class SlotHolder:
         deps = self._deps
         lease = deps.settings.batch_lease_seconds
         now = deps.clock()
-        if await io(deps.slots.renew, model, self.token, now=now, lease_seconds=lease):
+        if await renewal(deps.slots.renew, model, self.token, now=now, lease_seconds=lease):
             self._until = now + lease
             return True
         cap = deps.live.model_cap(model)[0]
-        grant = await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
+        grant = await renewal(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
         if grant.granted:
             self._until, self._cap = now + lease, cap
             return True
