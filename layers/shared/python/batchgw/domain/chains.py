@@ -24,6 +24,9 @@ class ChainMessage:
     ``generation`` is the batch's chain generation when the message was first sent: the
     reconciler, finding a batch stuck, starts a new generation of chains, and messages of
     an older one are dropped when they arrive (so recovered chains never pile up).
+
+    ``full`` counts the times in a row the chain found its model full: each one makes it
+    wait longer before it asks again (``run.chain``), and a slot granted starts it over.
     """
 
     batch_id: str
@@ -31,14 +34,17 @@ class ChainMessage:
     next_index: int
     stride: int
     generation: int = 0
+    full: int = 0
 
-    def resume_at(self, index: int) -> ChainMessage:
-        return replace(self, next_index=index)
+    def resume_at(self, index: int, *, full: int = 0) -> ChainMessage:
+        return replace(self, next_index=index, full=full)
 
     def encode(self) -> str:
         body: dict[str, Any] = {"b": self.batch_id, "c": self.chain, "i": self.next_index, "w": self.stride}
         if self.generation:
             body["g"] = self.generation
+        if self.full:
+            body["f"] = self.full
         return _encode(body)
 
 
@@ -64,6 +70,7 @@ def decode(text: str) -> WorkMessage:
         next_index=int(body["i"]),
         stride=int(body["w"]),
         generation=int(body.get("g", 0)),
+        full=int(body.get("f", 0)),
     )
 
 

@@ -31,6 +31,7 @@ import heapq
 import math
 import random
 import uuid
+import weakref
 from collections.abc import Coroutine
 from typing import Any
 
@@ -43,7 +44,7 @@ from batchgw.domain.spend import Judgement, Standing
 from batchgw.domain.states import BatchStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import attempt, completion
-from batchgw.run.aio import io
+from batchgw.run.aio import io, renewal
 from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
 from batchgw.run.slot import SlotHolder
@@ -55,6 +56,12 @@ SEGMENT_MARGIN_SECONDS = 5.0
 # How long a chain that has walked all its indexes waits, slot in hand, for its next
 # retry to come due before it hands its retries to messages of their own instead.
 CHAIN_RETRY_WAIT_SECONDS = 30.0
+# A chain that finds its model full comes back after BATCH_SLOT_WAIT_SECONDS (jittered up to
+# twice that), doubled each time in a row it found it full, up to this factor. Each visit
+# costs a read, a claim and its release, a slot write, a message and the run's mark: with
+# many batches waiting on one busy model, a fixed short wait spends most of the store's
+# capacity on chains asking for a slot instead of on the requests that hold one.
+SLOT_WAIT_MAX_FACTOR = 4
 
 
 async def run_message(
@@ -66,7 +73,8 @@ async def run_message(
     the chain runs: if this worker dies, the message (and so the chain) comes back after
     about one lease, not after the queue's long default visibility.
     """
-    heartbeat = asyncio.create_task(_keep_invisible(deps, receipt)) if receipt else None
+    invisible = _Invisible.of_this_loop(deps) if receipt else None
+    taken_over = invisible.add(receipt) if invisible is not None and receipt is not None else asyncio.Event()
     try:
         batch = await io(deps.batches.get_record, message.batch_id)
         if batch is None or batch.status is not BatchStatus.IN_PROGRESS:
@@ -82,10 +90,11 @@ async def run_message(
         if deps.settings.max_results_bytes_per_batch is not None:
             shards = await io(deps.batches.shards, batch.id)
             deps.stored.raise_to(batch.id, sum(shard.tally.stored_bytes for shard in shards))
-        finished = await ChainRun(deps, batch, message, owner=owner, deadline=deadline).run()
+        run = ChainRun(deps, batch, message, owner=owner, deadline=deadline, taken_over=taken_over)
+        finished = await run.run()
     finally:
-        if heartbeat is not None:
-            heartbeat.cancel()
+        if invisible is not None and receipt is not None:
+            invisible.discard(receipt)
     if finished:
         # Normally the last record woke the workflow; this covers a worker that died
         # between recording the last request and waking it (its message came back to us).
@@ -93,32 +102,96 @@ async def run_message(
         await io(completion.wake_if_done, deps, batch.id)
 
 
+def slot_wait(base: float, full: int) -> float:
+    """How long a chain that found its model full ``full`` times in a row before this one
+    waits before it asks again (before jitter)."""
+    return base * min(2**full, SLOT_WAIT_MAX_FACTOR)
+
+
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:
     return isinstance(message, ChainMessage) and message.generation < batch.generation
 
 
-async def _keep_invisible(deps: Deps, receipt: str) -> None:
-    lease = deps.settings.batch_lease_seconds
-    while True:
-        try:
-            await io(deps.queue.hold, receipt, math.ceil(lease))
-        except Exception:  # a lost receipt only costs the early comeback: keep running
-            logger.warning("could not extend the message's visibility", exc_info=True)
-            return
-        await asyncio.sleep(lease / 3)
+class _Invisible:
+    """The work messages whose chains run on this event loop (one invocation on Lambda),
+    kept invisible for one lease together: one call per ten messages every third of a
+    lease, not one per message.
+
+    A received message is invisible for the queue's long visibility; its first hold here
+    shortens that to one lease, so a dead worker's chains come back about a lease later. An
+    invocation starts all its messages' chains at once, so its first tick holds them all.
+    """
+
+    _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Invisible] = weakref.WeakKeyDictionary()
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.receipts: dict[str, asyncio.Event] = {}  # each set when its message is taken over
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of_this_loop(cls, deps: Deps) -> _Invisible:
+        loop = asyncio.get_running_loop()
+        found = cls._loops.get(loop)
+        if found is None or found.deps is not deps:
+            found = cls._loops[loop] = cls(deps)
+        return found
+
+    def add(self, receipt: str) -> asyncio.Event:
+        """Hold the message of ``receipt`` from now on; the event is set if another run took
+        it over (``_keep``)."""
+        taken_over = self.receipts[receipt] = asyncio.Event()
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._keep())
+        return taken_over
+
+    def discard(self, receipt: str) -> None:
+        self.receipts.pop(receipt, None)
+        if not self.receipts and self.task is not None:
+            self.task.cancel()  # nothing left to hold: no task outlives the invocation's chains
+            self.task = None
+
+    async def _keep(self) -> None:
+        lease = self.deps.settings.batch_lease_seconds
+        while self.receipts:
+            try:
+                lost = await renewal(self.deps.queue.hold_many, list(self.receipts), math.ceil(lease))
+            except Exception:  # tried again next tick: a message held late only comes back early
+                logger.warning("could not extend the messages' visibility", exc_info=True)
+                lost = []
+            for receipt in lost:
+                # Only a run that received the message again (its visibility ran out while
+                # this one was held up) deletes it, once that run ended or handed the chain
+                # on: this run must not hand it on as well, or the chain would run twice.
+                logger.warning("the message was taken over by another run: its receipt is gone")
+                taken_over = self.receipts.get(receipt)
+                if taken_over is not None:
+                    taken_over.set()
+                self.discard(receipt)
+            await asyncio.sleep(lease / 3)
 
 
 class ChainRun:
     """One run of a chain (or of a lone request) in this worker."""
 
     def __init__(
-        self, deps: Deps, batch: BatchRecord, message: WorkMessage, *, owner: str, deadline: float
+        self,
+        deps: Deps,
+        batch: BatchRecord,
+        message: WorkMessage,
+        *,
+        owner: str,
+        deadline: float,
+        taken_over: asyncio.Event | None = None,
     ) -> None:
         self.deps = deps
         self.batch = batch
         self.message = message
         self.owner = owner
         self.deadline = deadline
+        # Set when another run took this run's message over: this run stops at its next
+        # request, handing nothing on but its retries (the other run has the chain).
+        self.taken_over = taken_over or asyncio.Event()
         self.lone = isinstance(message, RequestMessage)
         self.next_index = message.index if isinstance(message, RequestMessage) else message.next_index
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
@@ -130,6 +203,8 @@ class ChainRun:
         self.slot = SlotHolder(deps)
         self.owner_gate = OwnerGate(deps, batch)
         self.body: Any = None  # the next request's body, when the owner's gate read it
+        # The times in a row this chain found its model full (``ChainMessage.full``).
+        self.full = message.full if isinstance(message, ChainMessage) else 0
 
     async def run(self) -> bool:
         """Run; True when the chain reached its end (nothing left for it to start).
@@ -138,6 +213,8 @@ class ChainRun:
         every third of a lease: a batch is not deleted while it has live marks, and a dead
         worker's mark runs out with its leases.
         """
+        if await self._model_full():
+            return False
         token = uuid.uuid4().hex
         await self._mark(token)
         marking = asyncio.create_task(self._keep_marked(token))
@@ -157,9 +234,29 @@ class ChainRun:
             except Exception:  # it runs out on its own
                 logger.warning("could not remove a run's mark", exc_info=True)
 
+    async def _model_full(self) -> bool:
+        """Whether the chain found its batch's one model full (or paused) before it took
+        anything, and came back later: a read and a message, where asking for a slot would
+        take a mark, a claim, a slot write and their undoing. The slot write stays the
+        judge: a model seen with room is asked for as usual."""
+        now = self.deps.clock()
+        if self.lone or len(self.batch.models) != 1 or self.batch.window_closed(now):
+            return False
+        if not self.deps.settings.batch_enabled or self.taken_over.is_set():
+            return False
+        model = self.batch.models[0]
+        state = await io(self.deps.slots.read, model)
+        paused_until = max(state.paused_until, self.deps.health.paused_until(model))
+        if state.running(now) < self.deps.live.model_cap(model)[0] and paused_until <= now:
+            return False
+        wait = slot_wait(self.deps.settings.batch_slot_wait_seconds, self.full) * (1 + random.random())
+        self.full += 1
+        await self._hand_on(after=max(wait, paused_until - now))
+        return True
+
     async def _mark(self, token: str) -> bool:
         until = self.deps.clock() + self.deps.settings.batch_lease_seconds
-        await io(self.deps.batches.mark_run, self.batch.id, token, until=until)
+        await renewal(self.deps.batches.mark_run, self.batch.id, token, until=until)
         return True
 
     async def _keep_marked(self, token: str) -> None:
@@ -244,6 +341,8 @@ class ChainRun:
         settings = self.deps.settings
         if self.batch.window_closed(now):
             return True  # no new request starts
+        if self.taken_over.is_set():
+            return True  # the run that has the message now goes on with the chain
         if not settings.batch_enabled:
             # BATCH_ENABLED off: no queued request starts; the chain asks again later.
             await self._hand_on(after=max(settings.runtime_refresh_seconds, settings.batch_slot_wait_seconds))
@@ -296,9 +395,11 @@ class ChainRun:
         and the chain on, to ask again later."""
         grant = await self.slot.hold(held.model)
         if grant.granted:
+            self.full = 0
             return True
         await attempt.release(self.deps, self.batch, held)
-        wait = self.deps.settings.batch_slot_wait_seconds * (1 + random.random())
+        wait = slot_wait(self.deps.settings.batch_slot_wait_seconds, self.full) * (1 + random.random())
+        self.full += 1
         if grant.paused_until is not None:
             wait = max(wait, grant.paused_until - now)
         if from_heap:
@@ -465,7 +566,7 @@ class ChainRun:
                 return
 
     async def _renew_request(self, held: RequestRecord, lease: float) -> bool:
-        return await io(self.deps.requests.renew, held, until=self.deps.clock() + lease)
+        return await renewal(self.deps.requests.renew, held, until=self.deps.clock() + lease)
 
     @staticmethod
     async def _renewed(what: str, renewal: Coroutine[Any, Any, bool]) -> bool:
@@ -508,7 +609,7 @@ class ChainRun:
             return
         message: WorkMessage = self.message
         if isinstance(message, ChainMessage):
-            message = message.resume_at(self.next_index)
+            message = message.resume_at(self.next_index, full=self.full)
         await self._send(message, after=after)
 
     async def _hand_off_retries(self) -> None:

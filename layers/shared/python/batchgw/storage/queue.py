@@ -34,6 +34,38 @@ class _Queue:
         except ClientError as exc:
             raise StorageError("could not keep a message invisible") from exc
 
+    def hold_many(self, receipts: Sequence[str], seconds: float) -> list[str]:
+        """``hold`` for many messages, ten to a call; returns the receipts no longer valid
+        (the message was deleted, or received again after its visibility ran out). Any
+        other refusal is left for the next try."""
+        visibility = max(0, min(MAX_VISIBILITY_SECONDS, math.ceil(seconds)))
+        lost: list[str] = []
+        for start in range(0, len(receipts), SEND_BATCH_LIMIT):
+            chunk = receipts[start : start + SEND_BATCH_LIMIT]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": receipt, "VisibilityTimeout": visibility}
+                for i, receipt in enumerate(chunk)
+            ]
+            try:
+                resp = self._sqs.change_message_visibility_batch(QueueUrl=self._url, Entries=entries)
+            except ClientError as exc:
+                raise StorageError(f"could not keep {len(chunk)} messages invisible") from exc
+            for failed in resp.get("Failed", []):
+                if failed.get("Code") in _RECEIPT_GONE:
+                    lost.append(chunk[int(failed["Id"])])
+        return lost
+
+
+# A batch entry's codes when the message is not this receipt's to hold any more.
+_RECEIPT_GONE = frozenset(
+    {
+        "ReceiptHandleIsInvalid",
+        "MessageNotInflight",
+        "AWS.SimpleQueueService.MessageNotInflight",
+        "InvalidParameterValue",  # held for SQS's 12 hours already: it cannot be held longer
+    }
+)
+
 
 class WorkQueue(_Queue):
     def send(self, message: WorkMessage, delay_seconds: int = 0) -> None:
