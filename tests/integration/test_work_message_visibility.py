@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from batchgw.api import batches
+from batchgw.deps import Deps
 from batchgw.domain.chains import decode
 from batchgw.domain.principal import Principal
 from batchgw.run import lifecycle
@@ -25,18 +26,26 @@ ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice
 LEASE = 1.0  # seconds: a message is held for one lease, every third of one
 
 
+def started(sim: Simulator, *, chains: int, latency_ms: int) -> tuple[Deps, str, list[dict[str, Any]]]:
+    """A batch of three requests of ``latency_ms`` each, prepared into ``chains`` chains,
+    whose messages were received as a worker receives them (visible again after 1 s)."""
+    deps = make_deps(sim, FakeClock(), BATCH_LEASE_SECONDS=str(LEASE), BATCH_MODEL_CONCURRENCY=str(chains))
+    requests = [chat_request(f"r-{i}", f"[[sim latency_ms={latency_ms}]] hello") for i in range(3)]
+    batch_id = batches.create_batch(deps, ALICE, body_of(requests))["id"]
+    lifecycle.prepare(deps, batch_id)
+    sqs = aws.get_clients().sqs
+    received = sqs.receive_message(
+        QueueUrl=deps.settings.work_queue_url, MaxNumberOfMessages=10, VisibilityTimeout=1
+    )["Messages"]
+    return deps, batch_id, list(received)
+
+
 def test_an_invocations_messages_stay_invisible_while_their_chains_run_held_in_one_call_a_tick(
     sim: Simulator,
 ) -> None:
-    deps = make_deps(sim, FakeClock(), BATCH_LEASE_SECONDS=str(LEASE), BATCH_MODEL_CONCURRENCY="3")
     # Each request takes 2.5 leases upstream: its chain outlives the messages' visibility.
-    requests = [chat_request(f"r-{i}", "[[sim latency_ms=2500]] hello") for i in range(3)]
-    batch_id = batches.create_batch(deps, ALICE, body_of(requests))["id"]
-    lifecycle.prepare(deps, batch_id)
+    deps, _, received = started(sim, chains=3, latency_ms=2500)
     sqs, url = aws.get_clients().sqs, deps.settings.work_queue_url
-    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=int(LEASE))[
-        "Messages"
-    ]
     assert len(received) == 3  # one per chain
 
     held: list[int] = []
@@ -75,12 +84,8 @@ def test_an_invocations_messages_stay_invisible_while_their_chains_run_held_in_o
 def test_a_run_whose_message_another_run_took_over_stops_at_its_next_request_handing_nothing_on(
     sim: Simulator,
 ) -> None:
-    deps = make_deps(sim, FakeClock(), BATCH_LEASE_SECONDS=str(LEASE), BATCH_MODEL_CONCURRENCY="1")
-    requests = [chat_request(f"r-{i}", "[[sim latency_ms=1500]] hello") for i in range(3)]
-    batch_id = batches.create_batch(deps, ALICE, body_of(requests))["id"]
-    lifecycle.prepare(deps, batch_id)
+    deps, batch_id, [message] = started(sim, chains=1, latency_ms=1500)
     sqs, url = aws.get_clients().sqs, deps.settings.work_queue_url
-    [message] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=1)["Messages"]
     sent: list[Any] = []
     deps.queue.send = lambda message, delay_seconds=0: sent.append(message)  # type: ignore[method-assign]
 
