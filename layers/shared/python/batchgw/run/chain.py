@@ -73,8 +73,7 @@ async def run_message(
     the chain runs: if this worker dies, the message (and so the chain) comes back after
     about one lease, not after the queue's long default visibility.
     """
-    invisible = _Invisible.of_this_loop(deps) if receipt else None
-    taken_over = invisible.add(receipt) if invisible is not None and receipt is not None else asyncio.Event()
+    taken_over = _Invisible.of_this_loop(deps).add(receipt) if receipt else asyncio.Event()
     try:
         batch = await io(deps.batches.get_record, message.batch_id)
         if batch is None or batch.status is not BatchStatus.IN_PROGRESS:
@@ -93,8 +92,8 @@ async def run_message(
         run = ChainRun(deps, batch, message, owner=owner, deadline=deadline, taken_over=taken_over)
         finished = await run.run()
     finally:
-        if invisible is not None and receipt is not None:
-            invisible.discard(receipt)
+        if receipt:
+            _Invisible.of_this_loop(deps).discard(receipt)
     if finished:
         # Normally the last record woke the workflow; this covers a worker that died
         # between recording the last request and waking it (its message came back to us).
@@ -249,10 +248,15 @@ class ChainRun:
         paused_until = max(state.paused_until, self.deps.health.paused_until(model))
         if state.running(now) < self.deps.live.model_cap(model)[0] and paused_until <= now:
             return False
+        await self._hand_on(after=self._full_wait(paused_until - now))
+        return True
+
+    def _full_wait(self, paused_for: float = 0.0) -> float:
+        """How long this chain waits, having found its model full once more (or paused for
+        ``paused_for`` seconds): ``slot_wait`` jittered up to twice, the pause at least."""
         wait = slot_wait(self.deps.settings.batch_slot_wait_seconds, self.full) * (1 + random.random())
         self.full += 1
-        await self._hand_on(after=max(wait, paused_until - now))
-        return True
+        return max(wait, paused_for)
 
     async def _mark(self, token: str) -> bool:
         until = self.deps.clock() + self.deps.settings.batch_lease_seconds
@@ -398,10 +402,7 @@ class ChainRun:
             self.full = 0
             return True
         await attempt.release(self.deps, self.batch, held)
-        wait = slot_wait(self.deps.settings.batch_slot_wait_seconds, self.full) * (1 + random.random())
-        self.full += 1
-        if grant.paused_until is not None:
-            wait = max(wait, grant.paused_until - now)
+        wait = self._full_wait(0.0 if grant.paused_until is None else grant.paused_until - now)
         if from_heap:
             heapq.heappush(self.retries, (now + wait, target))
         await self._hand_on(after=wait)

@@ -18,6 +18,11 @@ MAX_VISIBILITY_SECONDS = 43200  # and its longest visibility timeout
 SEND_BATCH_LIMIT = 10
 
 
+def _visibility(seconds: float) -> int:
+    """Whole seconds of visibility, within what SQS takes."""
+    return max(0, min(MAX_VISIBILITY_SECONDS, math.ceil(seconds)))
+
+
 class _Queue:
     def __init__(self, client: Any, queue_url: str) -> None:
         self._sqs = client
@@ -26,7 +31,7 @@ class _Queue:
     def hold(self, receipt: str, seconds: float) -> None:
         """Keep a received message invisible for ``seconds`` more (at most SQS's 12 hours):
         a worker's lease, an event's backoff (its user's later events wait behind it)."""
-        visibility = max(0, min(MAX_VISIBILITY_SECONDS, math.ceil(seconds)))
+        visibility = _visibility(seconds)
         try:
             self._sqs.change_message_visibility(
                 QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=visibility
@@ -38,7 +43,7 @@ class _Queue:
         """``hold`` for many messages, ten to a call; returns the receipts no longer valid
         (the message was deleted, or received again after its visibility ran out). Any
         other refusal is left for the next try."""
-        visibility = max(0, min(MAX_VISIBILITY_SECONDS, math.ceil(seconds)))
+        visibility = _visibility(seconds)
         lost: list[str] = []
         for start in range(0, len(receipts), SEND_BATCH_LIMIT):
             chunk = receipts[start : start + SEND_BATCH_LIMIT]
