@@ -59,6 +59,10 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    1 KB answers, 2 s upstream); the recording is replayed to bill DynamoDB by item sizes, and
    with the invocations' measured durations and the functions' memory it gives
    ``cost_per_million_usd`` and its breakdown (prices: ``bench.prices``, dated).
+8. **moto's CPU** (``bench.moto_cpu``, in a child process; ``--skip-moto-cpu``): a request's
+   DynamoDB calls, shaped as the gateway makes them, on moto's in-memory backend, in
+   alternating rounds with two of the local patches (``local.moto_patches`` 5 and 7) off
+   and on: moto's handler CPU per request, and ``moto_patch_cpu_ratio`` = on / off.
 
 Also printed, to find where time goes: the gateway's timeline (create call, in_progress
 seen, first upstream request, last request in flight, final status seen, results read),

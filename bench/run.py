@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -383,6 +384,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-cost", action="store_true", help="skip the cost run (bench.cost, ~3 min)")
     parser.add_argument(
+        "--skip-moto-cpu",
+        action="store_true",
+        help="skip moto's CPU per request, patched or not (bench.moto_cpu)",
+    )
+    parser.add_argument(
         "--skip-scale",
         action="store_true",
         help="skip the cap-64 dispatch run and the throughput run (their own stacks, ~7 min)",
@@ -456,6 +462,8 @@ class Bench:
                     self.problems.append(f"{scale.name}: {exc}")
         if not self.args.skip_validation:
             self._validation()
+        if not self.args.skip_moto_cpu:
+            self._moto_cpu()
         if not self.args.skip_cost:
             self._cost()
         broken = counter_thread_failures(self.logs)
@@ -650,6 +658,29 @@ class Bench:
             return
         self.result.update(figures)
         self.problems += [f"cost: {p}" for p in figures["cost_measurements"]["problems"]]
+
+    def _moto_cpu(self) -> None:
+        """moto's CPU per request with and without two of the local patches (``bench.moto_cpu``),
+        in a child process: it patches moto where it runs."""
+        print("\nmoto's CPU per request, the local patches 5 and 7 off and on...", flush=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.moto_cpu", "--json"], cwd=REPO_ROOT, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            self.warnings.append(f"bench.moto_cpu failed: {done.stderr[-500:]}")
+            return
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        self.result.update(figures)
+        _table(
+            [
+                (
+                    "moto handler CPU per request, without / with",
+                    f"{figures['moto_cpu_ms_per_request_unpatched']:.2f} ms / "
+                    f"{figures['moto_cpu_ms_per_request']:.2f} ms",
+                ),
+                ("  ratio", f"{figures['moto_patch_cpu_ratio']:.3f}"),
+            ]
+        )
 
     def _validation(self) -> None:
         """Issue 4's figure (``bench.validation``), after the stack has stopped: in this process."""

@@ -1,16 +1,27 @@
 """The local-only moto patches (``local.moto_patches``) keep moto's behaviour: DynamoDB
-requests parsed from plain JSON give moto's parser's parameters exactly."""
+requests parsed from plain JSON give moto's parser's parameters exactly, the trees the
+update validator rewrites are copies as deep as moto's, and the plain JSON answers are
+moto's serializer's."""
 
 from __future__ import annotations
 
+import copy
+import json
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import botocore.session
+import pytest
 from botocore.serialize import create_serializer
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from moto.core.responses import BaseResponse
-from moto.dynamodb.responses import DynamoHandler
+from moto import mock_aws
+from moto.core.responses import ActionContext, ActionResult, BaseResponse
+from moto.dynamodb.parsing.ast_nodes import Node  # type: ignore[attr-defined]
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
+from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
 from local import moto_patches
 
@@ -122,7 +133,6 @@ def test_a_query_with_its_limits_and_start_key_parses_as_moto_parses_it() -> Non
 
 def test_an_update_expression_is_parsed_once_and_its_tree_never_changed_by_use(aws_env: None) -> None:
     from batchgw.storage import aws
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 
     moto_patches.apply()
     expression = "SET #a = :v ADD n :one REMOVE gone"
@@ -145,3 +155,141 @@ def test_an_update_expression_is_parsed_once_and_its_tree_never_changed_by_use(a
         )
     item = client.get_item(TableName="t", Key={"pk": {"S": "k"}}, ConsistentRead=True)["Item"]
     assert item == {"pk": {"S": "k"}, "a": {"S": "second"}, "n": {"N": "2"}}
+
+
+# Update expressions of the shapes the gateway writes (functions, arithmetic, nested paths,
+# every clause).
+EXPRESSIONS = [
+    "SET #st = :running, lease_owner = :me, lease_until = :until, "
+    "epoch = if_not_exists(epoch, :zero) + :one, attempts = if_not_exists(attempts, :zero) + :one",
+    "SET #a = :v ADD n :one REMOVE gone, lease_owner",
+    "SET l = list_append(if_not_exists(l, :empty), :v), m.#k[0].x = :v - :one",
+    "ADD #left :m1, ok :one DELETE tags :v",
+]
+
+
+def _shape(node: Any, parent: Any, seen: set[int]) -> Any:
+    """A tree as nested tuples, checking that each node's parent is the node above it."""
+    if not isinstance(node, Node):
+        return node
+    assert node.parent is parent
+    seen.add(id(node))
+    fields = {name: value for name, value in vars(node).items() if name not in ("parent", "children")}
+    children = [_shape(child, node, seen) for child in node.children or []]
+    return (type(node).__name__, repr(fields), children)
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_a_tree_copied_for_the_update_validator_is_as_deep_as_mosts_own_copy(expression: str) -> None:
+    tree = UpdateExpressionParser.make(expression)
+    original: set[int] = set()
+    ours: set[int] = set()
+    expected = _shape(copy.deepcopy(tree), None, set())
+    assert _shape(moto_patches.copy_for_validator(tree), None, ours) == expected
+    assert _shape(tree, None, original) == expected
+    assert not ours & original  # no node shared with the kept tree
+
+
+@pytest.fixture
+def both_answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any, Any]]]:
+    """Every DynamoDB answer made while the test runs, as (operation, ours, moto's own)."""
+    moto_patches.apply()
+    answers: list[tuple[str, Any, Any]] = []
+    patched = DynamoResult.execute_result
+
+    def both(self: DynamoResult, context: ActionContext) -> Any:
+        ours = patched(self, context)
+        answers.append((context.operation_model.name, ours, ActionResult.execute_result(self, context)))
+        return ours
+
+    monkeypatch.setattr(DynamoResult, "execute_result", both)
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield answers
+
+
+def _same(answers: list[tuple[str, Any, Any]]) -> set[str]:
+    for operation, (status, headers, body), (their_status, their_headers, their_body) in answers:
+        assert (operation, status, headers["Content-Type"]) == (
+            operation,
+            their_status,
+            their_headers["Content-Type"],
+        )
+        assert json.loads(body) == json.loads(their_body), operation
+    return {operation for operation, _, _ in answers}
+
+
+# The fixture records answers; each example clears them first.
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(item=items, value=values)
+def test_the_item_operations_answer_in_plain_json_what_mosts_serializer_answers(
+    both_answers: list[tuple[str, Any, Any]], item: dict[str, Any], value: dict[str, Any]
+) -> None:
+    both_answers.clear()
+    table = f"t-{uuid.uuid4().hex}"  # one mock for every example
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName=table,
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "N"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    first = {**item, "sk": {"N": "1"}}
+    key = {"pk": first["pk"], "sk": first["sk"]}
+    client.put_item(TableName=table, Item=first, ReturnValues="ALL_OLD")
+    client.put_item(TableName=table, Item={**first, "extra": value}, ReturnValues="ALL_OLD")
+    client.get_item(TableName=table, Key=key, ConsistentRead=True)
+    client.get_item(TableName=table, Key={**key, "sk": {"N": "9"}})
+    client.update_item(
+        TableName=table,
+        Key=key,
+        UpdateExpression="SET v = :v ADD n :one",
+        ExpressionAttributeValues={":v": value, ":one": {"N": "1"}},
+        ReturnValues="ALL_NEW",
+    )
+    client.update_item(TableName=table, Key=key, UpdateExpression="REMOVE v", ReturnValues="UPDATED_OLD")
+    client.batch_write_item(
+        RequestItems={table: [{"PutRequest": {"Item": {**item, "sk": {"N": str(n)}}}} for n in (2, 3)]}
+    )
+    client.query(
+        TableName=table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": first["pk"]},
+        Limit=2,
+    )
+    client.query(
+        TableName=table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": str(uuid.uuid4())}},
+    )
+    client.batch_get_item(RequestItems={table: {"Keys": [key, {**key, "sk": {"N": "3"}}]}})
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": key,
+                    "UpdateExpression": "SET w = :v",
+                    "ExpressionAttributeValues": {":v": value},
+                }
+            },
+            {"Delete": {"TableName": table, "Key": {**key, "sk": {"N": "2"}}}},
+        ]
+    )
+    client.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])
+    client.scan(TableName=table)
+    client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")
+    assert _same(both_answers) >= moto_patches.PLAIN_ANSWERS
