@@ -180,7 +180,7 @@ def _shape(node: Any, parent: Any, seen: set[int]) -> Any:
 
 
 @pytest.mark.parametrize("expression", EXPRESSIONS)
-def test_a_tree_copied_for_the_update_validator_is_as_deep_as_mosts_own_copy(expression: str) -> None:
+def test_a_tree_copied_for_the_update_validator_is_as_deep_as_motos_own_copy(expression: str) -> None:
     tree = UpdateExpressionParser.make(expression)
     original: set[int] = set()
     ours: set[int] = set()
@@ -229,7 +229,7 @@ def _same(answers: list[tuple[str, Any, Any]]) -> set[str]:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(item=items, value=values)
-def test_the_item_operations_answer_in_plain_json_what_mosts_serializer_answers(
+def test_the_item_operations_answer_in_plain_json_what_motos_serializer_answers(
     both_answers: list[tuple[str, Any, Any]], item: dict[str, Any], value: dict[str, Any]
 ) -> None:
     both_answers.clear()
