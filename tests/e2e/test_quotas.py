@@ -28,6 +28,9 @@ QUOTA_ENV = {
     "BATCH_ROLE_CONCURRENCY_INTERNAL": "2",
     "BATCH_SLOT_WAIT_SECONDS": "0.2",
     "BATCH_MODEL_CONCURRENCY": "16",
+    # Per-key request rates have their own stack (test_rate_limits): twenty concurrent
+    # creates here must meet the idempotency check, not a rate limit a fast stack reaches.
+    "BATCH_API_RATE_PER_KEY": "0",
 }
 # What one "hello <n>" request costs on sim-chat: 2 input words at $0.50/M, 3 output at $1.50/M.
 ONE_REQUEST_USD = 0.0000055
