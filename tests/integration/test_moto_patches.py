@@ -1,7 +1,7 @@
 """The local-only moto patches (``local.moto_patches``) keep moto's behaviour: DynamoDB
 requests parsed from plain JSON give moto's parser's parameters exactly, the trees the
 update validator rewrites are copies as deep as moto's, and the plain JSON answers are
-moto's serializer's."""
+moto's serializer's, and items projected by name are moto's projections."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from moto.core.responses import ActionContext, ActionResult, BaseResponse
+from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.parsing.ast_nodes import Node  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
@@ -293,3 +294,52 @@ def test_the_item_operations_answer_in_plain_json_what_motos_serializer_answers(
     client.scan(TableName=table)
     client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")
     assert _same(both_answers) >= moto_patches.PLAIN_ANSWERS
+
+
+def _comparable(value: Any) -> Any:
+    """An attribute value as JSON with its sets' members sorted (moto's projection rebuilds
+    sets, in any order)."""
+    if isinstance(value, dict):
+        return {
+            key: sorted(map(repr, inner)) if key in ("SS", "NS", "BS") else _comparable(inner)
+            for key, inner in value.items()
+        }
+    if isinstance(value, list):
+        return [_comparable(inner) for inner in value]
+    return value
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(item=items, data=st.data())
+def test_an_item_projected_by_name_is_motos_projection_of_it(
+    item: dict[str, Any], data: st.DataObject
+) -> None:
+    stored = Item(DynamoType(item["pk"]), None, item)
+    named = st.sampled_from([*(name for name in item if "[" not in name), "absent"])
+    names = data.draw(st.lists(named, min_size=1, max_size=6))
+    paths = [[name] for name in names]
+    assert moto_patches.top_level_names(paths) == names
+    ours = moto_patches.projected_by_name(stored, names)
+    theirs = moto_patches.MOTOS_PROJECT(stored, paths)
+    assert list(ours.attrs) == list(theirs.attrs)
+    assert _comparable(ours.to_json()) == _comparable(theirs.to_json())
+    assert (ours.hash_key, ours.range_key) == (theirs.hash_key, theirs.range_key)
+    assert not _objects(ours.attrs) & _objects(stored.attrs)  # copies: nothing shared with the item
+
+
+def _objects(value: Any) -> set[int]:
+    """The ids of the attribute values and containers within ``value``."""
+    found: set[int] = set()
+    if isinstance(value, DynamoType):
+        found.add(id(value))
+        value = value.value
+    if isinstance(value, dict | list):
+        found.add(id(value))
+        for inner in value.values() if isinstance(value, dict) else value:
+            found |= _objects(inner)
+    return found
+
+
+def test_a_nested_path_or_a_list_element_is_projected_by_moto() -> None:
+    assert moto_patches.top_level_names([["res"], ["m", "inner"]]) is None
+    assert moto_patches.top_level_names([["res"], ["l[1]"]]) is None
