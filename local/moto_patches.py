@@ -1,5 +1,5 @@
 """Changes to moto 5.2.5's DynamoDB (local only): one fix that the gateway's invariants rely
-on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 8).
+on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 9).
 
 1. Atomic requests. moto's server answers requests on many threads, and its DynamoDB
    evaluates a condition and then writes without a lock, so two conditional writes racing
@@ -38,6 +38,10 @@ on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 8
    second. When every projected path is a top-level name, the named attributes are
    copied as they are; nested paths and list elements still take moto's way (the test
    holds the two to the same items).
+9. An item's size checked once. moto builds each item it stores attribute by attribute,
+   summing the sizes of all the attributes so far at each one (quadratic in the item's
+   attributes) to refuse one over 400 KB. Here the item is built, then its size summed
+   once: the same total, so the same items are refused.
 
 ``apply()`` is idempotent; the moto server process and the in-process test fixtures call it.
 """
@@ -64,13 +68,18 @@ from moto.dynamodb.exceptions import (
     TransactWriteSingleOpException,
 )
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import Item, LimitedSizeDict
+from moto.dynamodb.exceptions import ItemSizeTooLarge
+from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.ast_nodes import Node  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
-MOTOS_PROJECT = Item.project  # moto's own, kept for the test that holds patch 8 to it
+# moto's own, kept for the tests that hold patches 8 and 9 to them
+MOTOS_PROJECT = Item.project
+MOTOS_ITEM_INIT = Item.__init__
+ITEM_SIZE_LIMIT = 405000  # moto's (``LimitedSizeDict``): DynamoDB's 400 KB, as measured
 _LOCK = threading.RLock()
 _EXPRESSIONS_KEPT = 1024
 _applied = False
@@ -111,6 +120,7 @@ def apply() -> None:
         return projected_by_name(self, names)
 
     Item.project = project  # type: ignore[method-assign]
+    Item.__init__ = item_init  # type: ignore[method-assign]
 
 
 def parse_parameters(self: DynamoHandler, request: Any) -> None:
@@ -215,6 +225,17 @@ def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, 
     if any(code is not None for code, _, _ in errors):
         restore()
         raise TransactionCanceledException(errors)
+
+
+def item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, attrs: dict[str, Any]) -> None:
+    """moto's ``Item.__init__`` with the item's size summed once, not once per attribute."""
+    self.hash_key = hash_key
+    self.range_key = range_key
+    converted = {key: DynamoType(value) for key, value in attrs.items()}
+    if sum(bytesize(key) + value.size() for key, value in converted.items()) > ITEM_SIZE_LIMIT:
+        raise ItemSizeTooLarge
+    self.attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+    dict.update(self.attrs, converted)
 
 
 def top_level_names(paths: list[list[str]]) -> list[str] | None:

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from moto.core.responses import ActionContext, ActionResult, BaseResponse
+from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.parsing.ast_nodes import Node  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
@@ -343,3 +344,31 @@ def _objects(value: Any) -> set[int]:
 def test_a_nested_path_or_a_list_element_is_projected_by_moto() -> None:
     assert moto_patches.top_level_names([["res"], ["m", "inner"]]) is None
     assert moto_patches.top_level_names([["res"], ["l[1]"]]) is None
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(item=items)
+def test_an_item_built_with_its_size_summed_once_is_motos_item(item: dict[str, Any]) -> None:
+    ours, theirs = Item.__new__(Item), Item.__new__(Item)
+    moto_patches.item_init(ours, DynamoType(item["pk"]), None, item)
+    moto_patches.MOTOS_ITEM_INIT(theirs, DynamoType(item["pk"]), None, item)
+    assert ours == theirs
+    assert type(ours.attrs) is type(theirs.attrs) and list(ours.attrs) == list(theirs.attrs)
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+def test_an_item_is_refused_over_motos_size_limit_exactly_as_moto_refuses_it(extra: int) -> None:
+    def item(size: int) -> dict[str, Any]:
+        return {"pk": {"S": "batch_1"}, "b": {"S": "x" * size}}
+
+    base = Item.__new__(Item)
+    moto_patches.MOTOS_ITEM_INIT(base, DynamoType({"S": "batch_1"}), None, item(0))
+    at_limit = moto_patches.ITEM_SIZE_LIMIT - base.size() + extra
+    outcomes = []
+    for init in (moto_patches.item_init, moto_patches.MOTOS_ITEM_INIT):
+        try:
+            init(Item.__new__(Item), DynamoType({"S": "batch_1"}), None, item(at_limit))
+            outcomes.append("kept")
+        except ItemSizeTooLarge:
+            outcomes.append("refused")
+    assert outcomes == ["refused" if extra > 0 else "kept"] * 2
