@@ -61,6 +61,7 @@ from moto.core.serialize import BaseJSONSerializer
 from moto.dynamodb.comparisons import get_filter_expression
 from moto.dynamodb.exceptions import (
     ConditionalCheckFailed,
+    ItemSizeTooLarge,
     MockValidationException,
     MultipleTransactionsException,
     TooManyTransactionsException,
@@ -68,7 +69,6 @@ from moto.dynamodb.exceptions import (
     TransactWriteSingleOpException,
 )
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing import validators
