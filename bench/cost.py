@@ -19,7 +19,10 @@ measured durations times its memory in ``infra/constructs/functions.py``; API Ga
 function's invocations (the create call in 512 KB chunks). SQS ReceiveMessage on the polled
 queues is one per worker invocation (Lambda's event source mapping polls on AWS; its idle
 long polls, about 0.25 a second per queue whatever the load, are left out). CloudWatch Logs:
-the bytes the handler processes wrote during the run plus Lambda's START/END/REPORT lines.
+the JSON lines (Powertools' logs and metrics) the handler processes wrote during the run,
+plus Lambda's START/END/REPORT lines; the plain-text lines of the local stack's own loggers
+(its pollers, moto, and httpx's request lines, which Lambda's root logger, at WARNING, would
+not write) are left out.
 X-Ray: each function's invocations sampled by the default rule at the run's throughput.
 
 Options: ``--n``, ``--workers``, ``--from-json`` (price the usage already in ``--out``, e.g.
@@ -157,11 +160,14 @@ class CostRun:
     peak_rss_mb: dict[str, float] = field(default_factory=dict)  # by role: the largest process's
 
 
-def _log_sizes(log_dir: Path) -> dict[str, int]:
-    return {
-        function: sum(path.stat().st_size for path in log_dir.glob(pattern))
-        for function, pattern in LOG_FILES.items()
-    }
+def log_bytes(log_dir: Path) -> dict[str, int]:
+    """The bytes of the JSON lines in each function's log files so far."""
+    return {function: sum(map(_json_bytes, log_dir.glob(pattern))) for function, pattern in LOG_FILES.items()}
+
+
+def _json_bytes(path: Path) -> int:
+    with path.open("rb") as lines:
+        return sum(len(line) for line in lines if line.startswith(b"{"))
 
 
 def _wait_sim(sim: httpx.Client, n: int, deadline: float) -> None:
@@ -264,19 +270,19 @@ def run_cost_workload(n: int, workers: int = 2) -> tuple[CostRun, Path, Path]:
         print(f"  warm-up batch of {WARMUP_REQUESTS}...", flush=True)
         _, _, warm_problems = _run_batch(api, sim, WARMUP_REQUESTS, "w")
         time.sleep(SETTLE_SECONDS)
-        first, start, logs_before = cost_replay.count_lines(recording), time.time(), _log_sizes(logs)
+        first, start, logs_before = cost_replay.count_lines(recording), time.time(), log_bytes(logs)
         print(f"  batch of {n}...", flush=True)
         t0 = time.monotonic()
         batch_id, polls, problems = _run_batch(api, sim, n, "c")
         seconds = time.monotonic() - t0
         time.sleep(SETTLE_SECONDS)
         run = RunWindow(first, cost_replay.count_lines(recording), start, time.time(), {})
-        logs_mid = _log_sizes(logs)
+        logs_mid = log_bytes(logs)
         run.log_bytes = {k: logs_mid[k] - logs_before[k] for k in logs_mid}
         for _ in range(CALIBRATION_POLLS):
             api.get(f"/batches/{batch_id}").raise_for_status()
         time.sleep(SETTLE_SECONDS)
-        logs_after = _log_sizes(logs)
+        logs_after = log_bytes(logs)
         calibration = RunWindow(
             run.end_line,
             cost_replay.count_lines(recording),

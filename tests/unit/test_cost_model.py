@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import cost_model as m
-from bench.cost import function_memory_mb, remaining_transitions
+from bench.cost import function_memory_mb, log_bytes, remaining_transitions
 from bench.cost_replay import classify
 
 KB = 1024
@@ -188,6 +188,16 @@ def test_function_memory_is_read_from_the_cdk_construct(tmp_path: Path) -> None:
         '        self.w = self._function("Worker", "worker", timeout=T, memory_size=512, description="")\n'
     )
     assert function_memory_mb(source) == {"api": 1024, "worker": 512}
+
+
+def test_logs_are_counted_by_their_json_lines_not_the_local_stacks_plain_text(tmp_path: Path) -> None:
+    emitted = b'{"level":"INFO","message":"request ended"}\n'
+    metric = b'{"_aws":{"Timestamp":1},"BatchesEnded":[1.0]}\n'
+    local = b"2026-12-02 01:08:12,759 worker-0.0 INFO httpx: HTTP Request: POST http://127.0.0.1\n"
+    (tmp_path / "worker-0.0.log").write_bytes(local + emitted + local)
+    (tmp_path / "worker-1.0.log").write_bytes(metric)
+    (tmp_path / "moto.log").write_bytes(local)
+    assert log_bytes(tmp_path) == {"api": 0, "worker": len(emitted) + len(metric), "lifecycle": 0}
 
 
 def test_recorded_requests_are_classified_by_service_and_operation() -> None:
