@@ -1,14 +1,15 @@
-"""moto's own CPU per request, with the local patches that copy update trees by their shape
-and answer item operations in plain JSON (``local.moto_patches`` 5 and 7) against without.
+"""moto's own CPU per request, with the local patches that copy update trees by their shape,
+answer item operations in plain JSON, size an item once and walk update trees with their
+types known (``local.moto_patches`` 5, 7, 9 and 10) against without.
 
 Everything runs in one process on moto's in-memory backend (no server): a request's calls
 shaped as the gateway makes them (a put, a claim returning the item, an end transaction of
 the request, its counter shard and an attempt log entry, a consistent read), the handler's
 thread CPU time summed (``DynamoHandler.call_action``). Rounds of ``per_round`` requests
-alternate the two patches off and on, so the machine's busy moments weigh on both alike;
+alternate those patches off and on, so the machine's busy moments weigh on both alike;
 the figure is the median per request of each, and ``moto_patch_cpu_ratio`` = on / off.
 The other patches (one lock, cheap transactions, plain parsing, kept update trees, a
-transaction's conditions checked once) stay on in both.
+transaction's conditions checked once, projections by name) stay on in both.
 
 ``python -m bench.moto_cpu [--rounds N] [--per-round N] [--json]``; ``make bench`` runs it
 in a child process (it patches moto in the process it runs in).
@@ -100,21 +101,35 @@ def _request(client: Any, index: int) -> None:
 
 
 def measure(rounds: int = 8, per_round: int = 150) -> dict[str, float]:
-    """The medians of alternating rounds: moto's handler CPU ms per request, patches 5 and 7
-    off and on."""
+    """The medians of alternating rounds: moto's handler CPU ms per request, patches 5, 7, 9
+    and 10 off and on."""
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "bench")
     os.environ.pop("AWS_ENDPOINT_URL", None)
     import boto3
     from moto import mock_aws
+    from moto.dynamodb.models.dynamo_type import Item
     from moto.dynamodb.parsing import validators
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node  # type: ignore[attr-defined]
     from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
     from local import moto_patches
 
-    moto_copy, moto_answer = validators.deepcopy, DynamoResult.execute_result  # type: ignore[attr-defined]
+    toggled = [
+        (validators, "deepcopy"),
+        (DynamoResult, "execute_result"),
+        (Item, "__init__"),
+        (DepthFirstTraverser, "traverse"),
+        (Node, "find_clauses"),
+    ]
+    motos = [getattr(owner, name) for owner, name in toggled]
     moto_patches.apply()
-    patched_copy, patched_answer = validators.deepcopy, DynamoResult.execute_result  # type: ignore[attr-defined]
+    ours = [getattr(owner, name) for owner, name in toggled]
+
+    def switch(versions: list[Any]) -> None:
+        for (owner, name), version in zip(toggled, versions, strict=True):
+            setattr(owner, name, version)
+
     spent = [0.0]
     handle: Callable[[Any], Any] = DynamoHandler.call_action
 
@@ -137,8 +152,7 @@ def measure(rounds: int = 8, per_round: int = 150) -> dict[str, float]:
             index = 0
             for _ in range(rounds):
                 for patched in (False, True):
-                    validators.deepcopy = patched_copy if patched else moto_copy  # type: ignore[attr-defined]
-                    DynamoResult.execute_result = patched_answer if patched else moto_answer  # type: ignore[method-assign]
+                    switch(ours if patched else motos)
                     spent[0] = 0.0
                     for _ in range(per_round):
                         _request(client, index)
@@ -146,8 +160,7 @@ def measure(rounds: int = 8, per_round: int = 150) -> dict[str, float]:
                     samples[patched].append(1000 * spent[0] / per_round)
     finally:
         DynamoHandler.call_action = handle  # type: ignore[method-assign]
-        validators.deepcopy = patched_copy  # type: ignore[attr-defined]
-        DynamoResult.execute_result = patched_answer  # type: ignore[method-assign]
+        switch(ours)
     without, with_ = statistics.median(samples[False]), statistics.median(samples[True])
     return {
         "moto_cpu_ms_per_request_unpatched": without,
@@ -168,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(
             f"moto's CPU per request: {figures['moto_cpu_ms_per_request_unpatched']:.2f} ms without "
-            f"patches 5 and 7, {figures['moto_cpu_ms_per_request']:.2f} ms with them: "
+            f"patches 5, 7, 9 and 10, {figures['moto_cpu_ms_per_request']:.2f} ms with them: "
             f"ratio {figures['moto_patch_cpu_ratio']:.3f}"
         )
     return 0

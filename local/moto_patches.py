@@ -1,5 +1,5 @@
 """Changes to moto 5.2.5's DynamoDB (local only): one fix that the gateway's invariants rely
-on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 9).
+on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 10).
 
 1. Atomic requests. moto's server answers requests on many threads, and its DynamoDB
    evaluates a condition and then writes without a lock, so two conditional writes racing
@@ -42,6 +42,13 @@ on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 9
    summing the sizes of all the attributes so far at each one (quadratic in the item's
    attributes) to refuse one over 400 KB. Here the item is built, then its size summed
    once: the same total, so the same items are refused.
+10. Update trees walked with the types known. moto's validator walks each update's tree
+   ten times (once per check or rewrite), asking at every node whether it is a node and
+   which step handles it: ``isinstance`` against moto's abstract node classes, which
+   Python answers slowly, and the tuple of handled classes built afresh at each node.
+   Here each walk answers those per node type, once (moto registers no virtual node
+   classes, so a node type's classes are its MRO); the walk, its order and what each step
+   does to the tree are moto's (the test holds the two to the same trees and items).
 
 ``apply()`` is idempotent; the moto server process and the in-process test fixtures call it.
 """
@@ -72,13 +79,20 @@ from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing import validators
-from moto.dynamodb.parsing.ast_nodes import Node  # type: ignore[attr-defined]
+from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
+    DepthFirstTraverser,
+    Expression,
+    Node,
+    UpdateExpressionFunction,
+)
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
 # moto's own, kept for the tests that hold patches 8 and 9 to them
 MOTOS_PROJECT = Item.project
 MOTOS_ITEM_INIT = Item.__init__
+MOTOS_TRAVERSE = DepthFirstTraverser.traverse
+MOTOS_FIND_CLAUSES = Node.find_clauses
 ITEM_SIZE_LIMIT = 405000  # moto's (``LimitedSizeDict``): DynamoDB's 400 KB, as measured
 _LOCK = threading.RLock()
 _EXPRESSIONS_KEPT = 1024
@@ -121,6 +135,8 @@ def apply() -> None:
 
     Item.project = project  # type: ignore[method-assign]
     Item.__init__ = item_init  # type: ignore[method-assign]
+    DepthFirstTraverser.traverse = traverse
+    Node.find_clauses = find_clauses
 
 
 def parse_parameters(self: DynamoHandler, request: Any) -> None:
@@ -236,6 +252,71 @@ def item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, at
         raise ItemSizeTooLarge
     self.attrs = LimitedSizeDict.__new__(LimitedSizeDict)
     dict.update(self.attrs, converted)
+
+
+_NODE_TYPES: dict[type, bool] = {}
+_DESCENDED: dict[type, bool] = {}
+_HANDLER: dict[tuple[type, tuple[type, ...]], int | None] = {}
+
+
+def _is_node(value: Any) -> bool:
+    """``isinstance(value, Node)``, answered once per type."""
+    kind = type(value)
+    known = _NODE_TYPES.get(kind)
+    if known is None:
+        known = _NODE_TYPES[kind] = issubclass(kind, Node)
+    return known
+
+
+def _handler(kind: type, classes: tuple[type, ...]) -> int | None:
+    """The position of the first of ``classes`` that ``kind`` is a subclass of, once per pair."""
+    key = (kind, classes)
+    if key not in _HANDLER:
+        _HANDLER[key] = next((i for i, cls in enumerate(classes) if issubclass(kind, cls)), None)
+    return _HANDLER[key]
+
+
+def traverse(self: Any, node: Any) -> Any:
+    """moto's ``DepthFirstTraverser.traverse``: depth first, each node after its children,
+    a node of a handled class replaced by what its handler (the first whose class it is an
+    instance of, in the map's order) returns, under the same parent."""
+    handlers = self._processing_map()
+    classes, handles = tuple(handlers), tuple(handlers.values())
+
+    def walk(node: Any, child_id: int) -> Any:
+        if not _is_node(node):
+            return node
+        parent_node = node.parent
+        if node.children is not None:
+            for i, child_node in enumerate(node.children):
+                self.pre_processing_of_child(node, i)
+                walk(child_node, i)
+        position = _handler(type(node), classes)
+        if position is not None:
+            node = handles[position](node)
+            node.parent = parent_node
+            if parent_node:
+                parent_node.children[child_id] = node
+        return node
+
+    return walk(node, -1)
+
+
+def find_clauses(self: Any, clause_types: Any) -> list[Any]:
+    """moto's ``Node.find_clauses`` (the clauses of those types below this node, in order),
+    with the node classes it descends through checked once per type."""
+    clauses: list[Any] = []
+    for child in self.children or []:
+        kind = type(child)
+        if kind in clause_types:
+            clauses.append(child)
+            continue
+        descends = _DESCENDED.get(kind)
+        if descends is None:
+            descends = _DESCENDED[kind] = issubclass(kind, Expression | UpdateExpressionFunction)
+        if descends:
+            clauses.extend(child.find_clauses(clause_types))
+    return clauses
 
 
 def top_level_names(paths: list[list[str]]) -> list[str] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
+from botocore.exceptions import ClientError
 from botocore.serialize import create_serializer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +23,7 @@ from moto import mock_aws
 from moto.core.responses import ActionContext, ActionResult, BaseResponse
 from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
-from moto.dynamodb.parsing.ast_nodes import Node  # type: ignore[attr-defined]
+from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
@@ -372,3 +374,96 @@ def test_an_item_is_refused_over_motos_size_limit_exactly_as_moto_refuses_it(ext
         except ItemSizeTooLarge:
             outcomes.append("refused")
     assert outcomes == ["refused" if extra > 0 else "kept"] * 2
+
+
+# Updates that succeed and updates moto refuses (two sets of one path, two SET clauses, a key
+# set, arithmetic on a value of any type): the walk must refuse what moto refuses, alike.
+UPDATES = [
+    *EXPRESSIONS,
+    "SET a = :v, b = :one REMOVE c",
+    "SET a = :v, a = :one",
+    "SET a = :v SET b = :one",
+    "SET pk = :v",
+    "SET x = :v + :one",
+    "SET x = :n + :one",
+    "ADD n :v",
+    "ADD n :n",
+    "SET l = list_append(if_not_exists(l, :empty), :list), m.#k[0].x = :n - :one",
+    "REMOVE m.#k[0].x, l[0]",
+]
+_FIXED = {
+    ":running": {"S": "running"},
+    ":me": {"S": "worker-1"},
+    ":until": {"N": "1700000000"},
+    ":zero": {"N": "0"},
+    ":one": {"N": "1"},
+    ":m1": {"N": "-1"},
+    ":empty": {"L": []},
+    ":n": {"N": "7"},
+    ":list": {"L": [{"S": "second"}]},
+}
+_NAMES = {"#st": "status", "#a": "a", "#k": "k", "#left": "left"}
+_KNOWN = {
+    "m": {"M": {"k": {"L": [{"M": {"x": {"N": "1"}}}]}}},
+    "l": {"L": [{"S": "first"}]},
+    "tags": {"SS": ["a", "b"]},
+    "n": {"N": "5"},
+    "gone": {"S": "x"},
+}
+
+
+def _update(client: Any, table: str, expression: str, value: dict[str, Any]) -> tuple[Any, ...]:
+    """What moto makes of the update: the item after it, or the error's code and message."""
+    placeholders = set(re.findall(r"[#:]\w+", expression))
+    params: dict[str, Any] = {}
+    if values := {p: _FIXED.get(p, value) for p in placeholders if p[0] == ":"}:
+        params["ExpressionAttributeValues"] = values
+    if names := {p: _NAMES[p] for p in placeholders if p[0] == "#"}:
+        params["ExpressionAttributeNames"] = names
+    try:
+        client.update_item(
+            TableName=table, Key={"pk": {"S": "batch_1"}}, UpdateExpression=expression, **params
+        )
+    except ClientError as exc:
+        return ("refused", exc.response["Error"]["Code"], exc.response["Error"]["Message"])
+    return ("updated", client.get_item(TableName=table, Key={"pk": {"S": "batch_1"}})["Item"])
+
+
+@pytest.fixture
+def mocked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    moto_patches.apply()
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield boto3.client("dynamodb", region_name="us-east-1")
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(item=items, value=values)
+def test_an_update_walked_with_the_types_known_is_motos_update(
+    mocked: Any, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], value: dict[str, Any]
+) -> None:
+    for expression in UPDATES:
+        outcomes = []
+        for walk, find in (
+            (moto_patches.traverse, moto_patches.find_clauses),
+            (moto_patches.MOTOS_TRAVERSE, moto_patches.MOTOS_FIND_CLAUSES),
+        ):
+            monkeypatch.setattr(DepthFirstTraverser, "traverse", walk)
+            monkeypatch.setattr(Node, "find_clauses", find)
+            table = f"t-{uuid.uuid4().hex}"
+            mocked.create_table(
+                TableName=table,
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            mocked.put_item(TableName=table, Item={**item, **_KNOWN})
+            outcomes.append(_update(mocked, table, expression, value))
+        assert outcomes[0] == outcomes[1], expression
