@@ -195,9 +195,19 @@ def test_a_tree_copied_for_the_update_validator_is_as_deep_as_motos_own_copy(exp
 
 
 @pytest.fixture
-def both_answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any, Any]]]:
-    """Every DynamoDB answer made while the test runs, as (operation, ours, moto's own)."""
+def mocked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A DynamoDB client on moto's in-memory backend, patched."""
     moto_patches.apply()
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield boto3.client("dynamodb", region_name="us-east-1")
+
+
+@pytest.fixture
+def both_answers(mocked: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, Any]]:
+    """Every DynamoDB answer made while the test runs, as (operation, ours, moto's own)."""
     answers: list[tuple[str, Any, Any]] = []
     patched = DynamoResult.execute_result
 
@@ -207,11 +217,18 @@ def both_answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, An
         return ours
 
     monkeypatch.setattr(DynamoResult, "execute_result", both)
-    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield answers
+    return answers
+
+
+def with_fixtures(examples: int) -> settings:
+    """Hypothesis settings for a test with function-scoped fixtures (each example sets up
+    what it needs on them)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
 
 
 def _same(answers: list[tuple[str, Any, Any]]) -> set[str]:
@@ -226,12 +243,7 @@ def _same(answers: list[tuple[str, Any, Any]]) -> set[str]:
 
 
 # The fixture records answers; each example clears them first.
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@with_fixtures(25)
 @given(item=items, value=values)
 def test_the_item_operations_answer_in_plain_json_what_motos_serializer_answers(
     both_answers: list[tuple[str, Any, Any]], item: dict[str, Any], value: dict[str, Any]
@@ -429,22 +441,7 @@ def _update(client: Any, table: str, expression: str, value: dict[str, Any]) -> 
     return ("updated", client.get_item(TableName=table, Key={"pk": {"S": "batch_1"}})["Item"])
 
 
-@pytest.fixture
-def mocked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    moto_patches.apply()
-    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield boto3.client("dynamodb", region_name="us-east-1")
-
-
-@settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@with_fixtures(40)
 @given(item=items, value=values)
 def test_an_update_walked_with_the_types_known_is_motos_update(
     mocked: Any, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], value: dict[str, Any]
