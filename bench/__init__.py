@@ -61,8 +61,9 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    ``cost_per_million_usd`` and its breakdown (prices: ``bench.prices``, dated).
 8. **moto's CPU** (``bench.moto_cpu``, in a child process; ``--skip-moto-cpu``): a request's
    DynamoDB calls, shaped as the gateway makes them, on moto's in-memory backend, in
-   alternating rounds with the local patches on that path (``local.moto_patches`` 5, 7, 9
-   and 10) off and on: moto's handler CPU per request, and ``moto_patch_cpu_ratio`` = on / off.
+   alternating rounds with the local patches on that path (``local.moto_patches`` 5, 7, 9,
+   10 and 11) off and on: moto's handler CPU per request, and ``moto_patch_cpu_ratio`` =
+   on / off.
 
 Also printed, to find where time goes: the gateway's timeline (create call, in_progress
 seen, first upstream request, last request in flight, final status seen, results read),

@@ -662,7 +662,7 @@ class Bench:
     def _moto_cpu(self) -> None:
         """moto's CPU per request with and without two of the local patches (``bench.moto_cpu``),
         in a child process: it patches moto where it runs."""
-        print("\nmoto's CPU per request, the local patches 5, 7, 9 and 10 off and on...", flush=True)
+        print("\nmoto's CPU per request, the local patches 5, 7, 9, 10 and 11 off and on...", flush=True)
         done = subprocess.run(
             [sys.executable, "-m", "bench.moto_cpu", "--json"], cwd=REPO_ROOT, capture_output=True, text=True
         )

@@ -1,5 +1,5 @@
 """Changes to moto 5.2.5's DynamoDB (local only): one fix that the gateway's invariants rely
-on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 10).
+on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 11).
 
 1. Atomic requests. moto's server answers requests on many threads, and its DynamoDB
    evaluates a condition and then writes without a lock, so two conditional writes racing
@@ -49,6 +49,12 @@ on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 1
    Here each walk answers those per node type, once (moto registers no virtual node
    classes, so a node type's classes are its MRO); the walk, its order and what each step
    does to the tree are moto's (the test holds the two to the same trees and items).
+11. An update's expression-only checks passed once. Three of those ten walks check what
+   depends on the expression alone (one clause of each kind, no path set twice, no key
+   attribute set): on the same kept tree (4), with the same attribute names and the same
+   table keys, they pass again. Once an update has passed them with that tree, names and
+   keys, later updates skip those three walks; anything else is checked as moto checks it
+   (a test holds the outcomes to moto's, names changed included).
 
 ``apply()`` is idempotent; the moto server process and the in-process test fixtures call it.
 """
@@ -86,6 +92,12 @@ from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
     UpdateExpressionFunction,
 )
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
+from moto.dynamodb.parsing.validators import (
+    ActionCountValidator,
+    OverlappingPathsValidator,
+    UpdateExpressionValidator,
+    UpdateHashRangeKeyValidator,
+)
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
 # moto's own, kept for the tests that hold patches 8 and 9 to them
@@ -93,6 +105,8 @@ MOTOS_PROJECT = Item.project
 MOTOS_ITEM_INIT = Item.__init__
 MOTOS_TRAVERSE = DepthFirstTraverser.traverse
 MOTOS_FIND_CLAUSES = Node.find_clauses
+MOTOS_VALIDATOR_INIT = UpdateExpressionValidator.__init__
+MOTOS_VALIDATE = UpdateExpressionValidator.validate
 ITEM_SIZE_LIMIT = 405000  # moto's (``LimitedSizeDict``): DynamoDB's 400 KB, as measured
 _LOCK = threading.RLock()
 _EXPRESSIONS_KEPT = 1024
@@ -137,6 +151,8 @@ def apply() -> None:
     Item.__init__ = item_init  # type: ignore[method-assign]
     DepthFirstTraverser.traverse = traverse
     Node.find_clauses = find_clauses
+    UpdateExpressionValidator.__init__ = validator_init  # type: ignore[method-assign]
+    UpdateExpressionValidator.validate = validate  # type: ignore[method-assign]
 
 
 def parse_parameters(self: DynamoHandler, request: Any) -> None:
@@ -317,6 +333,48 @@ def find_clauses(self: Any, clause_types: Any) -> list[Any]:
         if descends:
             clauses.extend(child.find_clauses(clause_types))
     return clauses
+
+
+_EXPRESSION_ONLY = (ActionCountValidator, OverlappingPathsValidator, UpdateHashRangeKeyValidator)
+_CHECKS_KEPT = 4096
+# id of a kept update tree -> (the tree, the (names, table keys) it passed the checks with);
+# holding the tree keeps its id from being reused by another.
+_PASSED: dict[int, tuple[Any, set[tuple[Any, ...]]]] = {}
+
+
+def validator_init(
+    self: Any,
+    expression: Any,
+    expression_attribute_names: dict[str, str] | None,
+    expression_attribute_values: dict[str, Any],
+    item: Item,
+    table: Any,
+) -> None:
+    """moto's validator, without the expression-only checks when this tree passed them with
+    the same names and table keys; else with them, noting what to record once they pass."""
+    # moto's own calls pass the names a request gave, which may be none (patch 6 passes them so)
+    given = cast(dict[str, str], expression_attribute_names)
+    MOTOS_VALIDATOR_INIT(self, expression, given, expression_attribute_values, item, table)
+    names = None if expression_attribute_names is None else frozenset(expression_attribute_names.items())
+    context = (names, tuple(table.table_key_attrs))
+    passed = _PASSED.get(id(expression))
+    if passed is not None and passed[0] is expression and context in passed[1]:
+        self.processors = [p for p in self.processors if not isinstance(p, _EXPRESSION_ONLY)]
+        self.checks_to_record = None
+    else:
+        self.checks_to_record = (expression, context)
+
+
+def validate(self: Any) -> Any:
+    """moto's ``validate``; when it passed every check, its tree, names and keys are noted."""
+    validated = MOTOS_VALIDATE(self)
+    record = getattr(self, "checks_to_record", None)
+    if record is not None:
+        expression, context = record
+        if len(_PASSED) >= _CHECKS_KEPT:
+            _PASSED.clear()
+        _PASSED.setdefault(id(expression), (expression, set()))[1].add(context)
+    return validated
 
 
 def top_level_names(paths: list[list[str]]) -> list[str] | None:

@@ -25,6 +25,7 @@ from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
+from moto.dynamodb.parsing.validators import UpdateExpressionValidator
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
 from local import moto_patches
@@ -441,26 +442,83 @@ def _update(client: Any, table: str, expression: str, value: dict[str, Any]) -> 
     return ("updated", client.get_item(TableName=table, Key={"pk": {"S": "batch_1"}})["Item"])
 
 
+# Ours (patches 10 and 11) and moto's own walk and validator.
+_WALKS = [
+    (
+        moto_patches.traverse,
+        moto_patches.find_clauses,
+        moto_patches.validator_init,
+        moto_patches.validate,
+    ),
+    (
+        moto_patches.MOTOS_TRAVERSE,
+        moto_patches.MOTOS_FIND_CLAUSES,
+        moto_patches.MOTOS_VALIDATOR_INIT,
+        moto_patches.MOTOS_VALIDATE,
+    ),
+]
+
+
+def _walk_with(monkeypatch: pytest.MonkeyPatch, versions: tuple[Any, ...]) -> None:
+    walk, find, init, validate = versions
+    monkeypatch.setattr(DepthFirstTraverser, "traverse", walk)
+    monkeypatch.setattr(Node, "find_clauses", find)
+    monkeypatch.setattr(UpdateExpressionValidator, "__init__", init)
+    monkeypatch.setattr(UpdateExpressionValidator, "validate", validate)
+
+
+def _table_with(client: Any, item: dict[str, Any]) -> str:
+    table = f"t-{uuid.uuid4().hex}"
+    client.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.put_item(TableName=table, Item=item)
+    return table
+
+
+# Each expression is met again in every example: from the second on, ours skips the checks it
+# passed before.
 @with_fixtures(40)
 @given(item=items, value=values)
-def test_an_update_walked_with_the_types_known_is_motos_update(
+def test_an_update_walked_with_the_types_known_and_its_checks_kept_is_motos_update(
     mocked: Any, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], value: dict[str, Any]
 ) -> None:
     for expression in UPDATES:
         outcomes = []
-        for walk, find in (
-            (moto_patches.traverse, moto_patches.find_clauses),
-            (moto_patches.MOTOS_TRAVERSE, moto_patches.MOTOS_FIND_CLAUSES),
-        ):
-            monkeypatch.setattr(DepthFirstTraverser, "traverse", walk)
-            monkeypatch.setattr(Node, "find_clauses", find)
-            table = f"t-{uuid.uuid4().hex}"
-            mocked.create_table(
-                TableName=table,
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
-            mocked.put_item(TableName=table, Item={**item, **_KNOWN})
+        for versions in _WALKS:
+            _walk_with(monkeypatch, versions)
+            table = _table_with(mocked, {**item, **_KNOWN})
             outcomes.append(_update(mocked, table, expression, value))
         assert outcomes[0] == outcomes[1], expression
+
+
+@pytest.mark.parametrize(
+    ("passing", "refused"),
+    [
+        ({"#a": "x", "#b": "y"}, {"#a": "x", "#b": "x"}),  # then one path set twice
+        ({"#a": "x", "#b": "y"}, {"#a": "pk", "#b": "y"}),  # then a key attribute set
+    ],
+)
+def test_checks_kept_for_an_expression_are_made_again_for_other_names(
+    mocked: Any, passing: dict[str, str], refused: dict[str, str]
+) -> None:
+    table = _table_with(mocked, {"pk": {"S": "batch_1"}})
+    expression = "SET #a = :v, #b = :one"
+    values = {":v": {"S": "v"}, ":one": {"N": "1"}}
+
+    def update(names: dict[str, str]) -> None:
+        mocked.update_item(
+            TableName=table,
+            Key={"pk": {"S": "batch_1"}},
+            UpdateExpression=expression,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    update(passing)
+    update(passing)  # the checks kept
+    with pytest.raises(ClientError, match="ValidationException"):
+        update(refused)
