@@ -100,7 +100,7 @@ from moto.dynamodb.parsing.validators import (
 )
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
-# moto's own, kept for the tests that hold patches 8 and 9 to them
+# moto's own: patches 8 and 11 fall back on or wrap them, and the tests hold patches 8 to 11 to them
 MOTOS_PROJECT = Item.project
 MOTOS_ITEM_INIT = Item.__init__
 MOTOS_TRAVERSE = DepthFirstTraverser.traverse
@@ -259,6 +259,14 @@ def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, 
         raise TransactionCanceledException(errors)
 
 
+def _checked_attrs(attrs: dict[str, DynamoType]) -> LimitedSizeDict:
+    """An item's attributes whose size was checked already, as moto's ``Item.__deepcopy__``
+    builds them: without ``LimitedSizeDict``'s check at each attribute."""
+    checked = LimitedSizeDict.__new__(LimitedSizeDict)
+    dict.update(checked, attrs)
+    return checked
+
+
 def item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, attrs: dict[str, Any]) -> None:
     """moto's ``Item.__init__`` with the item's size summed once, not once per attribute."""
     self.hash_key = hash_key
@@ -266,22 +274,20 @@ def item_init(self: Item, hash_key: DynamoType, range_key: DynamoType | None, at
     converted = {key: DynamoType(value) for key, value in attrs.items()}
     if sum(bytesize(key) + value.size() for key, value in converted.items()) > ITEM_SIZE_LIMIT:
         raise ItemSizeTooLarge
-    self.attrs = LimitedSizeDict.__new__(LimitedSizeDict)
-    dict.update(self.attrs, converted)
+    self.attrs = _checked_attrs(converted)
 
 
-_NODE_TYPES: dict[type, bool] = {}
-_DESCENDED: dict[type, bool] = {}
+_SUBCLASS: dict[tuple[type, Any], bool] = {}
 _HANDLER: dict[tuple[type, tuple[type, ...]], int | None] = {}
 
 
-def _is_node(value: Any) -> bool:
-    """``isinstance(value, Node)``, answered once per type."""
-    kind = type(value)
-    known = _NODE_TYPES.get(kind)
-    if known is None:
-        known = _NODE_TYPES[kind] = issubclass(kind, Node)
-    return known
+def _is_a(kind: type, classes: type | tuple[type, ...]) -> bool:
+    """``issubclass(kind, classes)``, answered once per pair: for moto's abstract node
+    classes Python answers it slowly, and no virtual subclass is ever registered."""
+    key = (kind, classes)
+    if key not in _SUBCLASS:
+        _SUBCLASS[key] = issubclass(kind, classes)
+    return _SUBCLASS[key]
 
 
 def _handler(kind: type, classes: tuple[type, ...]) -> int | None:
@@ -300,7 +306,7 @@ def traverse(self: Any, node: Any) -> Any:
     classes, handles = tuple(handlers), tuple(handlers.values())
 
     def walk(node: Any, child_id: int) -> Any:
-        if not _is_node(node):
+        if not _is_a(type(node), Node):
             return node
         parent_node = node.parent
         if node.children is not None:
@@ -326,11 +332,7 @@ def find_clauses(self: Any, clause_types: Any) -> list[Any]:
         kind = type(child)
         if kind in clause_types:
             clauses.append(child)
-            continue
-        descends = _DESCENDED.get(kind)
-        if descends is None:
-            descends = _DESCENDED[kind] = issubclass(kind, Expression | UpdateExpressionFunction)
-        if descends:
+        elif _is_a(kind, (Expression, UpdateExpressionFunction)):
             clauses.extend(child.find_clauses(clause_types))
     return clauses
 
@@ -368,7 +370,7 @@ def validator_init(
 def validate(self: Any) -> Any:
     """moto's ``validate``; when it passed every check, its tree, names and keys are noted."""
     validated = MOTOS_VALIDATE(self)
-    record = getattr(self, "checks_to_record", None)
+    record = self.checks_to_record
     if record is not None:
         expression, context = record
         if len(_PASSED) >= _CHECKS_KEPT:
@@ -390,11 +392,7 @@ def projected_by_name(item: Item, names: list[str]) -> Item:
     moto's ``Item.project`` makes of top-level names, without turning the whole item into
     plain values and back once per name. Built as moto's ``Item.__deepcopy__`` builds its
     copies (the attributes' sizes were checked when the item was written)."""
-    attrs = LimitedSizeDict.__new__(LimitedSizeDict)
-    dict.__init__(attrs)
-    for name in names:
-        if name in item.attrs:
-            dict.__setitem__(attrs, name, copy.deepcopy(item.attrs[name]))
+    attrs = _checked_attrs({name: copy.deepcopy(item.attrs[name]) for name in names if name in item.attrs})
     projected = cast(Item, Item.__new__(Item))
     projected.hash_key = item.hash_key
     projected.range_key = item.range_key
