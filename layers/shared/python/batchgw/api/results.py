@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from batchgw.api.batches import visible_batch
@@ -11,10 +12,12 @@ from batchgw.api.params import ANSWER_LIMIT, Download, Params, int_param, last, 
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord
+from batchgw.domain.decisions import not_run_error
 from batchgw.domain.errors import BadRequest, Conflict
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord, request_index
 from batchgw.domain.results import result_line
+from batchgw.domain.states import RequestStatus
 from batchgw.storage.blobs import export_key, input_file_key, input_key
 from batchgw.validation.file import split_lines
 from batchgw.validation.jsonbody import parse_json
@@ -39,12 +42,7 @@ def results_page(
         after_index = found
     if record.prepared or record.status.is_final:
         return _stored_page(deps, record, after_index=after_index, limit=limit)
-    requests, has_more = _not_yet_written(deps, record, after_index=after_index, limit=limit)
-    page = _Page()
-    for request in requests:  # queued, without a body: a line as long as its custom_id
-        if not page.add(result_line(request, None)):
-            return page.answer(has_more=True)
-    return page.answer(has_more=has_more)
+    return _unwritten_page(deps, record, _Page(), after_index=after_index, limit=limit)
 
 
 def _stored_page(
@@ -59,11 +57,16 @@ def _stored_page(
     """
     page = _Page()
     after = after_index
+    # Past the requests prepare had written when the record was read, the page goes on from
+    # the input (``_unwritten_page``): the stored ones there may not all be written yet.
+    frontier = None if record.all_written or not record.prepared else record.written_count
     while True:
         want = limit - len(page.data) + 1
         if page.largest:
             want = min(want, page.room // page.largest + 1)
         requests, more = deps.requests.results_step(record.id, after_index=after, limit=max(want, 2))
+        if frontier is not None and any(request.index >= frontier for request in requests):
+            requests, more = [request for request in requests if request.index < frontier], False
         for position, request in enumerate(requests):
             if len(page.data) == limit:
                 return page.answer(has_more=True)
@@ -71,10 +74,14 @@ def _stored_page(
             if not page.add(line):
                 if page.data:
                     return page.answer(has_more=True)
-                return _alone(deps, request, line, has_more=more or position + 1 < len(requests))
+                more_after = more or position + 1 < len(requests) or frontier is not None
+                return _alone(deps, request, line, has_more=more_after)
             after = request.index
-        if not more:
+        if more:
+            continue
+        if frontier is None:
             return page.answer(has_more=False)
+        return _unwritten_page(deps, record, page, after_index=after, limit=limit)
 
 
 class _Page:
@@ -112,16 +119,33 @@ def _alone(deps: Deps, request: RequestRecord, line: dict[str, Any], *, has_more
     return Download(location=deps.blobs.presigned_get(key).url, content_type="application/json")
 
 
+def _unwritten_page(
+    deps: Deps, record: BatchRecord, page: _Page, *, after_index: int, limit: int
+) -> dict[str, Any]:
+    """Fill ``page`` with the requests after ``after_index`` that the workflow has not
+    written yet, as the input lists them."""
+    requests, has_more = _not_yet_written(deps, record, after_index=after_index, limit=limit - len(page.data))
+    for request in requests:  # without a body: a line about as long as its custom_id
+        if not page.add(result_line(request, None)):
+            return page.answer(has_more=True)
+    return page.answer(has_more=has_more)
+
+
 def _not_yet_written(
     deps: Deps, record: BatchRecord, *, after_index: int, limit: int
 ) -> tuple[list[RequestRecord], bool]:
     """A batch whose requests the workflow has not written yet lists them all the same, as
-    queued: read from the input it stored (a file batch's lines that can be read)."""
+    queued: read from the input it stored (a file batch's lines that can be read). A batch
+    that failed before they were written lists them as failed with it, never run."""
     found: list[RequestRecord] = []
+    ended = record.status.is_final
     for index, custom_id in enumerate(_custom_ids(deps, record)):
         if index <= after_index:
             continue
-        found.append(RequestRecord(record.id, index, custom_id, model=""))
+        request = RequestRecord(record.id, index, custom_id, model="")
+        if ended:
+            request = replace(request, status=RequestStatus.FAILED, error=not_run_error("batch_failed"))
+        found.append(request)
         if len(found) > limit:
             break
     return found[:limit], len(found) > limit

@@ -95,6 +95,10 @@ class BatchRecord:
     # Set by prepare: how many counter shards and chains the batch has.
     shards: int | None = None
     chains: int | None = None
+    # How many of its requests (from index 0) prepare has written: its chains start once the
+    # first are, and wait at this frontier for the rest. None: all of them (or not prepared).
+    written: int | None = None
+    unwritten_counted: bool = False  # it failed before they were all written: the rest counted failed
     shards_done: int = 0
     generation: int = 0  # of its chains: messages of an older generation are dropped
     reconciled_left: int | None = None  # requests left at the last reconcile (None: none yet)
@@ -136,8 +140,20 @@ class BatchRecord:
 
     @property
     def prepared(self) -> bool:
-        """Whether its requests and counter shards are written."""
+        """Whether its counter shards and its first requests are written (the rest follow:
+        ``written_count``)."""
         return self.shards is not None
+
+    @property
+    def written_count(self) -> int:
+        """How many of its requests, from index 0, are stored (a chain claims none past them)."""
+        if not self.prepared:
+            return 0
+        return self.total if self.written is None else min(self.written, self.total)
+
+    @property
+    def all_written(self) -> bool:
+        return self.prepared and self.written_count >= self.total
 
     @property
     def shard_count(self) -> int:
@@ -193,6 +209,8 @@ class BatchRecord:
             models=tuple(item.get("models") or ()),
             shards=num("shards"),
             chains=num("chains"),
+            written=num("written"),
+            unwritten_counted=bool(item.get("unwritten_counted")),
             shards_done=int(item.get("shards_done", 0)),
             generation=int(item.get("generation", 0)),
             reconciled_left=num("reconciled_left"),

@@ -62,6 +62,10 @@ CHAIN_RETRY_WAIT_SECONDS = 30.0
 # many batches waiting on one busy model, a fixed short wait spends most of the store's
 # capacity on chains asking for a slot instead of on the requests that hold one.
 SLOT_WAIT_MAX_FACTOR = 4
+# A chain that reaches a request prepare has not written yet reads the batch again after
+# this long, doubled each time it is still not written, up to the maximum.
+WRITE_WAIT_SECONDS = 0.05
+WRITE_WAIT_MAX_SECONDS = 1.0
 
 
 async def run_message(
@@ -199,6 +203,8 @@ class ChainRun:
         # What the batch allows (``batch`` was just read); None: read it afresh.
         self.verdict: Verdict | None = verdict(batch, deps.clock())
         self.latest = batch  # the batch as last read
+        self.written = batch.written_count  # no request from here on is written yet (as last read)
+        self.write_wait = WRITE_WAIT_SECONDS  # how long the chain waits at that frontier next
         self.slot = SlotHolder(deps)
         self.owner_gate = OwnerGate(deps, batch)
         self.body: Any = None  # the next request's body, when the owner's gate read it
@@ -278,6 +284,10 @@ class ChainRun:
                 return not self.lone and not self.retries
             if await self._must_stop(now):
                 return False
+            if not from_heap and self.next_index >= self.written:
+                if await self._waited_for_writes():
+                    continue
+                return False
             # Only now, past every reason to stop, does the target leave the heap: a stop
             # above hands every waiting request on.
             target = heapq.heappop(self.retries)[1] if from_heap else self.next_index
@@ -332,6 +342,16 @@ class ChainRun:
         await asyncio.sleep(max(0.0, self.retries[0][0] - self.deps.clock()))
         self.verdict = None  # the batch may have stopped meanwhile: read it again
         return True
+
+    async def _waited_for_writes(self) -> bool:
+        """The chain's next request is not written yet: prepare writes a batch's requests
+        while its first ones run. Wait a moment (longer each time, up to a second) and read
+        the batch again; True to go on, False to stop because the batch no longer runs (the
+        workflow settles its unstarted requests once they are all written)."""
+        await asyncio.sleep(self.write_wait)
+        self.write_wait = min(2 * self.write_wait, WRITE_WAIT_MAX_SECONDS)
+        await self._read_batch()
+        return self.verdict in (Verdict.RUN, Verdict.RESULTS_FULL)
 
     async def _must_stop(self, now: float) -> bool:
         """Stop (handing the chain on where needed) when the window has closed, the
@@ -476,6 +496,7 @@ class ChainRun:
         batch = await io(self.deps.batches.get_record, self.batch.id)
         if batch is not None:
             self.latest = batch
+            self.written = batch.written_count
         self.verdict = verdict(batch, self.deps.clock())
         if batch is not None and self.verdict is Verdict.RUN and _superseded(self.message, batch):
             self.verdict = Verdict.SUPERSEDED
@@ -581,7 +602,7 @@ class ChainRun:
 
     def _claim_ahead(self, now: float) -> None:
         """Claim the chain's next index while this request runs (its lease covers the call)."""
-        if self.lone or not self._has_next() or self._retry_due(now):
+        if self.lone or not self._has_next() or self.next_index >= self.written or self._retry_due(now):
             return
         settings = self.deps.settings
         lease = settings.batch_lease_seconds + settings.batch_upstream_timeout_seconds

@@ -35,28 +35,40 @@ from batchgw.validation.file import iter_planned, report_object, split_lines, va
 
 # Requests written per flush while preparing (bounded memory whatever the batch's size).
 WRITE_CHUNK = 500
+# The first flush: the batch's chains start once it is written, so it is kept small.
+FIRST_WRITE = 100
 READ_CHUNK_BYTES = 256 * 1024
 _UNPREPARED = (BatchStatus.VALIDATING, BatchStatus.CANCELLING)
 
 
 def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
-    """Validate a file batch's input, write the batch's requests and counter shards, then
-    start its chains."""
+    """Validate a file batch's input, write its counter shards and first requests, start its
+    chains, then write the rest of its requests.
+
+    The first requests start while the rest are written: the record's ``written`` says how
+    far the writes have gone, after each chunk, and a chain that reaches a request not yet
+    written waits for it. A retried prepare goes on from ``written``: what lies past it was
+    never claimed, so writing it again changes nothing that ran. Nothing else the workflow
+    does runs meanwhile (it is this step), so cancel, expiry and finalize find every request
+    written.
+    """
     batch = deps.batches.get_record(batch_id)
     if batch is None:
         return step(Next.FINALIZE)
+    chunks: Iterator[int] | None = None
     if batch.status in _UNPREPARED and not batch.prepared:
         if batch.input_method == "file":
             checked = _validate_input_file(deps, batch)
             if checked is None:
                 return step(Next.FINALIZE)
             batch = checked
-        total = _write_requests(deps, batch_id, _requests_of(deps, batch))
-        shards = min(deps.settings.batch_counter_shards, total)
-        deps.batches.put_shards(batch_id, shard_totals(total, shards))
+        chunks = _write_chunks(deps, batch, start=0)
+        written = next(chunks, 0)
+        shards = min(deps.settings.batch_counter_shards, batch.total)
+        deps.batches.put_shards(batch_id, shard_totals(batch.total, shards))
         prepared = deps.batches.change(
             batch_id,
-            {"shards": shards, "chains": _chain_count(deps, batch, total)},
+            {"shards": shards, "chains": _chain_count(deps, batch, batch.total), "written": written},
             from_statuses=_UNPREPARED,
         )
         if prepared is None:
@@ -72,13 +84,19 @@ def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
         if current is None:
             return step(Next.FINALIZE)
         batch = current
+    if batch.status is BatchStatus.IN_PROGRESS:
+        chains = batch.chains or 1
+        deps.queue.send_many([ChainMessage(batch_id, c, c, chains) for c in range(chains)])
+        logger.info("batch started", extra={"batch_id": batch_id, "total": batch.total, "chains": chains})
+    if batch.prepared and (chunks is not None or not batch.all_written):
+        rest = _write_rest(deps, batch, chunks or _write_chunks(deps, batch, start=batch.written_count))
+        if rest is None:
+            return step(Next.FINALIZE)
+        batch = rest
     if batch.status is BatchStatus.CANCELLING:
         return step(Next.CANCEL)
     if batch.status is not BatchStatus.IN_PROGRESS:
         return step(Next.FINALIZE)
-    chains = batch.chains or 1
-    deps.queue.send_many([ChainMessage(batch_id, c, c, chains) for c in range(chains)])
-    logger.info("batch started", extra={"batch_id": batch_id, "total": batch.total, "chains": chains})
     return park_step(deps, batch)
 
 
@@ -196,24 +214,44 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     return None
 
 
-def _write_requests(deps: Deps, batch_id: str, requests: Iterator[tuple[str, str, Any]]) -> int:
-    """Store every request (a body too large for its record goes to S3); their count."""
+def _write_chunks(deps: Deps, batch: BatchRecord, *, start: int) -> Iterator[int]:
+    """Store the batch's requests from index ``start`` on, a chunk at a time (a body too
+    large for its record goes to S3), yielding after each how many are written from index 0.
+    The first chunk is small when it is the batch's first, so that its chains start soon."""
     pending: list[RequestRecord] = []
-    total = 0
-    for index, (custom_id, model, body) in enumerate(requests):
+    chunk = FIRST_WRITE if start == 0 else WRITE_CHUNK
+    index = -1
+    for index, (custom_id, model, body) in enumerate(_requests_of(deps, batch)):
+        if index >= batch.total:
+            raise ValueError(f"{batch.id}: its input has more than the {batch.total} requests counted")
+        if index < start:
+            continue
         packed = codec.pack(body)
         stored: bytes | str = packed
         if len(packed) > INLINE_BODY_LIMIT:
-            stored = body_key(batch_id, index, "req")
+            stored = body_key(batch.id, index, "req")
             deps.blobs.put(stored, packed)
-        pending.append(RequestRecord.new(batch_id, index, custom_id, model, stored))
-        total = index + 1
-        if len(pending) >= WRITE_CHUNK:
+        pending.append(RequestRecord.new(batch.id, index, custom_id, model, stored))
+        if len(pending) >= chunk:
             deps.requests.put_new(pending)
-            pending = []
+            pending, chunk = [], WRITE_CHUNK
+            yield index + 1
     if pending:
         deps.requests.put_new(pending)
-    return total
+        yield index + 1
+    if index + 1 < batch.total:
+        raise ValueError(f"{batch.id}: its input has {index + 1} of the {batch.total} requests counted")
+
+
+def _write_rest(deps: Deps, batch: BatchRecord, chunks: Iterator[int]) -> BatchRecord | None:
+    """Write the rest of the batch's requests, moving its ``written`` frontier on after each
+    chunk; the record after the last, or None if the batch was deleted meanwhile."""
+    for written in chunks:
+        moved = deps.batches.change(batch.id, {"written": written})
+        if moved is None:
+            return None
+        batch = moved
+    return batch
 
 
 def park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
@@ -461,6 +499,8 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
         return fail(deps, batch_id, cause)
     if failed.prepared:
         sweep(deps, failed, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
+        # It failed while prepare wrote its requests: those never written fail with it.
+        deps.batches.count_unwritten(failed, Tally(failed=1))
     _keep_idempotency_key(deps, failed, now)
     announce(deps, failed)
     logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})

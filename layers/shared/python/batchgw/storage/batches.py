@@ -24,6 +24,7 @@ together, so a batch is counted once and released once, whoever retries or races
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from batchgw.domain.batch import (
     CountedBatch,
     Counts,
     ShardRecord,
+    Tally,
     created_bound,
     shard_sk,
 )
@@ -51,6 +53,7 @@ batch_exists = "attribute_exists(pk)"
 token_is_ours = "task_token = :token"
 shard_is_empty = "#left = :zero"
 shard_not_counted = "attribute_not_exists(done)"
+unwritten_not_counted = "attribute_not_exists(unwritten_counted)"
 status_is = "#status = :status"
 total_is = "#total = :total"
 shards_unset = "attribute_not_exists(#shards)"
@@ -543,6 +546,27 @@ class BatchStore:
                 values={":observed": observed},
             ),
             failure=f"could not correct shard {shard} of {batch_id}",
+        )
+
+    def count_unwritten(self, batch: BatchRecord, tally: Tally) -> bool:
+        """Count, with ``tally`` each, the requests prepare never wrote: those of a batch that
+        failed before they all were. Each shard's share and the record's note of it
+        (``unwritten_counted``) are one transaction, so they are counted once. False when
+        they were counted already, or none are missing."""
+        per_shard = Counter(batch.shard_of(index) for index in range(batch.written_count, batch.total))
+        if not batch.prepared or not per_shard:
+            return False
+        table = self._table.name
+        noted = Update(
+            set={"unwritten_counted": True}, condition=f"{batch_exists} AND {unwritten_not_counted}"
+        )
+        actions = [{"Update": noted.request(table, self._key(batch.id))}]
+        for shard, n in sorted(per_shard.items()):
+            count = Update(add={"left": -n, **tally.counters(n)})
+            actions.append({"Update": count.request(table, self._key(batch.id, shard_sk(shard)))})
+        return (
+            self._table.transact(actions, failure=f"could not count the unwritten requests of {batch.id}")
+            is None
         )
 
     def put_shards(self, batch_id: str, totals: Sequence[int]) -> None:
