@@ -4,8 +4,9 @@
 127.0.0.1 (``BATCHGW_MOTO_PORT``, default 8082) until SIGTERM/SIGINT.
 
 Hooks, for the local stack only and pinned to moto 5.2.5's behaviour: DynamoDB's fixes
-(``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), and the
-Lambda hook (``install_lambda_hook``). Without Docker, moto's Lambda is
+(``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), the
+Lambda hook (``install_lambda_hook``), and connections kept between requests
+(``local.keep_alive``). Without Docker, moto's Lambda is
 ``LambdaSimpleBackend``, whose ``invoke`` just echoes the payload. Step Functions'
 ``lambda:invoke`` and ``lambda:invoke.waitForTaskToken`` tasks reach it as an ordinary
 ``Invoke`` call over HTTP (moto's interpreter builds a boto3 client on
@@ -49,7 +50,7 @@ from moto.moto_api._internal.models import moto_api_backend
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 
-from local import moto_patches
+from local import keep_alive, moto_patches
 from local.env import (
     DEFAULT_MOTO_PORT,
     HOST,
@@ -228,6 +229,7 @@ def serve(port: int) -> None:
     install_lambda_hook(handlers)
     install_atomic_receive()
     moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
+    keep_alive.install()  # connections kept between requests (werkzeug closes each one)
     server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
     server.start()
     log.info("moto listening", extra={"port": port})
