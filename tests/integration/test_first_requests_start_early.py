@@ -5,7 +5,6 @@ prepare goes on from that frontier without touching what ran."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from batchgw.storage.requests import ClaimKind
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
 from tests.integration.test_item_leases import ALICE
-from tests.support import FakeClock
+from tests.support import FakeClock, wait_for
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -59,11 +58,15 @@ def _crash_after_first_chunk(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(deps.requests, "put_new", failing)
 
 
-def _prepare_crashing(deps: Deps, batch_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _crashed_mid_write(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> tuple[Deps, str]:
+    """A batch of N whose prepare died once its first chunk was written and its chains sent."""
+    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=4)
+    batch_id = _create(deps)
     with monkeypatch.context() as patched:
         _crash_after_first_chunk(deps, patched)
         with pytest.raises(PrepareCrash):
             lifecycle.prepare(deps, batch_id)
+    return deps, batch_id
 
 
 def test_chains_start_once_the_first_requests_are_written_and_prepare_writes_the_rest(
@@ -110,9 +113,7 @@ def _run_all(deps: Deps, messages: list[dict[str, Any]], *, meanwhile: Callable[
 def test_a_chain_waits_at_the_written_frontier_and_a_retried_prepare_reruns_nothing(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=4)
-    batch_id = _create(deps)
-    _prepare_crashing(deps, batch_id, monkeypatch)
+    deps, batch_id = _crashed_mid_write(sim, monkeypatch)
     record = deps.batches.get_record(batch_id)
     assert record is not None and record.status.value == "in_progress" and record.written_count == 100
     missing: list[int] = []
@@ -129,7 +130,7 @@ def test_a_chain_waits_at_the_written_frontier_and_a_retried_prepare_reruns_noth
     def retried_prepare() -> None:
         # Step Functions retries prepare once the chains have run every written request and
         # are waiting at the frontier.
-        _wait(lambda: _completed(deps, batch_id) == 100, what="the first 100 requests to end")
+        wait_for(lambda: _completed(deps, batch_id) == 100, timeout=60, what="the first 100 requests to end")
         assert lifecycle.prepare(deps, batch_id)["next"] == "park"
 
     _run_all(deps, receive_all(deps), meanwhile=retried_prepare)
@@ -145,19 +146,10 @@ def _completed(deps: Deps, batch_id: str) -> int:
     return 0 if batch is None else batch.counts.completed
 
 
-def _wait(predicate: Callable[[], bool], *, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_results_list_requests_past_the_frontier_from_the_input(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=4)
-    batch_id = _create(deps)
-    _prepare_crashing(deps, batch_id, monkeypatch)
+    deps, batch_id = _crashed_mid_write(sim, monkeypatch)
 
     page = results_api.results_page(
         deps, ALICE, batch_id, {"limit": ["150"], "after": [request_id(batch_id, 49)]}
@@ -174,9 +166,7 @@ def test_results_list_requests_past_the_frontier_from_the_input(
 def test_a_batch_failed_before_its_requests_were_all_written_lists_the_rest_as_failed(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deps = make_deps(sim, FakeClock(), BATCH_MODEL_CONCURRENCY=4)
-    batch_id = _create(deps)
-    _prepare_crashing(deps, batch_id, monkeypatch)
+    deps, batch_id = _crashed_mid_write(sim, monkeypatch)
     lifecycle.fail(deps, batch_id, "States.TaskFailed")  # prepare's retries ran out
 
     page = results_api.results_page(deps, ALICE, batch_id, {"limit": ["1000"]})

@@ -14,8 +14,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from local import keep_alive
+from tests.integration.conftest import FAKE_AWS_ENV, REGION
 
-REGION = "us-east-1"
 _AUTH = (
     f"AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/dynamodb/aws4_request, "
     "SignedHeaders=host, Signature=0"
@@ -25,11 +25,7 @@ _AUTH = (
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, list[Any]]]:
     """A moto server with kept connections on a free port, and the connections it accepted."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
+    for name, value in FAKE_AWS_ENV.items():
         monkeypatch.setenv(name, value)
     accepted: list[Any] = []
     process_request = socketserver.ThreadingMixIn.process_request
