@@ -59,7 +59,7 @@ def _stored_page(
     after = after_index
     # Past the requests prepare had written when the record was read, the page goes on from
     # the input (``_unwritten_page``): the stored ones there may not all be written yet.
-    frontier = None if record.all_written or not record.prepared else record.written_count
+    frontier = record.written_count if record.prepared and not record.all_written else None
     while True:
         want = limit - len(page.data) + 1
         if page.largest:

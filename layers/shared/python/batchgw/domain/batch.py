@@ -98,7 +98,6 @@ class BatchRecord:
     # How many of its requests (from index 0) prepare has written: its chains start once the
     # first are, and wait at this frontier for the rest. None: all of them (or not prepared).
     written: int | None = None
-    unwritten_counted: bool = False  # it failed before they were all written: the rest counted failed
     shards_done: int = 0
     generation: int = 0  # of its chains: messages of an older generation are dropped
     reconciled_left: int | None = None  # requests left at the last reconcile (None: none yet)
@@ -210,7 +209,6 @@ class BatchRecord:
             shards=num("shards"),
             chains=num("chains"),
             written=num("written"),
-            unwritten_counted=bool(item.get("unwritten_counted")),
             shards_done=int(item.get("shards_done", 0)),
             generation=int(item.get("generation", 0)),
             reconciled_left=num("reconciled_left"),

@@ -89,7 +89,9 @@ def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
         deps.queue.send_many([ChainMessage(batch_id, c, c, chains) for c in range(chains)])
         logger.info("batch started", extra={"batch_id": batch_id, "total": batch.total, "chains": chains})
     if batch.prepared and (chunks is not None or not batch.all_written):
-        rest = _write_rest(deps, batch, chunks or _write_chunks(deps, batch, start=batch.written_count))
+        if chunks is None:  # a retried prepare: on from where the last one got
+            chunks = _write_chunks(deps, batch, start=batch.written_count)
+        rest = _write_rest(deps, batch, chunks)
         if rest is None:
             return step(Next.FINALIZE)
         batch = rest

@@ -550,8 +550,9 @@ class BatchStore:
 
     def count_unwritten(self, batch: BatchRecord, tally: Tally) -> bool:
         """Count, with ``tally`` each, the requests prepare never wrote: those of a batch that
-        failed before they all were. Each shard's share and the record's note of it
-        (``unwritten_counted``) are one transaction, so they are counted once. False when
+        failed before they all were. Each shard's share and the record's note of it (the
+        attribute ``unwritten_counted``, which only this condition reads) are one transaction,
+        so they are counted once. False when
         they were counted already, or none are missing."""
         per_shard = Counter(batch.shard_of(index) for index in range(batch.written_count, batch.total))
         if not batch.prepared or not per_shard:
