@@ -45,7 +45,9 @@ invocations are cold starts, which the measured runs then do not pay). Then:
 4. **Cold start** (``bench.imports``, also ``python -m bench.imports``): ``import
    functions.api.handler`` and ``import boto3`` alone in fresh interpreters with the stack's
    environment, interleaved, each less a bare ``python -c pass``, medians of 5:
-   ``api_import_ratio`` = handler / boto3 (budget 1.5).
+   ``api_import_ratio`` = handler / boto3 (budget 1.5). Beside it, the fixed stack's floor
+   (boto3, Powertools' resolver and Logger, one pydantic model) measured the same way:
+   ``api_import_floor_ratio`` = floor / boto3, the part of the ratio that is not ours.
 5. **Scale** (issue 15), each on a stack of its own after the first: ``cap64``, 4,000
    requests at 2,000 ms under a model cap of 64 against the direct client with 64 in flight
    (``dispatch_ratio_cap64``, budget 1.2); ``throughput``, 2,000 requests with the simulator

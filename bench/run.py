@@ -561,6 +561,7 @@ class Bench:
             f"ratio {times.ratio:.2f} (budget <= {imports.RATIO_BUDGET}) "
             + _verdict(times.ratio <= imports.RATIO_BUDGET)
         )
+        print(f"  {imports.floor_line(times)}")
         first = imports.first_request(stack.env, runs=IMPORT_RUNS)
         result["api_first_request_seconds"] = first
         print(f"  api handler import + its first request (GET /v1/batches, on this stack): {first:.3f} s")
