@@ -214,14 +214,15 @@ def test_a_shard_counting_a_missing_request_is_corrected_and_the_batch_ends(sim:
     assert reconcile.reconcile(deps, batch_id)["next"] == "finalize"
 
 
-def test_a_failed_workflow_step_fails_the_batch_visibly(sim: Simulator) -> None:
-    deps = make_deps(sim, FakeClock())
+def test_a_failed_workflow_step_fails_the_batch_visibly_and_waits_for_what_still_runs(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
     batch_id = prepared(deps, 3)
     receive_all(deps)
     claim(deps, batch_id, 0)
     error = {"Error": "ValueError", "Cause": '{"errorMessage": "boom", "errorType": "ValueError"}'}
-    ended = lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
-    assert ended["status"] == "failed" and ended["purge_at"]
+    with pytest.raises(lifecycle.StillRunning):  # the workflow calls the step again
+        lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
     batch = batches.get_batch(deps, ALICE, batch_id)
     assert batch["status"] == "failed" and batch["failed_at"] is not None
     assert batch["error"]["code"] == "batch_failed" and "ValueError: boom" in batch["error"]["message"]
@@ -230,6 +231,77 @@ def test_a_failed_workflow_step_fails_the_batch_visibly(sim: Simulator) -> None:
         ("failed", "batch_failed"),
         ("failed", "batch_failed"),
     ]
+
+    clock.advance(61)  # the running request's lease ran out: its worker is gone
+    ended = lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
+    assert ended["status"] == "failed" and ended["purge_at"]
+    assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 3
+    batch = batches.get_batch(deps, ALICE, batch_id)
+    assert batch["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
+    assert batch["error"]["code"] == "batch_failed"  # the first failure's error stands
+
+
+def test_a_request_still_running_when_its_batch_failed_is_ended_by_its_worker_and_counted(
+    sim: Simulator,
+) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    held = claim(deps, batch_id, 0)
+    with pytest.raises(lifecycle.StillRunning):
+        lifecycle.fail(deps, batch_id, "a step failed")
+    answer = b'{"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}'
+    settle(deps, batch_id, held, classify("/v1/chat/completions", 200, answer, {}))  # its answer came
+    assert lifecycle.fail(deps, batch_id, "a step failed")["status"] == "failed"
+    assert statuses(deps, batch_id) == [("completed", None), ("failed", "batch_failed")]
+    counts = batches.get_batch(deps, ALICE, batch_id)["request_counts"]
+    assert counts == {"total": 2, "completed": 1, "failed": 1}
+
+
+class StepDied(BaseException):
+    """The lifecycle function died (as ``local.crashes`` makes it in chaos runs)."""
+
+
+def test_a_fail_step_that_died_midway_is_finished_when_the_workflow_calls_it_again(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = prepared(deps, 5)
+    receive_all(deps)
+
+    def died(*_: Any, **__: Any) -> None:
+        raise StepDied("after the batch failed, before its requests were swept")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lifecycle, "sweep", died)
+        with pytest.raises(StepDied):
+            lifecycle.fail(deps, batch_id, "a step failed")
+    assert batches.get_batch(deps, ALICE, batch_id)["status"] == "failed"
+    assert {status for status, _ in statuses(deps, batch_id)} == {"queued"}
+
+    for _ in range(2):  # the workflow's retry, then one more: counted once
+        assert lifecycle.fail(deps, batch_id, "a step failed")["status"] == "failed"
+        assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 5
+        counts = batches.get_batch(deps, ALICE, batch_id)["request_counts"]
+        assert counts == {"total": 5, "completed": 0, "failed": 5}
+
+
+def test_a_batch_failed_before_prepare_recorded_anything_fails_every_request_once(sim: Simulator) -> None:
+    deps = make_deps(sim, FakeClock())
+    created = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", f"hi {i}") for i in range(4)])
+    )
+    batch_id = str(created["id"])
+    record = deps.batches.get_record(batch_id)
+    assert record is not None
+    next(lifecycle._write_chunks(deps, record, start=0))  # a prepare stored them, then died
+    assert len(list(deps.requests.all(batch_id))) == 4
+
+    for _ in range(2):
+        assert lifecycle.fail(deps, batch_id, "States.TaskFailed")["status"] == "failed"
+        assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 4
+        counts = batches.get_batch(deps, ALICE, batch_id)["request_counts"]
+        assert counts == {"total": 4, "completed": 0, "failed": 4}
 
 
 # --- writes whose answer was lost -----------------------------------------------------------------

@@ -18,7 +18,7 @@ from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
 from batchgw.domain.chains import ChainMessage
-from batchgw.domain.decisions import not_run_error
+from batchgw.domain.decisions import abandoned, not_run_error
 from batchgw.domain.files import file_key
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
@@ -340,9 +340,12 @@ def sweep(
 ) -> None:
     """End every unstarted request of the batch (queued, or waiting for a retry) as
     ``status`` with ``error``. With ``failed_retries``, a request that has run before fails
-    with the last error it got instead: it is not a request that never ran."""
+    with the last error it got instead: it is not a request that never ran. Only requests
+    before the ``written`` frontier: past it, none is written for certain (a batch that
+    failed while prepare wrote counts those with ``count_unwritten``)."""
     now = deps.clock()
     model = batch.models[0] if len(batch.models) == 1 else "several"
+    below = None if batch.all_written else batch.written_count
     if failed_retries:
         failed = deps.requests.sweep(
             batch.id,
@@ -350,6 +353,7 @@ def sweep(
             tally=Tally(failed=1),
             shards=batch.shard_count,
             attempted=True,
+            below=below,
         )
         metrics.ended(RequestStatus.FAILED.value, failed, model=model)
     ended = deps.requests.sweep(
@@ -358,6 +362,7 @@ def sweep(
         tally=tally,
         shards=batch.shard_count,
         attempted=False if failed_retries else None,
+        below=below,
     )
     metrics.ended(status.value, ended, model=model)
 
@@ -377,6 +382,26 @@ def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:
         sweep(deps, batch, RequestStatus.CANCELLED, not_run_error("batch_cancelled"), Tally(cancelled=1))
     elif batch.owner_failed:
         sweep(deps, batch, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
+
+
+def lease_ran_out(request: RequestRecord, now: float) -> bool:
+    """Running, but its worker's lease ran out: the worker is gone."""
+    return request.status is RequestStatus.RUNNING and (request.lease_until or 0) < now
+
+
+def end_abandoned(deps: Deps, batch: BatchRecord, request: RequestRecord, now: float) -> bool:
+    """End a request whose worker is gone, in a batch that stopped (no worker takes it over)."""
+    decision = abandoned(batch, request)
+    ended = deps.requests.end_abandoned(
+        request,
+        now=now,
+        shard=batch.shard_of(request.index),
+        end=RequestEnd(decision.status, ended_at=now, error=decision.error),
+        tally=decision.tally,
+    )
+    if ended:
+        metrics.ended(decision.status.value, model=request.model)
+    return ended
 
 
 def _retention_fields(deps: Deps, batch: BatchRecord, now: float) -> dict[str, Any]:
@@ -468,46 +493,73 @@ def cause_of(error: Any) -> str | None:
     return f"{name}: {str(detail)[:300]}" if detail else name
 
 
+class StillRunning(Exception):
+    """A failed batch's requests are still running: the workflow calls the step again."""
+
+
 def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
     """A workflow step failed for good: the batch fails visibly (``error`` says where), its
-    unstarted requests end ``batch_failed``, and its retention is set. Requests still
-    running finish and are kept. Says when the batch is to be purged."""
+    unstarted requests end ``batch_failed`` (those prepare never wrote too), and its
+    retention is set. Says when the batch is to be purged.
+
+    Requests still running finish and are kept: while one does, this raises
+    ``StillRunning`` and the workflow calls the step again; one whose worker is gone (its
+    lease ran out) ends here, failed with the batch. The step may die anywhere and be
+    called again: a batch it already failed gets what follows again, each part of which
+    is idempotent (a sweep, a count noted once, a key kept, an event marked pending).
+    """
     batch = deps.batches.get_record(batch_id)
     if batch is None:
         return {"status": "deleted", "purge_at": _iso(deps.clock())}
-    if batch.status.is_final:
+    if batch.status.is_final and batch.status is not BatchStatus.FAILED:
         return finalize(deps, batch_id)
-    now = deps.clock()
-    error = {
-        "code": "batch_failed",
-        "message": clean_message(
-            f"The batch could not be run to its end: {cause or 'a workflow step failed'}."
-        ),
-    }
-    failed = deps.batches.end(
-        batch_id,
-        {
+    if not batch.status.is_final:
+        now = deps.clock()
+        error = {
+            "code": "batch_failed",
+            "message": clean_message(
+                f"The batch could not be run to its end: {cause or 'a workflow step failed'}."
+            ),
+        }
+        fields: dict[str, Any] = {
             "status": BatchStatus.FAILED,
             "failed_at": int(now),
             "ended_at": timestamp(now),
             "error": error,
             "event_pending": True,
             **_retention_fields(deps, batch, now),
-        },
-        from_statuses=UNFINISHED_STATUSES,
-        remove=["task_token"],
-    )
-    if failed is None:
-        return fail(deps, batch_id, cause)
-    if failed.prepared:
-        sweep(deps, failed, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
+        }
+        if not batch.prepared and batch.total:
+            # Failed before prepare recorded anything: none of its requests counts as
+            # written (any a dying prepare stored stay past the frontier), all fail with it.
+            shards = min(deps.settings.batch_counter_shards, batch.total)
+            deps.batches.put_shards(batch_id, shard_totals(batch.total, shards))
+            fields.update(shards=shards, written=0)
+        failed = deps.batches.end(batch_id, fields, from_statuses=UNFINISHED_STATUSES, remove=["task_token"])
+        if failed is None:
+            return fail(deps, batch_id, cause)
+        logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})
+        batch = failed
+    if batch.prepared:
+        sweep(deps, batch, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
         # It failed while prepare wrote its requests: those never written fail with it.
-        deps.batches.count_unwritten(failed, Tally(failed=1))
-    _keep_idempotency_key(deps, failed, now)
-    announce(deps, failed)
-    logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})
-    assert failed.results_expires_at is not None
-    return {"status": BatchStatus.FAILED.value, "purge_at": _iso(failed.results_expires_at)}
+        deps.batches.count_unwritten(batch, Tally(failed=1))
+        _end_or_wait_for_running(deps, batch)
+    ended_at = batch.ended_at if batch.ended_at is not None else deps.clock()
+    _keep_idempotency_key(deps, batch, ended_at)
+    announce(deps, batch)
+    assert batch.results_expires_at is not None
+    return {"status": BatchStatus.FAILED.value, "purge_at": _iso(batch.results_expires_at)}
+
+
+def _end_or_wait_for_running(deps: Deps, batch: BatchRecord) -> None:
+    """End the failed batch's running requests whose workers are gone; raise
+    ``StillRunning`` while any other runs (its worker ends it, counted)."""
+    now = deps.clock()
+    running = [r for r in deps.requests.unfinished(batch.id) if r.status is RequestStatus.RUNNING]
+    live = [r for r in running if not (lease_ran_out(r, now) and end_abandoned(deps, batch, r, now))]
+    if live:
+        raise StillRunning(f"{len(live)} requests of failed batch {batch.id} are still running")
 
 
 def announce(deps: Deps, batch: BatchRecord) -> None:

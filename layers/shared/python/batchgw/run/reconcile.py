@@ -31,12 +31,11 @@ from typing import Any
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
-from batchgw.domain.decisions import abandoned
-from batchgw.domain.request import RequestEnd, RequestRecord
+from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
-from batchgw.run.lifecycle import park_step, sweep_stopped
+from batchgw.run.lifecycle import end_abandoned, lease_ran_out, park_step, sweep_stopped
 from batchgw.storage.workflow import Next, step
 
 
@@ -117,31 +116,12 @@ def _mend(deps: Deps, batch: CountedBatch, now: float) -> None:
     unfinished = deps.requests.unfinished(record.id)
     if record.stopping:
         sweep_stopped(deps, record)
-        ended = sum(_end_abandoned(deps, record, r, now) for r in unfinished if _abandoned(r, now))
+        ended = sum(end_abandoned(deps, record, r, now) for r in unfinished if lease_ran_out(r, now))
         if ended:
             logger.warning("abandoned requests ended", extra={"batch_id": record.id, "requests": ended})
     else:
         _resend_lost_work(deps, record, unfinished, now)
     _correct_counters(deps, batch, unfinished)
-
-
-def _abandoned(request: RequestRecord, now: float) -> bool:
-    """Running, but its worker's lease ran out: the worker is gone."""
-    return request.status is RequestStatus.RUNNING and (request.lease_until or 0) < now
-
-
-def _end_abandoned(deps: Deps, batch: BatchRecord, request: RequestRecord, now: float) -> bool:
-    decision = abandoned(batch, request)
-    ended = deps.requests.end_abandoned(
-        request,
-        now=now,
-        shard=batch.shard_of(request.index),
-        end=RequestEnd(decision.status, ended_at=now, error=decision.error),
-        tally=decision.tally,
-    )
-    if ended:
-        metrics.ended(decision.status.value, model=request.model)
-    return ended
 
 
 def _resend_lost_work(deps: Deps, batch: BatchRecord, unfinished: list[RequestRecord], now: float) -> None:
@@ -151,7 +131,7 @@ def _resend_lost_work(deps: Deps, batch: BatchRecord, unfinished: list[RequestRe
     first_queued: dict[int, int] = {}
     chains = batch.chains or 1
     for request in unfinished:
-        if _abandoned(request, now) or (
+        if lease_ran_out(request, now) or (
             request.status is RequestStatus.RETRY_WAIT and (request.next_at or 0) <= overdue
         ):
             lone.append(RequestMessage(batch.id, request.index))

@@ -455,9 +455,14 @@ class RequestStore:
         tally: Tally,
         shards: int,
         attempted: bool | None = None,
+        below: int | None = None,
     ) -> int:
         """End every unstarted request (queued or waiting for a retry) with ``end``,
         counting each once. Returns how many it ended.
+
+        ``below``: only those with a lower index (the batch's ``written`` frontier, past which
+        a stored request is one a prepare that died wrote without moving the frontier: it is
+        counted as never written instead).
 
         ``attempted`` narrows it to requests that have (True) or have not (False) used an
         attempt yet (a model_queued wait uses none). Used when a batch is cancelled or its
@@ -472,12 +477,15 @@ class RequestStore:
             condition += f" AND {attempted_before if attempted else never_attempted}"
             values[":zero"] = 0
         pending: dict[int, list[int]] = {}
+        keys, bound = "pk = :pk", {}
+        if below is not None:
+            keys, bound = "pk = :pk AND idx < :below", {":below": below}
         for raw in self._table.query(
-            KeyConditionExpression="pk = :pk",
+            KeyConditionExpression=keys,
             FilterExpression=condition,
             ProjectionExpression="idx",
             ExpressionAttributeNames=_STATUS,
-            ExpressionAttributeValues=to_item({":pk": batch_id, **values}),
+            ExpressionAttributeValues=to_item({":pk": batch_id, **values, **bound}),
             ConsistentRead=True,
         ):
             index = int(raw["idx"]["N"])
