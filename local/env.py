@@ -400,12 +400,20 @@ class HandlerPool:
                     raise
             try:
                 yield handler
-            finally:
-                with self._lock:
-                    self._idle.append(handler)
+            except Exception:
+                self._release(handler)
+                raise
+            except BaseException:
+                raise  # the environment died with its invocation: the next one starts cold
+            else:
+                self._release(handler)
         finally:
             if self._slots is not None:
                 self._slots.release()
+
+    def _release(self, handler: Handler) -> None:
+        with self._lock:
+            self._idle.append(handler)
 
 
 @dataclass

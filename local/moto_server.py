@@ -6,12 +6,12 @@
 Hooks, for the local stack only and pinned to moto 5.2.5's behaviour: DynamoDB's fixes
 (``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), the
 Lambda hook (``install_lambda_hook``), and connections kept between requests
-(``local.keep_alive``). Without Docker, moto's Lambda is
-``LambdaSimpleBackend``, whose ``invoke`` just echoes the payload. Step Functions'
-``lambda:invoke`` and ``lambda:invoke.waitForTaskToken`` tasks reach it as an ordinary
-``Invoke`` call over HTTP (moto's interpreter builds a boto3 client on
-``localhost:$MOTO_PORT``), so replacing that one method makes both resources run the
-real handler:
+(``local.keep_alive``); for chaos runs, tasks that die mid-run (``local.crashes``).
+Without Docker, moto's Lambda is ``LambdaSimpleBackend``, whose ``invoke`` just echoes the
+payload. Step Functions' ``lambda:invoke`` and ``lambda:invoke.waitForTaskToken`` tasks
+reach it as an ordinary ``Invoke`` call over HTTP (moto's interpreter builds a boto3
+client on ``localhost:$MOTO_PORT``), so replacing that one method makes both resources run
+the real handler:
 
 - the function's name selects a dotted handler path (``local.env.lambda_handlers``:
   the defaults plus ``BATCHGW_LAMBDA_HANDLERS``); a function not in the table keeps
@@ -44,13 +44,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import moto
-from batchgw.storage.aws import FUNCTION_NAME_ENV, calls_made_for
+from batchgw.storage.aws import FUNCTION_NAME_ENV, calls_made_for, get_clients
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.moto_api._internal.models import moto_api_backend
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 
-from local import keep_alive, moto_patches
+from local import crashes, keep_alive, moto_patches
 from local.env import (
     DEFAULT_MOTO_PORT,
     HOST,
@@ -113,6 +113,9 @@ def run_handler(pool: HandlerPool, function: Any, event: Any, response_headers: 
                 return _error_payload(exc, context.aws_request_id)
             finally:
                 record_invocation(function.function_name, time.monotonic() - started)
+    except crashes.LambdaDied as exc:  # a chaos run's death: the process exited, its environment gone
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return _error_payload(exc, context.aws_request_id, "Runtime.ExitError")
     except Exception as exc:  # the environment could not start: the module does not import
         log.exception("cannot import handler", extra={"handler": pool.path})
         response_headers["x-amz-function-error"] = "Unhandled"
@@ -230,6 +233,7 @@ def serve(port: int) -> None:
     install_atomic_receive()
     moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
     keep_alive.install()  # connections kept between requests (werkzeug closes each one)
+    crashes.install(get_clients().events, os.environ)  # chaos runs only: tasks dying mid-run
     server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
     server.start()
     log.info("moto listening", extra={"port": port})

@@ -1,6 +1,8 @@
 """A seeded chaos run on a local stack: many concurrent batches while worker processes
-crash at random moments, the simulator answers random retryable errors, timeouts and
-``model_queued``, chain messages are delivered again, and random batches are cancelled.
+crash at random moments, the workflow's tasks die at random AWS calls (``local.crashes``:
+before a call is sent, or after it was made and its answer lost), the simulator answers
+random retryable errors, timeouts and ``model_queued``, chain messages are delivered
+again, and random batches are cancelled.
 
 Afterwards, for every batch: a final status; ``request_counts`` equal to its terminal
 requests; every request exactly one terminal outcome. Overall: the upstream requests the
@@ -31,6 +33,7 @@ import httpx
 from batchgw.config import resources
 from batchgw.domain.chains import ChainMessage
 
+from local import crashes
 from local import env as local_env
 from local.run import LocalStack
 from tests.support import wait_for
@@ -73,6 +76,7 @@ class ChaosConfig:
     timeout: float = 240
     reconcile_seconds: float = 2
     worker_timeout_seconds: float = 12
+    task_crash_rate: float = 0.0  # per AWS call of a workflow task: it dies there
 
 
 @dataclass
@@ -83,6 +87,7 @@ class ChaosReport:
     duplicates: int = 0
     cancels: int = 0
     faults: int = 0
+    task_deaths: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     upstream_seen: int = 0
@@ -90,15 +95,17 @@ class ChaosReport:
     lost_attempts: int = 0
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
+    failed_batches: list[str] = field(default_factory=list)  # each with its errors' messages
 
     def lines(self) -> list[str]:
         return [
             f"batches {self.batches} ({dict(self.statuses)})",
             f"requests {self.requests} ({dict(self.outcomes)})",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "
-            f"requests with faults {self.faults}",
+            f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}",
             f"upstream requests seen {self.upstream_seen}: calls recorded {self.calls_recorded}, "
             f"attempts lost with their worker {self.lost_attempts}",
+            *(f"  failed batch {failed}" for failed in self.failed_batches),
             f"seconds {self.seconds:.1f}, violations {len(self.violations)}",
             *(f"  VIOLATION: {v}" for v in self.violations),
         ]
@@ -139,6 +146,7 @@ class Chaos:
                 self._check_batch(batch_id, batch)
         self._check_upstream(batch_ids)
         self._check_drained()
+        self.report.task_deaths = self._task_deaths()
         self.report.seconds = time.monotonic() - started
         return self.report
 
@@ -187,6 +195,13 @@ class Chaos:
                 self.api.post(f"/batches/{batch_id}/cancel").raise_for_status()
                 self.report.cancels += 1
 
+    def _task_deaths(self) -> int:
+        """The workflow tasks that died (moto's process logs each death)."""
+        log = self.stack.log_dir / "moto.log" if self.stack.log_dir else None
+        if log is None or not log.exists():
+            return 0
+        return sum(crashes.DIED in line for line in log.read_text(errors="replace").splitlines())
+
     def _wait_final(self, batch_id: str) -> dict[str, Any] | None:
         try:
             return wait_for(
@@ -216,6 +231,8 @@ class Chaos:
     def _check_batch(self, batch_id: str, batch: dict[str, Any]) -> None:
         violations = self.report.violations
         self.report.statuses[batch["status"]] += 1
+        if batch["status"] == "failed":
+            self.report.failed_batches.append(f"{batch_id}: {(batch.get('error') or {}).get('message')}")
         results = self._results(batch_id)
         ids = [r["custom_id"] for r in results]
         if len(ids) != self.config.requests or len(set(ids)) != len(ids):
@@ -304,6 +321,11 @@ def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:
         "BATCH_RECONCILE_SECONDS": str(config.reconcile_seconds),
         "BATCH_WORKER_TIMEOUT_SECONDS": str(config.worker_timeout_seconds),
     }
+    if config.task_crash_rate:
+        tasks = ",".join(
+            f"{local_env.function_name(s)}={config.task_crash_rate}" for s in resources.WORKFLOW_SUBSTITUTIONS
+        )
+        env.update({crashes.CRASHES_ENV: tasks, crashes.CRASH_SEED_ENV: str(config.seed)})
     return LocalStack(
         api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=config.workers, log_dir=log_dir
     )
@@ -317,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-seconds", type=float, default=defaults.window_seconds)
     parser.add_argument("--reconcile-seconds", type=float, default=defaults.reconcile_seconds)
     parser.add_argument("--worker-timeout-seconds", type=float, default=defaults.worker_timeout_seconds)
+    parser.add_argument(
+        "--task-crash-rate",
+        type=float,
+        default=defaults.task_crash_rate,
+        help="per AWS call of a workflow task",
+    )
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     config = ChaosConfig(**{k: v for k, v in vars(args).items()})

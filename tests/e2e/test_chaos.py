@@ -14,7 +14,14 @@ def test_every_batch_ends_with_one_outcome_per_request_whatever_fails(
     tmp_path_factory: pytest.TempPathFactory, seed: int
 ) -> None:
     config = ChaosConfig(
-        seed=seed, batches=6, requests=25, kills=4, duplicates=6, cancels=2, window_seconds=40
+        seed=seed,
+        batches=6,
+        requests=25,
+        kills=4,
+        duplicates=6,
+        cancels=2,
+        window_seconds=40,
+        task_crash_rate=0.03,
     )
     with chaos_stack(tmp_path_factory.mktemp("chaos-logs"), config) as stack:
         report = Chaos(stack, config).run()
@@ -22,4 +29,5 @@ def test_every_batch_ends_with_one_outcome_per_request_whatever_fails(
     print("\n".join(report.lines()))
     assert report.violations == []
     assert report.kills == replaced == config.kills  # every crashed worker was replaced
+    assert report.task_deaths > 0  # workflow tasks died at AWS calls and were retried
     assert report.statuses["cancelled"] >= 1 and report.lost_attempts >= 0

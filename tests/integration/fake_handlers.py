@@ -14,6 +14,8 @@ from typing import Any
 import boto3
 from batchgw.config.resources import DATA_BUCKET
 
+from local.crashes import LambdaDied
+
 
 def _s3() -> Any:
     return boto3.client("s3")
@@ -104,3 +106,17 @@ def s3_worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
     for record in event["Records"]:
         _put(f"seen/{json.loads(record['body'])['id']}/{os.getpid()}", record["attributes"])
     return {"batchItemFailures": []}
+
+
+def mortal(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Dies as a chaos run's task does (``{"die": true}``), raises (``{"raise": true}``), or
+    answers; counts its calls in its module's globals (``CALLS``), one count per environment."""
+    CALLS.append(event)
+    if event.get("die"):
+        raise LambdaDied("mortal died")
+    if event.get("raise"):
+        raise RuntimeError("mortal raised")
+    return {"calls": len(CALLS)}
+
+
+CALLS: list[dict[str, Any]] = []

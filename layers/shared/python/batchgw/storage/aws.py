@@ -176,6 +176,12 @@ def current_function() -> str:
     return _invoked_function.get() or os.environ.get(FUNCTION_NAME_ENV) or UNATTRIBUTED
 
 
+def invoked_function() -> str | None:
+    """The function ``calls_made_for`` names in this context; None off it (a thread started
+    without the context, such as boto3's S3 transfer threads)."""
+    return _invoked_function.get()
+
+
 def record_calls(session: EventSource, directory: Path) -> None:
     """Count ``session``'s calls and keep ``directory/<function>.<pid>.json`` up to date with them,
     and what they touched in ``directory/<function>.<pid>.touched.jsonl``.
