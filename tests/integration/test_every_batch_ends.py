@@ -13,6 +13,7 @@ from batchgw.api import results as results_api
 from batchgw.deps import Deps
 from batchgw.domain.batch import Tally
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
+from batchgw.domain.decisions import Verdict, verdict
 from batchgw.domain.errors import ServiceUnavailable, StorageError
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
@@ -223,22 +224,23 @@ def test_a_failed_workflow_step_fails_the_batch_visibly_and_waits_for_what_still
     error = {"Error": "ValueError", "Cause": '{"errorMessage": "boom", "errorType": "ValueError"}'}
     with pytest.raises(lifecycle.StillRunning):  # the workflow calls the step again
         lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
-    batch = batches.get_batch(deps, ALICE, batch_id)
-    assert batch["status"] == "failed" and batch["failed_at"] is not None
+    batch = batches.get_batch(deps, ALICE, batch_id)  # stopped, not ended while a request runs
+    assert batch["status"] == "in_progress" and batch["failed_at"] is None
     assert batch["error"]["code"] == "batch_failed" and "ValueError: boom" in batch["error"]["message"]
     assert statuses(deps, batch_id) == [
         ("in_progress", None),
         ("failed", "batch_failed"),
         ("failed", "batch_failed"),
     ]
+    assert verdict(deps.batches.get_record(batch_id), clock()) is Verdict.OWNER_FAILED  # nothing starts
 
     clock.advance(61)  # the running request's lease ran out: its worker is gone
     ended = lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
     assert ended["status"] == "failed" and ended["purge_at"]
     assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 3
     batch = batches.get_batch(deps, ALICE, batch_id)
+    assert batch["status"] == "failed" and batch["failed_at"] is not None
     assert batch["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
-    assert batch["error"]["code"] == "batch_failed"  # the first failure's error stands
 
 
 def test_a_request_still_running_when_its_batch_failed_is_ended_by_its_worker_and_counted(
@@ -276,7 +278,7 @@ def test_a_fail_step_that_died_midway_is_finished_when_the_workflow_calls_it_aga
         patched.setattr(lifecycle, "sweep", died)
         with pytest.raises(StepDied):
             lifecycle.fail(deps, batch_id, "a step failed")
-    assert batches.get_batch(deps, ALICE, batch_id)["status"] == "failed"
+    assert batches.get_batch(deps, ALICE, batch_id)["status"] == "in_progress"  # stopped, not ended
     assert {status for status, _ in statuses(deps, batch_id)} == {"queued"}
 
     for _ in range(2):  # the workflow's retry, then one more: counted once

@@ -278,14 +278,13 @@ def stopped_retry(reason: Verdict, retry: Retry, request: RequestRecord) -> End:
 def abandoned(batch: BatchRecord, request: RequestRecord) -> End:
     """The end of a request whose worker was lost while its batch was stopping (the
     reconciler ends it): the lost attempt's cost is unknown. Cancelled with the batch, or
-    past the window: failed with its last error if it had one, else expired. Failed with the
-    batch when its owner may no longer run it or a workflow step failed for good."""
+    past the window: failed with its last error if it had one, else expired."""
     charge = Tally(cost_unknown=request.lost + 1)
     if batch.status is BatchStatus.CANCELLING:
         return End(RequestStatus.CANCELLED, _with(charge, cancelled=1), not_run_error("batch_cancelled"))
     if request.error is not None:
         return End(RequestStatus.FAILED, _with(charge, failed=1), request.error)
-    if batch.owner_failed or batch.status is BatchStatus.FAILED:
+    if batch.owner_failed:
         return End(RequestStatus.FAILED, _with(charge, failed=1), not_run_error("batch_failed"))
     return End(RequestStatus.EXPIRED, _with(charge, failed=1, expired=1), not_run_error("batch_expired"))
 

@@ -502,54 +502,63 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
     unstarted requests end ``batch_failed`` (those prepare never wrote too), and its
     retention is set. Says when the batch is to be purged.
 
-    Requests still running finish and are kept: while one does, this raises
-    ``StillRunning`` and the workflow calls the step again; one whose worker is gone (its
-    lease ran out) ends here, failed with the batch. The step may die anywhere and be
-    called again: a batch it already failed gets what follows again, each part of which
-    is idempotent (a sweep, a count noted once, a key kept, an event marked pending).
+    As when its owner fails it, the batch first stops (``owner_failed``: no request starts),
+    then its requests are settled, and only then does it take its final status, so a batch
+    that reads ``failed`` has every request ended and counted. Requests still running finish
+    and are counted: while one does, this raises ``StillRunning`` and the workflow calls the
+    step again; one whose worker is gone (its lease ran out) ends here, failed with the
+    batch. The step may die anywhere and be called again: each part is idempotent (a
+    conditional stop, a sweep, a count noted once, a conditional end, a key kept, an event
+    marked pending).
     """
     batch = deps.batches.get_record(batch_id)
     if batch is None:
         return {"status": "deleted", "purge_at": _iso(deps.clock())}
-    if batch.status.is_final and batch.status is not BatchStatus.FAILED:
+    if batch.status.is_final:
+        if batch.status is BatchStatus.FAILED and batch.ended_at is not None:
+            _keep_idempotency_key(deps, batch, batch.ended_at)  # a retried step that died after its end
         return finalize(deps, batch_id)
-    if not batch.status.is_final:
-        now = deps.clock()
-        error = {
-            "code": "batch_failed",
-            "message": clean_message(
-                f"The batch could not be run to its end: {cause or 'a workflow step failed'}."
-            ),
-        }
-        fields: dict[str, Any] = {
-            "status": BatchStatus.FAILED,
-            "failed_at": int(now),
-            "ended_at": timestamp(now),
-            "error": error,
-            "event_pending": True,
-            **_retention_fields(deps, batch, now),
-        }
+    if not batch.owner_failed:
+        fields: dict[str, Any] = {"owner_failed": True}
+        if batch.error is None:
+            reason = cause or "a workflow step failed"
+            message = clean_message(f"The batch could not be run to its end: {reason}.")
+            fields["error"] = {"code": "batch_failed", "message": message}
         if not batch.prepared and batch.total:
             # Failed before prepare recorded anything: none of its requests counts as
             # written (any a dying prepare stored stay past the frontier), all fail with it.
             shards = min(deps.settings.batch_counter_shards, batch.total)
             deps.batches.put_shards(batch_id, shard_totals(batch.total, shards))
             fields.update(shards=shards, written=0)
-        failed = deps.batches.end(batch_id, fields, from_statuses=UNFINISHED_STATUSES, remove=["task_token"])
-        if failed is None:
-            return fail(deps, batch_id, cause)
-        logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})
-        batch = failed
+        stopped = deps.batches.change(batch_id, fields, from_statuses=UNFINISHED_STATUSES)
+        if stopped is None:
+            return fail(deps, batch_id, cause)  # it ended or changed meanwhile: look again
+        batch = stopped
     if batch.prepared:
         sweep(deps, batch, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
         # It failed while prepare wrote its requests: those never written fail with it.
         deps.batches.count_unwritten(batch, Tally(failed=1))
         _end_or_wait_for_running(deps, batch)
-    ended_at = batch.ended_at if batch.ended_at is not None else deps.clock()
-    _keep_idempotency_key(deps, batch, ended_at)
-    announce(deps, batch)
-    assert batch.results_expires_at is not None
-    return {"status": BatchStatus.FAILED.value, "purge_at": _iso(batch.results_expires_at)}
+    now = deps.clock()
+    failed = deps.batches.end(
+        batch_id,
+        {
+            "status": BatchStatus.FAILED,
+            "failed_at": int(now),
+            "ended_at": timestamp(now),
+            "event_pending": True,
+            **_retention_fields(deps, batch, now),
+        },
+        from_statuses=UNFINISHED_STATUSES,
+        remove=["task_token"],
+    )
+    if failed is None:
+        return fail(deps, batch_id, cause)
+    logger.error("batch failed", extra={"batch_id": batch_id, "cause": cause})
+    _keep_idempotency_key(deps, failed, now)
+    announce(deps, failed)
+    assert failed.results_expires_at is not None
+    return {"status": BatchStatus.FAILED.value, "purge_at": _iso(failed.results_expires_at)}
 
 
 def _end_or_wait_for_running(deps: Deps, batch: BatchRecord) -> None:
