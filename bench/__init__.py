@@ -67,6 +67,10 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    10 and 11) off and on: moto's handler CPU per request, and ``moto_patch_cpu_ratio`` =
    on / off.
 
+Not part of ``make bench``: ``python -m bench.worker_memory`` (about a minute) prints the
+worker's peak memory with as many chains as one invocation receives and every answer near
+the size limit, beside the worker function's configured memory (what right-sizing it needs).
+
 Also printed, to find where time goes: the gateway's timeline (create call, in_progress
 seen, first upstream request, last request in flight, final status seen, results read),
 slot occupancy (``/_sim/stats`` ``in_flight`` sampled every 100 ms, mean / 16, over the
