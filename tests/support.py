@@ -50,6 +50,18 @@ def http_event(
     return event
 
 
+def bare_table(dynamodb: Any, name: str) -> Any:
+    """Create a table keyed by a string ``pk`` alone (for tests of the AWS plumbing itself,
+    not of the gateway's tables); returns ``dynamodb``."""
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return dynamodb
+
+
 class FakeClock:
     """A clock that only moves when told to."""
 

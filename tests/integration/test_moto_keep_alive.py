@@ -15,6 +15,7 @@ from moto.server import ThreadedMotoServer
 
 from local import keep_alive
 from tests.integration.conftest import FAKE_AWS_ENV, REGION
+from tests.support import bare_table
 
 _AUTH = (
     f"AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/dynamodb/aws4_request, "
@@ -51,13 +52,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, list[Any]]]:
 
 def _table(port: int, name: str) -> Any:
     dynamodb = boto3.client("dynamodb", endpoint_url=f"http://127.0.0.1:{port}", region_name=REGION)
-    dynamodb.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    return dynamodb
+    return bare_table(dynamodb, name)
 
 
 def test_calls_share_one_connection_and_each_gets_its_own_answer(server: tuple[int, list[Any]]) -> None:

@@ -14,6 +14,7 @@ from local import crashes
 from local.env import HandlerPool
 from local.moto_server import run_handler
 from tests.integration import fake_handlers
+from tests.support import bare_table
 
 TABLE = "crash-probe"
 
@@ -27,17 +28,6 @@ def test_crash_rates_are_read_per_function_and_a_bad_one_is_refused() -> None:
             crashes.crash_rates({crashes.CRASHES_ENV: bad})
 
 
-def _table(clients: AwsClients) -> Any:
-    dynamodb = clients.dynamodb
-    dynamodb.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    return dynamodb
-
-
 @pytest.mark.usefixtures("aws_env")
 def test_a_crashing_functions_call_dies_before_it_is_sent_or_after_it_was_made() -> None:
     clients = AwsClients()
@@ -45,7 +35,7 @@ def test_a_crashing_functions_call_dies_before_it_is_sent_or_after_it_was_made()
         clients.events, {crashes.CRASHES_ENV: "doomed=1", crashes.CRASH_SEED_ENV: "3"}
     )
     assert installed is not None
-    dynamodb = _table(clients)  # made off any invocation: never dies
+    dynamodb = bare_table(clients.dynamodb, TABLE)  # made off any invocation: never dies
 
     deaths: dict[str, str] = {}
     with calls_made_for("doomed"):
