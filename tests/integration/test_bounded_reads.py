@@ -384,8 +384,9 @@ def test_a_presigned_upload_ends_with_its_signing_credentials_and_says_so(sim: S
 
 
 def test_a_run_mark_is_renewed_while_its_call_outlasts_a_lease(sim: Simulator) -> None:
-    deps = make_deps(sim, time.time, BATCH_LEASE_SECONDS="0.6", BATCH_UPSTREAM_TIMEOUT_SECONDS="5")
-    slow = chat_request("long", "slow [[sim latency_ms=2000]]")
+    # Renewed every third of a lease: 2 s leaves a renewal over a second of a busy machine's delay.
+    deps = make_deps(sim, time.time, BATCH_LEASE_SECONDS="2", BATCH_UPSTREAM_TIMEOUT_SECONDS="15")
+    slow = chat_request("long", "slow [[sim latency_ms=6000]]")
     created = batches.create_batch(deps, ALICE, body_of([slow]))
     lifecycle.prepare(deps, created["id"])
     [message] = receive_all(deps)
@@ -394,7 +395,7 @@ def test_a_run_mark_is_renewed_while_its_call_outlasts_a_lease(sim: Simulator) -
         chain = asyncio.create_task(
             run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 60)
         )
-        await asyncio.sleep(1.5)  # the call runs 2 s: well past the mark's first 0.6 s
+        await asyncio.sleep(4.5)  # the call runs 6 s: well past the mark's first 2 s
         live = await asyncio.to_thread(deps.batches.runs_live, created["id"], deps.clock())
         await chain
         return live

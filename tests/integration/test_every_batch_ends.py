@@ -428,8 +428,10 @@ def test_every_batch_record_has_a_ttl_backstop_from_its_create(sim: Simulator, w
 
 
 def test_a_request_lease_is_renewed_while_its_call_outlasts_it(sim: Simulator) -> None:
-    deps = make_deps(sim, time.time, BATCH_LEASE_SECONDS="0.6", BATCH_UPSTREAM_TIMEOUT_SECONDS="5")
-    batch = batches.create_batch(deps, ALICE, body_of([chat_request("long", "slow [[sim latency_ms=2000]]")]))
+    # A lease renewed every third of it: 2 s leaves a renewal over a second of a busy
+    # machine's delay (at 0.6 s, a loaded CI machine once let the lease lapse).
+    deps = make_deps(sim, time.time, BATCH_LEASE_SECONDS="2", BATCH_UPSTREAM_TIMEOUT_SECONDS="15")
+    batch = batches.create_batch(deps, ALICE, body_of([chat_request("long", "slow [[sim latency_ms=6000]]")]))
     lifecycle.prepare(deps, batch["id"])
     [message] = receive_all(deps)
 
@@ -437,8 +439,8 @@ def test_a_request_lease_is_renewed_while_its_call_outlasts_it(sim: Simulator) -
         chain = asyncio.create_task(
             run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 60)
         )
-        await asyncio.sleep(1.5)  # the call runs 2 s: well past its first 0.6 s lease
-        poacher = await asyncio.to_thread(deps.requests.claim, batch["id"], 0, "other", deps.clock(), 0.6)
+        await asyncio.sleep(4.5)  # the call runs 6 s: well past its first 2 s lease
+        poacher = await asyncio.to_thread(deps.requests.claim, batch["id"], 0, "other", deps.clock(), 2)
         await chain
         return poacher.kind
 
