@@ -95,7 +95,7 @@ class ChaosReport:
     lost_attempts: int = 0
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
-    failed_batches: list[str] = field(default_factory=list)  # each with its errors' messages
+    failed_batches: list[str] = field(default_factory=list)  # each with its error's message
 
     def lines(self) -> list[str]:
         return [

@@ -565,10 +565,15 @@ def _end_or_wait_for_running(deps: Deps, batch: BatchRecord) -> None:
     """End the failed batch's running requests whose workers are gone; raise
     ``StillRunning`` while any other runs (its worker ends it, counted)."""
     now = deps.clock()
-    running = [r for r in deps.requests.unfinished(batch.id) if r.status is RequestStatus.RUNNING]
-    live = [r for r in running if not (lease_ran_out(r, now) and end_abandoned(deps, batch, r, now))]
+    live = 0
+    for request in deps.requests.unfinished(batch.id):
+        if request.status is not RequestStatus.RUNNING:
+            continue
+        if lease_ran_out(request, now) and end_abandoned(deps, batch, request, now):
+            continue
+        live += 1  # its worker ends it (or a worker claimed it back meanwhile)
     if live:
-        raise StillRunning(f"{len(live)} requests of failed batch {batch.id} are still running")
+        raise StillRunning(f"{live} requests of failed batch {batch.id} are still running")
 
 
 def announce(deps: Deps, batch: BatchRecord) -> None:
