@@ -301,6 +301,10 @@ class Settings(BaseModel):
     # How long a worker invocation may run (the Lambda timeout); a chain of work stops
     # claiming new requests when less than one upstream timeout is left.
     batch_worker_timeout_seconds: float = Field(900, gt=0, alias="BATCH_WORKER_TIMEOUT_SECONDS")
+    # How long prepare's lease on a batch's writes lasts (renewed at half of it while it
+    # writes): a retried prepare waits this long after one that died before it goes on, and
+    # every write is sent with at least half of it left (``run.prepare_lease``).
+    batch_prepare_lease_seconds: float = Field(60, gt=0, alias="BATCH_PREPARE_LEASE_SECONDS")
     # Counter shards per batch: spreads the per-result counter writes over several items.
     batch_counter_shards: int = Field(8, ge=1, le=64, alias="BATCH_COUNTER_SHARDS")
     # The parts a batch's result files are written in (S3 wants at least 5 MiB but for the

@@ -98,6 +98,10 @@ class BatchRecord:
     # How many of its requests (from index 0) prepare has written: its chains start once the
     # first are, and wait at this frontier for the rest. None: all of them (or not prepared).
     written: int | None = None
+    # The lease of the prepare invocation writing its requests (``run.prepare_lease``): the
+    # invocation's token, and until when it holds the lease.
+    prep_owner: str | None = None
+    prep_until: float | None = None
     shards_done: int = 0
     generation: int = 0  # of its chains: messages of an older generation are dropped
     reconciled_left: int | None = None  # requests left at the last reconcile (None: none yet)
@@ -154,6 +158,10 @@ class BatchRecord:
     def all_written(self) -> bool:
         return self.prepared and self.written_count >= self.total
 
+    def prepare_held(self, now: float) -> bool:
+        """Whether a prepare invocation holds the lease on its writes (it may still write)."""
+        return self.prep_owner is not None and self.prep_until is not None and self.prep_until > now
+
     @property
     def shard_count(self) -> int:
         return self.shards or 1
@@ -209,6 +217,8 @@ class BatchRecord:
             shards=num("shards"),
             chains=num("chains"),
             written=num("written"),
+            prep_owner=item.get("prep_owner"),
+            prep_until=None if item.get("prep_until") is None else float(item["prep_until"]),
             shards_done=int(item.get("shards_done", 0)),
             generation=int(item.get("generation", 0)),
             reconciled_left=num("reconciled_left"),

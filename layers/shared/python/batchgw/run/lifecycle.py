@@ -2,7 +2,8 @@
 not started, finalize, purge.
 
 Each step is idempotent, since Step Functions retries a failed task: a retried prepare
-rewrites the same requests, and finalizing a final batch changes nothing. A step that
+goes on writing from where the one before got, once that one no longer writes, and
+finalizing a final batch changes nothing. A step that
 routes the workflow answers ``step(Next...)`` (``storage.workflow``).
 """
 
@@ -26,6 +27,7 @@ from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.domain.webhooks import EventMessage
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
+from batchgw.run.prepare_lease import PrepareLease
 from batchgw.run.result_files import result_file_id, write_results
 from batchgw.storage.blobs import body_key, input_file_key, input_key
 from batchgw.storage.dynamo import timestamp
@@ -47,59 +49,88 @@ def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
 
     The first requests start while the rest are written: the record's ``written`` says how
     far the writes have gone, after each chunk, and a chain that reaches a request not yet
-    written waits for it. A retried prepare goes on from ``written``: what lies past it was
-    never claimed, so writing it again changes nothing that ran. Nothing else the workflow
-    does runs meanwhile (it is this step), so cancel, expiry and finalize find every request
-    written.
+    written waits for it. Only the holder of the batch's prepare lease writes
+    (``run.prepare_lease``): a retried prepare waits while another invocation holds it, then
+    goes on from ``written``. What lies past it was never claimed, so writing it again
+    changes nothing that ran. Nothing else the workflow does runs meanwhile (it is this
+    step), so cancel, expiry and finalize find every request written.
     """
     batch = deps.batches.get_record(batch_id)
     if batch is None:
         return step(Next.FINALIZE)
-    chunks: Iterator[int] | None = None
-    if batch.status in _UNPREPARED and not batch.prepared:
-        if batch.input_method == "file":
-            checked = _validate_input_file(deps, batch)
-            if checked is None:
-                return step(Next.FINALIZE)
-            batch = checked
-        chunks = _write_chunks(deps, batch, start=0)
-        written = next(chunks, 0)
-        shards = min(deps.settings.batch_counter_shards, batch.total)
-        deps.batches.put_shards(batch_id, shard_totals(batch.total, shards))
-        prepared = deps.batches.change(
-            batch_id,
-            {"shards": shards, "chains": _chain_count(deps, batch, batch.total), "written": written},
-            from_statuses=_UNPREPARED,
-        )
-        if prepared is None:
+    if _writes_due(batch):
+        validating = batch.input_method == "file" and not batch.prepared
+        if validating and _validate_input_file(deps, batch) is None:
             return step(Next.FINALIZE)
-        batch = prepared
-    if batch.status is BatchStatus.VALIDATING:
-        started = deps.batches.change(
-            batch_id,
-            {"status": BatchStatus.IN_PROGRESS, "in_progress_at": int(deps.clock())},
-            from_statuses=[BatchStatus.VALIDATING],
-        )
-        current = started or deps.batches.get_record(batch_id)
-        if current is None:
+        lease = PrepareLease.take(deps, batch_id)  # the record as it is now, validated
+        if lease is None:
             return step(Next.FINALIZE)
-        batch = current
-    if batch.status is BatchStatus.IN_PROGRESS:
-        chains = batch.chains or 1
-        deps.queue.send_many([ChainMessage(batch_id, c, c, chains) for c in range(chains)])
-        logger.info("batch started", extra={"batch_id": batch_id, "total": batch.total, "chains": chains})
-    if batch.prepared and (chunks is not None or not batch.all_written):
-        if chunks is None:  # a retried prepare: on from where the last one got
-            chunks = _write_chunks(deps, batch, start=batch.written_count)
-        rest = _write_rest(deps, batch, chunks)
-        if rest is None:
-            return step(Next.FINALIZE)
-        batch = rest
+        with lease.writing():
+            written = _write_requests(deps, lease.batch)
+    else:
+        written = _start(deps, batch)
+    if written is None:
+        return step(Next.FINALIZE)
+    batch = written
     if batch.status is BatchStatus.CANCELLING:
         return step(Next.CANCEL)
     if batch.status is not BatchStatus.IN_PROGRESS:
         return step(Next.FINALIZE)
     return park_step(deps, batch)
+
+
+def _writes_due(batch: BatchRecord) -> bool:
+    """Whether some of the batch's requests (or its counter shards) are still to be written."""
+    if not batch.prepared:
+        return batch.status in _UNPREPARED
+    return not batch.all_written and not batch.status.is_final
+
+
+def _write_requests(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
+    """Write what is left of the batch's requests, starting its chains once the first are
+    written (its counter shards and first chunk come first, if nothing is written yet): the
+    record after, or None when the batch was deleted, or ended, meanwhile."""
+    chunks: Iterator[int] | None = None
+    if batch.status in _UNPREPARED and not batch.prepared:
+        chunks = _write_chunks(deps, batch, start=0)
+        written = next(chunks, 0)
+        shards = min(deps.settings.batch_counter_shards, batch.total)
+        deps.batches.put_shards(batch.id, shard_totals(batch.total, shards))
+        prepared = deps.batches.change(
+            batch.id,
+            {"shards": shards, "chains": _chain_count(deps, batch, batch.total), "written": written},
+            from_statuses=_UNPREPARED,
+        )
+        if prepared is None:
+            return None
+        batch = prepared
+    started = _start(deps, batch)
+    if started is None or not started.prepared or (chunks is None and started.all_written):
+        return started
+    if chunks is None:  # a retried prepare: on from where the last one got
+        chunks = _write_chunks(deps, started, start=started.written_count)
+    return _write_rest(deps, started, chunks)
+
+
+def _start(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
+    """Move a prepared batch from validating to in progress, and send its chains (a retried
+    prepare sends them again: a duplicate of a chain claims each request like any other,
+    so none runs twice). The record after, or None when the batch was deleted."""
+    if batch.status is BatchStatus.VALIDATING:
+        started = deps.batches.change(
+            batch.id,
+            {"status": BatchStatus.IN_PROGRESS, "in_progress_at": int(deps.clock())},
+            from_statuses=[BatchStatus.VALIDATING],
+        )
+        current = started or deps.batches.get_record(batch.id)
+        if current is None:
+            return None
+        batch = current
+    if batch.status is BatchStatus.IN_PROGRESS:
+        chains = batch.chains or 1
+        deps.queue.send_many([ChainMessage(batch.id, c, c, chains) for c in range(chains)])
+        logger.info("batch started", extra={"batch_id": batch.id, "total": batch.total, "chains": chains})
+    return batch
 
 
 def park_step(deps: Deps, batch: BatchRecord) -> dict[str, Any]:
@@ -494,7 +525,8 @@ def cause_of(error: Any) -> str | None:
 
 
 class StillRunning(Exception):
-    """A failed batch's requests are still running: the workflow calls the step again."""
+    """A failed batch's requests are still running, or a prepare may still write them: the
+    workflow calls the step again."""
 
 
 def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
@@ -507,7 +539,8 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
     that reads ``failed`` has every request ended and counted. Requests still running finish
     and are counted: while one does, this raises ``StillRunning`` and the workflow calls the
     step again; one whose worker is gone (its lease ran out) ends here, failed with the
-    batch. The step may die anywhere and be called again: each part is idempotent (a
+    batch. A prepare that may still write its requests is waited for the same way, before
+    anything is counted. The step may die anywhere and be called again: each part is idempotent (a
     conditional stop, a sweep, a count noted once, a conditional end, a key kept, an event
     marked pending).
     """
@@ -524,16 +557,25 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
             reason = cause or "a workflow step failed"
             message = clean_message(f"The batch could not be run to its end: {reason}.")
             fields["error"] = {"code": "batch_failed", "message": message}
-        if not batch.prepared and batch.total:
-            # Failed before prepare recorded anything: none of its requests counts as
-            # written (any a dying prepare stored stay past the frontier), all fail with it.
-            shards = min(deps.settings.batch_counter_shards, batch.total)
-            deps.batches.put_shards(batch_id, shard_totals(batch.total, shards))
-            fields.update(shards=shards, written=0)
         stopped = deps.batches.change(batch_id, fields, from_statuses=UNFINISHED_STATUSES)
         if stopped is None:
             return fail(deps, batch_id, cause)  # it ended or changed meanwhile: look again
         batch = stopped
+    if batch.prepare_held(deps.clock()):
+        # A prepare may still write (an invocation the workflow lost track of): wait until
+        # it has given up its lease, or the lease has run out.
+        raise StillRunning(f"a prepare of failed batch {batch_id} may still write its requests")
+    if not batch.prepared and batch.total:
+        # Failed before prepare recorded anything: none of its requests counts as written
+        # (any a dying prepare stored stay past the frontier), all fail with it.
+        shards = min(deps.settings.batch_counter_shards, batch.total)
+        deps.batches.put_shards(batch_id, shard_totals(batch.total, shards))
+        noted = deps.batches.change(
+            batch_id, {"shards": shards, "written": 0}, from_statuses=UNFINISHED_STATUSES
+        )
+        if noted is None:
+            return fail(deps, batch_id, cause)
+        batch = noted
     if batch.prepared:
         sweep(deps, batch, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
         # It failed while prepare wrote its requests: those never written fail with it.

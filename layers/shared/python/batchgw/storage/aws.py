@@ -60,11 +60,48 @@ class EventSource(Protocol):
     def events(self) -> Any: ...
 
 
+# The check ``fenced`` runs before each try of every AWS call made in its block.
+_fence: ContextVar[Callable[[], None] | None] = ContextVar("batchgw_fence", default=None)
+
+
+@contextmanager
+def fenced(check: Callable[[], None]) -> Iterator[None]:
+    """Run ``check`` before every try of every AWS call made in this block (and in the tasks
+    and threads it starts with its context), the SDK's own retries included: what it raises
+    ends the call, that try unsent. Writes that must land while a lease holds are sent only
+    after ``check`` found it holding (``run.prepare_lease``)."""
+    token = _fence.set(check)
+    try:
+        yield
+    finally:
+        _fence.reset(token)
+
+
+@contextmanager
+def unfenced() -> Iterator[None]:
+    """Calls made in this block are not checked (a fence's check's own calls)."""
+    token = _fence.set(None)
+    try:
+        yield
+    finally:
+        _fence.reset(token)
+
+
+def _check_fence(**_: Any) -> None:
+    check = _fence.get()
+    if check is not None:
+        check()
+
+
 @dataclass
 class AwsClients:
     """The clients one process uses; each is created on first use and then shared."""
 
     session: Session = field(default_factory=_new_session)
+
+    def __post_init__(self) -> None:
+        # First, before any handler that answers the call in place of sending it (moto's).
+        self.events.register_first("before-send", _check_fence)
 
     @property
     def events(self) -> Any:

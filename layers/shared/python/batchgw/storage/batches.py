@@ -58,6 +58,8 @@ status_is = "#status = :status"
 total_is = "#total = :total"
 shards_unset = "attribute_not_exists(#shards)"
 shards_are = "#shards = :shards"
+prepare_free = "(attribute_not_exists(prep_until) OR prep_until < :now)"
+prepare_is_mine = "prep_owner = :me"
 
 RUN_PREFIX = "run#"  # the sort keys of the batch's run marks
 _RUN_MARK_KEPT_SECONDS = 86400  # a dead worker's mark, long ended, is left to TTL after this
@@ -377,6 +379,41 @@ class BatchStore:
             name: value.value if isinstance(value, BatchStatus) else value for name, value in fields.items()
         }
         return Update(set=stored, remove=remove, condition=condition, names=names, values=values)
+
+    # --- prepare's lease on the writes of its requests ------------------------------------------
+
+    def take_prepare(self, batch_id: str, owner: str, *, now: float, until: float) -> BatchRecord | None:
+        """Give ``owner`` (one prepare invocation) the lease on the batch's request writes
+        until ``until``, if no other holds it: the record after, or None (held by another,
+        or the batch is gone)."""
+        update = self._update(
+            {"prep_owner": owner, "prep_until": timestamp(until)},
+            None,
+            extra=[(prepare_free, {}, {":now": timestamp(now)})],
+        )
+        after, _ = self._table.update_returning(
+            self._key(batch_id), update, failure=f"could not take the prepare lease of {batch_id}"
+        )
+        return None if after is None else BatchRecord.from_item(after)
+
+    def renew_prepare(self, batch_id: str, owner: str, *, until: float) -> bool:
+        """Hold the lease on to ``until``: False when ``owner`` no longer holds it (another
+        invocation took it once it ran out)."""
+        update = self._update(
+            {"prep_until": timestamp(until)}, None, extra=[(prepare_is_mine, {}, {":me": owner})]
+        )
+        return self._table.update(
+            self._key(batch_id), update, failure=f"could not renew the prepare lease of {batch_id}"
+        )
+
+    def release_prepare(self, batch_id: str, owner: str) -> bool:
+        """Give the lease up, if ``owner`` holds it (its writes are over)."""
+        update = self._update(
+            {}, None, remove=["prep_owner", "prep_until"], extra=[(prepare_is_mine, {}, {":me": owner})]
+        )
+        return self._table.update(
+            self._key(batch_id), update, failure=f"could not release the prepare lease of {batch_id}"
+        )
 
     # --- the owner's usage --------------------------------------------------------------------
 
