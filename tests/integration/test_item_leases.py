@@ -12,13 +12,15 @@ import pytest
 from batchgw.api import batches
 from batchgw.api import results as results_api
 from batchgw.deps import Deps
+from batchgw.domain import codec
 from batchgw.domain.batch import Tally
 from batchgw.domain.chains import RequestMessage, WorkMessage, decode
 from batchgw.domain.errors import Conflict, NotFound
+from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd
 from batchgw.domain.states import RequestStatus
-from batchgw.run import lifecycle
+from batchgw.run import attempt, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage import aws
 
@@ -91,6 +93,33 @@ def test_a_stale_workers_write_is_refused_by_the_fencing_epoch(sim: Simulator) -
     assert job is not None
     assert job.counts.completed == 1 and job.counts.left == 0
     assert job.counts.cost_unknown_attempts == 1
+
+
+def test_a_stale_workers_large_answer_does_not_replace_the_answer_recorded(sim: Simulator) -> None:
+    """An answer too large for the request's record goes to S3 before the end is written:
+    a worker whose lease was taken over stores its own there, under its own epoch, and the
+    answer the request ended with stays the one its results read."""
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = _prepared_batch(deps, 1)
+    batch = deps.batches.get_record(batch_id)
+    assert batch is not None
+    old = deps.requests.claim(batch_id, 0, "old", clock(), 60).request
+    clock.advance(61)
+    new = deps.requests.claim(batch_id, 0, "new", clock(), 60).request
+    assert old is not None and new is not None
+
+    def answered(text: str) -> Outcome:
+        content = secrets.token_urlsafe(400_000)  # past the record's share, even compressed
+        body = {"id": text, "object": "chat.completion", "choices": [{"message": {"content": content}}]}
+        return Outcome(kind="success", status_code=200, body=body, body_bytes=len(content), route="sim-chat")
+
+    for held, text in ((new, "n"), (old, "o")):  # the new worker ends it; the old one comes late
+        asyncio.run(attempt.settle(deps, batch, held, answered(text), started=clock()))
+
+    ended = deps.requests.get(batch_id, 0)
+    assert ended is not None and ended.status is RequestStatus.SUCCEEDED and ended.response_ref
+    assert codec.unpack(deps.blobs.get(ended.response_ref))["id"] == "n"
 
 
 def test_the_same_worker_with_an_old_epoch_cannot_write(sim: Simulator) -> None:

@@ -314,9 +314,11 @@ async def _ran(
     deps.stored.add(batch.id, len(packed))
     ref = None
     # The request and its response share one DynamoDB item (400 KB at most): a response
-    # that would take them past the inline budget goes to S3.
+    # that would take them past the inline budget goes to S3, before the end is written,
+    # under the lease's epoch: a worker whose lease was taken over stores its own answer
+    # beside the one the request ended with, never over it.
     if len(packed) + len(held.request_packed or b"") > INLINE_BODY_LIMIT:
-        ref = body_key(batch.id, held.index, "res")
+        ref = body_key(batch.id, held.index, f"res.{held.epoch}")
         await io(deps.blobs.put, ref, packed)
     return RequestEnd(
         status=decision.status,
