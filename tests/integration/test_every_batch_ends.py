@@ -11,14 +11,14 @@ import pytest
 from batchgw.api import batches
 from batchgw.api import results as results_api
 from batchgw.deps import Deps
-from batchgw.domain.batch import Tally
+from batchgw.domain.batch import Tally, shard_totals
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
 from batchgw.domain.decisions import Verdict, verdict
 from batchgw.domain.errors import ServiceUnavailable, StorageError
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd, RequestRecord
-from batchgw.domain.states import RequestStatus
+from batchgw.domain.states import UNFINISHED_STATUSES, RequestStatus
 from batchgw.run import attempt, lifecycle, reconcile
 from batchgw.run.chain import run_message
 from batchgw.run.upstream import classify
@@ -304,6 +304,27 @@ def test_a_batch_failed_before_prepare_recorded_anything_fails_every_request_onc
         assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 4
         counts = batches.get_batch(deps, ALICE, batch_id)["request_counts"]
         assert counts == {"total": 4, "completed": 0, "failed": 4}
+
+
+def test_the_counter_shards_of_a_batch_failed_before_prepare_are_created_once(sim: Simulator) -> None:
+    """Two failing steps at once (one the workflow lost track of): the one behind creates no
+    shards over those the first created and counted in."""
+    deps = make_deps(sim, FakeClock())
+    created = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", f"hi {i}") for i in range(4)])
+    )
+    batch_id = str(created["id"])
+    totals = shard_totals(4, 2)
+    assert deps.batches.put_first_shards(batch_id, totals, {"written": 0}, from_statuses=UNFINISHED_STATUSES)
+    record = deps.batches.get_record(batch_id)
+    assert record is not None and deps.batches.count_unwritten(record, Tally(failed=1))
+
+    assert not deps.batches.put_first_shards(
+        batch_id, totals, {"written": 0}, from_statuses=UNFINISHED_STATUSES
+    )
+    counted = deps.batches.get(batch_id)
+    assert counted is not None
+    assert (counted.counts.failed, counted.counts.left) == (4, 0)
 
 
 # --- writes whose answer was lost -----------------------------------------------------------------

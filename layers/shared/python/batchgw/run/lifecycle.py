@@ -567,15 +567,12 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
         raise StillRunning(f"a prepare of failed batch {batch_id} may still write its requests")
     if not batch.prepared and batch.total:
         # Failed before prepare recorded anything: none of its requests counts as written
-        # (any a dying prepare stored stay past the frontier), all fail with it.
+        # (any a dying prepare stored stay past the frontier), all fail with it. The shards
+        # are created once, whoever else tries: then look again.
         shards = min(deps.settings.batch_counter_shards, batch.total)
-        deps.batches.put_shards(batch_id, shard_totals(batch.total, shards))
-        noted = deps.batches.change(
-            batch_id, {"shards": shards, "written": 0}, from_statuses=UNFINISHED_STATUSES
-        )
-        if noted is None:
-            return fail(deps, batch_id, cause)
-        batch = noted
+        totals = shard_totals(batch.total, shards)
+        deps.batches.put_first_shards(batch_id, totals, {"written": 0}, from_statuses=UNFINISHED_STATUSES)
+        return fail(deps, batch_id, cause)
     if batch.prepared:
         sweep(deps, batch, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
         # It failed while prepare wrote its requests: those never written fail with it.

@@ -613,6 +613,35 @@ class BatchStore:
             {"pk": batch_id, "sk": shard_sk(k), "left": left} for k, left in enumerate(totals)
         )
 
+    def put_first_shards(
+        self,
+        batch_id: str,
+        totals: Sequence[int],
+        fields: dict[str, Any],
+        *,
+        from_statuses: Iterable[BatchStatus],
+    ) -> bool:
+        """Create the counter shards and note them in the record (``shards``, with
+        ``fields``) in one transaction, only if the record notes none yet and its status is
+        one of ``from_statuses``: however many steps try at once, the shards are created
+        once, and nothing counted in them is ever written over. False when the record's
+        condition did not hold."""
+        noted = self._update(
+            {"shards": len(totals), **fields},
+            from_statuses,
+            extra=[(shards_unset, {"#shards": "shards"}, {})],
+        )
+        table = self._table.name
+        actions: list[dict[str, Any]] = [{"Update": noted.request(table, self._key(batch_id))}]
+        actions += [
+            {"Put": {"TableName": table, "Item": to_item({"pk": batch_id, "sk": shard_sk(k), "left": left})}}
+            for k, left in enumerate(totals)
+        ]
+        return (
+            self._table.transact(actions, failure=f"could not create the counter shards of {batch_id}")
+            is None
+        )
+
     def count_shard_done(self, batch_id: str, shard: int) -> bool:
         """Count shard ``shard`` as finished in the record, exactly once, if nothing is left in it.
 
