@@ -155,10 +155,12 @@ class Functions(Construct):
             "Worker",
             "worker",
             timeout=Duration.seconds(WORKER_TIMEOUT_SECONDS),
-            # It waits on upstream calls: ~11 ms of CPU per request, ~95 MB resident at its
-            # busiest in `make cost` (which prints the peak). Memory is CPU on Lambda, so twice
-            # this buys shorter CPU bursts, not more throughput, at twice the GB-seconds.
-            memory_size=512,
+            # It waits on upstream calls: ~10 ms of CPU per request (under a quarter of the
+            # vCPU share this buys, at ten chains of 2 s calls), ~95 MB resident at its busiest
+            # in `make cost` and 183-229 MB with every answer near the 4 MiB limit
+            # (`python -m bench.worker_memory`): 384 MB leaves 150 MB over the worst. More
+            # buys shorter CPU bursts, not more throughput, at more GB-seconds.
+            memory_size=384,
             description="batchgw: runs batch requests against the upstream models",
         )
         self.lifecycle = self._function(
