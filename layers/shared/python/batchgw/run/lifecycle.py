@@ -3,8 +3,8 @@ not started, finalize, purge.
 
 Each step is idempotent, since Step Functions retries a failed task: a retried prepare
 goes on writing from where the one before got, once that one no longer writes, and
-finalizing a final batch changes nothing. A step that
-routes the workflow answers ``step(Next...)`` (``storage.workflow``).
+finalizing a final batch changes nothing. A step that routes the workflow answers
+``step(Next...)`` (``storage.workflow``).
 """
 
 from __future__ import annotations
@@ -540,9 +540,9 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
     and are counted: while one does, this raises ``StillRunning`` and the workflow calls the
     step again; one whose worker is gone (its lease ran out) ends here, failed with the
     batch. A prepare that may still write its requests is waited for the same way, before
-    anything is counted. The step may die anywhere and be called again: each part is idempotent (a
-    conditional stop, a sweep, a count noted once, a conditional end, a key kept, an event
-    marked pending).
+    anything is counted. The step may die anywhere and be called again: each part is
+    idempotent (a conditional stop, shards created once, a sweep, a count noted once, a
+    conditional end, a key kept, an event marked pending).
     """
     batch = deps.batches.get_record(batch_id)
     if batch is None:

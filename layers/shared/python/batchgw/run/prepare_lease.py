@@ -25,6 +25,8 @@ from contextlib import contextmanager
 
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
+from batchgw.domain.errors import StorageError
+from batchgw.observability import logger
 from batchgw.storage.aws import fenced, unfenced
 
 
@@ -87,5 +89,9 @@ class PrepareLease:
         self.until = until
 
     def release(self) -> None:
-        with unfenced():
-            self._deps.batches.release_prepare(self.batch.id, self.owner)
+        """Give the lease up; if that fails, it runs out on its own (a retry waits that long)."""
+        try:
+            with unfenced():
+                self._deps.batches.release_prepare(self.batch.id, self.owner)
+        except StorageError:
+            logger.warning("prepare lease not given up", extra={"batch_id": self.batch.id}, exc_info=True)
