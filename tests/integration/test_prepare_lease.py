@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from batchgw.deps import Deps
+from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import RequestStatus
 from batchgw.run import lifecycle
@@ -162,3 +163,19 @@ def test_a_batch_fails_only_once_no_prepare_can_write_its_requests(
     counted = deps.batches.get(batch_id)
     assert counted is not None
     assert counted.counts.failed == N and counted.counts.completed == 0
+
+
+def test_a_lease_that_cannot_be_given_up_runs_out_without_failing_the_prepare(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, clock = _deps(sim)
+    batch_id = _create(deps)
+
+    def refused(*_: Any) -> bool:
+        raise StorageError("DynamoDB is away")
+
+    monkeypatch.setattr(deps.batches, "release_prepare", refused)
+    assert lifecycle.prepare(deps, batch_id)["next"] == "park"  # every request is written
+    record = _record(deps, batch_id)
+    assert record.all_written and record.prepare_held(clock())
+    assert not record.prepare_held(clock() + LEASE + 1)
