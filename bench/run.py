@@ -661,9 +661,9 @@ class Bench:
         self.problems += [f"cost: {p}" for p in figures["cost_measurements"]["problems"]]
 
     def _moto_cpu(self) -> None:
-        """moto's CPU per request with and without two of the local patches (``bench.moto_cpu``),
+        """moto's CPU per request with and without the local patches it toggles (``bench.moto_cpu``),
         in a child process: it patches moto where it runs."""
-        print("\nmoto's CPU per request, the local patches 5, 7, 9, 10 and 11 off and on...", flush=True)
+        print("\nmoto's CPU per request, the local patches 5, 7, 9, 10, 11 and 12 off and on...", flush=True)
         done = subprocess.run(
             [sys.executable, "-m", "bench.moto_cpu", "--json"], cwd=REPO_ROOT, capture_output=True, text=True
         )

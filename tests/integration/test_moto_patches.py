@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from moto.core.responses import ActionContext, ActionResult, BaseResponse
+from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node  # type: ignore[attr-defined]
@@ -522,3 +523,124 @@ def test_checks_kept_for_an_expression_are_made_again_for_other_names(
     update(passing)  # the checks kept
     with pytest.raises(ClientError, match="ValidationException"):
         update(refused)
+
+
+# Conditions as the gateway writes them, and others moto evaluates or refuses otherwise: a
+# value or a name not given, a reserved word, a malformed one, and every function and form.
+CONDITIONS = [
+    "#st = :running AND lease_owner = :me AND epoch = :epoch",
+    "(#st = :queued) OR (#st = :retry AND next_at <= :now) OR (#st = :running AND lease_until < :now)",
+    "attribute_not_exists(pk)",
+    "attribute_exists(pk) AND #left > :one",
+    "attribute_not_exists(prep_until) OR prep_until < :now",
+    "begins_with(#a, :v) OR contains(tags, :v) OR contains(l, :v)",
+    "size(l) > :one AND attribute_type(n, :type)",
+    "size(#a) <= :n",
+    "n BETWEEN :zero AND :n",
+    "n IN (:zero, :one, :v)",
+    "NOT (n = :v) AND m.#k[0].x <> :v",
+    "#a = :missing",
+    "#nope = :v",
+    "status = :v",
+    "n = :v AND",
+]
+_CONDITION_VALUES = {
+    **_FIXED,
+    ":epoch": {"N": "3"},
+    ":queued": {"S": "queued"},
+    ":retry": {"S": "retry_wait"},
+    ":now": {"N": "1700000001"},
+    ":type": {"S": "N"},
+}
+
+
+def _conditional(client: Any, table: str, condition: str, value: dict[str, Any]) -> tuple[Any, ...]:
+    """What moto makes of an update on ``condition``: the item after it, or the error's code
+    and message."""
+    placeholders = set(re.findall(r"[#:]\w+", condition)) | {":one"}
+    params: dict[str, Any] = {
+        "ExpressionAttributeValues": {
+            p: _CONDITION_VALUES.get(p, value) for p in placeholders if p[0] == ":" and p != ":missing"
+        }
+    }
+    if names := {p: _NAMES[p] for p in placeholders if p[0] == "#" and p != "#nope"}:
+        params["ExpressionAttributeNames"] = names
+    try:
+        client.update_item(
+            TableName=table,
+            Key={"pk": {"S": "batch_1"}},
+            UpdateExpression="SET touched = :one",
+            ConditionExpression=condition,
+            **params,
+        )
+    except ClientError as exc:
+        return ("refused", exc.response["Error"]["Code"], exc.response["Error"]["Message"])
+    except (ValueError, KeyError) as exc:  # moto's own failures (size() of nothing, a value not given)
+        return ("failed", type(exc).__name__, str(exc))
+    return ("updated", client.get_item(TableName=table, Key={"pk": {"S": "batch_1"}})["Item"])
+
+
+# Each condition is met again in every example: from the second on, ours binds a kept parse.
+@with_fixtures(25)
+@given(item=items, value=values)
+def test_a_condition_parsed_once_and_kept_decides_as_motos_parse_decides(
+    mocked: Any, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], value: dict[str, Any]
+) -> None:
+    known = {**_KNOWN, "status": {"S": "running"}, "lease_owner": {"S": "worker-1"}, "epoch": {"N": "3"}}
+    stored = {**item, **known}
+    table = _table_with(mocked, stored)
+    for condition in CONDITIONS:
+        outcomes = []
+        for parse in (moto_patches.parse_condition, moto_patches.MOTOS_CONDITION_PARSE):
+            monkeypatch.setattr(ConditionExpressionParser, "parse", parse)
+            mocked.put_item(TableName=table, Item=stored)
+            outcomes.append(_conditional(mocked, table, condition, value))
+        assert outcomes[0] == outcomes[1], condition
+
+
+def test_a_kept_condition_decides_each_time_on_that_calls_values(
+    mocked: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = {
+        "pk": {"S": "batch_1"},
+        "status": {"S": "running"},
+        "lease_owner": {"S": "worker-1"},
+        "epoch": {"N": "3"},
+        "lease_until": {"N": "100"},
+    }
+    table = _table_with(mocked, stored)
+    condition = "#st = :running AND ((lease_owner = :me AND epoch = :epoch) OR lease_until < :now)"
+    calls = [
+        ("worker-1", "3", "50"),
+        ("worker-2", "3", "50"),
+        ("worker-1", "4", "50"),
+        ("worker-2", "4", "150"),
+    ]
+    decided = []
+    for me, epoch, now in [*calls, *calls]:
+        outcomes = []
+        for parse in (moto_patches.parse_condition, moto_patches.MOTOS_CONDITION_PARSE):
+            monkeypatch.setattr(ConditionExpressionParser, "parse", parse)
+            mocked.put_item(TableName=table, Item=stored)
+            try:
+                mocked.update_item(
+                    TableName=table,
+                    Key={"pk": {"S": "batch_1"}},
+                    UpdateExpression="SET touched = :one",
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames={"#st": "status"},
+                    ExpressionAttributeValues={
+                        ":running": {"S": "running"},
+                        ":me": {"S": me},
+                        ":epoch": {"N": epoch},
+                        ":now": {"N": now},
+                        ":one": {"N": "1"},
+                    },
+                )
+                outcomes.append("updated")
+            except ClientError as exc:
+                outcomes.append(exc.response["Error"]["Code"])
+        assert outcomes[0] == outcomes[1]
+        decided.append(outcomes[0])
+    refused = "ConditionalCheckFailedException"
+    assert decided == ["updated", refused, refused, "updated"] * 2
