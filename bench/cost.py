@@ -485,7 +485,10 @@ def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measur
         "aws_calls_in_run": dict(sorted(tallies["run"].calls.items(), key=lambda kv: -kv[1])),
         "recording_lines_unreadable": broken,
         "x_ray_window_seconds": run_seconds,
-        "problems": cost_run.problems,
+        "problems": cost_run.problems
+        + (
+            [f"{broken} lines of the recording unreadable: the replay lacks their requests"] if broken else []
+        ),
     }
     return Measured(per_request, figures)
 

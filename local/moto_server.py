@@ -4,8 +4,9 @@
 127.0.0.1 (``BATCHGW_MOTO_PORT``, default 8082) until SIGTERM/SIGINT.
 
 Hooks, for the local stack only and pinned to moto 5.2.5's behaviour: DynamoDB's fixes
-(``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), the
-Lambda hook (``install_lambda_hook``), and connections kept between requests
+(``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), requests
+recorded one at a time (``install_recording_lock``), the Lambda hook
+(``install_lambda_hook``), and connections kept between requests
 (``local.keep_alive``); for chaos runs, tasks that die mid-run (``local.crashes``).
 Without Docker, moto's Lambda is ``LambdaSimpleBackend``, whose ``invoke`` just echoes the
 payload. Step Functions' ``lambda:invoke`` and ``lambda:invoke.waitForTaskToken`` tasks
@@ -47,6 +48,7 @@ import moto
 from batchgw.storage.aws import FUNCTION_NAME_ENV, calls_made_for, get_clients
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.moto_api._internal.models import moto_api_backend
+from moto.moto_api._internal.recorder.models import Recorder
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 
@@ -206,6 +208,24 @@ def install_atomic_receive() -> None:
     SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
 
 
+def install_recording_lock() -> None:
+    """Record one request at a time (``make cost`` records every request to replay it).
+
+    moto 5.2.5's recorder appends each request to its file in two writes and without a
+    lock, so two request threads can interleave their lines: a batch write's 37 KB line
+    split by another request, seen once in a ``make bench`` cost run. The replay then
+    lacks the items that line stored, and every later write to them fails.
+    """
+    record = Recorder._record_request
+    lock = threading.Lock()
+
+    def record_request(self: Recorder, request: Any, body: bytes | None = None) -> None:
+        with lock:
+            record(self, request, body)
+
+    Recorder._record_request = record_request  # type: ignore[method-assign]
+
+
 def configure() -> None:
     """Apply ``MOTO_CONFIG`` in process (what ``POST /moto-api/config`` does)."""
     if moto.__version__ != PINNED_MOTO_VERSION:
@@ -231,6 +251,7 @@ def serve(port: int) -> None:
         os.environ[FUNCTION_NAME_ENV] = next(iter(handlers))
     install_lambda_hook(handlers)
     install_atomic_receive()
+    install_recording_lock()
     moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
     keep_alive.install()  # connections kept between requests (werkzeug closes each one)
     crashes.install(get_clients().events, os.environ)  # chaos runs only: tasks dying mid-run
