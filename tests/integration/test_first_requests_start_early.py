@@ -43,8 +43,11 @@ def _stored(deps: Deps, batch_id: str) -> list[RequestRecord]:
     return list(deps.requests.all(batch_id))
 
 
-def _crash_after_first_chunk(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare's process dies once the first chunk is written and the chains are started."""
+def _crash_after_first_chunk(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch, death: BaseException | None = None
+) -> None:
+    """prepare fails (``death``, by default ``PrepareCrash``) once the first chunk is written
+    and the chains are started."""
     put_new = deps.requests.put_new
     calls = 0
 
@@ -52,7 +55,7 @@ def _crash_after_first_chunk(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> Non
         nonlocal calls
         calls += 1
         if calls > 1:
-            raise PrepareCrash("the lifecycle function died")
+            raise death or PrepareCrash("the lifecycle function died")
         put_new(requests)
 
     monkeypatch.setattr(deps.requests, "put_new", failing)

@@ -24,7 +24,7 @@ from batchgw.storage.requests import ClaimKind
 
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps
-from tests.integration.test_first_requests_start_early import N, _create
+from tests.integration.test_first_requests_start_early import N, _crash_after_first_chunk, _create
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -42,18 +42,15 @@ def _deps(sim: Simulator) -> tuple[Deps, FakeClock]:
     return deps, clock
 
 
-def _die_at_second_chunk(deps: Deps, monkeypatch: pytest.MonkeyPatch, death: BaseException) -> None:
-    put_new = deps.requests.put_new
-    calls = 0
-
-    def dying(requests: Sequence[RequestRecord]) -> None:
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            raise death
-        put_new(requests)
-
-    monkeypatch.setattr(deps.requests, "put_new", dying)
+def _died_at_second_chunk(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> tuple[Deps, FakeClock, str]:
+    """A batch whose prepare died (no ``except Exception`` of it ran) at its second chunk."""
+    deps, clock = _deps(sim)
+    batch_id = _create(deps)
+    with monkeypatch.context() as patched:
+        _crash_after_first_chunk(deps, patched, Died())
+        with pytest.raises(Died):
+            lifecycle.prepare(deps, batch_id)
+    return deps, clock, batch_id
 
 
 def _record(deps: Deps, batch_id: str) -> Any:
@@ -116,7 +113,7 @@ def test_a_prepare_that_fails_gives_its_lease_up_and_its_retry_goes_on_at_once(
     deps, _ = _deps(sim)
     batch_id = _create(deps)
     with monkeypatch.context() as patched:
-        _die_at_second_chunk(deps, patched, RuntimeError("DynamoDB said no"))
+        _crash_after_first_chunk(deps, patched, RuntimeError("DynamoDB said no"))
         with pytest.raises(RuntimeError):
             lifecycle.prepare(deps, batch_id)
     assert _record(deps, batch_id).prep_owner is None
@@ -128,12 +125,7 @@ def test_a_prepare_that_fails_gives_its_lease_up_and_its_retry_goes_on_at_once(
 def test_a_prepare_that_died_keeps_its_lease_until_it_runs_out(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deps, clock = _deps(sim)
-    batch_id = _create(deps)
-    with monkeypatch.context() as patched:
-        _die_at_second_chunk(deps, patched, Died())
-        with pytest.raises(Died):
-            lifecycle.prepare(deps, batch_id)
+    deps, clock, batch_id = _died_at_second_chunk(sim, monkeypatch)
 
     clock.advance(LEASE - 1)
     with pytest.raises(PrepareBusy):
@@ -146,12 +138,7 @@ def test_a_prepare_that_died_keeps_its_lease_until_it_runs_out(
 def test_a_batch_fails_only_once_no_prepare_can_write_its_requests(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deps, clock = _deps(sim)
-    batch_id = _create(deps)
-    with monkeypatch.context() as patched:
-        _die_at_second_chunk(deps, patched, Died())
-        with pytest.raises(Died):
-            lifecycle.prepare(deps, batch_id)
+    deps, clock, batch_id = _died_at_second_chunk(sim, monkeypatch)
 
     with pytest.raises(lifecycle.StillRunning):  # its lease has not run out: it may still write
         lifecycle.fail(deps, batch_id, "Prepare")
