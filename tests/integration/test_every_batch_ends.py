@@ -199,6 +199,27 @@ def test_a_batch_without_a_window_is_reconciled_and_its_ttl_moves_on(sim: Simula
     assert later is not None and later.ttl is not None and later.ttl >= first.ttl + 3600
 
 
+def test_a_reconcile_left_behind_leaves_the_ttl_of_a_batch_that_ended_since(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_COMPLETION_WINDOW_HOURS="0", BATCH_RECONCILE_SECONDS="60")
+    batch_id = prepared(deps, 2)
+    running = deps.batches.get(batch_id)  # what a reconcile the workflow lost track of read
+    for message in receive_all(deps):
+        run(deps, decode(message["Body"]), "w")
+    lifecycle.finalize(deps, batch_id)
+    ended = deps.batches.get_record(batch_id)
+    assert ended is not None and ended.status.value == "completed" and ended.ttl is not None
+
+    clock.advance(3600)
+    monkeypatch.setattr(deps.batches, "get", lambda _: running)
+    routed = reconcile.reconcile(deps, batch_id)
+    after = deps.batches.get_record(batch_id)
+    assert after is not None and (after.status, after.ttl) == (ended.status, ended.ttl)
+    assert routed["next"] == "finalize"  # (a no-op for an ended batch)
+
+
 def test_a_shard_counting_a_missing_request_is_corrected_and_the_batch_ends(sim: Simulator) -> None:
     clock = FakeClock()
     deps = make_deps(sim, clock, **SHORT_STALL)

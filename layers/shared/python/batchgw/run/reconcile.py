@@ -32,7 +32,7 @@ from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.request import RequestRecord
-from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.lifecycle import end_abandoned, lease_ran_out, park_step, sweep_stopped
@@ -75,8 +75,12 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
             retention=deps.settings.retention_seconds,
             reconcile=deps.settings.batch_reconcile_seconds,
         )
-    changed = deps.batches.change(batch_id, fields)
-    return park_step(deps, changed or after.record)
+    # Only while it runs: a reconcile left behind (one the workflow lost track of) must not
+    # move the TTL of a batch that has ended since, below the retention its end set.
+    changed = deps.batches.change(batch_id, fields, from_statuses=UNFINISHED_STATUSES)
+    if changed is None:
+        return step(Next.FINALIZE)
+    return park_step(deps, changed)
 
 
 def _watch_capacity(deps: Deps, batch: BatchRecord, now: float) -> None:
