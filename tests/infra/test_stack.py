@@ -20,12 +20,14 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 from batchgw.config import resources
 from batchgw.config.settings import Settings
+from batchgw.run.lifecycle import StillRunning
+from batchgw.run.prepare_lease import PrepareBusy
 from constructs import IConstruct
 
 from infra.app import SKIP_BUNDLING, bundling_enabled, cdk_json_context
 from infra.constructs import REPO_ROOT
 from infra.constructs import layers as layers_module
-from infra.constructs.functions import WORKER_TIMEOUT_SECONDS
+from infra.constructs.functions import LEASE_SECONDS, WORKER_TIMEOUT_SECONDS
 from infra.constructs.layers import (
     MODELS_CONFIG_PATH,
     PIP_PLATFORM,
@@ -593,6 +595,27 @@ def test_state_machine_runs_the_shared_asl_file_with_the_lifecycle_arn_substitut
     }
     definition = synth.asset_path(props["DefinitionS3Location"]["Key"].split(".")[0])
     assert definition.read_bytes() == (REPO_ROOT / resources.WORKFLOW_ASL).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "outlasts"),
+    [
+        # A retried prepare waits out one that may still write: its whole life, then its lease.
+        ("Prepare", PrepareBusy, WORKER_TIMEOUT_SECONDS + Settings().batch_prepare_lease_seconds),
+        # A failing batch waits for its running requests: a worker's life, then the lease.
+        ("FailBatch", StillRunning, WORKER_TIMEOUT_SECONDS + LEASE_SECONDS),
+    ],
+)
+def test_a_step_that_must_wait_is_retried_for_longer_than_it_waits(
+    state: str, error: type[Exception], outlasts: float
+) -> None:
+    workflow = json.loads((REPO_ROOT / resources.WORKFLOW_ASL).read_text())
+    retriers = workflow["States"][state]["Retry"]
+    names = [name for retrier in retriers for name in retrier["ErrorEquals"]]
+    assert names.index(error.__name__) < names.index("States.ALL")  # matched before the catch-all
+    retrier = next(r for r in retriers if error.__name__ in r["ErrorEquals"])
+    assert retrier.get("BackoffRate", 2.0) == 1
+    assert retrier["IntervalSeconds"] * retrier["MaxAttempts"] > outlasts
 
 
 def test_state_machine_may_invoke_lifecycle_logs_and_traces(synth: Synth, functions: dict[str, Any]) -> None:

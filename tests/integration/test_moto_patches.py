@@ -415,6 +415,11 @@ _FIXED = {
     ":empty": {"L": []},
     ":n": {"N": "7"},
     ":list": {"L": [{"S": "second"}]},
+    ":epoch": {"N": "3"},
+    ":queued": {"S": "queued"},
+    ":retry": {"S": "retry_wait"},
+    ":now": {"N": "1700000001"},
+    ":type": {"S": "N"},
 }
 _NAMES = {"#st": "status", "#a": "a", "#k": "k", "#left": "left"}
 _KNOWN = {
@@ -426,20 +431,35 @@ _KNOWN = {
 }
 
 
-def _update(client: Any, table: str, expression: str, value: dict[str, Any]) -> tuple[Any, ...]:
-    """What moto makes of the update: the item after it, or the error's code and message."""
-    placeholders = set(re.findall(r"[#:]\w+", expression))
+def _update(
+    client: Any,
+    table: str,
+    expression: str,
+    value: dict[str, Any],
+    *,
+    condition: str | None = None,
+    given: dict[str, Any] | None = None,
+) -> tuple[Any, ...]:
+    """What moto makes of the update (on ``condition``): the item after it, or the error's
+    code and message, or moto's own failure. Each value is ``given``'s, else a fixed one,
+    else ``value``; ``:missing`` and ``#nope`` are never given."""
+    placeholders = set(re.findall(r"[#:]\w+", f"{expression} {condition or ''}"))
+    chosen = {**_FIXED, **(given or {})}
     params: dict[str, Any] = {}
-    if values := {p: _FIXED.get(p, value) for p in placeholders if p[0] == ":"}:
+    if values := {p: chosen.get(p, value) for p in placeholders if p[0] == ":" and p != ":missing"}:
         params["ExpressionAttributeValues"] = values
-    if names := {p: _NAMES[p] for p in placeholders if p[0] == "#"}:
+    if names := {p: _NAMES[p] for p in placeholders if p[0] == "#" and p != "#nope"}:
         params["ExpressionAttributeNames"] = names
+    if condition is not None:
+        params["ConditionExpression"] = condition
     try:
         client.update_item(
             TableName=table, Key={"pk": {"S": "batch_1"}}, UpdateExpression=expression, **params
         )
     except ClientError as exc:
         return ("refused", exc.response["Error"]["Code"], exc.response["Error"]["Message"])
+    except (ValueError, KeyError) as exc:  # moto's own failures (size() of nothing, a value not given)
+        return ("failed", type(exc).__name__, str(exc))
     return ("updated", client.get_item(TableName=table, Key={"pk": {"S": "batch_1"}})["Item"])
 
 
@@ -544,40 +564,6 @@ CONDITIONS = [
     "status = :v",
     "n = :v AND",
 ]
-_CONDITION_VALUES = {
-    **_FIXED,
-    ":epoch": {"N": "3"},
-    ":queued": {"S": "queued"},
-    ":retry": {"S": "retry_wait"},
-    ":now": {"N": "1700000001"},
-    ":type": {"S": "N"},
-}
-
-
-def _conditional(client: Any, table: str, condition: str, value: dict[str, Any]) -> tuple[Any, ...]:
-    """What moto makes of an update on ``condition``: the item after it, or the error's code
-    and message."""
-    placeholders = set(re.findall(r"[#:]\w+", condition)) | {":one"}
-    params: dict[str, Any] = {
-        "ExpressionAttributeValues": {
-            p: _CONDITION_VALUES.get(p, value) for p in placeholders if p[0] == ":" and p != ":missing"
-        }
-    }
-    if names := {p: _NAMES[p] for p in placeholders if p[0] == "#" and p != "#nope"}:
-        params["ExpressionAttributeNames"] = names
-    try:
-        client.update_item(
-            TableName=table,
-            Key={"pk": {"S": "batch_1"}},
-            UpdateExpression="SET touched = :one",
-            ConditionExpression=condition,
-            **params,
-        )
-    except ClientError as exc:
-        return ("refused", exc.response["Error"]["Code"], exc.response["Error"]["Message"])
-    except (ValueError, KeyError) as exc:  # moto's own failures (size() of nothing, a value not given)
-        return ("failed", type(exc).__name__, str(exc))
-    return ("updated", client.get_item(TableName=table, Key={"pk": {"S": "batch_1"}})["Item"])
 
 
 # Each condition is met again in every example: from the second on, ours binds a kept parse.
@@ -594,7 +580,7 @@ def test_a_condition_parsed_once_and_kept_decides_as_motos_parse_decides(
         for parse in (moto_patches.parse_condition, moto_patches.MOTOS_CONDITION_PARSE):
             monkeypatch.setattr(ConditionExpressionParser, "parse", parse)
             mocked.put_item(TableName=table, Item=stored)
-            outcomes.append(_conditional(mocked, table, condition, value))
+            outcomes.append(_update(mocked, table, "SET touched = :one", value, condition=condition))
         assert outcomes[0] == outcomes[1], condition
 
 
@@ -618,28 +604,13 @@ def test_a_kept_condition_decides_each_time_on_that_calls_values(
     ]
     decided = []
     for me, epoch, now in [*calls, *calls]:
+        given = {":me": {"S": me}, ":epoch": {"N": epoch}, ":now": {"N": now}}
         outcomes = []
         for parse in (moto_patches.parse_condition, moto_patches.MOTOS_CONDITION_PARSE):
             monkeypatch.setattr(ConditionExpressionParser, "parse", parse)
             mocked.put_item(TableName=table, Item=stored)
-            try:
-                mocked.update_item(
-                    TableName=table,
-                    Key={"pk": {"S": "batch_1"}},
-                    UpdateExpression="SET touched = :one",
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames={"#st": "status"},
-                    ExpressionAttributeValues={
-                        ":running": {"S": "running"},
-                        ":me": {"S": me},
-                        ":epoch": {"N": epoch},
-                        ":now": {"N": now},
-                        ":one": {"N": "1"},
-                    },
-                )
-                outcomes.append("updated")
-            except ClientError as exc:
-                outcomes.append(exc.response["Error"]["Code"])
+            outcome = _update(mocked, table, "SET touched = :one", {}, condition=condition, given=given)
+            outcomes.append(outcome[0] if outcome[0] == "updated" else outcome[1])
         assert outcomes[0] == outcomes[1]
         decided.append(outcomes[0])
     refused = "ConditionalCheckFailedException"

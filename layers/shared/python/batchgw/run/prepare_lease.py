@@ -27,7 +27,7 @@ from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.errors import StorageError
 from batchgw.observability import logger
-from batchgw.storage.aws import fenced, unfenced
+from batchgw.storage.aws import fenced
 
 
 class PrepareBusy(Exception):
@@ -82,7 +82,7 @@ class PrepareLease:
         if now < self.until - seconds / 2:
             return
         until = now + seconds
-        with unfenced():
+        with fenced(None):
             renewed = self._deps.batches.renew_prepare(self.batch.id, self.owner, until=until)
         if not renewed:
             raise PrepareLost(f"prepare of {self.batch.id} lost its lease: another took it, or it failed")
@@ -91,7 +91,7 @@ class PrepareLease:
     def release(self) -> None:
         """Give the lease up; if that fails, it runs out on its own (a retry waits that long)."""
         try:
-            with unfenced():
+            with fenced(None):
                 self._deps.batches.release_prepare(self.batch.id, self.owner)
         except StorageError:
             logger.warning("prepare lease not given up", extra={"batch_id": self.batch.id}, exc_info=True)

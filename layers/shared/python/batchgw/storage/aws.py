@@ -65,22 +65,13 @@ _fence: ContextVar[Callable[[], None] | None] = ContextVar("batchgw_fence", defa
 
 
 @contextmanager
-def fenced(check: Callable[[], None]) -> Iterator[None]:
+def fenced(check: Callable[[], None] | None) -> Iterator[None]:
     """Run ``check`` before every try of every AWS call made in this block (and in the tasks
     and threads it starts with its context), the SDK's own retries included: what it raises
     ends the call, that try unsent. Writes that must land while a lease holds are sent only
-    after ``check`` found it holding (``run.prepare_lease``)."""
+    after ``check`` found it holding (``run.prepare_lease``). ``fenced(None)``: the calls of
+    the block are not checked (a check's own calls)."""
     token = _fence.set(check)
-    try:
-        yield
-    finally:
-        _fence.reset(token)
-
-
-@contextmanager
-def unfenced() -> Iterator[None]:
-    """Calls made in this block are not checked (a fence's check's own calls)."""
-    token = _fence.set(None)
     try:
         yield
     finally:
