@@ -276,7 +276,10 @@ async def end(
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
         return Settled(After.STOP)
     metrics.ended(decision.status.value, model=held.model)
-    logger.info(
+    # A success is counted by the metrics and logged in the request log: its line here (half
+    # a KB a request, CloudWatch's ingestion priced per GB) is for debugging only.
+    log_ended = logger.debug if decision.status is RequestStatus.SUCCEEDED else logger.info
+    log_ended(
         "request ended",
         extra={
             "batch_id": batch.id,
