@@ -19,6 +19,7 @@ from batchgw.domain.request import RequestEnd, RequestRecord
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.run import attempt, lifecycle
 from batchgw.run.chain import run_message
+from batchgw.storage.dynamo import Table
 from batchgw.storage.requests import ClaimKind, Recorded, RunGuard
 
 from local.simulator import Simulator
@@ -143,3 +144,30 @@ def test_an_ended_request_keeps_its_answer_and_lets_its_body_go(sim: Simulator) 
         ended = deps.requests.get(batch_id, index)
         assert ended is not None and ended.status is RequestStatus.SUCCEEDED
         assert ended.request_packed is None and ended.response_packed is not None
+
+
+def test_a_refused_end_takes_one_more_try_told_by_the_shard_it_found(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused count returns the shard as it was: one left, so the next try is the
+    shard's last; more, so the guard refused and the next try goes without it."""
+    tries: list[int] = []
+    transact = Table.transact
+
+    def counted(self: Table, actions: Any, *, failure: str) -> Any:
+        tries.append(1)
+        return transact(self, actions, failure=failure)
+
+    monkeypatch.setattr(Table, "transact", counted)
+    deps = make_deps(sim, FakeClock(), **ONE_CHAIN)
+    batch_id = prepared(deps, 6)  # shard 0 counts requests 0, 2 and 4
+    held = [claim(deps, batch_id, i) for i in (0, 2, 4)]
+
+    def tries_of(request: RequestRecord) -> tuple[Recorded, int]:
+        tries.clear()
+        return record(deps, request, RunGuard()), len(tries)
+
+    assert tries_of(held[0]) == (Recorded.RUNS, 1)
+    deps.batches.change(batch_id, {"results_full": True})  # a stop: the guard refuses
+    assert tries_of(held[1]) == (Recorded.OK, 2)  # two were left: again, unguarded
+    assert tries_of(held[2]) == (Recorded.SHARD_FINISHED, 2)  # one was left: again, as the last

@@ -244,9 +244,17 @@ def _add_condition(
 
 @dataclass(frozen=True)
 class Cancelled:
-    """A transaction that did not apply: one cancellation code per action, in order."""
+    """A transaction that did not apply: one cancellation code per action, in order, and
+    the item as it was for each action whose refused condition asked for it
+    (``ReturnValuesOnConditionCheckFailure: ALL_OLD``)."""
 
     reasons: Sequence[str]
+    items: Sequence[Mapping[str, Any] | None] = ()
+
+    def old(self, action: int) -> dict[str, Any] | None:
+        """The item action ``action`` found, when its condition failed and asked for it."""
+        item = self.items[action] if action < len(self.items) else None
+        return None if item is None else from_item(dict(item))
 
     def failed(self, action: int) -> bool:
         """Whether action ``action``'s condition did not hold."""
@@ -392,8 +400,9 @@ class Table:
             except ClientError as exc:
                 if error_code(exc) != TRANSACTION_CANCELLED:
                     raise StorageError(failure) from exc
-                reasons = [str(r.get("Code")) for r in exc.response.get("CancellationReasons", [])]
-                cancelled = Cancelled(reasons)
+                found = exc.response.get("CancellationReasons", [])
+                reasons = [str(r.get("Code")) for r in found]
+                cancelled = Cancelled(reasons, [r.get("Item") for r in found])
                 if cancelled.failed_actions or "TransactionConflict" not in reasons:
                     return cancelled
                 if tries < _CONFLICT_TRIES:

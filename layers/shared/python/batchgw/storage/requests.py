@@ -321,8 +321,8 @@ class RequestStore:
         guard: RunGuard | None = None,
     ) -> Recorded:
         failure = f"could not record {batch_id}/{index}"
-        tries = [(False, guard), (False, None), (True, None)] if guard else [(False, None), (True, None)]
-        for last, checked in tries:
+        last, checked = False, guard
+        for _ in range(3):
             count = self._count(batch_id, shard, tally, last=last, guard=checked)
             cancelled = self._table.transact(
                 [{"Update": ended}, {"Update": count}, *charges], failure=failure
@@ -333,8 +333,13 @@ class RequestStore:
                 return Recorded.LEASE_LOST
             if not cancelled.failed(1):
                 raise StorageError(f"{failure}: {list(cancelled.reasons)}")
-            # halted, superseded or not "more than one left": try again without the guard,
-            # then as the shard's last request
+            if last:
+                break
+            # The shard as the refusal found it says which clause failed: one left, so this
+            # is the shard's last request; more, so the guard refused (halted, superseded).
+            # Either way the next try has no guard (the caller reads the batch to learn why).
+            found = cancelled.old(1) or {}
+            last, checked = found.get("left") == 1, None
         raise StorageError(f"shard {shard} of {batch_id} has no request left to count {index}")
 
     def _ended_by_us(self, held: RequestRecord) -> bool:
@@ -373,7 +378,8 @@ class RequestStore:
             names={"#left": "left"},
             values=values,
         )
-        return update.request(self._batches, {"pk": {"S": batch_id}, "sk": {"S": shard_sk(shard)}})
+        request = update.request(self._batches, {"pk": {"S": batch_id}, "sk": {"S": shard_sk(shard)}})
+        return {**request, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
     def schedule_retry(
         self,
