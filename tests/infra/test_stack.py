@@ -27,7 +27,7 @@ from constructs import IConstruct
 from infra.app import SKIP_BUNDLING, bundling_enabled, cdk_json_context
 from infra.constructs import REPO_ROOT
 from infra.constructs import layers as layers_module
-from infra.constructs.functions import LEASE_SECONDS, WORKER_TIMEOUT_SECONDS
+from infra.constructs.functions import WORKER_TIMEOUT_SECONDS
 from infra.constructs.layers import (
     MODELS_CONFIG_PATH,
     PIP_PLATFORM,
@@ -597,13 +597,25 @@ def test_state_machine_runs_the_shared_asl_file_with_the_lifecycle_arn_substitut
     assert definition.read_bytes() == (REPO_ROOT / resources.WORKFLOW_ASL).read_bytes()
 
 
+def _most(setting: str) -> float:
+    """The largest value ``setting`` may take (its field's ``le`` bound)."""
+    bounds = [m.le for m in Settings.model_fields[setting].metadata if hasattr(m, "le")]
+    assert bounds, f"{setting} has no upper bound"
+    return float(bounds[0])
+
+
 @pytest.mark.parametrize(
     ("state", "error", "outlasts"),
     [
-        # A retried prepare waits out one that may still write: its whole life, then its lease.
-        ("Prepare", PrepareBusy, WORKER_TIMEOUT_SECONDS + Settings().batch_prepare_lease_seconds),
+        # A retried prepare waits out one that may still write: its whole life, then its
+        # lease, each as long as the settings allow.
+        ("Prepare", PrepareBusy, WORKER_TIMEOUT_SECONDS + _most("batch_prepare_lease_seconds")),
         # A failing batch waits for its running requests: a worker's life, then the lease.
-        ("FailBatch", StillRunning, WORKER_TIMEOUT_SECONDS + LEASE_SECONDS),
+        (
+            "FailBatch",
+            StillRunning,
+            _most("batch_worker_timeout_seconds") + _most("batch_lease_seconds"),
+        ),
     ],
 )
 def test_a_step_that_must_wait_is_retried_for_longer_than_it_waits(

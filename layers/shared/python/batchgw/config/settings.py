@@ -18,6 +18,10 @@ from batchgw.domain.principal import ROLES
 
 # The largest request body Lambda can take once API Gateway base64-encodes it (6 MB event).
 PLATFORM_MAX_BODY_MB = 4.5
+# Lambda's longest timeout: no worker or prepare lives longer, and no lease (a request's,
+# prepare's) is longer. The workflow's retries that wait for running work outlast the two
+# together (``tests/infra/test_stack.py`` holds them to it).
+MAX_LIFE_SECONDS = 900
 
 
 class Settings(BaseModel):
@@ -209,6 +213,7 @@ class Settings(BaseModel):
     batch_lease_seconds: float = Field(
         180,
         gt=0,
+        le=MAX_LIFE_SECONDS,
         alias="BATCH_LEASE_SECONDS",
         description=(
             "A running request's lease: a dead worker's requests are taken over about this long after it "
@@ -298,13 +303,18 @@ class Settings(BaseModel):
     )
 
     # --- worker shape ---------------------------------------------------------------
-    # How long a worker invocation may run (the Lambda timeout); a chain of work stops
-    # claiming new requests when less than one upstream timeout is left.
-    batch_worker_timeout_seconds: float = Field(900, gt=0, alias="BATCH_WORKER_TIMEOUT_SECONDS")
+    # How long a worker invocation may run (the Lambda timeout, at most Lambda's 15 minutes);
+    # a chain of work stops claiming new requests when less than one upstream timeout is
+    # left. The workflow's waits for running work are sized on this bound and the leases'.
+    batch_worker_timeout_seconds: float = Field(
+        900, gt=0, le=MAX_LIFE_SECONDS, alias="BATCH_WORKER_TIMEOUT_SECONDS"
+    )
     # How long prepare's lease on a batch's writes lasts (renewed at half of it while it
     # writes): a retried prepare waits this long after one that died before it goes on, and
     # every write is sent with at least half of it left (``run.prepare_lease``).
-    batch_prepare_lease_seconds: float = Field(60, gt=0, alias="BATCH_PREPARE_LEASE_SECONDS")
+    batch_prepare_lease_seconds: float = Field(
+        60, gt=0, le=MAX_LIFE_SECONDS, alias="BATCH_PREPARE_LEASE_SECONDS"
+    )
     # Counter shards per batch: spreads the per-result counter writes over several items.
     batch_counter_shards: int = Field(8, ge=1, le=64, alias="BATCH_COUNTER_SHARDS")
     # The parts a batch's result files are written in (S3 wants at least 5 MiB but for the
