@@ -607,8 +607,8 @@ def _most(setting: str) -> float:
 @pytest.mark.parametrize(
     ("state", "error", "outlasts"),
     [
-        # A retried prepare waits out one that may still write: its whole life, then its
-        # lease, each as long as the settings allow.
+        # A retried prepare waits out one that may still write: its whole life (the lifecycle
+        # function's timeout), then its lease, as long as the settings allow.
         ("Prepare", PrepareBusy, WORKER_TIMEOUT_SECONDS + _most("batch_prepare_lease_seconds")),
         # A failing batch waits for its running requests: a worker's life, then the lease.
         (
