@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from batchgw.config import resources
 from batchgw.config.catalog import load_catalog
 from batchgw.config.settings import Settings
 from batchgw.deps import Deps, build_deps
+from batchgw.observability import SERVICE
 from batchgw.run import owner
 from batchgw.storage import aws
 from batchgw.storage.workflow import Next, step
@@ -48,6 +50,24 @@ class FakeWorkflow:
     def wake(self, token: str, next_state: Next) -> bool:
         self.woken.append((token, step(next_state)))
         return True
+
+
+@pytest.fixture
+def logged() -> Iterator[list[logging.LogRecord]]:
+    """What the gateway logs (through ``batchgw.observability.logger``), DEBUG lines included."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep, service = Keep(), logging.getLogger(SERVICE)
+    level = service.level
+    service.addHandler(keep)
+    service.setLevel(logging.DEBUG)
+    yield records
+    service.setLevel(level)
+    service.removeHandler(keep)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ simulator): successes, failures, a retry, and requests a cancel swept before the
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
@@ -109,24 +110,9 @@ def test_a_model_that_serves_no_queued_request_for_the_alert_hours_is_reported_u
     assert waiting() == [1]
 
 
-class _Lines:
-    """A logger's stand-in that keeps each line's level and message."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        def line(message: str, *args: Any, extra: dict[str, Any] | None = None, **_: Any) -> None:
-            self.lines.append((level, message, extra or {}))
-
-        return line
-
-
 def test_a_request_that_succeeded_is_logged_for_debugging_and_one_that_failed_for_the_operator(
-    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+    sim: Simulator, logged: list[logging.LogRecord]
 ) -> None:
-    logged = _Lines()
-    monkeypatch.setattr("batchgw.run.attempt.logger", logged)
     deps = make_deps(sim, FakeClock())
     texts = ["a", "[[sim status=400]] b"]
     batch = batches.create_batch(
@@ -138,8 +124,8 @@ def test_a_request_that_succeeded_is_logged_for_debugging_and_one_that_failed_fo
         run(deps, RequestMessage(batch["id"], index))
 
     ended = {
-        extra["index"]: (level, extra["outcome"])
-        for level, message, extra in logged.lines
-        if message == "request ended"
+        vars(r)["index"]: (r.levelname, vars(r)["outcome"])
+        for r in logged
+        if r.getMessage() == "request ended"
     }
-    assert ended == {0: ("debug", "succeeded"), 1: ("info", "failed")}
+    assert ended == {0: ("DEBUG", "succeeded"), 1: ("INFO", "failed")}

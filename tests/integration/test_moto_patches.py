@@ -566,34 +566,45 @@ CONDITIONS = [
 ]
 
 
+# A request running under a lease, as the conditions below read it.
+_HELD = {"status": {"S": "running"}, "lease_owner": {"S": "worker-1"}, "epoch": {"N": "3"}}
+
+
+def _under_both_parses(
+    client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    table: str,
+    stored: dict[str, Any],
+    condition: str,
+    value: dict[str, Any],
+    given: dict[str, Any] | None = None,
+) -> list[tuple[Any, ...]]:
+    """The conditional update's outcome on ``stored`` with our kept parse, then with moto's."""
+    outcomes = []
+    for parse in (moto_patches.parse_condition, moto_patches.MOTOS_CONDITION_PARSE):
+        monkeypatch.setattr(ConditionExpressionParser, "parse", parse)
+        client.put_item(TableName=table, Item=stored)
+        outcomes.append(_update(client, table, "SET touched = :one", value, condition=condition, given=given))
+    return outcomes
+
+
 # Each condition is met again in every example: from the second on, ours binds a kept parse.
 @with_fixtures(25)
 @given(item=items, value=values)
 def test_a_condition_parsed_once_and_kept_decides_as_motos_parse_decides(
     mocked: Any, monkeypatch: pytest.MonkeyPatch, item: dict[str, Any], value: dict[str, Any]
 ) -> None:
-    known = {**_KNOWN, "status": {"S": "running"}, "lease_owner": {"S": "worker-1"}, "epoch": {"N": "3"}}
-    stored = {**item, **known}
+    stored = {**item, **_KNOWN, **_HELD}
     table = _table_with(mocked, stored)
     for condition in CONDITIONS:
-        outcomes = []
-        for parse in (moto_patches.parse_condition, moto_patches.MOTOS_CONDITION_PARSE):
-            monkeypatch.setattr(ConditionExpressionParser, "parse", parse)
-            mocked.put_item(TableName=table, Item=stored)
-            outcomes.append(_update(mocked, table, "SET touched = :one", value, condition=condition))
+        outcomes = _under_both_parses(mocked, monkeypatch, table, stored, condition, value)
         assert outcomes[0] == outcomes[1], condition
 
 
 def test_a_kept_condition_decides_each_time_on_that_calls_values(
     mocked: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stored = {
-        "pk": {"S": "batch_1"},
-        "status": {"S": "running"},
-        "lease_owner": {"S": "worker-1"},
-        "epoch": {"N": "3"},
-        "lease_until": {"N": "100"},
-    }
+    stored = {"pk": {"S": "batch_1"}, **_HELD, "lease_until": {"N": "100"}}
     table = _table_with(mocked, stored)
     condition = "#st = :running AND ((lease_owner = :me AND epoch = :epoch) OR lease_until < :now)"
     calls = [
@@ -605,12 +616,8 @@ def test_a_kept_condition_decides_each_time_on_that_calls_values(
     decided = []
     for me, epoch, now in [*calls, *calls]:
         given = {":me": {"S": me}, ":epoch": {"N": epoch}, ":now": {"N": now}}
-        outcomes = []
-        for parse in (moto_patches.parse_condition, moto_patches.MOTOS_CONDITION_PARSE):
-            monkeypatch.setattr(ConditionExpressionParser, "parse", parse)
-            mocked.put_item(TableName=table, Item=stored)
-            outcome = _update(mocked, table, "SET touched = :one", {}, condition=condition, given=given)
-            outcomes.append(outcome[0] if outcome[0] == "updated" else outcome[1])
+        both = _under_both_parses(mocked, monkeypatch, table, stored, condition, {}, given)
+        outcomes = [outcome[0] if outcome[0] == "updated" else outcome[1] for outcome in both]
         assert outcomes[0] == outcomes[1]
         decided.append(outcomes[0])
     refused = "ConditionalCheckFailedException"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from batchgw.api.http import INTERNAL_ERROR
-from batchgw.observability import SERVICE
 
 from local.env import load_handler_copy
 from tests.support import LambdaContext, http_event
@@ -27,21 +26,6 @@ ROUTES = [
     ("functions.admin.handler.handler", "GET", "/admin/users"),
     ("functions.admin.handler.handler", "PATCH", "/admin/config/BATCH_MIN_ROLE"),
 ]
-
-
-@pytest.fixture
-def logged() -> Iterator[list[logging.LogRecord]]:
-    """What the handlers log (through ``batchgw.observability.logger``)."""
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    keep = Keep()
-    logging.getLogger(SERVICE).addHandler(keep)
-    yield records
-    logging.getLogger(SERVICE).removeHandler(keep)
 
 
 def _failing() -> Any:
