@@ -1,5 +1,6 @@
-"""A transaction that conflicts with others in flight is tried again, a bounded number of
-times, with pauses that grow and are jittered (so the conflicting writers spread out)."""
+"""A transaction that conflicts with others in flight, or that the table's throughput
+refused, is tried again, a bounded number of times, with pauses that grow and are jittered
+(so the conflicting writers spread out)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,19 @@ def test_a_condition_that_failed_is_answered_at_once_not_tried_again(pauses: lis
     client = ConflictingClient(conflicts=1000, reasons=("ConditionalCheckFailed", "TransactionConflict"))
     cancelled = Table(client, "t").transact([{"Put": {}}, {"Put": {}}], failure="could not write")
     assert cancelled is not None and client.tries == 1 and pauses == []
+
+
+@pytest.mark.parametrize("reason", ["ThrottlingError", "ProvisionedThroughputExceeded"])
+def test_a_transaction_refused_for_throughput_is_tried_again_until_it_applies(
+    pauses: list[float], reason: str
+) -> None:
+    client = ConflictingClient(conflicts=2, reasons=("None", reason))
+    assert Table(client, "t").transact([{"Put": {}}, {"Put": {}}], failure="could not write") is None
+    assert client.tries == 3 and len(pauses) == 2
+
+
+def test_a_cancellation_for_another_reason_is_answered_at_once(pauses: list[float]) -> None:
+    client = ConflictingClient(conflicts=1000, reasons=("None", "ValidationError"))
+    cancelled = Table(client, "t").transact([{"Put": {}}, {"Put": {}}], failure="could not write")
+    assert cancelled is not None and list(cancelled.reasons) == ["None", "ValidationError"]
+    assert client.tries == 1 and pauses == []

@@ -38,6 +38,10 @@ TRANSACTION_LIMIT = 100
 # pausing between tries for an exponential, fully jittered while (so transactions that
 # conflicted together do not try again together): under 1.7 s in all at worst.
 _CONFLICT_TRIES = 8
+# Cancellation codes that say nothing about the conditions: another transaction in flight on
+# an item, or the table's (or an index's) throughput exceeded, which on-demand tables can hit
+# too (a burst past twice the previous peak, a hot partition). Tried again like a conflict.
+_PASSING_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 _CONFLICT_BASE_SECONDS = 0.02
 _CONFLICT_MAX_SECONDS = 0.5
 _sleep = time.sleep  # tests replace it
@@ -388,8 +392,9 @@ class Table:
 
         Each try carries a client request token, so the SDK's own retry of a try whose
         answer was lost is recognised by DynamoDB as the same transaction. A conflict with
-        another transaction in flight is retried (``_CONFLICT_TRIES`` tries in all, with
-        jittered exponential pauses): it says nothing about the conditions.
+        another transaction in flight, or with the throughput the table has, is retried
+        (``_CONFLICT_TRIES`` tries in all, with jittered exponential pauses): it says nothing
+        about the conditions.
         """
         for tries in range(1, _CONFLICT_TRIES + 1):
             try:
@@ -403,7 +408,7 @@ class Table:
                 found = exc.response.get("CancellationReasons", [])
                 reasons = [str(r.get("Code")) for r in found]
                 cancelled = Cancelled(reasons, [r.get("Item") for r in found])
-                if cancelled.failed_actions or "TransactionConflict" not in reasons:
+                if cancelled.failed_actions or _PASSING_REASONS.isdisjoint(reasons):
                     return cancelled
                 if tries < _CONFLICT_TRIES:
                     _sleep(conflict_pause(tries))
