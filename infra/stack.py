@@ -9,6 +9,7 @@ from aws_cdk import CfnOutput, Stack
 from batchgw.config import resources
 from constructs import Construct
 
+from infra import capacity
 from infra.constructs import REPO_ROOT
 from infra.constructs.api import Api
 from infra.constructs.functions import Functions, work_visibility_timeout
@@ -30,7 +31,11 @@ class BatchGwStack(Stack):
         kwargs.setdefault("description", "batchgw: batch inference API of an LLM gateway")
         super().__init__(scope, construct_id, **kwargs)
 
-        self.storage = Storage(self, "Storage")
+        self.storage = Storage(
+            self,
+            "Storage",
+            capacity=capacity.TableCapacity.from_context(self.node.try_get_context(capacity.CONTEXT_KEY)),
+        )
         self.queues = Queues(self, "Queues", visibility_timeout=work_visibility_timeout())
         self.layers = Layers(self, "Layers", models_config=self.models_config_path())
         # The state machine gets a fixed name so that the functions can know its ARN

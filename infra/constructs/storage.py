@@ -9,6 +9,7 @@ from aws_cdk import aws_s3 as s3
 from batchgw.config import resources
 from constructs import Construct
 
+from infra.capacity import TableCapacity
 from infra.constructs import acknowledge
 
 _ATTRIBUTE_TYPES = {
@@ -34,11 +35,13 @@ class Storage(Construct):
     """Every table in ``resources.TABLES`` and every bucket in ``resources.BUCKETS``.
 
     Tables and buckets hold users' batches and results, so they are retained when the
-    stack is deleted. Each bucket's server access logs go to ``access_logs``.
+    stack is deleted. Each bucket's server access logs go to ``access_logs``. The tables
+    pay for throughput as ``capacity`` says (``infra.capacity``).
     """
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, capacity: TableCapacity | None = None) -> None:
         super().__init__(scope, construct_id)
+        self.capacity = capacity or TableCapacity()
         self.node.set_context(_ACCESS_LOGS_USE_BUCKET_POLICY, True)
         self.tables: dict[str, dynamodb.Table] = {
             spec.logical_id: self._table(spec) for spec in resources.TABLES
@@ -89,7 +92,13 @@ class Storage(Construct):
             spec.logical_id,
             partition_key=_attribute(spec.partition),
             sort_key=_attribute(spec.sort) if spec.sort else None,
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            billing_mode=(
+                dynamodb.BillingMode.PROVISIONED
+                if self.capacity.provisioned
+                else dynamodb.BillingMode.PAY_PER_REQUEST
+            ),
+            read_capacity=self._initial(self.capacity.read_units),
+            write_capacity=self._initial(self.capacity.write_units),
             # encrypted at rest under an AWS-owned key: no KMS requests on the per-item path
             encryption=dynamodb.TableEncryption.DEFAULT,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
@@ -104,8 +113,34 @@ class Storage(Construct):
                 partition_key=_attribute(index.partition),
                 sort_key=_attribute(index.sort) if index.sort else None,
                 projection_type=dynamodb.ProjectionType(index.projection),
+                read_capacity=self._initial(self.capacity.read_units),
+                write_capacity=self._initial(self.capacity.write_units),
             )
+        if self.capacity.provisioned:
+            self._auto_scale(table, spec)
         return table
+
+    def _initial(self, units: tuple[int, int]) -> int | None:
+        """A provisioned table's (or index's) capacity when created: its minimum."""
+        return units[0] if self.capacity.provisioned else None
+
+    def _auto_scale(self, table: dynamodb.Table, spec: resources.TableSpec) -> None:
+        """Target tracking on the table's and each index's reads and writes."""
+        target = self.capacity.target_utilization
+        (min_reads, max_reads), (min_writes, max_writes) = self.capacity.read_units, self.capacity.write_units
+        table.auto_scale_read_capacity(min_capacity=min_reads, max_capacity=max_reads).scale_on_utilization(
+            target_utilization_percent=target
+        )
+        table.auto_scale_write_capacity(
+            min_capacity=min_writes, max_capacity=max_writes
+        ).scale_on_utilization(target_utilization_percent=target)
+        for index in spec.indexes:
+            table.auto_scale_global_secondary_index_read_capacity(
+                index.name, min_capacity=min_reads, max_capacity=max_reads
+            ).scale_on_utilization(target_utilization_percent=target)
+            table.auto_scale_global_secondary_index_write_capacity(
+                index.name, min_capacity=min_writes, max_capacity=max_writes
+            ).scale_on_utilization(target_utilization_percent=target)
 
     def _bucket(self, spec: resources.BucketSpec) -> s3.Bucket:
         rules = [

@@ -9,6 +9,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from pathlib import Path
 
+import pytest
 from aws_cdk import App
 from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
@@ -28,8 +29,10 @@ def _findings(stack: BatchGwStack) -> list[str]:
     return findings
 
 
-def test_the_stack_passes_the_aws_solutions_checks(tmp_path: Path) -> None:
-    app = App(context={**cdk_json_context(), **SKIP_BUNDLING}, outdir=str(tmp_path))
+@pytest.mark.parametrize("capacity", ["on-demand", "provisioned"])
+def test_the_stack_passes_the_aws_solutions_checks(tmp_path: Path, capacity: str) -> None:
+    context = {**cdk_json_context(), **SKIP_BUNDLING, "tableCapacity": capacity}
+    app = App(context=context, outdir=str(tmp_path))
     findings = _findings(BatchGwStack(app, "BatchGwNag"))
     assert not findings, "cdk-nag AwsSolutions findings (errors and warnings):\n" + "\n".join(findings)
 

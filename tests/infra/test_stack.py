@@ -160,6 +160,94 @@ def test_tables_bill_per_request_keep_point_in_time_recovery_and_survive_stack_d
         assert resource["DeletionPolicy"] == "Retain"
 
 
+def test_tables_bill_per_request_with_no_capacity_to_scale_unless_the_operator_provisions(
+    synth: Synth,
+) -> None:
+    assert not synth.template.find_resources("AWS::ApplicationAutoScaling::ScalableTarget")
+    for table in synth.stack.storage.tables.values():
+        props = synth.props(table)
+        assert "ProvisionedThroughput" not in props
+        assert all("ProvisionedThroughput" not in index for index in props.get("GlobalSecondaryIndexes", []))
+
+
+def _scaling(synth: Synth) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each scalable target by (its resource id's table or index, its dimension), with its
+    policy's target tracking configuration under "policy"."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    policies = synth.template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy")
+    for logical_id, target in synth.template.find_resources(
+        "AWS::ApplicationAutoScaling::ScalableTarget"
+    ).items():
+        props = target["Properties"]
+        assert props["ServiceNamespace"] == "dynamodb"
+        parts = props["ResourceId"]["Fn::Join"][1]  # "table/", {"Ref": table}[, "/index/<name>"]
+        table_id = next(part["Ref"] for part in parts if isinstance(part, dict))
+        index = "".join(part for part in parts[2:] if isinstance(part, str)).removeprefix("/index/")
+        (policy,) = [
+            p["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+            for p in policies.values()
+            if p["Properties"].get("ScalingTargetId") == {"Ref": logical_id}
+        ]
+        found[(f"{table_id}/{index}" if index else table_id, props["ScalableDimension"])] = {
+            **props,
+            "policy": policy,
+        }
+    return found
+
+
+def test_provisioned_tables_and_indexes_scale_reads_and_writes_to_the_target_between_the_bounds(
+    tmp_path: Path,
+) -> None:
+    capacity = {
+        "mode": "provisioned",
+        "targetUtilization": 80,
+        "writeUnits": [50, 2000],
+        "readUnits": [10, 500],
+    }
+    provisioned = synthesize(tmp_path, tableCapacity=json.dumps(capacity))
+    scaling = _scaling(provisioned)
+    expected = set()
+    for spec in resources.TABLES:
+        table_id = provisioned.id(provisioned.stack.storage.tables[spec.logical_id])
+        props = provisioned.resources[table_id]["Properties"]
+        assert props["BillingMode"] == "PROVISIONED"
+        assert props["ProvisionedThroughput"] == {"ReadCapacityUnits": 10, "WriteCapacityUnits": 50}
+        for index in props.get("GlobalSecondaryIndexes", []):
+            assert index["ProvisionedThroughput"] == {"ReadCapacityUnits": 10, "WriteCapacityUnits": 50}
+        for name in ["", *(f"/{index.name}" for index in spec.indexes)]:
+            kind = "index" if name else "table"
+            expected |= {
+                (f"{table_id}{name}", f"dynamodb:{kind}:ReadCapacityUnits"),
+                (f"{table_id}{name}", f"dynamodb:{kind}:WriteCapacityUnits"),
+            }
+    assert set(scaling) == expected
+    for (_, dimension), target in scaling.items():
+        bounds = (10, 500) if "Read" in dimension else (50, 2000)
+        assert (target["MinCapacity"], target["MaxCapacity"]) == bounds
+        assert target["policy"]["TargetValue"] == 80
+        metric = (
+            "DynamoDBReadCapacityUtilization" if "Read" in dimension else "DynamoDBWriteCapacityUtilization"
+        )
+        assert target["policy"]["PredefinedMetricSpecification"] == {"PredefinedMetricType": metric}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "reserved",
+        '{"mode": "provisioned", "targetUtilization": 95}',
+        '{"writeUnits": [10, 5]}',
+        '{"spare": 1}',
+        "{x",
+    ],
+    ids=["unknown-mode", "target-above-90", "minimum-above-maximum", "unknown-field", "not-json"],
+)
+def test_an_invalid_table_capacity_fails_the_synth(tmp_path: Path, value: str) -> None:
+    app = App(context={**SKIP_BUNDLING, "tableCapacity": value}, outdir=str(tmp_path / "out"))
+    with pytest.raises(ValueError, match="invalid tableCapacity"):
+        BatchGwStack(app, "Invalid")
+
+
 def test_data_bucket_blocks_public_access_is_encrypted_and_refuses_plain_http(synth: Synth) -> None:
     for spec in resources.BUCKETS:
         bucket = synth.stack.storage.buckets[spec.logical_id]
