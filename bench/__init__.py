@@ -60,7 +60,11 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    moto records every request, a batch of 500 requests of the named workload (1 KB bodies,
    1 KB answers, 2 s upstream); the recording is replayed to bill DynamoDB by item sizes, and
    with the invocations' measured durations and the functions' memory it gives
-   ``cost_per_million_usd`` and its breakdown (prices: ``bench.prices``, dated).
+   ``cost_per_million_usd`` and its breakdown (prices: ``bench.prices``, dated); beside it,
+   ``cost_per_million_usd_provisioned``: the same usage with the tables on provisioned
+   capacity (``-c tableCapacity=provisioned``) used at its target utilization, and under
+   ``cost_provisioned`` the figure at the scale-in threshold, the monthly floor and the units
+   per request that size the capacity.
 8. **moto's CPU** (``bench.moto_cpu``, in a child process; ``--skip-moto-cpu``): a request's
    DynamoDB calls, shaped as the gateway makes them, on moto's in-memory backend, in
    alternating rounds with the local patches on that path (``local.moto_patches`` 5, 7, 9,

@@ -25,6 +25,10 @@ plus Lambda's START/END/REPORT lines; the plain-text lines of the local stack's 
 not write) are left out.
 X-Ray: each function's invocations sampled by the default rule at the run's throughput.
 
+The tables bill on demand unless the operator provisions them (``infra.capacity``): the same
+usage is also priced as provisioned capacity used at the autoscaling target's utilization,
+and at the lowest utilization auto scaling lets stand (``provisioned_cost``).
+
 Options: ``--n``, ``--workers``, ``--from-json`` (price the usage already in ``--out``, e.g.
 after a price change, without a run), ``--out`` (default ``bench/last.json``: its other keys are
 kept). Takes about 3 minutes at N = 500.
@@ -56,6 +60,7 @@ from bench import cost_replay, prices
 from bench.gateway import FINAL_STATUSES, RESULTS_PAGE_LIMIT, api_client
 from bench.probes import peak_rss_mb, stack_processes
 from bench.workload import MODEL
+from infra.capacity import SCALE_IN_BELOW_POINTS, TableCapacity
 from local.env import REPO_ROOT, queue_name
 from local.invocations import INVOCATIONS_DIR_ENV
 from local.run import LocalStack
@@ -551,11 +556,68 @@ def print_breakdown(breakdown: m.CostBreakdown, figures: Mapping[str, Any]) -> N
         print(f"  step functions: {figures['step_functions_transitions_per_batch']} transitions per batch")
 
 
+def units_per_request(usage: Sequence[m.UsageLine], price: str) -> float:
+    return sum(line.quantity for line in usage if line.price == price)
+
+
+def provisioned_cost(usage: Sequence[m.UsageLine], capacity: TableCapacity | None = None) -> dict[str, Any]:
+    """The same usage with the tables on provisioned capacity (``-c tableCapacity=provisioned``,
+    its defaults unless ``capacity`` says otherwise): at the target utilization, and at the
+    lowest utilization auto scaling lets stand (where it starts to lower the capacity)."""
+    capacity = capacity or TableCapacity(mode="provisioned")
+    target = capacity.target_utilization / 100
+    scale_in = (capacity.target_utilization - SCALE_IN_BELOW_POINTS) / 100
+    at_target, at_scale_in = (m.price(usage, m.provisioned_prices(u)) for u in (target, scale_in))
+    on_demand_unit = prices.DYNAMODB_WRITE_UNIT.each
+    scaled = sum(1 + len(spec.indexes) for spec in resources.TABLES)
+    return {
+        "target_utilization": target,
+        "usd_per_million_at_target": at_target.total,
+        "dynamodb_usd_per_million_at_target": at_target.by_service().get("DynamoDB", 0.0),
+        "scale_in_utilization": scale_in,
+        "usd_per_million_at_scale_in": at_scale_in.total,
+        # where a provisioned unit used costs what an on-demand one does
+        "break_even_utilization": prices.DYNAMODB_WRITE_CAPACITY_HOUR.each
+        / (m.SECONDS_PER_HOUR * on_demand_unit),
+        "write_units_per_request": units_per_request(usage, "dynamodb_wru"),
+        "read_units_per_request": units_per_request(usage, "dynamodb_rru"),
+        "tables_and_indexes": scaled,
+        "monthly_floor_usd": m.provisioned_monthly_floor(
+            (capacity.read_units[0], capacity.write_units[0]), scaled
+        ),
+    }
+
+
+def print_provisioned(figures: Mapping[str, Any]) -> None:
+    f = figures
+    print(
+        f"\nprovisioned tables (-c tableCapacity=provisioned, target {f['target_utilization']:.0%}):"
+        f" ${f['usd_per_million_at_target']:.3f} per million requests at the target (DynamoDB"
+        f" ${f['dynamodb_usd_per_million_at_target']:.3f}; goal <= ${GOAL_USD:g}:"
+        f" {'PASS' if f['usd_per_million_at_target'] <= GOAL_USD else 'FAIL'}),"
+        f" ${f['usd_per_million_at_scale_in']:.3f} at {f['scale_in_utilization']:.0%} (where auto scaling"
+        " starts to lower the capacity)"
+    )
+    print(
+        f"  cheaper than on demand above {f['break_even_utilization']:.0%} utilization; plus"
+        f" ${f['monthly_floor_usd']:.2f} a month whatever the load ({f['tables_and_indexes']} tables and"
+        " indexes at their minimum capacity, and the alarms target tracking makes)"
+    )
+    print(
+        f"  sizing: {f['write_units_per_request']:.2f} write and {f['read_units_per_request']:.2f} read units"
+        f" per request: R requests a second need R x {f['write_units_per_request']:.2f} /"
+        f" {f['target_utilization']:.2f} write capacity units"
+    )
+
+
 def cost_result(measured: Measured) -> dict[str, Any]:
     """The keys ``make cost`` (and ``make bench``) write into bench/last.json."""
     breakdown = m.price(measured.usage)
+    provisioned = provisioned_cost(measured.usage)
     return {
         "cost_per_million_usd": breakdown.total,
+        "cost_per_million_usd_provisioned": provisioned["usd_per_million_at_target"],
+        "cost_provisioned": provisioned,
         "cost_by_service_usd": breakdown.by_service(),
         "cost_breakdown": [
             {
@@ -584,6 +646,7 @@ def measure_cost(n: int = DEFAULT_N, workers: int = 2) -> dict[str, Any]:
     measured = measure(cost_run, recording, invocations)
     result = cost_result(measured)
     print_breakdown(m.price(measured.usage), measured.figures)
+    print_provisioned(result["cost_provisioned"])
     return result
 
 
@@ -604,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = Measured(usage, saved.get("cost_measurements", {}))
         result = cost_result(measured)
         print_breakdown(m.price(usage), measured.figures)
+        print_provisioned(result["cost_provisioned"])
     else:
         result = measure_cost(args.n, args.workers)
     saved.update(result)

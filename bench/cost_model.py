@@ -20,6 +20,7 @@ from typing import Any
 from bench import prices as p
 
 REQUESTS_PER_MILLION = 1_000_000
+SECONDS_PER_HOUR = 3600
 
 # --- DynamoDB item sizes and capacity units -------------------------------------------------
 
@@ -188,6 +189,35 @@ PRICES: dict[str, p.Price] = {
     "kms_request": p.KMS_REQUEST,
     "secrets_request": p.SECRETS_REQUEST,
 }
+
+
+def provisioned_prices(utilization: float, table: Mapping[str, p.Price] = PRICES) -> dict[str, p.Price]:
+    """``table`` with DynamoDB's request units priced as provisioned capacity used at
+    ``utilization`` (0 to 1] of what is paid for: a unit-hour serves 3,600 units a second's
+    worth at full use, so each unit used costs the hour's price over 3,600 x utilization."""
+    if not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    per_hour = SECONDS_PER_HOUR * utilization
+
+    def used(hour: p.Price, unit: str) -> p.Price:
+        return p.Price(hour.usd / per_hour, 1, unit, f"{hour.source}, at {utilization:.0%} utilization")
+
+    return {
+        **table,
+        "dynamodb_wru": used(p.DYNAMODB_WRITE_CAPACITY_HOUR, "write unit (provisioned)"),
+        "dynamodb_rru": used(p.DYNAMODB_READ_CAPACITY_HOUR, "read unit (provisioned)"),
+    }
+
+
+def provisioned_monthly_floor(minimum_units: tuple[int, int], targets: int) -> float:
+    """USD a month that provisioned tables cost whatever the load: ``targets`` tables and
+    indexes, each at its minimum (read, write) capacity, with target tracking's four alarms
+    on each of its two scaled dimensions."""
+    reads, writes = minimum_units
+    capacity = (reads * p.DYNAMODB_READ_CAPACITY_HOUR.each + writes * p.DYNAMODB_WRITE_CAPACITY_HOUR.each) * (
+        p.HOURS_PER_MONTH * targets
+    )
+    return capacity + 4 * 2 * targets * p.CLOUDWATCH_ALARM_MONTH.each
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The AWS price table ``bench.cost`` uses: list prices in one region on one date.
 
-Every price here is AWS's public list price for **us-east-1 on 2026-12-01**, pay as you go,
-without the free tier, Savings Plans or reserved capacity, each with its unit and where it
+Every price here is AWS's public list price for **us-east-1 on 2026-12-01**, pay as you go
+(DynamoDB both on demand and provisioned), without the free tier, Savings Plans or reserved
+capacity, each with its unit and where it
 comes from. Changing a price means changing this file (and its date); nothing else in
 ``bench/`` hard-codes one.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 PRICES_DATE = "2026-12-01"
 PRICES_REGION = "us-east-1"
 PRICES_NOTE = (
-    f"AWS list prices, {PRICES_REGION}, {PRICES_DATE}; on-demand, no free tier, no Savings Plans or"
+    f"AWS list prices, {PRICES_REGION}, {PRICES_DATE}; pay as you go, no free tier, no Savings Plans or"
     " reserved capacity"
 )
 
@@ -44,6 +45,25 @@ DYNAMODB_WRITE_UNIT = Price(
 DYNAMODB_READ_UNIT = Price(
     0.125, 1e6, "read request unit", "aws.amazon.com/dynamodb/pricing/on-demand (Standard table class)"
 )
+# DynamoDB provisioned capacity (the same page, "Provisioned"): a unit-hour of capacity, billed
+# whether used or not. One write capacity unit serves one write unit a second (transactions
+# and item sizes count as on demand); ``bench.cost_model.provisioned_prices`` turns an hour into
+# the price of a unit used at a given utilization.
+DYNAMODB_WRITE_CAPACITY_HOUR = Price(
+    0.00065,
+    1,
+    "write capacity unit-hour",
+    "aws.amazon.com/dynamodb/pricing/provisioned (Standard table class)",
+)
+DYNAMODB_READ_CAPACITY_HOUR = Price(
+    0.00013,
+    1,
+    "read capacity unit-hour",
+    "aws.amazon.com/dynamodb/pricing/provisioned (Standard table class)",
+)
+# CloudWatch alarms: target tracking makes its own (standard resolution, per alarm-month).
+CLOUDWATCH_ALARM_MONTH = Price(0.10, 1, "alarm-month", "aws.amazon.com/cloudwatch/pricing")
+HOURS_PER_MONTH = 730
 DYNAMODB_WRITE_UNIT_BYTES = 1024
 DYNAMODB_READ_UNIT_BYTES = 4096
 

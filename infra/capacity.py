@@ -20,22 +20,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
+Mode = Literal["on-demand", "provisioned"]
 CONTEXT_KEY = "tableCapacity"
-ON_DEMAND = "on-demand"
-PROVISIONED = "provisioned"
+ON_DEMAND: Final = "on-demand"
+PROVISIONED: Final = "provisioned"
 # DynamoDB's target tracking accepts targets from 20 to 90 %.
 TARGET_RANGE = (20, 90)
 DEFAULT_TARGET = 70  # the console's default
 DEFAULT_UNITS = (5, 4000)  # per table and per index: minimum, maximum
+# DynamoDB auto scaling raises capacity after two minutes above the target, and lowers it only
+# after fifteen minutes 20 points or more below it (AWS knowledge center, "DynamoDB auto
+# scaling"): a load that eases leaves the utilization anywhere in that band.
+SCALE_IN_BELOW_POINTS = 20
 
 _FIELDS = {"mode", "targetUtilization", "writeUnits", "readUnits"}
 
 
 @dataclass(frozen=True)
 class TableCapacity:
-    mode: Literal["on-demand", "provisioned"] = ON_DEMAND
+    mode: Mode = ON_DEMAND
     target_utilization: int = DEFAULT_TARGET  # percent
     write_units: tuple[int, int] = DEFAULT_UNITS
     read_units: tuple[int, int] = DEFAULT_UNITS

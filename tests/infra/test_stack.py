@@ -25,6 +25,7 @@ from batchgw.run.prepare_lease import PrepareBusy
 from constructs import IConstruct
 
 from infra.app import SKIP_BUNDLING, bundling_enabled, cdk_json_context
+from infra.capacity import TableCapacity
 from infra.constructs import REPO_ROOT
 from infra.constructs import layers as layers_module
 from infra.constructs.functions import WORKER_TIMEOUT_SECONDS
@@ -229,6 +230,14 @@ def test_provisioned_tables_and_indexes_scale_reads_and_writes_to_the_target_bet
             "DynamoDBReadCapacityUtilization" if "Read" in dimension else "DynamoDBWriteCapacityUtilization"
         )
         assert target["policy"]["PredefinedMetricSpecification"] == {"PredefinedMetricType": metric}
+
+
+def test_a_table_capacity_mode_alone_takes_the_defaults() -> None:
+    assert TableCapacity.from_context(None) == TableCapacity() == TableCapacity.from_context("on-demand")
+    provisioned = TableCapacity.from_context("provisioned")
+    assert provisioned.provisioned and provisioned.target_utilization == 70
+    assert provisioned.write_units == provisioned.read_units == (5, 4000)
+    assert TableCapacity.from_context({"mode": "provisioned", "readUnits": [1, 1]}).read_units == (1, 1)
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench import cost_model as m
-from bench.cost import function_memory_mb, log_bytes, remaining_transitions
+from bench.cost import function_memory_mb, log_bytes, provisioned_cost, remaining_transitions
 from bench.cost_replay import classify
+from infra.capacity import TableCapacity
 
 KB = 1024
 
@@ -156,6 +157,38 @@ def test_price_of_a_tiny_fixture() -> None:
     assert breakdown.by_service()["DynamoDB"] == pytest.approx(6.5)
     assert breakdown.dominant(1)[0].component == "write Requests"
     assert len(breakdown.lines) == 5
+
+
+def test_provisioned_units_cost_the_hour_over_the_units_an_hour_serves_at_the_utilization() -> None:
+    usage = [
+        m.UsageLine("DynamoDB", "write Requests", "dynamodb_wru", 10.0),
+        m.UsageLine("DynamoDB", "read Requests", "dynamodb_rru", 2.0),
+        m.UsageLine("Lambda", "worker invocations", "lambda_request", 0.1),
+    ]
+    full = m.price(usage, m.provisioned_prices(1.0)).by_service()
+    assert full["DynamoDB"] == pytest.approx(1e6 * (10 * 0.00065 + 2 * 0.00013) / 3600)
+    assert full["Lambda"] == pytest.approx(0.1 * 0.20)  # the rest is priced as before
+    half = m.price(usage, m.provisioned_prices(0.5)).by_service()
+    assert half["DynamoDB"] == pytest.approx(2 * full["DynamoDB"])  # half used: each unit costs twice
+    with pytest.raises(ValueError):
+        m.provisioned_prices(0.0)
+
+
+def test_provisioned_cost_at_the_target_and_at_the_scale_in_threshold_and_its_monthly_floor() -> None:
+    usage = [m.UsageLine("DynamoDB", "write Requests", "dynamodb_wru", 10.0)]
+    figures = provisioned_cost(
+        usage, TableCapacity(mode="provisioned", target_utilization=80, read_units=(2, 9))
+    )
+    unit_hour = 0.00065 / 3600 * 1e6 * 10
+    assert figures["usd_per_million_at_target"] == pytest.approx(unit_hour / 0.8)
+    assert figures["scale_in_utilization"] == pytest.approx(0.6)
+    assert figures["usd_per_million_at_scale_in"] == pytest.approx(unit_hour / 0.6)
+    assert figures["break_even_utilization"] == pytest.approx(0.00065 / 3600 / 0.625e-6)  # about 29 %
+    assert figures["write_units_per_request"] == 10.0 and figures["read_units_per_request"] == 0.0
+    n = figures["tables_and_indexes"]
+    assert n >= 3
+    per_target = (2 * 0.00013 + 5 * 0.00065) * 730 + 8 * 0.10  # minimum capacity, 4 alarms x 2 dimensions
+    assert figures["monthly_floor_usd"] == pytest.approx(n * per_target)
 
 
 def test_usage_lines_round_trip_through_json() -> None:
