@@ -56,7 +56,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 
-from local import crashes, keep_alive, moto_patches
+from local import crashes, keep_alive, moto_patches, throttling
 from local.env import (
     DEFAULT_MOTO_PORT,
     HOST,
@@ -286,6 +286,7 @@ def serve(port: int) -> None:
     moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
     keep_alive.install()  # connections kept between requests (werkzeug closes each one)
     crashes.install(get_clients().events, os.environ)  # chaos runs only: tasks dying mid-run
+    throttling.install(os.environ)  # chaos runs only: DynamoDB refusing for throughput
     server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
     server.start()
     log.info("moto listening", extra={"port": port})

@@ -2,7 +2,8 @@
 crash at random moments, the workflow's tasks die at random AWS calls (``local.crashes``:
 before a call is sent, or after it was made and its answer lost), the simulator answers
 random retryable errors, timeouts and ``model_queued``, chain messages are delivered
-again, and random batches are cancelled.
+again, random batches are cancelled, and (``--throttle-rate``) DynamoDB refuses random
+calls for throughput (``local.throttling``), as a provisioned table past its capacity does.
 
 Afterwards, for every batch: a final status; ``request_counts`` equal to its terminal
 requests; every request exactly one terminal outcome. Overall: the upstream requests the
@@ -33,7 +34,7 @@ import httpx
 from batchgw.config import resources
 from batchgw.domain.chains import ChainMessage
 
-from local import crashes
+from local import crashes, throttling
 from local import env as local_env
 from local.run import LocalStack
 from tests.support import wait_for
@@ -78,6 +79,7 @@ class ChaosConfig:
     reconcile_seconds: float = 2
     worker_timeout_seconds: float = 12
     task_crash_rate: float = 0.0  # per AWS call of a workflow task: it dies there
+    throttle_rate: float = 0.0  # per DynamoDB item call: refused for throughput (local.throttling)
 
 
 @dataclass
@@ -89,6 +91,7 @@ class ChaosReport:
     cancels: int = 0
     faults: int = 0
     task_deaths: int = 0
+    throttled: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     upstream_seen: int = 0
@@ -103,7 +106,8 @@ class ChaosReport:
             f"batches {self.batches} ({dict(self.statuses)})",
             f"requests {self.requests} ({dict(self.outcomes)})",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "
-            f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}",
+            f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}, "
+            f"dynamodb calls refused for throughput {self.throttled}",
             f"upstream requests seen {self.upstream_seen}: calls recorded {self.calls_recorded}, "
             f"attempts lost with their worker {self.lost_attempts}",
             *(f"  failed batch {failed}" for failed in self.failed_batches),
@@ -147,7 +151,8 @@ class Chaos:
                 self._check_batch(batch_id, batch)
         self._check_upstream(batch_ids)
         self._check_drained()
-        self.report.task_deaths = self._task_deaths()
+        self.report.task_deaths = self._logged(crashes.DIED)
+        self.report.throttled = self._logged(throttling.THROTTLED)
         self.report.seconds = time.monotonic() - started
         return self.report
 
@@ -196,12 +201,12 @@ class Chaos:
                 self.api.post(f"/batches/{batch_id}/cancel").raise_for_status()
                 self.report.cancels += 1
 
-    def _task_deaths(self) -> int:
-        """The workflow tasks that died (moto's process logs each death)."""
+    def _logged(self, event: str) -> int:
+        """How many times moto's process logged ``event`` (a task's death, a refusal)."""
         log = self.stack.log_dir / "moto.log" if self.stack.log_dir else None
         if log is None or not log.exists():
             return 0
-        return sum(crashes.DIED in line for line in log.read_text(errors="replace").splitlines())
+        return sum(event in line for line in log.read_text(errors="replace").splitlines())
 
     def _wait_final(self, batch_id: str) -> dict[str, Any] | None:
         try:
@@ -327,6 +332,13 @@ def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:
             f"{local_env.function_name(s)}={config.task_crash_rate}" for s in resources.WORKFLOW_SUBSTITUTIONS
         )
         env.update({crashes.CRASHES_ENV: tasks, crashes.CRASH_SEED_ENV: str(config.seed)})
+    if config.throttle_rate:
+        env.update(
+            {
+                throttling.THROTTLE_RATE_ENV: str(config.throttle_rate),
+                throttling.THROTTLE_SEED_ENV: str(config.seed),
+            }
+        )
     return LocalStack(
         api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=config.workers, log_dir=log_dir
     )
@@ -345,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=defaults.task_crash_rate,
         help="per AWS call of a workflow task",
+    )
+    parser.add_argument(
+        "--throttle-rate",
+        type=float,
+        default=defaults.throttle_rate,
+        help="per DynamoDB item call (moto refuses it for throughput)",
     )
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)

@@ -22,6 +22,7 @@ def test_every_batch_ends_with_one_outcome_per_request_whatever_fails(
         cancels=2,
         window_seconds=40,
         task_crash_rate=0.03,
+        throttle_rate=0.05,
     )
     with chaos_stack(tmp_path_factory.mktemp("chaos-logs"), config) as stack:
         report = Chaos(stack, config).run()
@@ -30,4 +31,5 @@ def test_every_batch_ends_with_one_outcome_per_request_whatever_fails(
     assert report.violations == []
     assert report.kills == replaced == config.kills  # every crashed worker was replaced
     assert report.task_deaths > 0  # workflow tasks died at AWS calls and were retried
+    assert report.throttled > 0  # DynamoDB refused calls for throughput, and they were tried again
     assert report.statuses["cancelled"] >= 1 and report.lost_attempts >= 0

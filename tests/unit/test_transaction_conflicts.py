@@ -92,3 +92,45 @@ def test_a_cancellation_for_another_reason_is_answered_at_once(pauses: list[floa
     cancelled = Table(client, "t").transact([{"Put": {}}, {"Put": {}}], failure="could not write")
     assert cancelled is not None and list(cancelled.reasons) == ["None", "ValidationError"]
     assert client.tries == 1 and pauses == []
+
+
+class UnprocessingClient:
+    """A DynamoDB client whose batch calls leave the last item unprocessed ``times`` times."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+        self.calls: list[int] = []
+
+    def _left(self, requests: list[Any]) -> list[Any]:
+        self.calls.append(len(requests))
+        return requests[-1:] if len(self.calls) <= self.times else []
+
+    def batch_write_item(self, RequestItems: dict[str, list[Any]]) -> dict[str, Any]:
+        left = self._left(RequestItems["t"])
+        return {"UnprocessedItems": {"t": left} if left else {}}
+
+    def batch_get_item(self, RequestItems: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        keys = RequestItems["t"]["Keys"]
+        left = self._left(keys)
+        found = [key for key in keys if key not in left]
+        return {"Responses": {"t": found}, "UnprocessedKeys": {"t": {"Keys": left}} if left else {}}
+
+
+def test_unprocessed_items_are_written_again_after_growing_pauses(pauses: list[float]) -> None:
+    client = UnprocessingClient(times=3)
+    Table(client, "t").put_many([{"pk": str(i)} for i in range(3)])
+    assert client.calls == [3, 1, 1, 1] and len(pauses) == 3
+    assert all(0 <= pause <= bound for pause, bound in zip(pauses, (0.02, 0.04, 0.08), strict=True))
+
+
+def test_unprocessed_keys_are_read_again_after_growing_pauses(pauses: list[float]) -> None:
+    client = UnprocessingClient(times=2)
+    keys = [{"pk": {"S": str(i)}} for i in range(3)]
+    assert Table(client, "t").get_many(keys) == keys
+    assert client.calls == [3, 1, 1] and len(pauses) == 2
+
+
+def test_items_left_unprocessed_try_after_try_end_in_a_storage_error(pauses: list[float]) -> None:
+    with pytest.raises(StorageError, match="could not write 1 items"):
+        Table(UnprocessingClient(times=1000), "t").put_many([{"pk": "a"}])
+    assert len(pauses) == 9  # ten tries, a pause between each two

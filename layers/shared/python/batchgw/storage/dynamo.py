@@ -38,6 +38,8 @@ TRANSACTION_LIMIT = 100
 # pausing between tries for an exponential, fully jittered while (so transactions that
 # conflicted together do not try again together): under 1.7 s in all at worst.
 _CONFLICT_TRIES = 8
+# Tries of a batch call whose items DynamoDB left unprocessed (throughput), paused as conflicts.
+_BATCH_TRIES = 10
 # Cancellation codes that say nothing about the conditions: another transaction in flight on
 # an item, or the table's (or an index's) throughput exceeded, which on-demand tables can hit
 # too (a burst past twice the previous peak, a hot partition). Tried again like a conflict.
@@ -48,8 +50,9 @@ _sleep = time.sleep  # tests replace it
 
 
 def conflict_pause(tries: int, rng: Callable[[], float] = random.random) -> float:
-    """The pause after the ``tries``-th try of a transaction conflicted: up to 20 ms,
-    doubling with each try, at most 0.5 s; uniformly jittered from zero."""
+    """The pause after the ``tries``-th try of a transaction conflicted (or was refused for
+    throughput), or of a batch call that left items unprocessed: up to 20 ms, doubling with
+    each try, at most 0.5 s; uniformly jittered from zero."""
     return rng() * min(_CONFLICT_MAX_SECONDS, _CONFLICT_BASE_SECONDS * 2 ** max(0, tries - 1))
 
 
@@ -367,9 +370,11 @@ class Table:
         found: list[dict[str, Any]] = []
         for start in range(0, len(keys), BATCH_GET_LIMIT):
             pending = list(keys[start : start + BATCH_GET_LIMIT])
-            for _ in range(10):
+            for tries in range(1, _BATCH_TRIES + 1):
                 if not pending:
                     break
+                if tries > 1:
+                    _sleep(conflict_pause(tries - 1))
                 resp = self._call(
                     f"could not read from {self.name}",
                     self.client.batch_get_item,
@@ -417,7 +422,9 @@ class Table:
     def _write_many(self, requests: list[dict[str, Any]]) -> None:
         for start in range(0, len(requests), BATCH_WRITE_LIMIT):
             pending = {self.name: requests[start : start + BATCH_WRITE_LIMIT]}
-            for _ in range(10):
+            for tries in range(1, _BATCH_TRIES + 1):
+                if tries > 1:
+                    _sleep(conflict_pause(tries - 1))
                 resp = self._call(
                     f"could not write to {self.name}", self.client.batch_write_item, {"RequestItems": pending}
                 )

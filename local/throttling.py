@@ -1,0 +1,133 @@
+"""DynamoDB refusing requests for throughput, for chaos runs of the local stack.
+
+On AWS a table refuses what is beyond its throughput: a provisioned table
+(``-c tableCapacity=provisioned``, ``infra.capacity``) past its capacity until auto scaling
+follows, an on-demand one past twice its previous peak or on a hot partition. moto never
+does. ``BATCHGW_DYNAMODB_THROTTLE_RATE`` (a probability) makes the moto process refuse each
+DynamoDB item call (reads, writes, batches, transactions) with that probability, before it
+does anything, as DynamoDB does:
+
+- a single-item, query or batch call answers ``ProvisionedThroughputExceededException``
+  (which the SDK tries again, with its backoff);
+- a transaction answers ``TransactionCanceledException`` whose reasons say
+  ``ThrottlingError`` for one of its actions and ``None`` for the rest (which the SDK does
+  not try again: ``batchgw.storage.dynamo.Table.transact`` must).
+
+``BATCHGW_DYNAMODB_THROTTLE_SEED`` seeds the draws. Each refusal is logged
+(``dynamodb throttled``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from moto.dynamodb.exceptions import DynamodbException, TransactionCanceledException
+from moto.dynamodb.responses import DynamoHandler
+
+THROTTLE_RATE_ENV = "BATCHGW_DYNAMODB_THROTTLE_RATE"
+THROTTLE_SEED_ENV = "BATCHGW_DYNAMODB_THROTTLE_SEED"
+THROTTLED = "dynamodb throttled"  # the log line of each refusal
+
+_TRANSACTION = "transact_write_items"
+_ITEM_CALLS = (
+    "get_item",
+    "put_item",
+    "update_item",
+    "delete_item",
+    "query",
+    "scan",
+    "batch_get_item",
+    "batch_write_item",
+    "transact_get_items",
+    _TRANSACTION,
+)
+_EXCEEDED = "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException"
+
+log = logging.getLogger("local.throttling")
+
+
+def throttle_rate(env: Mapping[str, str]) -> float:
+    value = env.get(THROTTLE_RATE_ENV, "").strip()
+    if not value:
+        return 0.0
+    rate = float(value)
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"{THROTTLE_RATE_ENV}: {value!r} is not a probability between 0 and 1")
+    return rate
+
+
+class Throttling:
+    """Draws, for each DynamoDB item call moto answers, whether it is refused."""
+
+    def __init__(self, rate: float, seed: int = 0) -> None:
+        self.rate = rate
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.refused = 0
+        self._originals: dict[str, Callable[..., Any]] = {}
+
+    def _draw(self) -> tuple[bool, float]:
+        with self._lock:
+            refused = self._rng.random() < self.rate
+            self.refused += refused
+            return refused, self._rng.random()
+
+    def _refuse(self, handler: DynamoHandler, name: str, pick: float) -> None:
+        log.warning(THROTTLED, extra={"call": name})
+        if name == _TRANSACTION:
+            actions = len(handler.body.get("TransactItems", [])) or 1
+            throttled = int(pick * actions)
+            raise TransactionCanceledException(
+                [
+                    (
+                        "ThrottlingError",
+                        "Throughput exceeds the current capacity of your table or index.",
+                        None,
+                    )
+                    if i == throttled
+                    else (None, None, None)
+                    for i in range(actions)
+                ]
+            )
+        raise DynamodbException(
+            _EXCEEDED,
+            "The level of configured provisioned throughput for the table was exceeded. "
+            "Consider increasing your provisioning level with the UpdateTable API.",
+        )
+
+    def _wrapped(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def call(handler: DynamoHandler) -> Any:
+            refused, pick = self._draw()
+            if refused:
+                self._refuse(handler, name, pick)
+            return original(handler)
+
+        return call
+
+    def install(self) -> None:
+        """Refuse from now on (inside moto's action methods, so the refusal is its answer)."""
+        for name in _ITEM_CALLS:
+            self._originals[name] = getattr(DynamoHandler, name)
+            setattr(DynamoHandler, name, self._wrapped(name, self._originals[name]))
+
+    def uninstall(self) -> None:
+        for name, original in self._originals.items():
+            setattr(DynamoHandler, name, original)
+        self._originals.clear()
+
+
+def install(env: Mapping[str, str]) -> Throttling | None:
+    """Install the refusals ``env`` asks for; None if it asks none."""
+    rate = throttle_rate(env)
+    if not rate:
+        return None
+    throttling = Throttling(rate, seed=int(env.get(THROTTLE_SEED_ENV, "0")))
+    throttling.install()
+    log.info("dynamodb throttling installed", extra={"rate": rate})
+    return throttling
