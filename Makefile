@@ -60,10 +60,11 @@ bench: install
 cost: install
 	$(PY) -m bench.cost $(ARGS)
 
-## A long seeded chaos run on a local stack (crashes, faults, duplicates, cancels); prints the totals.
+## A long seeded chaos run on a local stack (crashes, throttling, faults, duplicates, cancels); prints the totals.
 chaos: install
 	$(PY) -m tests.e2e.chaos --batches 12 --requests 50 --kills 12 --duplicates 16 --cancels 4 \
-		--window-seconds 300 --reconcile-seconds 4 --worker-timeout-seconds 20 --task-crash-rate 0.03
+		--window-seconds 300 --reconcile-seconds 4 --worker-timeout-seconds 20 --task-crash-rate 0.03 \
+		--throttle-rate 0.05
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -211,7 +211,7 @@ def test_provisioned_tables_and_indexes_scale_reads_and_writes_to_the_target_bet
     for spec in resources.TABLES:
         table_id = provisioned.id(provisioned.stack.storage.tables[spec.logical_id])
         props = provisioned.resources[table_id]["Properties"]
-        assert props["BillingMode"] == "PROVISIONED"
+        assert props.get("BillingMode", "PROVISIONED") == "PROVISIONED"  # CloudFormation's default
         assert props["ProvisionedThroughput"] == {"ReadCapacityUnits": 10, "WriteCapacityUnits": 50}
         for index in props.get("GlobalSecondaryIndexes", []):
             assert index["ProvisionedThroughput"] == {"ReadCapacityUnits": 10, "WriteCapacityUnits": 50}

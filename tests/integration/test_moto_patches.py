@@ -30,6 +30,7 @@ from moto.dynamodb.parsing.validators import UpdateExpressionValidator
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
 from local import moto_patches
+from tests.support import bare_table
 
 _MODEL = botocore.session.Session().get_service_model("dynamodb")
 _SERIALIZER = create_serializer("json")
@@ -143,13 +144,7 @@ def test_an_update_expression_is_parsed_once_and_its_tree_never_changed_by_use(a
     moto_patches.apply()
     expression = "SET #a = :v ADD n :one REMOVE gone"
     assert UpdateExpressionParser.make(expression) is UpdateExpressionParser.make(expression)
-    client = aws.get_clients().dynamodb
-    client.create_table(
-        TableName="t",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    client = bare_table(aws.get_clients().dynamodb, "t")
     client.put_item(TableName="t", Item={"pk": {"S": "k"}, "gone": {"S": "x"}})
     for value in ("first", "second"):
         client.update_item(

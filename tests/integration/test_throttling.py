@@ -15,19 +15,14 @@ from botocore.exceptions import ClientError
 
 from local import throttling
 from local.throttling import Throttling
+from tests.support import bare_table
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 
 @pytest.fixture
 def table() -> Iterator[str]:
-    client = aws.get_clients().dynamodb
-    client.create_table(
-        TableName="t",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    bare_table(aws.get_clients().dynamodb, "t")
     yield "t"
 
 

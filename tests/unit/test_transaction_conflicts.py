@@ -85,6 +85,12 @@ def test_a_transaction_refused_for_throughput_is_tried_again_until_it_applies(
     client = ConflictingClient(conflicts=2, reasons=("None", reason))
     assert Table(client, "t").transact([{"Put": {}}, {"Put": {}}], failure="could not write") is None
     assert client.tries == 3 and len(pauses) == 2
+    assert all(0 <= pause <= bound for pause, bound in zip(pauses, (0.05, 0.1), strict=True))
+
+
+def test_throughput_pauses_double_from_50_ms_up_to_2_s() -> None:
+    pauses = [conflict_pause(tries, lambda: 1.0, throttled=True) for tries in range(1, 8)]
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0]
 
 
 def test_a_cancellation_for_another_reason_is_answered_at_once(pauses: list[float]) -> None:

@@ -43,17 +43,28 @@ _BATCH_TRIES = 10
 # Cancellation codes that say nothing about the conditions: another transaction in flight on
 # an item, or the table's (or an index's) throughput exceeded, which on-demand tables can hit
 # too (a burst past twice the previous peak, a hot partition). Tried again like a conflict.
-_PASSING_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+_THROTTLED_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded"})
+_PASSING_REASONS = _THROTTLED_REASONS | {"TransactionConflict"}
 _CONFLICT_BASE_SECONDS = 0.02
 _CONFLICT_MAX_SECONDS = 0.5
+# Throughput comes back in seconds (a second's capacity, auto scaling): longer pauses, under
+# 5.2 s in all at worst over a transaction's tries.
+_THROTTLED_BASE_SECONDS = 0.05
+_THROTTLED_MAX_SECONDS = 2.0
 _sleep = time.sleep  # tests replace it
 
 
-def conflict_pause(tries: int, rng: Callable[[], float] = random.random) -> float:
-    """The pause after the ``tries``-th try of a transaction conflicted (or was refused for
-    throughput), or of a batch call that left items unprocessed: up to 20 ms, doubling with
-    each try, at most 0.5 s; uniformly jittered from zero."""
-    return rng() * min(_CONFLICT_MAX_SECONDS, _CONFLICT_BASE_SECONDS * 2 ** max(0, tries - 1))
+def conflict_pause(tries: int, rng: Callable[[], float] = random.random, *, throttled: bool = False) -> float:
+    """The pause after the ``tries``-th try of a transaction conflicted, or of a batch call
+    that left items unprocessed: up to 20 ms, doubling with each try, at most 0.5 s;
+    uniformly jittered from zero. A transaction refused for throughput (``throttled``):
+    up to 50 ms, doubling, at most 2 s."""
+    base, most = (
+        (_THROTTLED_BASE_SECONDS, _THROTTLED_MAX_SECONDS)
+        if throttled
+        else (_CONFLICT_BASE_SECONDS, _CONFLICT_MAX_SECONDS)
+    )
+    return rng() * min(most, base * 2 ** max(0, tries - 1))
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -416,7 +427,7 @@ class Table:
                 if cancelled.failed_actions or _PASSING_REASONS.isdisjoint(reasons):
                     return cancelled
                 if tries < _CONFLICT_TRIES:
-                    _sleep(conflict_pause(tries))
+                    _sleep(conflict_pause(tries, throttled=not _THROTTLED_REASONS.isdisjoint(reasons)))
         raise StorageError(f"{failure}: transaction conflicts persisted")
 
     def _write_many(self, requests: list[dict[str, Any]]) -> None:
