@@ -43,7 +43,6 @@ _ITEM_CALLS = (
     "scan",
     "batch_get_item",
     "batch_write_item",
-    "transact_get_items",
     _TRANSACTION,
 )
 _EXCEEDED = "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException"
