@@ -47,7 +47,8 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    environment, interleaved, each less a bare ``python -c pass``, medians of 5:
    ``api_import_ratio`` = handler / boto3 (budget 1.5). Beside it, the fixed stack's floor
    (boto3, Powertools' resolver and Logger, one pydantic model) measured the same way:
-   ``api_import_floor_ratio`` = floor / boto3, the part of the ratio that is not ours.
+   ``api_import_floor_ratio`` = floor / boto3, the part of the ratio that is not ours;
+   ``api_import_model_floor_ratio``, the same without the resolver (boto3, Logger, a model).
 5. **Scale** (issue 15), each on a stack of its own after the first: ``cap64``, 4,000
    requests at 2,000 ms under a model cap of 64 against the direct client with 64 in flight
    (``dispatch_ratio_cap64``, budget 1.2); ``throughput``, 2,000 requests with the simulator

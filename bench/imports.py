@@ -10,6 +10,7 @@ The floor is what any api handler on this stack imports before a line of ours: b
 Powertools' HTTP API resolver and Logger, and one pydantic model (its first model is what
 loads pydantic's schema machinery; settings are a pydantic model, STYLE rule 3).
 ``api_import_floor_ratio`` = floor ÷ boto3: the part of the handler's ratio that is not ours.
+``api_import_model_floor_ratio``: the same without the resolver (boto3, Logger, a model).
 
 ``first_request(env)`` checks that the import got cheaper rather than moved to the first
 request: fresh interpreters that import the handler and then answer one ``GET /v1/batches``
@@ -60,6 +61,15 @@ from pydantic import BaseModel
 class Floor(BaseModel):
     limit: int = 1
 """
+# The floor without Powertools' resolver: what no api handler with pydantic settings avoids.
+MODEL_FLOOR = """
+import boto3
+from aws_lambda_powertools import Logger
+from pydantic import BaseModel
+
+class Floor(BaseModel):
+    limit: int = 1
+"""
 # A fresh interpreter's first request: the event is argv[1]; exits 3 unless answered 200.
 FIRST_REQUEST = """
 import sys, json
@@ -87,6 +97,7 @@ class ImportTimes:
     boto3_seconds: float
     handler_seconds: float
     floor_seconds: float  # the fixed stack's own imports (FLOOR)
+    model_floor_seconds: float  # the same without Powertools' resolver (MODEL_FLOOR)
     runs: int
 
     @property
@@ -97,6 +108,10 @@ class ImportTimes:
     def floor_ratio(self) -> float:
         return self.floor_seconds / self.boto3_seconds
 
+    @property
+    def model_floor_ratio(self) -> float:
+        return self.model_floor_seconds / self.boto3_seconds
+
     def as_dict(self) -> dict[str, float | int]:
         return {
             "api_import_ratio": self.ratio,
@@ -104,6 +119,7 @@ class ImportTimes:
             "boto3_import_seconds": self.boto3_seconds,
             "api_import_floor_ratio": self.floor_ratio,
             "api_import_floor_seconds": self.floor_seconds,
+            "api_import_model_floor_ratio": self.model_floor_ratio,
             "bare_interpreter_seconds": self.bare_seconds,
             "runs": self.runs,
         }
@@ -137,7 +153,7 @@ def import_ratio(env: Mapping[str, str], runs: int = 5) -> ImportTimes:
     """Medians of ``runs`` fresh interpreters each: bare, ``import boto3``, the api handler,
     the fixed stack's floor."""
     child = child_env(env)
-    samples: dict[str, list[float]] = {BARE: [], BOTO3: [], HANDLER: [], FLOOR: []}
+    samples: dict[str, list[float]] = {BARE: [], BOTO3: [], HANDLER: [], FLOOR: [], MODEL_FLOOR: []}
     for code in samples:  # not counted: writes the bytecode the layers ship
         _wall_seconds(code, child)
     for _ in range(runs):
@@ -149,6 +165,7 @@ def import_ratio(env: Mapping[str, str], runs: int = 5) -> ImportTimes:
         boto3_seconds=statistics.median(samples[BOTO3]) - bare,
         handler_seconds=statistics.median(samples[HANDLER]) - bare,
         floor_seconds=statistics.median(samples[FLOOR]) - bare,
+        model_floor_seconds=statistics.median(samples[MODEL_FLOOR]) - bare,
         runs=runs,
     )
 
@@ -159,7 +176,8 @@ def floor_line(times: ImportTimes) -> str:
         f"the fixed stack alone (boto3, Powertools' resolver and Logger, a pydantic model) "
         f"{times.floor_seconds:.3f} s: floor ratio {times.floor_ratio:.2f}; "
         f"the handler's own modules add {times.handler_seconds - times.floor_seconds:.3f} s "
-        f"({times.ratio - times.floor_ratio:.2f} of boto3)"
+        f"({times.ratio - times.floor_ratio:.2f} of boto3); without the resolver (boto3, Logger, "
+        f"a pydantic model) {times.model_floor_seconds:.3f} s: ratio {times.model_floor_ratio:.2f}"
     )
 
 
