@@ -7,8 +7,11 @@ does. ``BATCHGW_DYNAMODB_THROTTLE_RATE`` (a probability) makes the moto process 
 DynamoDB item call (reads, writes, batches, transactions) with that probability, before it
 does anything, as DynamoDB does:
 
-- a single-item, query or batch call answers ``ProvisionedThroughputExceededException``
-  (which the SDK tries again, with its backoff);
+- a single-item call or a query answers ``ProvisionedThroughputExceededException`` (which
+  the SDK tries again, with its backoff);
+- a batch write of several items leaves some of them (each at even odds, one at least)
+  unprocessed and writes the rest, answering them in ``UnprocessedItems`` for the caller to
+  send again; when it leaves them all, the call answers as a single-item call;
 - a transaction answers ``TransactionCanceledException`` whose reasons say
   ``ThrottlingError`` for one of its actions and ``None`` for the rest (which the SDK does
   not try again: ``batchgw.storage.dynamo.Table.transact`` must).
@@ -34,6 +37,7 @@ THROTTLE_SEED_ENV = "BATCHGW_DYNAMODB_THROTTLE_SEED"
 THROTTLED = "dynamodb throttled"  # the log line of each refusal
 
 _TRANSACTION = "transact_write_items"
+_BATCH_WRITE = "batch_write_item"
 _ITEM_CALLS = (
     "get_item",
     "put_item",
@@ -42,7 +46,7 @@ _ITEM_CALLS = (
     "query",
     "scan",
     "batch_get_item",
-    "batch_write_item",
+    _BATCH_WRITE,
     _TRANSACTION,
 )
 _EXCEEDED = "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException"
@@ -76,6 +80,30 @@ class Throttling:
             self.refused += refused
             return refused, self._rng.random()
 
+    def _left_over(self, requests: list[tuple[str, Any]]) -> set[int]:
+        """Which of a refused batch write's requests are left unprocessed: each at even
+        odds, one at least."""
+        with self._lock:
+            left = {i for i in range(len(requests)) if self._rng.random() < 0.5}
+            return left or {self._rng.randrange(len(requests))}
+
+    def _partly(self, handler: DynamoHandler, original: Callable[..., Any], pick: float) -> Any:
+        """A refused batch write: some of its requests written, the rest handed back."""
+        batches = handler.body.get("RequestItems", {})
+        requests = [(table, request) for table, items in batches.items() for request in items]
+        left = self._left_over(requests) if len(requests) > 1 else {0}
+        if len(left) == len(requests):
+            self._refuse(handler, _BATCH_WRITE, pick)
+        log.warning(THROTTLED, extra={"call": _BATCH_WRITE, "unprocessed": len(left)})
+        kept: dict[str, list[Any]] = {}
+        unprocessed: dict[str, list[Any]] = {}
+        for i, (table, request) in enumerate(requests):
+            (unprocessed if i in left else kept).setdefault(table, []).append(request)
+        handler.body = {**handler.body, "RequestItems": kept}
+        answer = original(handler)
+        answer.result["UnprocessedItems"] = unprocessed
+        return answer
+
     def _refuse(self, handler: DynamoHandler, name: str, pick: float) -> None:
         log.warning(THROTTLED, extra={"call": name})
         if name == _TRANSACTION:
@@ -103,6 +131,8 @@ class Throttling:
         @functools.wraps(original)
         def call(handler: DynamoHandler) -> Any:
             refused, pick = self._draw()
+            if refused and name == _BATCH_WRITE:
+                return self._partly(handler, original, pick)
             if refused:
                 self._refuse(handler, name, pick)
             return original(handler)

@@ -65,6 +65,25 @@ def test_a_refused_transaction_names_throttling_for_one_action(table: str, refus
     assert client.scan(TableName=table)["Count"] == 0
 
 
+def test_a_refused_batch_write_writes_some_items_and_hands_the_rest_back(
+    table: str, refusing: Throttling
+) -> None:
+    client = _once()
+    sent = [{"PutRequest": {"Item": {"pk": {"S": f"k{i}"}}}} for i in range(6)]
+    left = None
+    for _ in range(20):  # until one is answered in part: all six left is refused as a whole
+        try:
+            left = client.batch_write_item(RequestItems={table: sent})["UnprocessedItems"][table]
+            break
+        except ClientError as refused:
+            assert refused.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    assert left is not None and 1 <= len(left) < len(sent)
+    refusing.uninstall()
+    written = {item["pk"]["S"] for item in client.scan(TableName=table)["Items"]}
+    handed_back = {request["PutRequest"]["Item"]["pk"]["S"] for request in left}
+    assert written == {f"k{i}" for i in range(6)} - handed_back
+
+
 def test_the_gateways_writes_are_made_through_refusals(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dynamo, "_sleep", lambda _: None)
     refusals = Throttling(rate=0.3, seed=3)
