@@ -52,15 +52,7 @@ RATIO_BUDGET = 1.5
 BARE = "pass"
 BOTO3 = "import boto3"
 HANDLER = "import functions.api.handler"
-FLOOR = """
-import boto3
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
-from pydantic import BaseModel
-
-class Floor(BaseModel):
-    limit: int = 1
-"""
+RESOLVER = "from aws_lambda_powertools.event_handler import APIGatewayHttpResolver"
 # The floor without Powertools' resolver: what no api handler with pydantic settings avoids.
 MODEL_FLOOR = """
 import boto3
@@ -70,6 +62,7 @@ from pydantic import BaseModel
 class Floor(BaseModel):
     limit: int = 1
 """
+FLOOR = RESOLVER + MODEL_FLOOR
 # A fresh interpreter's first request: the event is argv[1]; exits 3 unless answered 200.
 FIRST_REQUEST = """
 import sys, json

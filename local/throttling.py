@@ -44,7 +44,6 @@ _ITEM_CALLS = (
     "update_item",
     "delete_item",
     "query",
-    "scan",
     "batch_get_item",
     _BATCH_WRITE,
     _TRANSACTION,

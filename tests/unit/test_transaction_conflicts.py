@@ -140,3 +140,10 @@ def test_items_left_unprocessed_try_after_try_end_in_a_storage_error(pauses: lis
     with pytest.raises(StorageError, match="could not write 1 items"):
         Table(UnprocessingClient(times=1000), "t").put_many([{"pk": "a"}])
     assert len(pauses) == 9  # ten tries, a pause between each two
+
+
+def test_throughput_refusals_that_persist_end_in_a_storage_error_that_says_so(pauses: list[float]) -> None:
+    client = ConflictingClient(conflicts=1000, reasons=("None", "ThrottlingError"))
+    with pytest.raises(StorageError, match="throughput refusals persisted"):
+        Table(client, "t").transact([{"Put": {}}, {"Put": {}}], failure="could not write")
+    assert client.tries == 8 and sum(pauses) <= 0.05 + 0.1 + 0.2 + 0.4 + 0.8 + 1.6 + 2.0

@@ -412,6 +412,7 @@ class Table:
         (``_CONFLICT_TRIES`` tries in all, with jittered exponential pauses): it says nothing
         about the conditions.
         """
+        throttled = False
         for tries in range(1, _CONFLICT_TRIES + 1):
             try:
                 self.client.transact_write_items(
@@ -426,9 +427,12 @@ class Table:
                 cancelled = Cancelled(reasons, [r.get("Item") for r in found])
                 if cancelled.failed_actions or _PASSING_REASONS.isdisjoint(reasons):
                     return cancelled
+                throttled = not _THROTTLED_REASONS.isdisjoint(reasons)
                 if tries < _CONFLICT_TRIES:
-                    _sleep(conflict_pause(tries, throttled=not _THROTTLED_REASONS.isdisjoint(reasons)))
-        raise StorageError(f"{failure}: transaction conflicts persisted")
+                    _sleep(conflict_pause(tries, throttled=throttled))
+        raise StorageError(
+            f"{failure}: {'throughput refusals' if throttled else 'transaction conflicts'} persisted"
+        )
 
     def _write_many(self, requests: list[dict[str, Any]]) -> None:
         for start in range(0, len(requests), BATCH_WRITE_LIMIT):
