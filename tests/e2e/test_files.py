@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import boto3
 import httpx
 import openai
 import pytest
+from batchgw.config import resources
 from openai import OpenAI
 
 from local.run import LocalStack
@@ -239,21 +241,44 @@ def test_a_presigned_url_binds_the_declared_size_and_cannot_change_a_completed_f
     assert client.files.content(file_id).content == data
 
 
-def test_deleting_a_batch_deletes_its_result_files(client: OpenAI, stack: LocalStack, tmp_path: Path) -> None:
-    upload = client.files.create(file=write(tmp_path, [line("d-1", "gone soon")]).open("rb"), purpose="batch")
+def test_deleting_a_batch_deletes_its_result_files_at_once_and_their_bytes_soon(
+    client: OpenAI, stack: LocalStack, tmp_path: Path
+) -> None:
+    lines = [line("d-1", "gone soon"), line("d-2", "gone too [[sim status=400]]")]
+    upload = client.files.create(file=write(tmp_path, lines).open("rb"), purpose="batch")
     batch = client.batches.create(
         input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
     done = wait_batch(client, batch.id)
-    assert done.output_file_id is not None
+    result_files = [done.output_file_id, done.error_file_id]
+    assert None not in result_files
     api = httpx.Client(base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"})
+    assert all(api.get(f"/files/{file_id}/content").status_code == 200 for file_id in result_files)
+
     assert api.delete(f"/batches/{batch.id}").status_code == 200
-    wait_for(
-        lambda: api.get(f"/files/{done.output_file_id}/content").status_code == 404,
-        timeout=30,
-        what="the output file to go",
+
+    # From the moment delete answers: gone on every route and from the list.
+    for file_id in result_files:
+        assert api.get(f"/files/{file_id}").status_code == 404
+        assert api.get(f"/files/{file_id}/content").status_code == 404
+        assert api.delete(f"/files/{file_id}").status_code == 404
+    listed = {f.id for f in client.files.list()}
+    assert listed.isdisjoint(result_files)
+    # ... and the purge removes their bytes from the bucket.
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=stack.moto_url,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
     )
-    assert done.output_file_id not in [f.id for f in client.files.list()]
+    bucket = stack.env[resources.DATA_BUCKET.env_var]
+
+    def stored(file_id: str | None) -> bool:
+        return bool(s3.list_objects_v2(Bucket=bucket, Prefix=f"files/{file_id}").get("KeyCount"))
+
+    wait_for(lambda: not any(stored(f) for f in result_files), timeout=60, what="the result files' bytes")
+    assert stored(upload.id)  # the input file is the user's own, kept
 
 
 def test_an_empty_file_is_taken_and_its_batch_fails_validation_with_empty_file(

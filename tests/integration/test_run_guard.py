@@ -59,7 +59,7 @@ STOPS: dict[str, Callable[[Deps, str], Any]] = {
     "window closed": lambda deps, batch_id: lifecycle.expire(deps, batch_id),
     "results full": lambda deps, batch_id: deps.batches.change(batch_id, {"results_full": True}),
     "owner failed": lambda deps, batch_id: deps.batches.change(batch_id, {"owner_failed": True}),
-    "deleted": lambda deps, batch_id: deps.batches.delete_record(batch_id),
+    "deleted": lambda deps, batch_id: deps.batches.delete_record(batch_id, now=deps.clock()),
 }
 
 

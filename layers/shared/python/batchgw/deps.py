@@ -75,10 +75,11 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     s3, sqs = LazyClient(lambda: clients.s3), LazyClient(lambda: clients.sqs)
     sfn = LazyClient(lambda: clients.sfn)
     usage = UsageStore(clients.dynamodb, settings.control_table)
+    files = FileStore(clients.dynamodb, settings.files_table, usage)
     return Deps(
         live=LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog),
         catalog=catalog,
-        batches=BatchStore(clients.dynamodb, settings.batches_table, usage),
+        batches=BatchStore(clients.dynamodb, settings.batches_table, usage, files),
         requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),
         slots=SlotStore(clients.dynamodb, settings.control_table),
         blobs=BlobStore(
@@ -97,7 +98,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         spend=SpendStore(clients.dynamodb, settings.control_table),
         user_slots=UserSlotStore(clients.dynamodb, settings.control_table),
         idempotency=IdempotencyStore(clients.dynamodb, settings.control_table),
-        files=FileStore(clients.dynamodb, settings.files_table, usage),
+        files=files,
         control=ControlStore(clients.dynamodb, settings.control_table),
         usage=usage,
         rates=RateLimiter(clients.dynamodb, settings.control_table),

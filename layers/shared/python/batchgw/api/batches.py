@@ -284,7 +284,7 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
     try:
         deps.workflow.start(record.id)
     except StorageError as exc:
-        deps.batches.delete_record(record.id)
+        deps.batches.delete_record(record.id, now=deps.clock())
         deps.blobs.delete_batch(record.id)
         raise ServiceUnavailable("The batch could not be started; nothing was stored. Try again.") from exc
     return batch_object(CountedBatch(record), deps.clock())
@@ -391,7 +391,7 @@ def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
 def remove(deps: Deps, record: BatchRecord) -> None:
     """Delete a batch's record (it reads as not found at once), stop its workflow and purge
     the rest in the background. Its Idempotency-Key answers 410 for a day."""
-    if deps.batches.delete_record(record.id):
+    if deps.batches.delete_record(record.id, now=deps.clock()):
         if record.idempotency_key is not None:
             deps.idempotency.batch_deleted(
                 record.owner,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
 FilePurpose = Literal["batch", "batch_output"]
+ResultKind = Literal["output", "error"]
+RESULT_KINDS: tuple[ResultKind, ...] = ("output", "error")
 
 # Where a deleted file's record keeps its ``created_key``: without it, the record is out of
 # the owner index (see ``storage.files.FileStore.mark_deleted``).
@@ -15,6 +18,12 @@ UNLISTED_KEY = "unlisted_key"
 def file_key(file_id: str) -> str:
     """Where a file's bytes live in the data bucket."""
     return f"files/{file_id}"
+
+
+def result_file_id(batch_id: str, kind: str) -> str:
+    """The id of a batch's output or error file: known before it is written, so a batch
+    deleted while it finalizes can tombstone it first (it is then never written)."""
+    return "file-" + hashlib.sha256(f"{batch_id}/{kind}".encode()).hexdigest()[:32]
 
 
 def incoming_key(file_id: str) -> str:

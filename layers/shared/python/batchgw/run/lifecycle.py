@@ -20,7 +20,7 @@ from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
 from batchgw.domain.chains import ChainMessage
 from batchgw.domain.decisions import abandoned, not_run_error
-from batchgw.domain.files import file_key
+from batchgw.domain.files import RESULT_KINDS, file_key, result_file_id
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
@@ -28,7 +28,7 @@ from batchgw.domain.webhooks import EventMessage
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.prepare_lease import PrepareLease
-from batchgw.run.result_files import result_file_id, write_results
+from batchgw.run.result_files import write_results
 from batchgw.storage.blobs import body_key, input_file_key, input_key
 from batchgw.storage.dynamo import timestamp
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
@@ -651,14 +651,17 @@ def purge(deps: Deps, batch_id: str) -> dict[str, Any]:
         deps.idempotency.batch_deleted(
             batch.owner, batch.idempotency_key, batch_id, ttl=int(deps.clock() + KEY_KEPT_SECONDS)
         )
-    for kind in ("output", "error"):
+    for kind in RESULT_KINDS:
+        # A DELETE tombstoned the batch's result files as it removed the record (they read
+        # as not found from then on); their bytes go now, tombstoned or not.
         file_id = result_file_id(batch_id, kind)
         record = deps.files.get(file_id)
-        if record is not None and not record.deleted:
+        if record is not None:
             deps.blobs.delete(file_key(file_id))
-            deps.files.mark_deleted(file_id, ttl=int(deps.clock()) + 30 * 86400)
+            if not record.deleted:
+                deps.files.mark_deleted(file_id, ttl=int(deps.clock()) + 30 * 86400)
     deps.requests.delete_all(batch_id)
-    deps.batches.delete_all(batch_id)
+    deps.batches.delete_all(batch_id, now=deps.clock())
     deps.blobs.delete_batch(batch_id)
     logger.info("batch purged", extra={"batch_id": batch_id})
     return {}

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord, created_key
-from batchgw.domain.files import FileRecord, file_key
+from batchgw.domain.files import FileRecord, file_key, result_file_id
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.results import file_line, line_bytes
 from batchgw.domain.states import RequestStatus
@@ -37,10 +37,6 @@ PAGE = 500  # requests read per query
 BODY_FETCHERS = 16  # bodies read from S3 at once
 PARTS_PER_DOUBLING = 1000  # part sizes double every this many parts (S3 takes 10,000 at most)
 FILE_FIELDS = {"output": "output_file_id", "error": "error_file_id"}
-
-
-def result_file_id(batch_id: str, kind: str) -> str:
-    return "file-" + hashlib.sha256(f"{batch_id}/{kind}".encode()).hexdigest()[:32]
 
 
 @dataclass

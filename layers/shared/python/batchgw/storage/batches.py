@@ -40,9 +40,11 @@ from batchgw.domain.batch import (
     shard_sk,
 )
 from batchgw.domain.errors import StorageError
+from batchgw.domain.files import RESULT_KINDS, result_file_id
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import OverLimit, Usage, UsageLimits
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
+from batchgw.storage.files import FileStore
 from batchgw.storage.usage import UsageStore
 
 OWNER_INDEX = "by_owner"
@@ -91,9 +93,10 @@ class _RecordChanged(Exception):
 
 
 class BatchStore:
-    def __init__(self, client: Any, table: str, usage: UsageStore) -> None:
+    def __init__(self, client: Any, table: str, usage: UsageStore, files: FileStore) -> None:
         self._table = Table(client, table)
         self._usage = usage
+        self._files = files
 
     @staticmethod
     def _key(batch_id: str, sk: str = RECORD_SK) -> dict[str, Any]:
@@ -488,42 +491,58 @@ class BatchStore:
             failure=f"could not update {batch_id}",
         )
 
-    def delete_record(self, batch_id: str) -> bool:
-        """Remove the batch's record (it then reads as not found everywhere); an unfinished
-        batch's count in its owner's usage is released, and its counter shards halted, in the
-        same transaction. False when there was no record to remove."""
+    def delete_record(self, batch_id: str, *, now: float) -> bool:
+        """Remove the batch's record (it then reads as not found everywhere), and tombstone
+        its result files in the same transaction (they read as not found from then on, and
+        one its finalize had yet to record is never written: ``FileStore.tombstone_actions``);
+        an unfinished batch's count in its owner's usage is released, and its counter shards
+        halted, in that transaction too. False when there was no record to remove."""
         for _ in range(_USAGE_TRIES):
             record = self.get_record(batch_id)
             if record is None:
                 return False
-            if record.status.is_final:
-                return self._table.delete(
-                    self._key(batch_id), condition=batch_exists, failure=f"could not delete {batch_id}"
-                )
-            clause, names, values = _shards_clause(record)
-            delete = {
-                "Delete": {
-                    "TableName": self._table.name,
-                    "Key": self._key(batch_id),
-                    "ConditionExpression": f"{batch_exists} AND {status_is} AND {total_is} AND {clause}",
-                    "ExpressionAttributeNames": {"#status": "status", "#total": "total", **names},
-                    "ExpressionAttributeValues": to_item(
-                        {":status": record.status.value, ":total": record.total, **values}
-                    ),
-                }
+            tombstones = self._files.tombstone_actions(_result_files(record), owner=record.owner, now=now)
+            conditions = [batch_exists]
+            names: dict[str, str] = {}
+            values: dict[str, Any] = {}
+            actions: list[dict[str, Any]] = []
+            if not record.status.is_final:
+                clause, names, values = _shards_clause(record)
+                conditions += [status_is, total_is, clause]
+                names |= {"#status": "status", "#total": "total"}
+                values |= {":status": record.status.value, ":total": record.total}
+                actions += self._shard_marks(record, halt=True)
+                if record.charged:
+                    actions.append(
+                        self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total))
+                    )
+            else:
+                # Its status stays final; only its result files (read with it) must not move.
+                conditions.append(status_is)
+                names["#status"] = "status"
+                values[":status"] = record.status.value
+            delete: dict[str, Any] = {
+                "TableName": self._table.name,
+                "Key": self._key(batch_id),
+                "ConditionExpression": " AND ".join(conditions),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": to_item(values),
             }
-            actions = [delete, *self._shard_marks(record, halt=True)]
-            if record.charged:
-                actions.append(
-                    self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total))
-                )
-            if self._table.transact(actions, failure=f"could not delete {batch_id}") is None:
+            failure = f"could not delete {batch_id}"
+            if not actions and not tombstones:
+                condition = delete["ConditionExpression"]
+                if self._table.delete(
+                    self._key(batch_id), condition=condition, names=names, params=values, failure=failure
+                ):
+                    return True
+                continue  # gone meanwhile: read again
+            if self._table.transact([{"Delete": delete}, *actions, *tombstones], failure=failure) is None:
                 return True
         raise StorageError(f"batch {batch_id} kept changing while it was deleted")
 
-    def delete_all(self, batch_id: str) -> None:
-        """Delete the batch's record (releasing it, if it is unfinished) and counter shards."""
-        self.delete_record(batch_id)
+    def delete_all(self, batch_id: str, *, now: float) -> None:
+        """Delete the batch's record (as ``delete_record``) and counter shards."""
+        self.delete_record(batch_id, now=now)
         keys = [
             {"pk": raw["pk"], "sk": raw["sk"]}
             for raw in self._table.query(
@@ -665,3 +684,13 @@ class BatchStore:
             failure=f"could not finish shard {shard} of {batch_id}",
         )
         return cancelled is None
+
+
+def _result_files(record: BatchRecord) -> list[str]:
+    """The result files a batch has or may yet have: those an ended batch names; both ids of
+    a file batch still running or finalizing (its finalize may record either)."""
+    if record.status.is_final:
+        return [f for f in (record.output_file_id, record.error_file_id) if f is not None]
+    if record.input_method != "file":
+        return []
+    return [result_file_id(record.id, kind) for kind in RESULT_KINDS]

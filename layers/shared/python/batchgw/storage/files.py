@@ -7,7 +7,7 @@ that deletes it (``delete_counted``) or, with no write, the end of its expiry ho
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -35,6 +35,7 @@ not_expired = "(attribute_not_exists(#e) OR #e > :now)"
 
 
 _USAGE_TRIES = 5  # charges tried again while the owner's usage keeps changing
+TOMBSTONE_KEPT_SECONDS = 30 * 86400  # a deleted file's id is not used again for this long
 
 
 class FileStore:
@@ -63,6 +64,49 @@ class FileStore:
         (the index skips an item without its sort key), so deleted files never lie in the way
         of a list page. Deleting again leaves it as it is."""
         self._table.update(self._key(file_id), _tombstone(ttl), failure=f"could not delete {file_id}")
+
+    def tombstone_actions(self, file_ids: Sequence[str], *, owner: str, now: float) -> list[dict[str, Any]]:
+        """The transaction actions that make each of ``file_ids`` (a batch's result files) a
+        tombstone, to join the write that deletes their batch: from that write on they read
+        as not found on every route and are out of the owner's list.
+
+        A live record becomes a tombstone (as ``mark_deleted``); a record that is not there
+        yet is put as one, only while it is still not there: a result file that its batch's
+        finalize records meanwhile fails the transaction (read again, tried again), and one
+        it records later finds the tombstone (``create``) and is never written. A file
+        tombstoned already needs nothing."""
+        ttl = int(now) + TOMBSTONE_KEPT_SECONDS
+        actions: list[dict[str, Any]] = []
+        for file_id in file_ids:
+            record = self.get(file_id)
+            if record is not None and record.deleted:
+                continue
+            if record is not None:
+                update = _tombstone(ttl, condition="attribute_exists(pk)")
+                actions.append({"Update": update.request(self._table.name, self._key(file_id))})
+                continue
+            tombstone = FileRecord(
+                id=file_id,
+                owner=owner,
+                bytes=0,
+                created_at=int(now),
+                created_key="",
+                filename="",
+                purpose="batch_output",
+                deleted=True,
+                ttl=ttl,
+            ).to_item()
+            tombstone[UNLISTED_KEY] = tombstone.pop("created_key")  # out of the owner index
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self._table.name,
+                        "Item": to_item(tombstone),
+                        "ConditionExpression": file_not_exists,
+                    }
+                }
+            )
+        return actions
 
     # --- input files counted in their owner's usage ---------------------------------------------
 
