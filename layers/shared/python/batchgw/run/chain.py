@@ -458,16 +458,13 @@ class ChainRun:
         """Say on the batch why its owner's account holds it back, and until when."""
         assert standing.reason is not None
         paused = {"reason": standing.reason.value, "until": standing.until, "check_at": standing.check_at}
-        running = [BatchStatus.IN_PROGRESS]
-        changed = await io(self.deps.batches.change, self.batch.id, {"paused": paused}, from_statuses=running)
+        changed = await io(self.deps.batches.pause, self.batch.id, paused)
         if changed is not None:
             self.latest = changed
         logger.info("batch paused", extra={"batch_id": self.batch.id, **paused})
 
     async def _resume(self) -> None:
-        changed = await io(
-            self.deps.batches.change, self.batch.id, {"paused": None}, from_statuses=[BatchStatus.IN_PROGRESS]
-        )
+        changed = await io(self.deps.batches.resume, self.batch.id)
         self.latest = changed or self.latest.replace(paused=None)
         logger.info("batch resumed", extra={"batch_id": self.batch.id})
 
@@ -476,12 +473,7 @@ class ChainRun:
         running ones finish) and wake its workflow to end the unstarted ones."""
         deps = self.deps
         error = {"code": "owner_unauthorized", "message": message}
-        failed = await io(
-            deps.batches.change,
-            self.batch.id,
-            {"owner_failed": True, "error": error},
-            from_statuses=[BatchStatus.IN_PROGRESS],
-        )
+        failed = await io(deps.batches.fail_for_owner, self.batch.id, error)
         logger.warning("batch failing for its owner", extra={"batch_id": self.batch.id, "reason": message})
         if failed is None or failed.task_token is None or failed.cancel_swept:
             return  # not parked yet (it finds the batch failing when it parks) or done already
