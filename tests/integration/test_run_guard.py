@@ -16,7 +16,7 @@ from batchgw.domain.batch import Tally
 from batchgw.domain.chains import ChainMessage, decode
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd, RequestRecord
-from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.domain.states import RequestStatus
 from batchgw.run import attempt, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage.dynamo import Table
@@ -29,6 +29,7 @@ from tests.support import FakeClock
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+OWNER_ERROR = {"code": "owner_unauthorized", "message": "The batch's key was revoked."}
 ONE_CHAIN = {"BATCH_MODEL_CONCURRENCY": "1", "BATCH_COUNTER_SHARDS": "2"}
 
 
@@ -57,8 +58,11 @@ def chain_messages(deps: Deps) -> list[ChainMessage]:
 STOPS: dict[str, Callable[[Deps, str], Any]] = {
     "cancelled": lambda deps, batch_id: batches.cancel_batch(deps, ALICE, batch_id),
     "window closed": lambda deps, batch_id: lifecycle.expire(deps, batch_id),
-    "results full": lambda deps, batch_id: deps.batches.change(batch_id, {"results_full": True}),
-    "owner failed": lambda deps, batch_id: deps.batches.change(batch_id, {"owner_failed": True}),
+    "results full": lambda deps, batch_id: deps.batches.mark_results_full(batch_id),
+    "owner failed": lambda deps, batch_id: deps.batches.fail_for_owner(
+        batch_id, {"code": "owner_unauthorized", "message": "no"}
+    ),
+    "step failed": lambda deps, batch_id: deps.batches.start_failing(batch_id, None),
     "deleted": lambda deps, batch_id: deps.batches.delete_record(batch_id, now=deps.clock()),
 }
 
@@ -79,7 +83,7 @@ def test_every_stop_is_seen_by_the_next_guarded_end_in_every_shard(sim: Simulato
 def test_a_newer_generation_supersedes_only_the_older_chains(sim: Simulator) -> None:
     deps = make_deps(sim, FakeClock(), **ONE_CHAIN)
     batch_id = prepared(deps, 6)
-    assert deps.batches.change(batch_id, {"generation": 1}, from_statuses=[BatchStatus.IN_PROGRESS])
+    assert deps.batches.set_generation(batch_id, 1)
     assert record(deps, claim(deps, batch_id, 0), RunGuard(generation=0)) is Recorded.OK
     assert record(deps, claim(deps, batch_id, 1), RunGuard(generation=1)) is Recorded.RUNS
     assert record(deps, claim(deps, batch_id, 2), RunGuard()) is Recorded.RUNS  # a lone request
@@ -168,6 +172,6 @@ def test_a_refused_end_takes_one_more_try_told_by_the_shard_it_found(
         return record(deps, request, RunGuard()), len(tries)
 
     assert tries_of(held[0]) == (Recorded.RUNS, 1)
-    deps.batches.change(batch_id, {"results_full": True})  # a stop: the guard refuses
+    deps.batches.mark_results_full(batch_id)  # a stop: the guard refuses
     assert tries_of(held[1]) == (Recorded.OK, 2)  # two were left: again, unguarded
     assert tries_of(held[2]) == (Recorded.SHARD_FINISHED, 2)  # one was left: again, as the last

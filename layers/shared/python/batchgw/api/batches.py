@@ -356,12 +356,7 @@ def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
     cancellable = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
     if record.status in cancellable:
         now = int(deps.clock())
-        record = (
-            deps.batches.change(
-                record.id, {"status": BatchStatus.CANCELLING, "cancelling_at": now}, from_statuses=cancellable
-            )
-            or record
-        )
+        record = deps.batches.cancel(record.id, at=now) or record
     if record.status is BatchStatus.CANCELLING and not record.cancel_swept and record.task_token is not None:
         _wake_to_cancel(deps, record.id, record.task_token)
     return batch_object(visible_batch(deps, principal, batch_id), deps.clock())

@@ -130,7 +130,7 @@ async def settle(
     if isinstance(decision, Retry):
         return await _schedule_retry(deps, batch, held, decision, log=log)
     if decision.results_full:
-        await io(deps.batches.change, batch.id, {"results_full": True})
+        await io(deps.batches.mark_results_full, batch.id)
     return await end(deps, batch, held, decision, outcome=outcome, started=started, log=log, guard=guard)
 
 

@@ -20,6 +20,14 @@ that must be tried again stays the chain's: it waits on the chain's heap and run
 the chain's slot, once due. When the chain stops before they are due, each waiting
 request is handed to a message of its own.
 
+Each step of the loop decides, and none sends the chain on: a step returns None to go on,
+or a ``Stopped``, why the chain stops (``Why``) and in how many seconds its continuation is
+due (the message that resumes it at its next index; a lone request's own message again),
+or None when there is nothing to hand on. The run's one exit (``ChainRun._stop``) acts on
+it: it sends the continuation, gives back the index claimed ahead, hands each request
+waiting on the heap a message of its own, lets go of the slots, and logs one
+"chain stopped" line with the reason.
+
 Whatever dies where, the lease runs out and the message comes back: the request is taken
 over by the next worker, and the lost attempt is counted as one of unknown cost.
 """
@@ -33,6 +41,8 @@ import random
 import uuid
 import weakref
 from collections.abc import Coroutine
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from batchgw.deps import Deps
@@ -68,6 +78,63 @@ WRITE_WAIT_SECONDS = 0.05
 WRITE_WAIT_MAX_SECONDS = 1.0
 
 
+class Why(StrEnum):
+    """Why a run of a chain (or of a lone request) stopped."""
+
+    FINISHED = "chain finished"  # walked all its indexes, no retry left: nothing left to start
+    RETRIES_LATER = "retries not due soon"  # walked all its indexes; its retries get messages
+    WINDOW_CLOSED = "window closed"  # the workflow ends the unstarted requests
+    TAKEN_OVER = "taken over"  # another run received this message: it has the chain
+    BATCH_DISABLED = "batch disabled"  # BATCH_ENABLED off: the chain asks again later
+    SEGMENT_DEADLINE = "segment deadline"  # this invocation's time is nearly up
+    MODEL_PAUSED = "model paused"  # the chain resumes after the model's pause
+    MODEL_FULL = "model full"  # no slot: the chain asks again later
+    HELD_ELSEWHERE = "held by another worker"  # come back when its lease ends
+    LEASE_LOST = "lease lost"  # another worker took the request over while it ran
+    SUPERSEDED = "superseded"  # a newer generation of chains runs the batch
+    # The batch, as read, no longer allows a request to start (``Verdict``):
+    CANCELLED = "cancelled"
+    EXPIRED = "expired or ended"  # its window closed, or it is no longer in progress
+    FAILING = "failing"  # its key or owner may no longer run it
+    DELETED = "deleted"
+    RESULTS_FULL = "results full"  # a lone request ended unrun (a chain ends the rest so)
+    OWNER_UNAUTHORIZED = "owner unauthorized"  # this run found it: the batch now fails
+    OWNER_PAUSED = "owner paused"  # a quota, budget or the role holds the batch back
+    OWNER_WAIT = "owner wait"  # the owner's reservations stand in the way for a moment
+    LONE_DONE = "lone request done"  # the lone request ended (or had ended already)
+    LONE_RETRY = "lone request to retry"  # its next try is its own message, when due
+    LONE_EARLY = "lone request early"  # a retry's message came before its time
+    ERROR = "error"  # an exception ended the run: its message comes back
+
+
+# The reason a chain stops when the batch allows its next request no longer.
+_WHY_OF_VERDICT = {
+    Verdict.GONE: Why.DELETED,
+    Verdict.CANCELLED: Why.CANCELLED,
+    Verdict.EXPIRED: Why.EXPIRED,
+    Verdict.RESULTS_FULL: Why.RESULTS_FULL,
+    Verdict.OWNER_FAILED: Why.FAILING,
+    Verdict.SUPERSEDED: Why.SUPERSEDED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """A run's stop, as its step decided it: ``why``, and ``resume_after`` seconds until the
+    chain's continuation is due (None: nothing to hand on). The continuation resumes the
+    chain at its next index (for a lone request: the request's own message again). The
+    run's one exit (``ChainRun._stop``) sends it and hands on the requests waiting on the
+    chain's heap: a step only decides."""
+
+    why: Why
+    resume_after: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the chain reached its end: nothing left for it to start."""
+        return self.why is Why.FINISHED
+
+
 async def run_message(
     deps: Deps, message: WorkMessage, *, owner: str, deadline: float, receipt: str | None = None
 ) -> None:
@@ -84,21 +151,12 @@ async def run_message(
             return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
         if _superseded(message, batch):
             return  # the reconciler started a new generation of this batch's chains
-        if batch.paused_at(deps.clock()):
-            # Its owner's quota, budget or role holds it back: come back when it is checked.
-            assert batch.paused is not None
-            due = float(batch.paused["check_at"]) - deps.clock()
-            await io(deps.queue.send, message, max(1, math.ceil(due)))
-            return
-        if deps.settings.max_results_bytes_per_batch is not None:
-            shards = await io(deps.batches.shards, batch.id)
-            deps.stored.raise_to(batch.id, sum(shard.tally.stored_bytes for shard in shards))
         run = ChainRun(deps, batch, message, owner=owner, deadline=deadline, taken_over=taken_over)
-        finished = await run.run()
+        stopped = await run.run()
     finally:
         if receipt:
             _Invisible.of_this_loop(deps).discard(receipt)
-    if finished:
+    if stopped.finished:
         # Normally the last record woke the workflow; this covers a worker that died
         # between recording the last request and waking it (its message came back to us).
         await io(completion.settle, deps, batch.id)
@@ -211,51 +269,88 @@ class ChainRun:
         # The times in a row this chain found its model full (``ChainMessage.full``).
         self.full = message.full if isinstance(message, ChainMessage) else 0
 
-    async def run(self) -> bool:
-        """Run; True when the chain reached its end (nothing left for it to start).
+    async def run(self) -> Stopped:
+        """Run until a step stops the chain; the stop, once acted on (``_stop``).
 
         While it runs, the batch carries this run's mark (``BatchStore.mark_run``), renewed
         every third of a lease: a batch is not deleted while it has live marks, and a dead
-        worker's mark runs out with its leases.
+        worker's mark runs out with its leases. The mark goes last, once the chain was
+        handed on and everything it held let go.
         """
-        if await self._model_full():
-            return False
+        early = self._held_back() or await self._model_full()
+        if early is not None:
+            await self._stop(early)
+            return early
+        if self.deps.settings.max_results_bytes_per_batch is not None:
+            shards = await io(self.deps.batches.shards, self.batch.id)
+            self.deps.stored.raise_to(self.batch.id, sum(shard.tally.stored_bytes for shard in shards))
         token = uuid.uuid4().hex
         await self._mark(token)
         marking = asyncio.create_task(self._keep_marked(token))
-        finished = False
+        stopped = Stopped(Why.ERROR)  # what an exception out of the loop leaves
         try:
-            finished = await self._loop()
-            return finished
+            stopped = await self._loop()
+            return stopped
         finally:
-            await self._give_back_prefetched()
-            if self.retries and not finished:
-                await self._hand_off_retries()
-            await self.slot.release()
-            await self.owner_gate.release()
+            await self._stop(stopped)
             marking.cancel()
             try:
                 await io(self.deps.batches.unmark_run, self.batch.id, token)
             except Exception:  # it runs out on its own
                 logger.warning("could not remove a run's mark", exc_info=True)
 
-    async def _model_full(self) -> bool:
-        """Whether the chain found its batch's one model full (or paused) before it took
-        anything, and came back later: a read and a message, where asking for a slot would
+    async def _stop(self, stopped: Stopped) -> None:
+        """The run's one exit: log the stop (one line), send the continuation it asks for,
+        then (even if that send failed) give back the index claimed ahead, hand each request
+        waiting for a retry a message of its own (none waits when the chain finished), and
+        let go of the slots."""
+        logger.info(
+            "chain stopped",
+            extra={
+                "batch_id": self.batch.id,
+                "why": stopped.why.value,
+                "next_index": self.next_index,
+                "resume_after": None if stopped.resume_after is None else round(stopped.resume_after, 3),
+                "lone": self.lone,
+                "retries": len(self.retries),
+            },
+        )
+        try:
+            if stopped.resume_after is not None:
+                await self._hand_on(after=stopped.resume_after)
+        finally:
+            await self._give_back_prefetched()
+            if self.retries and not stopped.finished:
+                await self._hand_off_retries()
+            await self.slot.release()
+            await self.owner_gate.release()
+
+    def _held_back(self) -> Stopped | None:
+        """A stop when the batch's owner's quota, budget or role holds it back (as the batch
+        says): the chain comes back when that is checked again."""
+        now = self.deps.clock()
+        if not self._has_next() or not self.batch.paused_at(now):
+            return None
+        assert self.batch.paused is not None
+        return Stopped(Why.OWNER_PAUSED, max(1.0, float(self.batch.paused["check_at"]) - now))
+
+    async def _model_full(self) -> Stopped | None:
+        """A stop when the chain finds its batch's one model full (or paused) before it takes
+        anything, to come back later: a read and a message, where asking for a slot would
         take a mark, a claim, a slot write and their undoing. The slot write stays the
         judge: a model seen with room is asked for as usual."""
         now = self.deps.clock()
         if self.lone or len(self.batch.models) != 1 or self.batch.window_closed(now):
-            return False
+            return None
         if not self.deps.settings.batch_enabled or self.taken_over.is_set():
-            return False
+            return None
         model = self.batch.models[0]
         state = await io(self.deps.slots.read, model)
         paused_until = max(state.paused_until, self.deps.health.paused_until(model))
         if state.running(now) < self.deps.live.model_cap(model)[0] and paused_until <= now:
-            return False
-        await self._hand_on(after=self._full_wait(paused_until - now))
-        return True
+            return None
+        why = Why.MODEL_PAUSED if paused_until > now else Why.MODEL_FULL
+        return Stopped(why, self._full_wait(paused_until - now))
 
     def _full_wait(self, paused_for: float = 0.0) -> float:
         """How long this chain waits, having found its model full once more (or paused for
@@ -274,54 +369,59 @@ class ChainRun:
             await asyncio.sleep(self.deps.settings.batch_lease_seconds / 3)
             await self._renewed("the run's mark", self._mark(token))
 
-    async def _loop(self) -> bool:
+    async def _loop(self) -> Stopped:
+        """Run the chain's requests one after another until a step stops it: that stop.
+        No step sends the continuation; the run's exit does (``_stop``)."""
         while True:
             now = self.deps.clock()
             from_heap = self.prefetch is None and self._retry_due(now)
             if not from_heap and not self._has_next():
                 if await self._waited_for_retry():
                     continue
-                return not self.lone and not self.retries
-            if await self._must_stop(now):
-                return False
+                if self.lone:
+                    return Stopped(Why.LONE_DONE)
+                return Stopped(Why.RETRIES_LATER if self.retries else Why.FINISHED)
+            if stopped := await self._must_stop(now):
+                return stopped
             if not from_heap and self.next_index >= self.written:
                 if await self._waited_for_writes():
                     continue
-                return False
+                return self._stopped_by_verdict()
             # Only now, past every reason to stop, does the target leave the heap: a stop
             # above hands every waiting request on.
             target = heapq.heappop(self.retries)[1] if from_heap else self.next_index
             claim = await self._claim(target, from_heap, now)
             if claim.kind is not ClaimKind.CLAIMED or claim.request is None:
-                if await self._passed(claim, target, from_heap, now):
-                    continue
-                return False
+                if stopped := self._passed(claim, target, from_heap, now):
+                    return stopped
+                continue
             held = claim.request
             if await self._ended_poison(held):
                 if self.lone:
-                    return False
+                    return Stopped(Why.LONE_DONE)
                 self._advance(from_heap)
                 continue
-            if not await self._take_slot(held, target, from_heap, now):
-                return False
+            if stopped := await self._take_slot(held, target, from_heap, now):
+                return stopped
             if self.verdict is None:
                 await self._read_batch()
             if self.verdict is Verdict.SUPERSEDED:
-                # A newer generation of chains runs the batch: give the request back to it.
+                # A newer generation of chains runs the batch: give the request back to it
+                # (a retry goes back on the heap, which the exit hands on at once).
                 await attempt.release(self.deps, self.batch, held)
                 if from_heap:
-                    await self._send(RequestMessage(self.batch.id, target), after=0)
-                return False
+                    heapq.heappush(self.retries, (now, target))
+                return Stopped(Why.SUPERSEDED)
             if self.verdict is not Verdict.RUN:
                 if await self._ended_unrun(held, from_heap):
                     continue
-                return False
-            if not await self._admitted(held, target, from_heap):
-                return False
+                return self._stopped_by_verdict()
+            if stopped := await self._admitted(held, target, from_heap):
+                return stopped
             self._advance(from_heap)
             self._claim_ahead(now)
-            if not await self._run(held, target):
-                return False
+            if stopped := await self._run(held, target):
+                return stopped
 
     # --- the steps ----------------------------------------------------------------------------
 
@@ -343,6 +443,12 @@ class ChainRun:
         self.verdict = None  # the batch may have stopped meanwhile: read it again
         return True
 
+    def _stopped_by_verdict(self) -> Stopped:
+        """The stop of a chain whose batch no longer allows its next request (as last read):
+        nothing to hand on, the workflow settles what is left."""
+        assert self.verdict is not None and self.verdict is not Verdict.RUN
+        return Stopped(_WHY_OF_VERDICT[self.verdict])
+
     async def _waited_for_writes(self) -> bool:
         """The chain's next request is not written yet: prepare writes a batch's requests
         while its first ones run. Wait a moment (longer each time, up to a second) and read
@@ -353,32 +459,31 @@ class ChainRun:
         await self._read_batch()
         return self.verdict in (Verdict.RUN, Verdict.RESULTS_FULL)
 
-    async def _must_stop(self, now: float) -> bool:
-        """Stop (handing the chain on where needed) when the window has closed, the
-        invocation's time is nearly up, batch inference was turned off, or the chain's
-        model is paused. The runtime overrides are read again here when they are due, so a
-        change reaches a running chain before its next request."""
+    async def _must_stop(self, now: float) -> Stopped | None:
+        """A stop when the window has closed, another run took the message over, batch
+        inference was turned off, the invocation's time is nearly up, or the chain's model
+        is paused (the last three hand the chain on). The runtime overrides are read again
+        here when they are due, so a change reaches a running chain before its next request."""
         if self.deps.live.due():
             await io(self.deps.live.refresh)
         if metrics.due():
             metrics.flush()
         settings = self.deps.settings
         if self.batch.window_closed(now):
-            return True  # no new request starts
+            return Stopped(Why.WINDOW_CLOSED)  # no new request starts
         if self.taken_over.is_set():
-            return True  # the run that has the message now goes on with the chain
+            return Stopped(Why.TAKEN_OVER)  # the run that has the message goes on with the chain
         if not settings.batch_enabled:
             # BATCH_ENABLED off: no queued request starts; the chain asks again later.
-            await self._hand_on(after=max(settings.runtime_refresh_seconds, settings.batch_slot_wait_seconds))
-            return True
+            return Stopped(
+                Why.BATCH_DISABLED, max(settings.runtime_refresh_seconds, settings.batch_slot_wait_seconds)
+            )
         if self.deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
-            await self._hand_on(after=0)
-            return True
+            return Stopped(Why.SEGMENT_DEADLINE, 0)
         model = self.slot.model
         if model is not None and self.deps.health.paused_until(model) > now:
-            await self._hand_on(after=self.deps.health.paused_until(model) - now)
-            return True
-        return False
+            return Stopped(Why.MODEL_PAUSED, self.deps.health.paused_until(model) - now)
+        return None
 
     async def _claim(self, target: int, from_heap: bool, now: float) -> Claim:
         if self.prefetch is not None and not from_heap:
@@ -389,47 +494,47 @@ class ChainRun:
             self.deps.requests.claim, self.batch.id, target, self.owner, now, settings.batch_lease_seconds
         )
 
-    async def _passed(self, claim: Claim, target: int, from_heap: bool, now: float) -> bool:
-        """A target this worker did not get: True to go on with the chain, False to stop."""
+    def _passed(self, claim: Claim, target: int, from_heap: bool, now: float) -> Stopped | None:
+        """A target this worker did not get: None to go on with the chain, or the stop."""
         if claim.kind is ClaimKind.HELD:
             # Another worker holds it: a live duplicate of this chain, or a dead worker
             # whose lease has not yet run out. Come back when the lease ends: then the
             # request has ended (skip on) or can be taken over.
             if from_heap:
-                return True  # a retry another worker runs: it is that worker's now
+                return None  # a retry another worker runs: it is that worker's now
             assert claim.request is not None
-            await self._hand_on(after=(claim.request.lease_until or now) - now + 1)
-            return False
+            return Stopped(Why.HELD_ELSEWHERE, (claim.request.lease_until or now) - now + 1)
         if claim.kind is ClaimKind.MISSING:
             logger.warning("no such request", extra={"batch_id": self.batch.id, "index": target})
         if claim.kind is ClaimKind.WAITING:
             assert claim.request is not None and claim.request.next_at is not None
             if self.lone:
-                # A retry message that came before its time (waits beyond SQS's 15 minutes).
-                await self._send(self.message, after=claim.request.next_at - now)
-                return False
+                # A retry message that came before its time (waits beyond SQS's 15 minutes):
+                # its own message again, when it is due.
+                return Stopped(Why.LONE_EARLY, claim.request.next_at - now)
             heapq.heappush(self.retries, (claim.request.next_at, target))
         if self.lone:
-            return False  # ended already
+            return Stopped(Why.LONE_DONE)  # ended already
         self._advance(from_heap)
-        return True
+        return None
 
-    async def _take_slot(self, held: RequestRecord, target: int, from_heap: bool, now: float) -> bool:
-        """Hold a slot of the request's model; if full or paused, hand the request back
-        and the chain on, to ask again later."""
+    async def _take_slot(
+        self, held: RequestRecord, target: int, from_heap: bool, now: float
+    ) -> Stopped | None:
+        """Hold a slot of the request's model (None); if full or paused, hand the request
+        back and stop, the chain to ask again later."""
         grant = await self.slot.hold(held.model)
         if grant.granted:
             self.full = 0
-            return True
+            return None
         await attempt.release(self.deps, self.batch, held)
         wait = self._full_wait(0.0 if grant.paused_until is None else grant.paused_until - now)
         if from_heap:
             heapq.heappush(self.retries, (now + wait, target))
-        await self._hand_on(after=wait)
-        return False
+        return Stopped(Why.MODEL_FULL if grant.paused_until is None else Why.MODEL_PAUSED, wait)
 
-    async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> bool:
-        """Check the batch's key and owner again (``run.owner``): True to run ``held``. Else
+    async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> Stopped | None:
+        """Check the batch's key and owner again (``run.owner``): None to run ``held``. Else
         the batch fails for its owner, or the request goes back and the chain comes back
         when it is due to be checked again (the batch paused, when a quota, a budget or the
         owner's role holds it back)."""
@@ -439,11 +544,11 @@ class ChainRun:
             self.body = admission.body
             if self.latest.paused is not None:
                 await self._resume()
-            return True
+            return None
         if standing.judgement is Judgement.UNAUTHORIZED:
             await self._fail_for_owner(standing.message or "The batch's key or owner may no longer run it.")
             await attempt.end_unrun(self.deps, self.batch, held, Verdict.OWNER_FAILED)
-            return False
+            return Stopped(Why.OWNER_UNAUTHORIZED)
         now = self.deps.clock()
         await attempt.release(self.deps, self.batch, held)
         after = max(0.0, (standing.check_at or now) - now)
@@ -451,23 +556,19 @@ class ChainRun:
             await self._pause(standing)
         if from_heap:
             heapq.heappush(self.retries, (now + after, target))
-        await self._hand_on(after=after)
-        return False
+        return Stopped(Why.OWNER_PAUSED if standing.judgement is Judgement.PAUSE else Why.OWNER_WAIT, after)
 
     async def _pause(self, standing: Standing) -> None:
         """Say on the batch why its owner's account holds it back, and until when."""
         assert standing.reason is not None
         paused = {"reason": standing.reason.value, "until": standing.until, "check_at": standing.check_at}
-        running = [BatchStatus.IN_PROGRESS]
-        changed = await io(self.deps.batches.change, self.batch.id, {"paused": paused}, from_statuses=running)
+        changed = await io(self.deps.batches.pause, self.batch.id, paused)
         if changed is not None:
             self.latest = changed
         logger.info("batch paused", extra={"batch_id": self.batch.id, **paused})
 
     async def _resume(self) -> None:
-        changed = await io(
-            self.deps.batches.change, self.batch.id, {"paused": None}, from_statuses=[BatchStatus.IN_PROGRESS]
-        )
+        changed = await io(self.deps.batches.resume, self.batch.id)
         self.latest = changed or self.latest.replace(paused=None)
         logger.info("batch resumed", extra={"batch_id": self.batch.id})
 
@@ -476,12 +577,7 @@ class ChainRun:
         running ones finish) and wake its workflow to end the unstarted ones."""
         deps = self.deps
         error = {"code": "owner_unauthorized", "message": message}
-        failed = await io(
-            deps.batches.change,
-            self.batch.id,
-            {"owner_failed": True, "error": error},
-            from_statuses=[BatchStatus.IN_PROGRESS],
-        )
+        failed = await io(deps.batches.fail_for_owner, self.batch.id, error)
         logger.warning("batch failing for its owner", extra={"batch_id": self.batch.id, "reason": message})
         if failed is None or failed.task_token is None or failed.cancel_swept:
             return  # not parked yet (it finds the batch failing when it parks) or done already
@@ -532,9 +628,9 @@ class ChainRun:
         self._advance(from_heap)
         return True
 
-    async def _run(self, held: RequestRecord, target: int) -> bool:
+    async def _run(self, held: RequestRecord, target: int) -> Stopped | None:
         """Call the upstream, then store what it means, learning in the same write whether
-        the batch still runs. True to go on with the chain."""
+        the batch still runs. None to go on with the chain, or the stop."""
         deps = self.deps
         started = deps.clock()
         slot_lost = asyncio.Event()
@@ -550,18 +646,20 @@ class ChainRun:
         )
         # The batch still runs, as its shard said in the write; else read it before the next.
         self.verdict = Verdict.RUN if settled.runs else None
-        if settled.retry_at is not None:
-            await self._keep_retry(target, settled.retry_at)
         if self.lone:
-            return False
+            # A lone request's next try is its own message again, when due.
+            if settled.retry_at is None:
+                return Stopped(Why.LONE_DONE)
+            return Stopped(Why.LONE_RETRY, settled.retry_at - deps.clock())
+        if settled.retry_at is not None:
+            heapq.heappush(self.retries, (settled.retry_at, target))  # the chain keeps its retries
         if settled.after is After.PAUSE:
-            await self.slot.release()
-            await self._hand_on(after=deps.health.paused_until(held.model) - deps.clock())
-        elif settled.after is After.STOP:
+            return Stopped(Why.MODEL_PAUSED, deps.health.paused_until(held.model) - deps.clock())
+        if settled.after is After.STOP:
             # Another worker holds the request now (a duplicate of this chain, or one that
             # took it over): hand the rest of the chain on rather than leave it to chance.
-            await self._hand_on(after=0)
-        return settled.after is After.NEXT
+            return Stopped(Why.LEASE_LOST, 0)
+        return None
 
     async def _keep_leased(self, held: RequestRecord, slot_lost: asyncio.Event) -> None:
         """Renew the request's lease and the model's slot while the call runs: a lease of a
@@ -609,13 +707,6 @@ class ChainRun:
         self.prefetch = asyncio.create_task(
             io(self.deps.requests.claim, self.batch.id, self.next_index, self.owner, self.deps.clock(), lease)
         )
-
-    async def _keep_retry(self, index: int, due: float) -> None:
-        """A chain keeps its retries; a lone request's next try gets a message of its own."""
-        if self.lone:
-            await self._send(RequestMessage(self.batch.id, index), after=due - self.deps.clock())
-        else:
-            heapq.heappush(self.retries, (due, index))
 
     def _worth_waiting(self, due: float) -> bool:
         now = self.deps.clock()

@@ -96,9 +96,11 @@ def _write_requests(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         written = next(chunks, 0)
         shards = min(deps.settings.batch_counter_shards, batch.total)
         deps.batches.put_shards(batch.id, shard_totals(batch.total, shards))
-        prepared = deps.batches.change(
+        prepared = deps.batches.note_prepared(
             batch.id,
-            {"shards": shards, "chains": _chain_count(deps, batch, batch.total), "written": written},
+            shards=shards,
+            chains=_chain_count(deps, batch, batch.total),
+            written=written,
             from_statuses=_UNPREPARED,
         )
         if prepared is None:
@@ -117,11 +119,7 @@ def _start(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     prepare sends them again: a duplicate of a chain claims each request like any other,
     so none runs twice). The record after, or None when the batch was deleted."""
     if batch.status is BatchStatus.VALIDATING:
-        started = deps.batches.change(
-            batch.id,
-            {"status": BatchStatus.IN_PROGRESS, "in_progress_at": int(deps.clock())},
-            from_statuses=[BatchStatus.VALIDATING],
-        )
+        started = deps.batches.start(batch.id, at=int(deps.clock()))
         current = started or deps.batches.get_record(batch.id)
         if current is None:
             return None
@@ -280,7 +278,7 @@ def _write_rest(deps: Deps, batch: BatchRecord, chunks: Iterator[int]) -> BatchR
     """Write the rest of the batch's requests, moving its ``written`` frontier on after each
     chunk; the record after the last, or None if the batch was deleted meanwhile."""
     for written in chunks:
-        moved = deps.batches.change(batch.id, {"written": written})
+        moved = deps.batches.move_written(batch.id, written)
         if moved is None:
             return None
         batch = moved
@@ -290,7 +288,7 @@ def _write_rest(deps: Deps, batch: BatchRecord, chunks: Iterator[int]) -> BatchR
 def park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
     """Keep the waiting task's token, or wake it at once if there is already work to do:
     the batch is done, deleted, or cancelled with its unstarted requests not yet settled."""
-    batch = deps.batches.change(batch_id, {"task_token": token})
+    batch = deps.batches.set_token(batch_id, token)
     next_state = None
     if batch is None or batch.all_shards_done:
         next_state = Next.FINALIZE
@@ -305,9 +303,7 @@ def park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
 
 def expire(deps: Deps, batch_id: str) -> dict[str, Any]:
     """The window closed: unstarted requests end as batch_expired; running ones finish."""
-    expiring = deps.batches.change(
-        batch_id, {"expiring": True}, from_statuses=[BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING]
-    )
+    expiring = deps.batches.start_expiring(batch_id)
     if expiring is None:
         return step(Next.FINALIZE)
     logger.info("batch window closed", extra={"batch_id": batch_id})
@@ -325,13 +321,12 @@ def cancel(deps: Deps, batch_id: str) -> dict[str, Any]:
     """The batch was cancelled, or its key or owner may no longer run it: unstarted
     requests end as cancelled (or failed, ``batch_failed``); running ones finish."""
     batch = deps.batches.get_record(batch_id)
-    running = [BatchStatus.IN_PROGRESS]
     failing = batch is not None and batch.owner_failed and batch.status is BatchStatus.IN_PROGRESS
-    if failing and deps.batches.change(batch_id, {"cancel_swept": True}, from_statuses=running):
+    if failing and deps.batches.mark_swept(batch_id, status=BatchStatus.IN_PROGRESS):
         return _end_unstarted(
             deps, batch_id, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1)
         )
-    if deps.batches.change(batch_id, {"cancel_swept": True}, from_statuses=[BatchStatus.CANCELLING]) is None:
+    if deps.batches.mark_swept(batch_id, status=BatchStatus.CANCELLING) is None:
         return step(Next.FINALIZE)
     return _end_unstarted(
         deps, batch_id, RequestStatus.CANCELLED, not_run_error("batch_cancelled"), Tally(cancelled=1)
@@ -474,15 +469,12 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
     else:
         final = _FINAL_FROM.get(batch.status, BatchStatus.COMPLETED)
     if batch.status is not BatchStatus.FINALIZING:
-        entered = deps.batches.change(
+        entered = deps.batches.start_finalizing(
             batch_id,
-            {
-                "status": BatchStatus.FINALIZING,
-                "finalizing_at": int(now),
-                "final_status": final,
-                **_retention_fields(deps, batch, now),
-            },
-            from_statuses=[batch.status],
+            final_status=final,
+            at=int(now),
+            from_status=batch.status,
+            **_retention_fields(deps, batch, now),
         )
         if entered is None:
             return finalize(deps, batch_id, deadline)
@@ -552,12 +544,12 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
             _keep_idempotency_key(deps, batch, batch.ended_at)  # a retried step that died after its end
         return finalize(deps, batch_id)
     if not batch.owner_failed:
-        fields: dict[str, Any] = {"owner_failed": True}
+        error = None
         if batch.error is None:
             reason = cause or "a workflow step failed"
             message = clean_message(f"The batch could not be run to its end: {reason}.")
-            fields["error"] = {"code": "batch_failed", "message": message}
-        stopped = deps.batches.change(batch_id, fields, from_statuses=UNFINISHED_STATUSES)
+            error = {"code": "batch_failed", "message": message}
+        stopped = deps.batches.start_failing(batch_id, error)
         if stopped is None:
             return fail(deps, batch_id, cause)  # it ended or changed meanwhile: look again
         batch = stopped
@@ -628,7 +620,7 @@ def announce(deps: Deps, batch: BatchRecord) -> None:
         deps.events.send(
             EventMessage.of_batch(batch.id, batch.owner, batch.status.value, int(ended_at * 1000))
         )
-    deps.batches.change(batch.id, {}, remove=["event_pending"])
+    deps.batches.clear_event_pending(batch.id)
 
 
 def _keep_idempotency_key(deps: Deps, batch: BatchRecord, ended_at: float) -> None:

@@ -32,7 +32,7 @@ from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.request import RequestRecord
-from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
+from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.lifecycle import end_abandoned, lease_ran_out, park_step, sweep_stopped
@@ -67,9 +67,9 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
     after = deps.batches.get(batch_id)
     if after is None or after.record.all_shards_done or after.record.status.is_final:
         return step(Next.FINALIZE)
-    fields: dict[str, Any] = {"reconciled_left": after.counts.left, "progress_at": round(progress_at, 3)}
+    ttl = None
     if after.record.expires_at is None:
-        fields["ttl"] = backstop_ttl(
+        ttl = backstop_ttl(
             now=now,
             expires_at=None,
             retention=deps.settings.retention_seconds,
@@ -77,7 +77,9 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
         )
     # Only while it runs: a reconcile left behind (one the workflow lost track of) must not
     # move the TTL of a batch that has ended since, below the retention its end set.
-    changed = deps.batches.change(batch_id, fields, from_statuses=UNFINISHED_STATUSES)
+    changed = deps.batches.note_reconciled(
+        batch_id, left=after.counts.left, progress_at=round(progress_at, 3), ttl=ttl
+    )
     if changed is None:
         return step(Next.FINALIZE)
     return park_step(deps, changed)
@@ -145,7 +147,7 @@ def _resend_lost_work(deps: Deps, batch: BatchRecord, unfinished: list[RequestRe
     messages = list(lone)
     if first_queued:
         generation = batch.generation + 1
-        if deps.batches.change(batch.id, {"generation": generation}, from_statuses=[BatchStatus.IN_PROGRESS]):
+        if deps.batches.set_generation(batch.id, generation):
             messages += [
                 ChainMessage(batch.id, chain, index, chains, generation)
                 for chain, index in sorted(first_queued.items())

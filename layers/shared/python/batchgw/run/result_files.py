@@ -193,10 +193,10 @@ class ResultWriter:
         return file_id
 
     def _save(self) -> None:
-        cursor = {
+        cursor: dict[str, Any] = {
             kind: {k: v for k, v in asdict(t).items() if k != "kind"} for kind, t in self.targets.items()
         }
-        self.deps.batches.change(self.batch.id, {"finalize_cursor": cursor})
+        self.deps.batches.save_finalize_cursor(self.batch.id, cursor)
 
 
 def write_results(deps: Deps, batch: BatchRecord, deadline: float | None = None) -> dict[str, Any] | None:

@@ -4,10 +4,13 @@ Every change of a batch's status is a conditional write that names the statuses 
 may leave (``status_is_one_of``), so two steps racing (a cancel and the window's end,
 a retried finalize) cannot both apply.
 
-A change that stops the batch's requests from starting (a status other than in progress,
-the window's end, its owner failing it, its results storage full) also marks each of its
-counter shards ``halt`` in the same transaction, and a new generation of its chains is
-written to them as ``gen``: a worker that records a request's end in its shard, checking
+Each change of the record is a verb of the store (``cancel``, ``pause``,
+``fail_for_owner``, ``mark_results_full``, ...; the generic ``_change`` is private), and
+each verb says whether it stops the batch's requests from starting. One that does
+(``cancel``, ``fail_for_owner``, ``start_failing``, ``start_expiring``,
+``mark_results_full``, ``start_finalizing``, ``end``, ``delete_record``) also marks each
+of its counter shards ``halt`` in the same transaction, and ``set_generation`` writes a
+new generation of its chains to them as ``gen``: a worker that records a request's end in its shard, checking
 the shard as it counts, learns in that one write whether it may start the next request
 (``storage.requests.RunGuard``), without reading the batch.
 
@@ -25,7 +28,7 @@ together, so a batch is counted once and released once, whoever retries or races
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from batchgw.domain.batch import (
@@ -41,7 +44,7 @@ from batchgw.domain.batch import (
 )
 from batchgw.domain.errors import StorageError
 from batchgw.domain.files import RESULT_KINDS, result_file_id
-from batchgw.domain.states import BatchStatus
+from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
 from batchgw.domain.usage import OverLimit, Usage, UsageLimits
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
 from batchgw.storage.files import FileStore
@@ -66,19 +69,7 @@ prepare_is_mine = "prep_owner = :me"
 RUN_PREFIX = "run#"  # the sort keys of the batch's run marks
 _RUN_MARK_KEPT_SECONDS = 86400  # a dead worker's mark, long ended, is left to TTL after this
 
-# Fields whose setting stops a batch's requests from starting (with any status change
-# other than to in progress): such a change halts the batch's counter shards.
-HALTING_FIELDS = ("expiring", "owner_failed", "results_full")
-
 _USAGE_TRIES = 5  # charges or releases tried again while the owner's usage keeps changing
-
-
-def halts(fields: dict[str, Any]) -> bool:
-    """Whether setting ``fields`` on a batch's record stops its requests from starting."""
-    status = fields.get("status")
-    if status is not None and BatchStatus(status) is not BatchStatus.IN_PROGRESS:
-        return True
-    return any(fields.get(name) for name in HALTING_FIELDS)
 
 
 def _shards_clause(record: BatchRecord) -> tuple[str, dict[str, str], dict[str, Any]]:
@@ -227,7 +218,7 @@ class BatchStore:
         statuses = list(from_statuses)
         fields = {"total": total, "models": list(models)}
         if not batch.charged:
-            return self.change(batch.id, fields, from_statuses=statuses)
+            return self._change(batch.id, fields, from_statuses=statuses)
         update = self._update(fields, statuses, extra=[(total_is, {"#total": "total"}, {":total": 0})])
         try:
             refused = self._charge(
@@ -247,21 +238,140 @@ class BatchStore:
             return None
         return after
 
-    def change(
+    # --- the record's changes, one verb each ----------------------------------------------------
+    # Each verb names the statuses it may change the batch from (checked in its conditional
+    # write) and whether it stops the batch's requests from starting: one that does halts
+    # every counter shard in the same transaction (``_change(..., halt=True)``), so a worker
+    # recording a request's end learns of it in that write (``storage.requests.RunGuard``).
+
+    def start(self, batch_id: str, *, at: int) -> BatchRecord | None:
+        """Validating to in progress (its requests may start: no halt)."""
+        fields = {"status": BatchStatus.IN_PROGRESS, "in_progress_at": at}
+        return self._change(batch_id, fields, from_statuses=[BatchStatus.VALIDATING])
+
+    def note_prepared(
+        self, batch_id: str, *, shards: int, chains: int, written: int, from_statuses: Iterable[BatchStatus]
+    ) -> BatchRecord | None:
+        """Note the batch's counter shards, its chains and the requests written so far, if
+        its status is one of ``from_statuses`` (no halt)."""
+        fields = {"shards": shards, "chains": chains, "written": written}
+        return self._change(batch_id, fields, from_statuses=from_statuses)
+
+    def move_written(self, batch_id: str, written: int) -> BatchRecord | None:
+        """Move the frontier of the requests written on to ``written`` (any status, no halt)."""
+        return self._change(batch_id, {"written": written})
+
+    def set_token(self, batch_id: str, token: str) -> BatchRecord | None:
+        """Keep the parked workflow task's token (any status, no halt)."""
+        return self._change(batch_id, {"task_token": token})
+
+    def cancel(self, batch_id: str, *, at: int) -> BatchRecord | None:
+        """Validating or in progress to cancelling: no request starts from now on (halts)."""
+        fields = {"status": BatchStatus.CANCELLING, "cancelling_at": at}
+        cancellable = [BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS]
+        return self._change(batch_id, fields, from_statuses=cancellable, halt=True)
+
+    def pause(self, batch_id: str, paused: dict[str, Any]) -> BatchRecord | None:
+        """Say on a running batch why its owner's account holds it back and until when
+        (``paused``: reason, until, check_at). No halt: a chain checks the owner itself."""
+        return self._change(batch_id, {"paused": paused}, from_statuses=[BatchStatus.IN_PROGRESS])
+
+    def resume(self, batch_id: str) -> BatchRecord | None:
+        """Forget a running batch's pause (no halt)."""
+        return self._change(batch_id, {"paused": None}, from_statuses=[BatchStatus.IN_PROGRESS])
+
+    def fail_for_owner(self, batch_id: str, error: dict[str, Any]) -> BatchRecord | None:
+        """A running batch whose key or owner may no longer run it starts failing with
+        ``error``: no request starts from now on (halts); running ones finish."""
+        fields = {"owner_failed": True, "error": error}
+        return self._change(batch_id, fields, from_statuses=[BatchStatus.IN_PROGRESS], halt=True)
+
+    def start_failing(self, batch_id: str, error: dict[str, Any] | None) -> BatchRecord | None:
+        """An unfinished batch starts failing (a workflow step failed), with ``error`` (None:
+        the one it has stays): no request starts from now on (halts)."""
+        fields: dict[str, Any] = {"owner_failed": True}
+        if error is not None:
+            fields["error"] = error
+        return self._change(batch_id, fields, from_statuses=UNFINISHED_STATUSES, halt=True)
+
+    def start_expiring(self, batch_id: str) -> BatchRecord | None:
+        """The window of a batch in progress or cancelling closed: no request starts from now
+        on (halts)."""
+        expirable = [BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING]
+        return self._change(batch_id, {"expiring": True}, from_statuses=expirable, halt=True)
+
+    def mark_results_full(self, batch_id: str) -> BatchRecord | None:
+        """The batch's results reached their storage limit: no request starts from now on
+        (any status; halts)."""
+        return self._change(batch_id, {"results_full": True}, halt=True)
+
+    def mark_swept(self, batch_id: str, *, status: BatchStatus) -> BatchRecord | None:
+        """Note that the unstarted requests of a batch stopping in ``status`` (cancelling, or
+        in progress and failing) are being ended, if it is still in ``status`` (no halt: the
+        stop that led here halted it)."""
+        return self._change(batch_id, {"cancel_swept": True}, from_statuses=[status])
+
+    def start_finalizing(
+        self,
+        batch_id: str,
+        *,
+        final_status: BatchStatus,
+        at: int,
+        results_expires_at: int,
+        ttl: int,
+        from_status: BatchStatus,
+    ) -> BatchRecord | None:
+        """Move the batch, if still in ``from_status``, to finalizing, bound for
+        ``final_status``, its results kept until ``results_expires_at`` (halts)."""
+        fields = {
+            "status": BatchStatus.FINALIZING,
+            "finalizing_at": at,
+            "final_status": final_status,
+            "results_expires_at": results_expires_at,
+            "ttl": ttl,
+        }
+        return self._change(batch_id, fields, from_statuses=[from_status], halt=True)
+
+    def set_generation(self, batch_id: str, generation: int) -> BatchRecord | None:
+        """Start a new ``generation`` of a running batch's chains, written to its counter
+        shards (``gen``) in the same transaction, so the older chains learn they are
+        superseded in their next write. No halt: the batch runs on."""
+        return self._change(batch_id, {"generation": generation}, from_statuses=[BatchStatus.IN_PROGRESS])
+
+    def note_reconciled(
+        self, batch_id: str, *, left: int, progress_at: float, ttl: int | None = None
+    ) -> BatchRecord | None:
+        """Note what the reconciler found in an unfinished batch (its requests ``left``, when
+        it last saw progress, the backstop ``ttl`` if given). No halt."""
+        fields: dict[str, Any] = {"reconciled_left": left, "progress_at": progress_at}
+        if ttl is not None:
+            fields["ttl"] = ttl
+        return self._change(batch_id, fields, from_statuses=UNFINISHED_STATUSES)
+
+    def clear_event_pending(self, batch_id: str) -> BatchRecord | None:
+        """Forget that the batch's end event is to be sent (it was; any status, no halt)."""
+        return self._change(batch_id, {}, remove=["event_pending"])
+
+    def save_finalize_cursor(self, batch_id: str, cursor: Mapping[str, Any]) -> BatchRecord | None:
+        """Keep how far finalize has written the result files (any status, no halt)."""
+        return self._change(batch_id, {"finalize_cursor": cursor})
+
+    def _change(
         self,
         batch_id: str,
         fields: dict[str, Any],
         *,
         from_statuses: Iterable[BatchStatus] | None = None,
         remove: Sequence[str] = (),
+        halt: bool = False,
     ) -> BatchRecord | None:
         """Set ``fields`` (BatchRecord field names) on the record, only if its status is one
         of ``from_statuses`` (any, when None). The record after the change, or None when the
-        condition did not hold (or the batch is gone). A change to a final status goes
-        through ``end``. A change that stops the batch's requests (``halts``) or starts a
-        new generation of its chains reaches its counter shards in the same transaction."""
-        if halts(fields) or "generation" in fields:
-            return self._change_with_shards(batch_id, fields, from_statuses, remove)
+        condition did not hold (or the batch is gone). With ``halt``, or a new
+        ``generation``, the change reaches the batch's counter shards in the same
+        transaction."""
+        if halt or "generation" in fields:
+            return self._change_with_shards(batch_id, fields, from_statuses, remove, halt=halt)
         update = self._update(fields, from_statuses, remove)
         after, _ = self._table.update_returning(
             self._key(batch_id), update, failure=f"could not update {batch_id}"
@@ -274,10 +384,13 @@ class BatchStore:
         fields: dict[str, Any],
         from_statuses: Iterable[BatchStatus] | None,
         remove: Sequence[str],
+        *,
+        halt: bool,
     ) -> BatchRecord | None:
-        """``change``, written with the marks it leaves on the batch's counter shards: the
-        record is read first (how many shards), then changed on condition that it still
-        has them, with every shard, in one transaction; then read again."""
+        """``_change``, written with the marks it leaves on the batch's counter shards (``halt``,
+        and the new ``generation`` it sets, if any): the record is read first (how many
+        shards), then changed on condition that it still has them, with every shard, in one
+        transaction; then read again."""
         statuses = None if from_statuses is None else list(from_statuses)
         for _ in range(_USAGE_TRIES):
             record = self.get_record(batch_id)
@@ -287,7 +400,7 @@ class BatchStore:
             cancelled = self._table.transact(
                 [
                     {"Update": update.request(self._table.name, self._key(batch_id))},
-                    *self._shard_marks(record, halt=halts(fields), generation=fields.get("generation")),
+                    *self._shard_marks(record, halt=halt, generation=fields.get("generation")),
                 ],
                 failure=f"could not update {batch_id}",
             )
@@ -325,7 +438,7 @@ class BatchStore:
         from_statuses: Iterable[BatchStatus],
         remove: Sequence[str] = (),
     ) -> BatchRecord | None:
-        """Give the batch its final status (``fields``, set as ``change`` does) if its status
+        """Give the batch its final status (``fields``, set as ``_change`` does) if its status
         is one of ``from_statuses`` (unfinished ones), and release what it counts in its
         owner's usage in the same transaction: a step retried, or two racing, release it
         once. The record after, or None when the condition did not hold (or the batch is
@@ -338,7 +451,7 @@ class BatchStore:
             if record is None or record.status not in statuses:
                 return None
             if not record.charged:
-                return self.change(batch_id, fields, from_statuses=statuses, remove=remove)
+                return self._change(batch_id, fields, from_statuses=statuses, remove=remove, halt=True)
             update = self._update(
                 fields,
                 statuses,

@@ -1,0 +1,316 @@
+"""Every way a chain's run stops is a value its step returns (``run.chain.Stopped``), acted
+on by one exit (moto, the simulator, the injected clock): each reason logs exactly one
+"chain stopped" line naming it, and sends exactly the continuation it calls for (the chain
+resumed where it stopped, a lone request's own message, a waiting retry's message), or
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from batchgw.api import accounts, batches
+from batchgw.deps import Deps
+from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
+from batchgw.domain.principal import Principal
+from batchgw.domain.request import RequestRecord
+from batchgw.run import attempt, lifecycle
+from batchgw.run.chain import ChainRun, Why, run_message
+from batchgw.storage.slots import Hold
+
+from local.simulator import Simulator
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ADMIN = Principal(user_id="user-admin", role="admin", key_id="key_local_admin")
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+SETTINGS = {
+    "BATCH_MODEL_CONCURRENCY": "1",
+    "BATCH_COUNTER_SHARDS": "1",
+    "BATCH_SLOT_WAIT_SECONDS": "2",
+    "BATCH_RETRY_BASE_SECONDS": "100",  # a retry is not worth the chain's wait (30 s)
+    "BATCH_RETRY_MAX_SECONDS": "100",
+    "BATCH_QUOTA_RECHECK_SECONDS": "60",
+    "BATCH_OWNER_CACHE_SECONDS": "0",
+}
+ONE_REQUEST_NANO = 5500  # what one "hello i" request costs on sim-chat
+FAILS_ONCE = "[[sim fail=1]]"  # answers 500 once, then normally
+
+
+@dataclass
+class Case:
+    """A batch set up to stop for one reason, the message to run, and what must be sent:
+    (message, fewest seconds of delay, most)."""
+
+    message: WorkMessage
+    sent: list[tuple[WorkMessage, int, int]] = field(default_factory=list)
+    deadline: float = 900.0
+    taken_over: bool = False
+    raises: bool = False
+
+
+def prepared(deps: Deps, texts: list[str]) -> tuple[str, ChainMessage]:
+    """A prepared batch of one request per text, on one chain: its id and the chain's message."""
+    created = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", t) for i, t in enumerate(texts)])
+    )
+    batch_id = str(created["id"])
+    lifecycle.prepare(deps, batch_id)
+    (message,) = [decode(raw["Body"]) for raw in receive_all(deps)]
+    assert isinstance(message, ChainMessage)
+    return batch_id, message
+
+
+def during_call(monkeypatch: pytest.MonkeyPatch, index: int, act: Callable[[], Any]) -> None:
+    """Do ``act`` while request ``index`` is with the upstream."""
+    real_call = attempt.call
+
+    async def calling(deps: Deps, batch: Any, held: RequestRecord, *args: Any, **kw: Any) -> Any:
+        if held.index == index:
+            await asyncio.to_thread(act)
+        return await real_call(deps, batch, held, *args, **kw)
+
+    monkeypatch.setattr(attempt, "call", calling)
+
+
+def run(deps: Deps, message: WorkMessage, deadline: float = 900.0) -> None:
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + deadline))
+
+
+Setup = Callable[[Deps, FakeClock, pytest.MonkeyPatch], Case]
+
+
+def finished(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0", "hello 1"])
+    return Case(message)
+
+
+def retries_later(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, message = prepared(deps, [FAILS_ONCE])
+    return Case(message, [(RequestMessage(batch_id, 0), 50, 101)])
+
+
+def window_closed(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    clock.advance(25 * 3600)
+    return Case(message)
+
+
+def taken_over(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    return Case(message, taken_over=True)
+
+
+def batch_disabled(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    # An administrator turned batch inference off (an override, as read by this process).
+    mp.setattr(deps.live, "settings", deps.settings.model_copy(update={"batch_enabled": False}))
+    mp.setattr(deps.live, "due", lambda: False)
+    return Case(message, [(message.resume_at(0), 5, 5)])  # max(refresh 5 s, slot wait 2 s)
+
+
+def segment_deadline(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    return Case(message, [(message.resume_at(0), 0, 0)], deadline=1.0)
+
+
+def model_paused(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    deps.health.note_pause("sim-chat", clock() + 100)
+    return Case(message, [(message.resume_at(0, full=1), 100, 100)])
+
+
+def model_full(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    assert deps.slots.acquire("sim-chat", "another", cap=1, now=clock(), lease_seconds=600).granted
+    return Case(message, [(message.resume_at(0, full=1), 2, 4)])
+
+
+def held_elsewhere(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, message = prepared(deps, ["hello 0"])
+    assert deps.requests.claim(batch_id, 0, "another", clock(), 60).request is not None
+    return Case(message, [(message.resume_at(0), 61, 61)])  # once its lease has run out
+
+
+def lease_lost(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, message = prepared(deps, ["hello 0", "hello 1"])
+    lease = deps.settings.batch_lease_seconds
+
+    def take_over() -> None:  # the lease ran out mid-call and another worker took it
+        clock.advance(lease + 1)
+        assert deps.requests.claim(batch_id, 0, "another", clock(), 60).request is not None
+
+    during_call(mp, 0, take_over)
+    return Case(message, [(message.resume_at(1), 0, 0)])
+
+
+def superseded(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, message = prepared(deps, ["hello 0", "hello 1"])
+    during_call(mp, 0, lambda: deps.batches.set_generation(batch_id, 1))
+    return Case(message)
+
+
+def stopped_during_call(stop: Callable[[Deps, str], Any]) -> Setup:
+    def setup(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+        batch_id, message = prepared(deps, ["hello 0", "hello 1"])
+        during_call(mp, 0, lambda: stop(deps, batch_id))
+        return Case(message)
+
+    return setup
+
+
+def results_full(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, _ = prepared(deps, ["hello 0"])
+    deps.batches.mark_results_full(batch_id)
+    return Case(RequestMessage(batch_id, 0))
+
+
+def owner_unauthorized(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    accounts.revoke_key(deps, ADMIN, "key_local_alice")
+    return Case(message)
+
+
+def owner_paused(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    accounts.update_user(deps, ADMIN, "user-alice", {"daily_quota_usd": ONE_REQUEST_NANO / 1e9})
+    _, message = prepared(deps, ["hello 0", "hello 1"])
+    return Case(message, [(message.resume_at(1), 60, 60)])  # when the quota is checked again
+
+
+def owner_wait(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    accounts.update_user(deps, ADMIN, "user-alice", {"daily_quota_usd": 0.01})
+    hold = Hold(clock() + 600, 10**8, "key_local_alice")  # another request may cost more than is left
+    deps.user_slots.take("user-alice", "elsewhere", hold, cap=0, now=clock())
+    _, message = prepared(deps, ["hello 0"])
+    return Case(message, [(message.resume_at(0), 0, 60)])
+
+
+def lone_done(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, _ = prepared(deps, ["hello 0"])
+    return Case(RequestMessage(batch_id, 0))
+
+
+def lone_retry(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, _ = prepared(deps, [FAILS_ONCE])
+    return Case(RequestMessage(batch_id, 0), [(RequestMessage(batch_id, 0), 50, 101)])
+
+
+def lone_early(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, _ = prepared(deps, [FAILS_ONCE])
+    run(deps, RequestMessage(batch_id, 0))  # tried once: its retry waits 50-100 s
+    clock.advance(10)
+    return Case(RequestMessage(batch_id, 0), [(RequestMessage(batch_id, 0), 40, 91)])
+
+
+def error(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the call broke")
+
+    mp.setattr(attempt, "call", failing)
+    return Case(message, raises=True)
+
+
+CASES: dict[Why, Setup] = {
+    Why.FINISHED: finished,
+    Why.RETRIES_LATER: retries_later,
+    Why.WINDOW_CLOSED: window_closed,
+    Why.TAKEN_OVER: taken_over,
+    Why.BATCH_DISABLED: batch_disabled,
+    Why.SEGMENT_DEADLINE: segment_deadline,
+    Why.MODEL_PAUSED: model_paused,
+    Why.MODEL_FULL: model_full,
+    Why.HELD_ELSEWHERE: held_elsewhere,
+    Why.LEASE_LOST: lease_lost,
+    Why.SUPERSEDED: superseded,
+    Why.CANCELLED: stopped_during_call(lambda deps, b: batches.cancel_batch(deps, ALICE, b)),
+    Why.EXPIRED: stopped_during_call(lambda deps, b: deps.batches.start_expiring(b)),
+    Why.FAILING: stopped_during_call(
+        lambda deps, b: deps.batches.fail_for_owner(b, {"code": "owner_unauthorized", "message": "no"})
+    ),
+    Why.DELETED: stopped_during_call(lambda deps, b: deps.batches.delete_record(b)),
+    Why.RESULTS_FULL: results_full,
+    Why.OWNER_UNAUTHORIZED: owner_unauthorized,
+    Why.OWNER_PAUSED: owner_paused,
+    Why.OWNER_WAIT: owner_wait,
+    Why.LONE_DONE: lone_done,
+    Why.LONE_RETRY: lone_retry,
+    Why.LONE_EARLY: lone_early,
+    Why.ERROR: error,
+}
+
+
+def test_every_stop_reason_has_a_case() -> None:
+    assert set(CASES) == set(Why)
+
+
+@pytest.mark.parametrize("why", list(CASES), ids=[why.name for why in CASES])
+def test_a_stop_logs_one_line_with_its_reason_and_sends_only_its_continuation(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord], why: Why
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, **SETTINGS)
+    case = CASES[why](deps, clock, monkeypatch)
+    assert_stops(deps, case, why, monkeypatch, logged)
+
+
+def test_a_chain_of_a_paused_batch_comes_back_when_its_owner_is_checked_again_claiming_nothing(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, **SETTINGS)
+    batch_id, message = prepared(deps, ["hello 0"])
+    assert deps.batches.pause(
+        batch_id, {"reason": "daily_quota", "until": clock() + 99, "check_at": clock() + 30}
+    )
+    assert_stops(deps, Case(message, [(message, 30, 30)]), Why.OWNER_PAUSED, monkeypatch, logged)
+    request = deps.requests.get(batch_id, 0)
+    assert (
+        request is not None
+        and request.lease_owner is None
+        and sim.stats()["models"]["sim-chat"]["requests"] == 0
+    )
+
+
+def assert_stops(
+    deps: Deps, case: Case, why: Why, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    """Run ``case``: one "chain stopped" line says ``why``, and what was sent is ``case.sent``."""
+    clock = deps.clock
+    sent: list[tuple[WorkMessage, int]] = []
+    monkeypatch.setattr(
+        deps.queue, "send", lambda message, delay_seconds=0: sent.append((message, delay_seconds))
+    )
+    logged.clear()
+
+    async def drive() -> None:
+        deadline = clock() + case.deadline
+        if not case.taken_over:
+            await run_message(deps, case.message, owner="w", deadline=deadline)
+            return
+        batch = deps.batches.get_record(case.message.batch_id)
+        assert batch is not None
+        event = asyncio.Event()
+        event.set()
+        await ChainRun(deps, batch, case.message, owner="w", deadline=deadline, taken_over=event).run()
+
+    if case.raises:
+        with pytest.raises(RuntimeError):
+            asyncio.run(drive())
+    else:
+        asyncio.run(drive())
+
+    lines = [r for r in logged if r.getMessage() == "chain stopped"]
+    assert [(r.why, r.batch_id) for r in lines] == [(why.value, case.message.batch_id)]  # type: ignore[attr-defined]
+    assert [message for message, _ in sent] == [message for message, _, _ in case.sent]
+    for (_, delay), (_, least, most) in zip(sent, case.sent, strict=True):
+        assert least <= delay <= most, (delay, least, most)
+    if why is not Why.RETRIES_LATER:  # there the retry's own message is sent, not the chain's
+        assert (lines[0].resume_after is None) == (not case.sent)  # type: ignore[attr-defined]
