@@ -137,6 +137,24 @@ def test_the_reconciler_ends_the_abandoned_requests_of_a_cancelled_batch(sim: Si
     assert done["status"] == "cancelled" and done["cost_unknown_attempts"] == 1  # the lost attempt
 
 
+def test_a_cancelled_batch_whose_worker_died_is_looked_at_again_once_its_lease_runs_out(
+    sim: Simulator,
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_RECONCILE_SECONDS="300")
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    claim(deps, batch_id, 0, owner="a worker that dies")  # leased for 60 s
+    batches.cancel_batch(deps, ALICE, batch_id)
+    # Not a whole reconcile period (300 s): a second after the running request's lease ends.
+    assert lifecycle.cancel(deps, batch_id) == {"next": "park", "wait_seconds": 61}
+    clock.advance(30)
+    assert reconcile.reconcile(deps, batch_id) == {"next": "park", "wait_seconds": 31}
+    clock.advance(31)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "finalize"
+    assert statuses(deps, batch_id) == [("cancelled", "batch_cancelled")] * 2
+
+
 def test_the_reconciler_re_sends_lost_chains_as_a_new_generation(sim: Simulator) -> None:
     clock = FakeClock()
     deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY="2", **SHORT_STALL)
