@@ -11,6 +11,24 @@ simulator saw lie between the calls whose outcome was recorded and those plus th
 attempts lost with their workers; no live model slot; no message left on the work queue;
 nothing in its dead-letter queue.
 
+It also measures how fast batches end, with goals the run fails on (``LATENCY_GOAL_SECONDS``):
+
+- **cancel to cancelled**, for every batch a cancel ended: from the moment the cancel's
+  answer came back to the moment the batch was first seen ``cancelled``. A batch whose
+  cancel raced a deliberate worker kill is measured apart, its goal the lease plus the
+  same margin: a kill came from one lease before its cancel until it ended, and one of its
+  requests lost an attempt with its worker (``lost`` as stored), so a request may have been
+  left leased by a dead worker, which only the reconciler ends once the lease runs out;
+- **last request's end to final status**, for every batch: from the latest ``ended_at``
+  of its requests (as stored in the requests table: the API does not show when each
+  request ended) to the moment the batch was first seen final.
+
+"Seen" is an observer thread polling every unfinished batch in turn, from the first create
+on: its round's length (reported) is the measures' resolution. The whole run has one time
+budget (``--timeout``, the drain included): whatever is not done by then, or whatever the
+harness itself hit (an HTTP error, a timeout), is a violation in the report, which is always
+printed.
+
 ``make chaos`` runs it long and prints the totals (``python -m tests.e2e.chaos --help``);
 ``tests/e2e/test_chaos.py`` runs a short form in ``make test``.
 """
@@ -19,10 +37,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -53,6 +74,12 @@ CHAOS_ENV = {
 }
 FINAL = ("completed", "failed", "expired", "cancelled")
 TERMINAL = ("completed", "failed", "cancelled", "expired")
+# p99 of both latencies; for a cancel that raced a worker kill, the lease plus this.
+LATENCY_GOAL_SECONDS = 10.0
+# What the drain check keeps of the budget at least (a queue drains within a visibility).
+DRAIN_SHARE = 0.3
+# How long the stack may take to start, apart from the run's budget.
+STARTUP_SECONDS = 180.0
 # What a request may ask of the simulator, with its weight.
 FAULTS = [
     ("", 10),
@@ -75,7 +102,7 @@ class ChaosConfig:
     cancels: int = 2
     workers: int = 3
     window_seconds: float = 0  # 0: no window
-    timeout: float = 240
+    timeout: float = 240  # the whole run's budget, from the first create to the last check
     reconcile_seconds: float = 2
     worker_timeout_seconds: float = 12
     task_crash_rate: float = 0.0  # per AWS call of a workflow task: it dies there
@@ -100,6 +127,32 @@ class ChaosReport:
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
     failed_batches: list[str] = field(default_factory=list)  # each with its error's message
+    cancel_latency: dict[str, float] = field(default_factory=dict)  # by batch: cancel -> cancelled
+    cancel_latency_killed: dict[str, float] = field(default_factory=dict)  # those racing a kill
+    final_latency: dict[str, float] = field(default_factory=dict)  # by batch: last end -> final
+    poll_rounds: list[float] = field(default_factory=list)  # the observer's rounds, seconds
+    lease_seconds: float = 0.0
+
+    def latency_lines(self) -> list[str]:
+        rounds = sorted(self.poll_rounds)
+        resolution = (
+            f"observer round p50 {percentile(rounds, 50):.2f} s, max {rounds[-1]:.2f} s"
+            if rounds
+            else "no rounds"
+        )
+        return [
+            f"cancel -> cancelled: {spread(self.cancel_latency)} (goal p99 <= {LATENCY_GOAL_SECONDS:.0f} s)",
+            f"cancel -> cancelled, racing a worker kill: {spread(self.cancel_latency_killed)} "
+            f"(goal p99 <= lease {self.lease_seconds:.0f} s + {LATENCY_GOAL_SECONDS:.0f} s)",
+            *(f"  cancelled {b}: {v:.2f} s" for b, v in sorted(self.cancel_latency.items())),
+            *(
+                f"  cancelled {b}: {v:.2f} s, racing a kill"
+                for b, v in sorted(self.cancel_latency_killed.items())
+            ),
+            f"last request's end -> final status: {spread(self.final_latency)} "
+            f"(goal p99 <= {LATENCY_GOAL_SECONDS:.0f} s)",
+            f"  measured by polling: {resolution}",
+        ]
 
     def lines(self) -> list[str]:
         return [
@@ -111,9 +164,75 @@ class ChaosReport:
             f"upstream requests seen {self.upstream_seen}: calls recorded {self.calls_recorded}, "
             f"attempts lost with their worker {self.lost_attempts}",
             *(f"  failed batch {failed}" for failed in self.failed_batches),
+            *self.latency_lines(),
             f"seconds {self.seconds:.1f}, violations {len(self.violations)}",
             *(f"  VIOLATION: {v}" for v in self.violations),
         ]
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The nearest-rank percentile of sorted ``values`` (not empty)."""
+    return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+
+
+def spread(latencies: dict[str, float]) -> str:
+    values = sorted(latencies.values())
+    if not values:
+        return "no batches"
+    return (
+        f"{len(values)} batches, p50 {percentile(values, 50):.2f} s, p99 {percentile(values, 99):.2f} s, "
+        f"max {values[-1]:.2f} s"
+    )
+
+
+class Observer:
+    """Polls every batch not yet seen final, in turn, from its create on; notes when each
+    was first seen final (time.time(), as the stack's processes stamp their records)."""
+
+    def __init__(self, api_url: str) -> None:
+        self.api = httpx.Client(
+            base_url=api_url, headers={"Authorization": "Bearer sk-local-alice"}, timeout=30
+        )
+        self.watched: list[str] = []
+        self.final: dict[str, dict[str, Any]] = {}  # by batch: the batch as first seen final
+        self.final_at: dict[str, float] = {}
+        self.rounds: list[float] = []
+        self.errors = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-observer", daemon=True)
+
+    def watch(self, batch_id: str) -> None:
+        with self._lock:
+            self.watched.append(batch_id)
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def unfinished(self) -> list[str]:
+        with self._lock:
+            return [b for b in self.watched if b not in self.final]
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=40)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            polled = self.unfinished()
+            for batch_id in polled:
+                try:
+                    batch = self.api.get(f"/batches/{batch_id}").json()
+                except (httpx.HTTPError, ValueError):
+                    self.errors += 1  # a loaded stack: asked again next round
+                    continue
+                if batch.get("status") in FINAL:
+                    with self._lock:
+                        self.final[batch_id], self.final_at[batch_id] = batch, time.time()
+            if polled:
+                self.rounds.append(time.monotonic() - started)
+            self._stop.wait(0.05)
 
 
 class Chaos:
@@ -136,25 +255,46 @@ class Chaos:
         self.dlq = self.sqs.get_queue_url(QueueName=local_env.dead_letter_queue_name(resources.WORK_QUEUE))[
             "QueueUrl"
         ]
+        self.observer = Observer(stack.api_url)
+        self.cancelled_at: dict[str, float] = {}  # by batch: when its cancel's answer came
+        self.kills_at: list[float] = []
+        self.deadline = math.inf
+        self.report.lease_seconds = float(CHAOS_ENV["BATCH_LEASE_SECONDS"])
 
     # --- the run ------------------------------------------------------------------------------
 
     def run(self) -> ChaosReport:
+        """Run, within the budget (``ChaosConfig.timeout``); the report always comes back:
+        what the harness could not do in time, or hit on its way, is a violation in it."""
         started = time.monotonic()
-        self.sim.post("/_sim/reset").raise_for_status()
-        batch_ids = [self._create(i) for i in range(self.config.batches)]
-        self.report.batches = len(batch_ids)
-        self._disturb(batch_ids)
-        done = {b: self._wait_final(b) for b in batch_ids}
-        for batch_id, batch in done.items():
-            if batch is not None:
+        self.deadline = started + self.config.timeout
+        batch_ids: list[str] = []
+        try:
+            self.sim.post("/_sim/reset").raise_for_status()
+            for i in range(self.config.batches):
+                batch_ids.append(self._create(i))
+                self.observer.watch(batch_ids[-1])
+            self.report.batches = len(batch_ids)
+            self._disturb(batch_ids)
+            self._wait_final(batch_ids)
+            for batch_id, batch in dict(self.observer.final).items():
                 self._check_batch(batch_id, batch)
-        self._check_upstream(batch_ids)
-        self._check_drained()
-        self.report.task_deaths = self._logged(crashes.DIED)
-        self.report.throttled = self._logged(throttling.THROTTLED)
-        self.report.seconds = time.monotonic() - started
+            self._measure(batch_ids)
+            self._check_upstream(batch_ids)
+            self._check_drained()
+        except Exception as exc:  # the harness's own trouble: reported, not lost
+            self.report.violations.append(f"the harness stopped: {type(exc).__name__}: {exc}")
+            traceback.print_exc()
+        finally:
+            self.observer.stop()
+            self.report.poll_rounds = list(self.observer.rounds)
+            self.report.task_deaths = self._logged(crashes.DIED)
+            self.report.throttled = self._logged(throttling.THROTTLED)
+            self.report.seconds = time.monotonic() - started
         return self.report
+
+    def _left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
 
     def _create(self, number: int) -> str:
         requests = []
@@ -187,6 +327,7 @@ class Chaos:
             time.sleep(self.rng.uniform(0.3, 1.5))
             if action == "kill":
                 self.stack.crash(f"worker-{self.rng.randrange(self.config.workers)}")
+                self.kills_at.append(time.time())
                 self.report.kills += 1
             elif action == "duplicate":
                 batch_id = self.rng.choice(batch_ids)
@@ -199,6 +340,7 @@ class Chaos:
             elif cancellable:
                 batch_id = cancellable.pop(self.rng.randrange(len(cancellable)))
                 self.api.post(f"/batches/{batch_id}/cancel").raise_for_status()
+                self.cancelled_at[batch_id] = time.time()
                 self.report.cancels += 1
 
     def _logged(self, event: str) -> int:
@@ -208,18 +350,83 @@ class Chaos:
             return 0
         return sum(event in line for line in log.read_text(errors="replace").splitlines())
 
-    def _wait_final(self, batch_id: str) -> dict[str, Any] | None:
+    def _wait_final(self, batch_ids: list[str]) -> None:
+        """Wait until the observer has seen every batch final, within the budget but for the
+        share the drain check keeps."""
+        keep = DRAIN_SHARE * self.config.timeout
         try:
-            return wait_for(
-                lambda: (b := self.api.get(f"/batches/{batch_id}").json())["status"] in FINAL and b,
-                timeout=self.config.timeout,
-                interval=0.5,
-                what=f"{batch_id} to end",
+            wait_for(
+                lambda: not self.observer.unfinished(),
+                timeout=max(1.0, self._left() - keep),
+                interval=0.2,
+                what="every batch to end",
             )
         except AssertionError:
-            status = self.api.get(f"/batches/{batch_id}").json()["status"]
-            self.report.violations.append(f"{batch_id} did not end (still {status})")
-            return None
+            for batch_id in self.observer.unfinished():
+                try:
+                    status = self.api.get(f"/batches/{batch_id}").json().get("status")
+                except (httpx.HTTPError, ValueError) as exc:
+                    status = f"unknown: {type(exc).__name__}"
+                self.report.violations.append(f"{batch_id} did not end within the budget (still {status})")
+
+    def _measure(self, batch_ids: list[str]) -> None:
+        """Each batch's latencies (see the module's docstring), checked against the goals."""
+        lease = self.report.lease_seconds
+        for batch_id in batch_ids:
+            final_at = self.observer.final_at.get(batch_id)
+            batch = self.observer.final.get(batch_id)
+            if final_at is None or batch is None:
+                continue
+            ends, lost = self._request_ends(batch_id)
+            if ends:
+                self.report.final_latency[batch_id] = max(0.0, final_at - max(ends))
+            cancelled_at = self.cancelled_at.get(batch_id)
+            if cancelled_at is None or batch["status"] != "cancelled":
+                continue  # not cancelled, or its cancel came after it had ended
+            # A kill before (cancel - lease) left nothing leased at the cancel; one after the
+            # batch ended changed nothing; and a kill that held none of its requests lost none.
+            killed = any(cancelled_at - lease <= kill <= final_at for kill in self.kills_at)
+            raced = killed and lost
+            latencies = self.report.cancel_latency_killed if raced else self.report.cancel_latency
+            latencies[batch_id] = max(0.0, final_at - cancelled_at)
+        goals = [
+            ("cancel -> cancelled", self.report.cancel_latency, LATENCY_GOAL_SECONDS),
+            (
+                "cancel -> cancelled racing a worker kill",
+                self.report.cancel_latency_killed,
+                lease + LATENCY_GOAL_SECONDS,
+            ),
+            ("last request's end -> final status", self.report.final_latency, LATENCY_GOAL_SECONDS),
+        ]
+        for what, latencies, goal in goals:
+            values = sorted(latencies.values())
+            if values and percentile(values, 99) > goal:
+                slowest = max(latencies, key=lambda b: latencies[b])
+                self.report.violations.append(
+                    f"{what}: p99 {percentile(values, 99):.2f} s over the goal of {goal:.0f} s "
+                    f"(slowest {slowest}, {latencies[slowest]:.2f} s)"
+                )
+
+    def _request_ends(self, batch_id: str) -> tuple[list[float], bool]:
+        """When each of the batch's requests ended, as stored (to the millisecond), and
+        whether any of them lost an attempt with its worker."""
+        ends: list[float] = []
+        lost = False
+        kwargs: dict[str, Any] = {
+            "TableName": self.stack.env[resources.REQUESTS.env_var],
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": batch_id}},
+            "ProjectionExpression": "ended_at, lost",
+        }
+        while True:
+            page = self.dynamodb.query(**kwargs)
+            for item in page["Items"]:
+                if "ended_at" in item:
+                    ends.append(float(Decimal(item["ended_at"]["N"])))
+                lost = lost or int(item.get("lost", {"N": "0"})["N"]) > 0
+            if "LastEvaluatedKey" not in page:
+                return ends, lost
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     # --- the checks ---------------------------------------------------------------------------
 
@@ -305,14 +512,15 @@ class Chaos:
             return sum(int(attributes[n]) for n in names)
 
         # A message a crashed worker had received but not yet started comes back only after
-        # the queue's visibility timeout (six worker timeouts), to be dropped: wait that long.
-        drain = 6 * self.config.worker_timeout_seconds + 40
+        # the queue's visibility timeout (six worker timeouts), to be dropped: wait that long,
+        # within what is left of the budget.
+        drain = min(6 * self.config.worker_timeout_seconds + 40, self._left())
         for what, check in (
             ("a live model slot", lambda: not live_slots()),
             ("messages on the work queue", lambda: queue_depth(self.queue) == 0),
         ):
             try:
-                wait_for(check, timeout=drain, interval=0.5, what=what)
+                wait_for(check, timeout=max(1.0, drain), interval=0.5, what=what)
             except AssertionError:
                 self.report.violations.append(f"still {what} after every batch ended")
         dead = queue_depth(self.dlq)
@@ -339,8 +547,15 @@ def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:
                 throttling.THROTTLE_SEED_ENV: str(config.seed),
             }
         )
+    # A loaded machine starts moto and the handlers slowly: the start has a budget of its own.
     return LocalStack(
-        api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=config.workers, log_dir=log_dir
+        api_port=0,
+        sim_port=0,
+        moto_port=0,
+        env_overrides=env,
+        workers=config.workers,
+        log_dir=log_dir,
+        startup_timeout=STARTUP_SECONDS,
     )
 
 
@@ -369,9 +584,13 @@ def main(argv: list[str] | None = None) -> int:
     config = ChaosConfig(**{k: v for k, v in vars(args).items()})
     log_dir = Path(tempfile.mkdtemp(prefix="batchgw-chaos-"))
     print(f"chaos: {json.dumps(vars(args))}; stack logs in {log_dir}", flush=True)
-    with chaos_stack(log_dir, config) as stack:
-        report = Chaos(stack, config).run()
-        replaced = len(stack.replaced)
+    try:
+        with chaos_stack(log_dir, config) as stack:
+            report = Chaos(stack, config).run()
+            replaced = len(stack.replaced)
+    except Exception as exc:  # the stack did not start (or stop): say so, do not die silently
+        print(f"chaos: the local stack failed: {type(exc).__name__}: {exc}", flush=True)
+        return 2
     print("\n".join(report.lines()))
     print(f"processes replaced after a crash {replaced}")
     return 1 if report.violations else 0

@@ -137,6 +137,24 @@ def test_the_reconciler_ends_the_abandoned_requests_of_a_cancelled_batch(sim: Si
     assert done["status"] == "cancelled" and done["cost_unknown_attempts"] == 1  # the lost attempt
 
 
+def test_a_cancelled_batch_whose_worker_died_is_looked_at_again_once_its_lease_runs_out(
+    sim: Simulator,
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_RECONCILE_SECONDS="300")
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    claim(deps, batch_id, 0, owner="a worker that dies")  # leased for 60 s
+    batches.cancel_batch(deps, ALICE, batch_id)
+    # Not a whole reconcile period (300 s): a second after the running request's lease ends.
+    assert lifecycle.cancel(deps, batch_id) == {"next": "park", "wait_seconds": 61}
+    clock.advance(30)
+    assert reconcile.reconcile(deps, batch_id) == {"next": "park", "wait_seconds": 31}
+    clock.advance(31)
+    assert reconcile.reconcile(deps, batch_id)["next"] == "finalize"
+    assert statuses(deps, batch_id) == [("cancelled", "batch_cancelled")] * 2
+
+
 def test_the_reconciler_re_sends_lost_chains_as_a_new_generation(sim: Simulator) -> None:
     clock = FakeClock()
     deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY="2", **SHORT_STALL)
@@ -489,3 +507,41 @@ def test_a_request_lease_is_renewed_while_its_call_outlasts_it(sim: Simulator) -
     assert asyncio.run(run_and_poach()) is ClaimKind.HELD  # still held: the lease was renewed
     request = deps.requests.get(batch["id"], 0)
     assert request is not None and request.status is RequestStatus.SUCCEEDED and request.lost == 0
+
+
+def test_the_request_claimed_ahead_is_leased_for_one_lease_renewed_with_the_running_one(
+    sim: Simulator,
+) -> None:
+    # One chain: while its first request's 6 s call runs, it claims the second ahead. That
+    # claim lasts a lease (2 s), not a lease plus the upstream timeout (17 s): if the worker
+    # dies, it runs out with the running request's, and a cancelled batch ends then.
+    deps = make_deps(
+        sim,
+        time.time,
+        BATCH_MODEL_CONCURRENCY="1",
+        BATCH_LEASE_SECONDS="2",
+        BATCH_UPSTREAM_TIMEOUT_SECONDS="15",
+    )
+    requests = [chat_request("long", "slow [[sim latency_ms=6000]]"), chat_request("next", "quick")]
+    batch = batches.create_batch(deps, ALICE, body_of(requests))
+    lifecycle.prepare(deps, batch["id"])
+    [message] = receive_all(deps)
+
+    async def run_and_watch() -> tuple[float, ClaimKind]:
+        chain = asyncio.create_task(
+            run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 60)
+        )
+        await asyncio.sleep(1.0)
+        ahead = await asyncio.to_thread(deps.requests.get, batch["id"], 1)
+        assert ahead is not None and ahead.status is RequestStatus.RUNNING and ahead.lease_until is not None
+        leased_for = ahead.lease_until - deps.clock()
+        await asyncio.sleep(3.5)  # past the claim's first lease: renewed with the running one's
+        poacher = await asyncio.to_thread(deps.requests.claim, batch["id"], 1, "other", deps.clock(), 2)
+        await chain
+        return leased_for, poacher.kind
+
+    leased_for, poached = asyncio.run(run_and_watch())
+    assert leased_for <= 2.0 and poached is ClaimKind.HELD
+    for index in (0, 1):
+        request = deps.requests.get(batch["id"], index)
+        assert request is not None and request.status is RequestStatus.SUCCEEDED and request.lost == 0

@@ -248,7 +248,8 @@ class Settings(BaseModel):
     )
     # How often the workflow reconciles each unfinished batch while it waits (takes over
     # abandoned requests, re-sends lost work, settles counters): a batch ends within about
-    # one lease plus this after its last request could have ended, whatever failed.
+    # one lease plus this after its last request could have ended, whatever failed (a
+    # stopping batch is looked at again once its running requests' leases run out).
     batch_reconcile_seconds: float = Field(
         300,
         ge=1,

@@ -677,6 +677,11 @@ class ChainRun:
             await asyncio.sleep(lease / 3)
             if leased:
                 leased = await self._renewed("a request's lease", self._renew_request(held, lease))
+            ahead = self._claimed_ahead()
+            if ahead is not None:
+                await self._renewed(
+                    "the lease of the request claimed ahead", self._renew_request(ahead, lease)
+                )
             if not await self._renewed("the model's slot", self.slot.keep()):
                 logger.warning(
                     "slot lost during a call: stopping it",
@@ -699,14 +704,23 @@ class ChainRun:
             return True
 
     def _claim_ahead(self, now: float) -> None:
-        """Claim the chain's next index while this request runs (its lease covers the call)."""
+        """Claim the chain's next index while this request runs, for one lease, renewed with
+        the running request's (``_keep_leased``): if this worker dies, it runs out as soon
+        as the running request's, and a stopped batch's reconciler ends both then."""
         if self.lone or not self._has_next() or self.next_index >= self.written or self._retry_due(now):
             return
-        settings = self.deps.settings
-        lease = settings.batch_lease_seconds + settings.batch_upstream_timeout_seconds
+        lease = self.deps.settings.batch_lease_seconds
         self.prefetch = asyncio.create_task(
             io(self.deps.requests.claim, self.batch.id, self.next_index, self.owner, self.deps.clock(), lease)
         )
+
+    def _claimed_ahead(self) -> RequestRecord | None:
+        """The request claimed ahead, once its claim has answered that this worker has it."""
+        prefetch = self.prefetch
+        if prefetch is None or not prefetch.done() or prefetch.cancelled() or prefetch.exception():
+            return None
+        claim = prefetch.result()
+        return claim.request if claim.kind is ClaimKind.CLAIMED else None
 
     def _worth_waiting(self, due: float) -> bool:
         now = self.deps.clock()

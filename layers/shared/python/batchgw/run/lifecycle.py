@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -131,12 +131,29 @@ def _start(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     return batch
 
 
-def park_step(deps: Deps, batch: BatchRecord) -> dict[str, Any]:
-    """Park until woken, or until the next reconcile (at the latest when the window closes)."""
+def park_step(deps: Deps, batch: BatchRecord, *, leases_end: float | None = None) -> dict[str, Any]:
+    """Park until woken, or until the next reconcile: at the latest when the window closes,
+    and, for a stopping batch, a second after ``leases_end`` (``running_leases_end``).
+
+    No worker takes over the request of a stopped batch whose worker died: only the
+    reconciler ends it, once its lease has run out. Looking again then, not a whole
+    reconcile period later, is what ends a cancelled batch about a lease after its worker
+    died; a live worker has ended its request by then, or renewed the lease (then the
+    batch is looked at again when that one runs out).
+    """
     wait = deps.settings.batch_reconcile_seconds
+    now = deps.clock()
     if batch.expires_at is not None and not batch.expiring:
-        wait = min(wait, batch.expires_at - deps.clock())
+        wait = min(wait, batch.expires_at - now)
+    if batch.stopping and leases_end is not None:
+        wait = min(wait, leases_end - now + 1)
     return step(Next.PARK, max(1, math.ceil(wait)))
+
+
+def running_leases_end(requests: Iterable[RequestRecord]) -> float | None:
+    """When the last lease of those of ``requests`` that run runs out (None: none runs)."""
+    ends = [r.lease_until or 0.0 for r in requests if r.status is RequestStatus.RUNNING]
+    return max(ends, default=None)
 
 
 def _chain_count(deps: Deps, batch: BatchRecord, total: int) -> int:
@@ -352,7 +369,9 @@ def _end_unstarted(
     batch = deps.batches.get_record(batch_id)
     if batch is None or batch.all_shards_done:
         return step(Next.FINALIZE)
-    return park_step(deps, batch)
+    # Only running requests are left (their ends wake the workflow); if their worker is
+    # gone, the reconciler ends them once their leases have run out.
+    return park_step(deps, batch, leases_end=running_leases_end(deps.requests.unfinished(batch_id)))
 
 
 def sweep(

@@ -17,7 +17,9 @@ While the workflow is parked it times out every reconcile period into this step,
   request ends, or its lease runs out, within the stall);
 - corrects a counter shard that counts more unfinished requests than there are (only if
   nothing was counted in it meanwhile), then counts every emptied shard;
-- finalizes the batch when every request has ended, else parks it again.
+- finalizes the batch when every request has ended, else parks it again (a stopping
+  batch only until the leases of its running requests run out: if their worker died,
+  nobody but this step ends them).
 
 A batch without a window is reconciled the same way, and its record's TTL backstop is
 moved on each time.
@@ -35,7 +37,13 @@ from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
-from batchgw.run.lifecycle import end_abandoned, lease_ran_out, park_step, sweep_stopped
+from batchgw.run.lifecycle import (
+    end_abandoned,
+    lease_ran_out,
+    park_step,
+    running_leases_end,
+    sweep_stopped,
+)
 from batchgw.storage.workflow import Next, step
 
 
@@ -57,8 +65,9 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
     # A batch its owner's quota, budget or role holds back makes no progress by design:
     # it is looked at again when its pause is due to be checked.
     stalled = now - progress_at >= stall_seconds(deps) and not record.paused_at(now)
+    leases_end = None
     if batch.counts.left > 0 and (record.stopping or stalled):
-        _mend(deps, batch, now)
+        leases_end = _mend(deps, batch, now)
         if stalled:
             progress_at = now  # the work sent again gets a whole stall to show progress
     if batch.counts.left > 0 and not record.stopping:
@@ -82,7 +91,7 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
     )
     if changed is None:
         return step(Next.FINALIZE)
-    return park_step(deps, changed)
+    return park_step(deps, changed, leases_end=leases_end)
 
 
 def _watch_capacity(deps: Deps, batch: BatchRecord, now: float) -> None:
@@ -117,17 +126,23 @@ def stall_seconds(deps: Deps) -> float:
     )
 
 
-def _mend(deps: Deps, batch: CountedBatch, now: float) -> None:
+def _mend(deps: Deps, batch: CountedBatch, now: float) -> float | None:
+    """Mend what failed; for a stopping batch, say when the leases of its requests that
+    still run (with live leases) run out (``lifecycle.running_leases_end``)."""
     record = batch.record
     unfinished = deps.requests.unfinished(record.id)
+    leases_end = None
     if record.stopping:
         sweep_stopped(deps, record)
-        ended = sum(end_abandoned(deps, record, r, now) for r in unfinished if lease_ran_out(r, now))
+        abandoned = {r.index for r in unfinished if lease_ran_out(r, now)}
+        ended = sum(end_abandoned(deps, record, r, now) for r in unfinished if r.index in abandoned)
         if ended:
             logger.warning("abandoned requests ended", extra={"batch_id": record.id, "requests": ended})
+        leases_end = running_leases_end(r for r in unfinished if r.index not in abandoned)
     else:
         _resend_lost_work(deps, record, unfinished, now)
     _correct_counters(deps, batch, unfinished)
+    return leases_end
 
 
 def _resend_lost_work(deps: Deps, batch: BatchRecord, unfinished: list[RequestRecord], now: float) -> None:
