@@ -157,6 +157,24 @@ def test_a_part_one_byte_over_the_limit_is_413_naming_the_part_limit(client: Ope
     client.uploads.cancel(upload.id)
 
 
+def test_a_filename_past_512_characters_is_refused_400_on_every_way_in(
+    client: OpenAI, stack: LocalStack
+) -> None:
+    # A name of a few MB passed every body limit and failed its record's 400 KB in DynamoDB: a 500.
+    name = "🙂" * 100_000
+    with pytest.raises(openai.BadRequestError, match="at most 512"):
+        client.files.create(file=(name, b"{}\n"), purpose="batch")
+    for route, extra in (("files/presigned", {}), ("uploads", {"mime_type": "application/jsonl"})):
+        refused = httpx.post(
+            f"{stack.api_url}/{route}",
+            json={"filename": "a" * 500_000, "purpose": "batch", "bytes": 10, **extra},
+            headers={"Authorization": "Bearer sk-local-alice"},
+        )
+        assert (refused.status_code, refused.json()["error"]["param"]) == (400, "filename")
+    kept = client.files.create(file=("中" * 512, b"{}\n"), purpose="batch")
+    assert kept.filename == "中" * 512
+
+
 def test_deleting_the_input_file_does_not_affect_its_batch(client: OpenAI, tmp_path: Path) -> None:
     upload = client.files.create(file=write(tmp_path, [line("d-1", "kept")]).open("rb"), purpose="batch")
     batch = client.batches.create(
