@@ -11,7 +11,14 @@ Gateway and Lambda would:
 - a request body over 10 MB answers 413 ``{"message": "Request Entity Too Large"}``, and
   so does an event over Lambda's 6 MB invoke limit, without calling the handler;
 - a response payload over Lambda's 6 MB answers 502 ``{"message": "Internal Server Error"}``,
-  as does a response that is not a valid proxy result;
+  as does a response that is not a valid proxy result, or one the Python 3.12 runtime could
+  not serialize (a lone surrogate in a string: its UTF-8 encoding fails, a
+  ``Runtime.MarshalError``). The payload is measured as each runtime would send it, the larger
+  of the two: ``json.dumps`` with ``ensure_ascii=False`` in UTF-8 (3.12 and later, what the
+  stack deploys) and with non-ASCII escaped (``\\uXXXX``, 12 bytes for an astral character:
+  3.11 and earlier), so an answer that passes here fits on either;
+- every method reaches the handler, as the HTTP API's ``ANY`` routes send it (its resolver
+  answers an unknown one 404), never a 501 from this server;
 - a handler exception answers 500 ``{"message": "Internal Server Error"}`` (traceback logged);
 - a handler that runs past API Gateway's 30 s answers 503 ``{"message": "Service Unavailable"}``.
 
@@ -175,15 +182,28 @@ class Reply:
         return cls(status, [("Content-Type", "application/json")], body)
 
 
+def lambda_payload_bytes(result: Any) -> int:
+    """The bytes Lambda's Python runtime sends back for ``result``, the larger of its two
+    marshallers' (ValueError when it cannot serialize it, TypeError when it is not JSON).
+
+    Python 3.12 and later encode with ``ensure_ascii=False`` (a CJK character is 3 bytes, an
+    emoji 4) and then as UTF-8, which a lone surrogate fails; earlier runtimes escape every
+    non-ASCII character (6 bytes, 12 for an astral one, as a surrogate pair)."""
+    unescaped = json.dumps(result, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError is a ValueError
+    escaped = json.dumps(result)  # ASCII: one byte a character
+    return max(len(unescaped), len(escaped))
+
+
 def reply_from_result(result: Any) -> Reply:
     """Turn the handler's return value into the HTTP reply, as API Gateway (v2.0) does."""
     try:
-        payload = json.dumps(result)
+        size = lambda_payload_bytes(result)
     except (TypeError, ValueError):
-        log.error("handler returned a value that is not JSON")
+        log.error("handler returned a value Lambda's runtime cannot serialize")
         return Reply.message(502, "Internal Server Error")
-    if len(payload.encode()) > LAMBDA_MAX_RESPONSE:
-        log.error("response exceeds Lambda's 6 MB payload limit", extra={"bytes": len(payload)})
+    payload = json.dumps(result)
+    if size > LAMBDA_MAX_RESPONSE:
+        log.error("response exceeds Lambda's 6 MB payload limit", extra={"bytes": size})
         return Reply.message(502, "Internal Server Error")
     if not (isinstance(result, dict) and "statusCode" in result):
         # v2.0: a JSON value without statusCode is a 200 whose body is that JSON.
@@ -355,7 +375,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(reply.body)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _dispatch
+    def __getattr__(self, name: str) -> Any:
+        # BaseHTTPRequestHandler answers 501 for a method without a ``do_<METHOD>``; the HTTP
+        # API's ``ANY`` routes hand every method (TRACE, CONNECT, made-up ones) to the function.
+        if name.startswith("do_"):
+            return self._dispatch
+        raise AttributeError(name)
 
 
 def main(argv: list[str] | None = None) -> None:

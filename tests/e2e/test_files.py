@@ -128,6 +128,55 @@ def test_a_large_file_arrives_through_the_uploads_api_in_parts(client: OpenAI, t
     assert client.files.content(upload.file.id).content == path.read_bytes()
 
 
+PART_LIMIT = 4 * 1024 * 1024  # BATCH_MAX_BODY_MB of the e2e stack, as the README says to keep part_size
+
+
+def test_a_part_of_exactly_the_documented_size_is_accepted_and_the_file_round_trips(
+    client: OpenAI, tmp_path: Path
+) -> None:
+    # The SDK wraps each part in multipart framing: the body is larger than the part.
+    data = (line("p-0", "part") + "\n").encode()
+    data += b"y" * (PART_LIMIT + 1000 - len(data))  # a first part of exactly 4 MiB, then 1,000 bytes
+    path = tmp_path / "parts.jsonl"
+    path.write_bytes(data)
+    upload = client.uploads.upload_file_chunked(
+        file=path, mime_type="application/jsonl", purpose="batch", part_size=PART_LIMIT
+    )
+    assert upload.status == "completed" and upload.file is not None and upload.file.bytes == len(data)
+    assert client.files.content(upload.file.id).content == data
+
+
+def test_a_part_one_byte_over_the_limit_is_413_naming_the_part_limit(client: OpenAI) -> None:
+    upload = client.uploads.create(
+        bytes=PART_LIMIT + 1, filename="over.jsonl", mime_type="application/jsonl", purpose="batch"
+    )
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.uploads.parts.create(upload.id, data=b"z" * (PART_LIMIT + 1))
+    assert refused.value.status_code == 413
+    message = refused.value.response.json()["error"]["message"]
+    assert "An upload's part holds at most 4 MiB (4194304 bytes, BATCH_MAX_BODY_MB)" in message
+    assert f"this one has {PART_LIMIT + 1} bytes" in message
+    client.uploads.cancel(upload.id)
+
+
+def test_a_filename_past_512_characters_is_refused_400_on_every_way_in(
+    client: OpenAI, stack: LocalStack
+) -> None:
+    # A name of a few MB passed every body limit and failed its record's 400 KB in DynamoDB: a 500.
+    name = "🙂" * 100_000
+    with pytest.raises(openai.BadRequestError, match="at most 512"):
+        client.files.create(file=(name, b"{}\n"), purpose="batch")
+    for route, extra in (("files/presigned", {}), ("uploads", {"mime_type": "application/jsonl"})):
+        refused = httpx.post(
+            f"{stack.api_url}/{route}",
+            json={"filename": "a" * 500_000, "purpose": "batch", "bytes": 10, **extra},
+            headers={"Authorization": "Bearer sk-local-alice"},
+        )
+        assert (refused.status_code, refused.json()["error"]["param"]) == (400, "filename")
+    kept = client.files.create(file=("中" * 512, b"{}\n"), purpose="batch")
+    assert kept.filename == "中" * 512
+
+
 def test_deleting_the_input_file_does_not_affect_its_batch(client: OpenAI, tmp_path: Path) -> None:
     upload = client.files.create(file=write(tmp_path, [line("d-1", "kept")]).open("rb"), purpose="batch")
     batch = client.batches.create(

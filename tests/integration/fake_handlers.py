@@ -58,12 +58,18 @@ def lifecycle(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def echo_api(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Answers with the event it got; ``/raise`` raises; ``/big`` answers a 7 MB body."""
+    """Answers with the event it got; ``/raise`` raises; ``/big`` answers a 7 MB body,
+    ``/big-escaped`` one over 6 MB only with its characters escaped, ``/surrogate`` a lone
+    surrogate."""
     path = event["rawPath"]
     if path.endswith("/raise"):
         raise RuntimeError("handler failure")
     if path.endswith("/big"):
         return {"statusCode": 200, "body": "x" * (7 * 1024 * 1024)}
+    if path.endswith("/big-escaped"):  # 3.3 MB in UTF-8, 6.6 MB with every character escaped
+        return {"statusCode": 200, "body": "中" * 1_100_000}
+    if path.endswith("/surrogate"):  # Python 3.12's runtime cannot encode it: a MarshalError
+        return {"statusCode": 200, "body": "\ud800"}
     if path.endswith("/binary"):
         return {
             "statusCode": 201,

@@ -19,8 +19,10 @@ from batchgw.domain.chains import decode
 from batchgw.domain.principal import Principal
 from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
+from batchgw.storage.blobs import export_key
 
 from functions.api import handler as api
+from local.adapter import lambda_payload_bytes
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps, receive_all
 from tests.support import FakeClock, LambdaContext, http_event
@@ -33,10 +35,11 @@ CHAT_URL = "/v1/chat/completions"
 
 
 def invoke(deps: Deps, monkeypatch: pytest.MonkeyPatch, event: dict[str, Any]) -> dict[str, Any]:
-    """The api handler's response, checked as Lambda would check it."""
+    """The api handler's response, checked as Lambda would check it: serialized as either of
+    its Python runtimes sends it (3.12's UTF-8, 3.11's escapes), the larger, and encodable."""
     monkeypatch.setattr(api, "get_deps", lambda: deps)
     response = api.handler(event, LambdaContext(request_id="req-fit"))  # type: ignore[arg-type]
-    assert len(json.dumps(response).encode()) <= LAMBDA_RESPONSE_LIMIT
+    assert lambda_payload_bytes(response) <= LAMBDA_RESPONSE_LIMIT
     return dict(response)
 
 
@@ -44,7 +47,8 @@ def run_batch(deps: Deps, texts: list[str]) -> str:
     """A batch of ``texts``, sent as a file (larger than a create body may be), run to its end."""
     lines = [
         json.dumps(
-            {"custom_id": f"f-{i}", "method": "POST", "url": CHAT_URL, "body": chat_request("", t)["body"]}
+            {"custom_id": f"f-{i}", "method": "POST", "url": CHAT_URL, "body": chat_request("", t)["body"]},
+            ensure_ascii=False,  # as UTF-8: an emoji is 4 bytes of the line, not a 12-byte escape
         )
         for i, t in enumerate(texts)
     ]
@@ -79,6 +83,68 @@ def test_results_pages_of_multibyte_text_are_sized_as_they_go_out(
             break
         after = page["last_id"]
     assert seen == [f"f-{i}" for i in range(8)] and pages >= 2
+
+
+def read_every_page(deps: Deps, monkeypatch: pytest.MonkeyPatch, path: str) -> tuple[list[str], int]:
+    """Every id a paged list answers, following ``after``, and how many pages it took; each
+    page checked by ``invoke`` against Lambda's 6 MB."""
+    seen: list[str] = []
+    pages, after = 0, None
+    while True:
+        query = urlencode({"limit": 1000, **({"after": after} if after else {})})
+        response = invoke(deps, monkeypatch, http_event("GET", path, query=query))
+        assert response["statusCode"] == 200, response
+        page = json.loads(response["body"])
+        pages += 1
+        seen += [item["custom_id"] if "custom_id" in item else item["id"] for item in page["data"]]
+        if not page["has_more"]:
+            return seen, pages
+        after = page["last_id"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "中文字符" * 60_000,  # 0.7 MB of UTF-8 each, 1.4 MB escaped: six are more than a page
+        "🙂🚀" * 60_000,  # 0.5 MB of UTF-8 each, 1.4 MB escaped (12-byte surrogate pairs)
+        "\\ud83d\\ude42 \\u0000" * 50_000,  # escape-looking text: every backslash doubles as it goes out
+    ],
+    ids=["cjk", "emoji", "escaped"],
+)
+def test_every_results_page_of_non_ascii_text_fits_lambdas_answer_whichever_runtime_sends_it(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    deps = make_deps(sim, FakeClock())
+    batch_id = run_batch(deps, [f"{i} {text}" for i in range(6)])
+    seen, pages = read_every_page(deps, monkeypatch, f"/v1/batches/{batch_id}/results")
+    assert seen == [f"f-{i}" for i in range(6)] and pages >= 2
+
+
+def test_a_first_result_of_emoji_too_large_alone_is_answered_by_redirect(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A result may be stored up to BATCH_MAX_RESULT_KB, here raised past what one answer takes.
+    deps = make_deps(sim, FakeClock(), BATCH_MAX_RESULT_KB=8192)
+    # 2.1 MB of UTF-8 (what 3.12 would send), 6.3 MB escaped (what 3.11 would): too large alone.
+    batch_id = run_batch(deps, ["🙂" * 525_000, "small"])
+    response = invoke(deps, monkeypatch, http_event("GET", f"/v1/batches/{batch_id}/results"))
+    assert response["statusCode"] == 302
+    assert response["headers"]["Location"].startswith("http")
+    page = json.loads(deps.blobs.get(f"{export_key(batch_id)}.page-0.json"))  # what the URL signs
+    assert [r["custom_id"] for r in page["data"]] == ["f-0"] and page["has_more"] is True
+    query = urlencode({"after": page["last_id"]})
+    rest = invoke(deps, monkeypatch, http_event("GET", f"/v1/batches/{batch_id}/results", query=query))
+    assert [r["custom_id"] for r in json.loads(rest["body"])["data"]] == ["f-1"]
+
+
+def test_a_list_of_files_with_long_non_ascii_names_is_paged_within_the_answer(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = make_deps(sim, FakeClock())
+    # 512 emoji a name: 6 KB escaped per file, so 1,200 files are more than one answer takes.
+    made = {files.new_input_file(deps, ALICE, "🙂" * 512, b"{}").id for _ in range(1_200)}
+    seen, pages = read_every_page(deps, monkeypatch, "/v1/files")
+    assert set(seen) == made and len(seen) == len(made) and pages >= 2
 
 
 def test_a_result_too_large_to_fit_a_page_alone_is_answered_by_redirect(

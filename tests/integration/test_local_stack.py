@@ -319,9 +319,21 @@ def test_adapter_enforces_api_gateway_and_lambda_limits(stack: LocalStack) -> No
         assert client.post(f"{stack.api_url}/batches", content=b"x" * (7 * 1024 * 1024)).status_code == 413
         big_answer = client.get(f"{stack.api_url}/big")
         assert (big_answer.status_code, big_answer.json()) == (502, {"message": "Internal Server Error"})
+        for path in ("big-escaped", "surrogate"):  # too large for 3.11's runtime; unencodable for 3.12's
+            refused = client.get(f"{stack.api_url}/{path}")
+            assert (refused.status_code, refused.json()) == (502, {"message": "Internal Server Error"})
         failing = client.get(f"{stack.api_url}/raise")
         assert (failing.status_code, failing.json()) == (500, {"message": "Internal Server Error"})
         assert client.get(f"{stack.api_url}/still-serving").status_code == 200
+
+
+@pytest.mark.parametrize("method", ["TRACE", "PROPFIND"])
+def test_adapter_hands_every_method_to_the_handler_as_an_any_route_does(
+    stack: LocalStack, method: str
+) -> None:
+    response = httpx.request(method, f"{stack.api_url}/batches")
+    assert response.status_code == 200
+    assert response.json()["event"]["requestContext"]["http"]["method"] == method
 
 
 def test_build_event_omits_body_and_query_when_absent() -> None:

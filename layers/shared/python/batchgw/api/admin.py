@@ -17,7 +17,7 @@ from typing import Any
 
 from batchgw.api.accounts import require_admin
 from batchgw.api.batches import batches_of, every_batch, list_every_batch, visible_batch
-from batchgw.api.params import Params, aware_time_ms, int_param, last, list_page
+from batchgw.api.params import Params, aware_time_ms, fitted_page, int_param, last
 from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain import money
@@ -215,7 +215,7 @@ def attempts(deps: Deps, principal: Principal, batch_id: str, params: Params) ->
         outcome=outcome,
         status_code=status_code,
     )
-    return list_page([_attempt_object(key, entry) for key, entry in found], has_more=more)
+    return fitted_page([_attempt_object(key, entry) for key, entry in found], has_more=more)
 
 
 def _attempt_object(key: int, entry: AttemptEntry) -> dict[str, Any]:

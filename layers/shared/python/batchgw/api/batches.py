@@ -14,7 +14,7 @@ from batchgw.api import idempotency
 from batchgw.api.auth import require_role
 from batchgw.api.files import LARGER_INPUTS, visible_file
 from batchgw.api.ids import cursor_key, new_id
-from batchgw.api.params import Params, int_param, last, list_page, time_range
+from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS
 from batchgw.deps import Deps
@@ -424,7 +424,7 @@ def every_batch(deps: Deps, statuses: Sequence[str] = ()) -> Iterator[BatchRecor
 def list_batches(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
     """The caller's batches, newest first, filtered by status and creation time."""
     found, has_more = _listed(deps, principal, params, [principal.user_id])
-    return list_page([batch_object(batch, deps.clock()) for batch in found], has_more=has_more)
+    return fitted_page([batch_object(batch, deps.clock()) for batch in found], has_more=has_more)
 
 
 def list_every_batch(
@@ -434,7 +434,7 @@ def list_every_batch(
     filters; each batch says whose it is (``user_id``)."""
     found, has_more = _listed(deps, principal, params, owners)
     data = [{**batch_object(batch, deps.clock()), "user_id": batch.record.owner} for batch in found]
-    return list_page(data, has_more=has_more)
+    return fitted_page(data, has_more=has_more)
 
 
 def _listed(

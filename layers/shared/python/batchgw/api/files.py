@@ -16,8 +16,18 @@ from typing import Any, get_args
 
 from batchgw.api.auth import require_role
 from batchgw.api.ids import cursor_key, new_id
-from batchgw.api.params import ANSWER_LIMIT, Download, Params, binary_out_bytes, int_param, last, list_page
+from batchgw.api.params import (
+    ANSWER_LIMIT,
+    Download,
+    Params,
+    binary_out_bytes,
+    fitted_page,
+    int_param,
+    last,
+    list_page,
+)
 from batchgw.api.shapes import file_object
+from batchgw.config.settings import MULTIPART_FRAMING_BYTES
 from batchgw.deps import Deps
 from batchgw.domain.batch import created_key
 from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, TooManyRequests
@@ -30,6 +40,9 @@ LARGER_INPUTS = (
     "Send a larger batch as a file, through the Uploads API (POST /v1/uploads, in parts) or a "
     "presigned upload (POST /v1/files/presigned)."
 )
+# A file's name, as it is shown back: without a bound, a name of a few MB would pass every
+# body limit and fail its record's 400 KB in DynamoDB (a 500).
+MAX_FILENAME_CHARS = 512
 UPLOAD_SECONDS = 3600  # an upload must complete within an hour, as OpenAI's do
 
 
@@ -109,13 +122,26 @@ def new_input_file(deps: Deps, principal: Principal, filename: str, data: bytes)
     return replace(record, counted=True)
 
 
-def check_body_size(deps: Deps, body: bytes) -> None:
-    """413 for a request body over BATCH_MAX_BODY_MB, saying where larger files go."""
-    if len(body) > deps.settings.max_body_bytes:
+def multipart_file(
+    deps: Deps, content_type: str | None, body: bytes, *, field: str, what: str, instead: str
+) -> tuple[dict[str, tuple[str | None, bytes]], bytes]:
+    """The fields of a multipart body and the bytes of its ``field``, which may hold at most
+    BATCH_MAX_BODY_MB: the limit is on those bytes, the framing around them allowed for (up to
+    ``MULTIPART_FRAMING_BYTES``). 413 naming the limit (``what``, and ``instead``: where a
+    larger one goes) for a larger one, before parsing when even the body is past it."""
+    settings = deps.settings
+    limit = settings.max_body_bytes
+    too_large = f"{what} holds at most {settings.batch_max_body_mb:g} MiB ({limit} bytes, BATCH_MAX_BODY_MB)"
+    if len(body) > limit + MULTIPART_FRAMING_BYTES:
         raise PayloadTooLarge(
-            f"The request body ({len(body)} bytes) is larger than the limit of "
-            f"{deps.settings.batch_max_body_mb:g} MiB. {LARGER_INPUTS}"
+            f"{too_large}; this request's body has {len(body)} bytes, more than that and its "
+            f"multipart framing. {instead}"
         )
+    fields = parse_multipart(content_type, body)
+    data = fields.get(field, (None, b""))[1]
+    if len(data) > limit:
+        raise PayloadTooLarge(f"{too_large}; this one has {len(data)} bytes. {instead}")
+    return fields, data
 
 
 def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
@@ -141,14 +167,17 @@ def upload_file(deps: Deps, principal: Principal, content_type: str | None, body
     """POST /v1/files."""
     require_role(deps, principal, "upload files")
     count_upload(deps, principal)
-    check_body_size(deps, body)
-    fields = parse_multipart(content_type, body)
+    fields, data = multipart_file(
+        deps, content_type, body, field="file", what="A file sent in one request", instead=LARGER_INPUTS
+    )
     purpose = fields.get("purpose", (None, b""))[1].decode(errors="replace").strip()
     if purpose != "batch":
         raise BadRequest("Only purpose 'batch' files can be uploaded.", param="purpose")
     if "file" not in fields:
         raise BadRequest("The 'file' field is missing.", param="file")
-    filename, data = fields["file"]
+    filename = fields["file"][0]
+    if filename:
+        check_filename(filename)
     return file_object(new_input_file(deps, principal, filename or "upload.jsonl", data))
 
 
@@ -196,7 +225,7 @@ def list_files(deps: Deps, principal: Principal, params: Params) -> dict[str, An
         after_key=after_key,
         purpose=purpose,
     )
-    return list_page([file_object(r) for r in records], has_more=has_more)
+    return fitted_page([file_object(r) for r in records], has_more=has_more)
 
 
 def delete_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
@@ -230,6 +259,15 @@ def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
 # --- presigned uploads: the bytes go straight to S3 -------------------------------------------
 
 
+def check_filename(filename: str) -> None:
+    """400 for a filename longer than MAX_FILENAME_CHARS: a file's record (and each list page
+    it appears on) must stay small whatever a client names it."""
+    if len(filename) > MAX_FILENAME_CHARS:
+        raise BadRequest(
+            f"'filename' is {len(filename)} characters long; at most {MAX_FILENAME_CHARS}.", param="filename"
+        )
+
+
 def declared_file(deps: Deps, body: Any) -> tuple[str, int]:
     """The filename and size a presigned upload or an Uploads API upload declares."""
     if not isinstance(body, dict):
@@ -237,6 +275,7 @@ def declared_file(deps: Deps, body: Any) -> tuple[str, int]:
     filename, purpose, size = body.get("filename"), body.get("purpose"), body.get("bytes")
     if not isinstance(filename, str) or not filename:
         raise BadRequest("'filename' must be a non-empty string.", param="filename")
+    check_filename(filename)
     if purpose != "batch":
         raise BadRequest("Only purpose 'batch' files can be uploaded.", param="purpose")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:

@@ -2,8 +2,9 @@
 
 The resolver generates the paths, methods and path parameters from its routes; this
 module completes each operation with what the routes read themselves: the query
-parameters, the request bodies, the bearer key, and the errors every route may answer
-in the spec's shape; ``document`` adds the admin function's routes to the api's.
+parameters, the request bodies, the bearer key, the errors every route may answer in the
+spec's shape, and the links from an answer's id to what can be done with it next;
+``document`` adds the admin function's routes to the api's.
 
 Only ``GET /v1/openapi.json`` needs this module (and the admin routes it describes): the
 api handler loads it on that route's first request, so no other route's cold start pays
@@ -83,6 +84,18 @@ QUERY: dict[tuple[str, str], list[dict[str, Any]]] = {
     ],
 }
 
+_LIST_FILTERS = QUERY[("get", "/v1/batches")]
+QUERY[("get", "/admin/batch/jobs")] = [*_LIST_FILTERS, _query("user", {"type": "string"}, "only this user's")]
+QUERY[("get", "/admin/batch/summary")] = [_query("user", {"type": "string"}, "only this user")]
+QUERY[("get", "/admin/batch/jobs/{batch_id}/attempts")] = [
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "attempts per page (100)"),
+    _query("after", {"type": "string"}, "the last attempt id of the previous page"),
+    _query("model", {"type": "string"}, "only this model's"),
+    _query("status", {"type": "string"}, "an HTTP status code, or success, failed, retry or queued"),
+    _query("start_time", _TIME, "only attempts ended at or after this time (with a timezone)"),
+    _query("end_time", _TIME, "only attempts ended before this time (with a timezone)"),
+]
+
 _REQUEST_LINE = {
     "type": "object",
     "required": ["custom_id", "body"],
@@ -107,7 +120,7 @@ def _multipart_body(properties: dict[str, Any], required: list[str]) -> dict[str
 
 
 _DECLARED_FILE = {
-    "filename": {"type": "string", "minLength": 1},
+    "filename": {"type": "string", "minLength": 1, "maxLength": 512},
     "purpose": {"type": "string", "enum": ["batch"]},
     "bytes": {"type": "integer", "minimum": 1},
 }
@@ -167,6 +180,140 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+_USD = {"type": ["number", "null"], "minimum": 0}
+_ROLE = {"type": "string", "enum": ["free", "pro", "internal", "admin"]}
+_USER = {
+    "name": {"type": "string", "minLength": 1},
+    "email": {"type": "string", "format": "email"},
+    "role": _ROLE,
+    "daily_quota_usd": _USD,
+    "monthly_quota_usd": _USD,
+}
+_KEY = {
+    "name": {"type": "string"},
+    "expires_at": {"type": ["integer", "string", "null"], "description": "unix seconds or ISO 8601"},
+    "daily_budget_usd": _USD,
+    "monthly_budget_usd": _USD,
+}
+
+
+def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return _json_body(
+        {
+            "type": "object",
+            "properties": properties,
+            "required": list(required),
+            "additionalProperties": False,
+        }
+    )
+
+
+BODIES.update(
+    {
+        ("put", "/v1/batch_webhook"): _object(
+            {"url": {"type": "string", "format": "uri"}, "rotate_secret": {"type": "boolean"}}, ("url",)
+        ),
+        ("post", "/admin/users"): _object(_USER, ("name", "email", "role")),
+        ("patch", "/admin/users/{user_id}"): _object(
+            {**_USER, "status": {"type": "string", "enum": ["active", "suspended"]}}
+        ),
+        ("post", "/admin/users/{user_id}/keys"): _object(_KEY),
+        ("patch", "/admin/keys/{key_id}"): _object(_KEY),
+        ("patch", "/admin/config/{name}"): _object({"value": {}}, ("value",)),
+        ("patch", "/admin/batch/models/{model_id}"): _object(
+            {"max_concurrency": {"type": ["integer", "null"], "minimum": 0}}, ("max_concurrency",)
+        ),
+        ("patch", "/admin/routing/provider-route-batch/{model_id}/{route_id}"): _object(
+            {"batch_allowed": {"type": ["boolean", "null"]}}, ("batch_allowed",)
+        ),
+    }
+)
+
+# OpenAPI links: what an answer's id lets a client do next (and a stateful fuzzer chain).
+# (method, path) of the answering operation -> link name -> (method, path, {parameter: expression}).
+_BATCH = {"batch_id": "$response.body#/id"}
+_FILE = {"file_id": "$response.body#/id"}
+_UPLOAD = {"upload_id": "$response.body#/id"}
+_BATCH_OPERATIONS = {
+    "GetBatch": ("get", "/v1/batches/{batch_id}"),
+    "CancelBatch": ("post", "/v1/batches/{batch_id}/cancel"),
+    "BatchResults": ("get", "/v1/batches/{batch_id}/results"),
+    "BatchOutput": ("get", "/v1/batches/{batch_id}/output.jsonl"),
+    "DeleteBatch": ("delete", "/v1/batches/{batch_id}"),
+}
+_FILE_OPERATIONS = {
+    "GetFile": ("get", "/v1/files/{file_id}"),
+    "FileContent": ("get", "/v1/files/{file_id}/content"),
+    "DeleteFile": ("delete", "/v1/files/{file_id}"),
+}
+LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
+    ("post", "/v1/batches"): {name: (*op, _BATCH) for name, op in _BATCH_OPERATIONS.items()},
+    ("post", "/v1/files"): {name: (*op, _FILE) for name, op in _FILE_OPERATIONS.items()},
+    ("post", "/v1/files/presigned"): {
+        "CompleteFile": ("post", "/v1/files/{file_id}/complete", {"file_id": "$response.body#/file/id"}),
+    },
+    ("post", "/v1/files/{file_id}/complete"): {name: (*op, _FILE) for name, op in _FILE_OPERATIONS.items()},
+    ("post", "/v1/uploads"): {
+        "AddPart": ("post", "/v1/uploads/{upload_id}/parts", _UPLOAD),
+        "CompleteUpload": ("post", "/v1/uploads/{upload_id}/complete", _UPLOAD),
+        "CancelUpload": ("post", "/v1/uploads/{upload_id}/cancel", _UPLOAD),
+    },
+    ("post", "/v1/uploads/{upload_id}/complete"): {
+        name: (method, path, {"file_id": "$response.body#/file/id"})
+        for name, (method, path) in _FILE_OPERATIONS.items()
+    },
+    ("post", "/admin/users"): {
+        "GetUser": ("get", "/admin/users/{user_id}", {"user_id": "$response.body#/id"}),
+        "UpdateUser": ("patch", "/admin/users/{user_id}", {"user_id": "$response.body#/id"}),
+        "CreateKey": ("post", "/admin/users/{user_id}/keys", {"user_id": "$response.body#/id"}),
+        "ListKeys": ("get", "/admin/users/{user_id}/keys", {"user_id": "$response.body#/id"}),
+        "DeleteUser": ("delete", "/admin/users/{user_id}", {"user_id": "$response.body#/id"}),
+    },
+    ("post", "/admin/users/{user_id}/keys"): {
+        "UpdateKey": ("patch", "/admin/keys/{key_id}", {"key_id": "$response.body#/id"}),
+        "RevokeKey": ("post", "/admin/keys/{key_id}/revoke", {"key_id": "$response.body#/id"}),
+        "RegenerateKey": ("post", "/admin/keys/{key_id}/regenerate", {"key_id": "$response.body#/id"}),
+    },
+}
+
+
+def _links(document: dict[str, Any], key: tuple[str, str]) -> dict[str, Any]:
+    """The ``links`` of ``key``'s 200 answer, each naming its target by operationId."""
+    paths = document.get("paths", {})
+    links = {}
+    for name, (method, path, parameters) in LINKS.get(key, {}).items():
+        target = paths.get(path, {}).get(method)
+        if target is not None:
+            links[name] = {"operationId": target["operationId"], "parameters": dict(parameters)}
+    return links
+
+
+# A valid body for each operation that makes something, so a client (or a stateful fuzzer)
+# has one that works, and the links from its answer lead somewhere.
+EXAMPLES: dict[tuple[str, str], Any] = {
+    ("post", "/v1/batches"): {
+        "requests": [
+            {
+                "custom_id": "q-1",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "Hello"}]},
+            }
+        ],
+        "metadata": {"run": "example"},
+    },
+    ("post", "/v1/files/presigned"): {"filename": "requests.jsonl", "purpose": "batch", "bytes": 1024},
+    ("post", "/v1/uploads"): {
+        "filename": "requests.jsonl",
+        "purpose": "batch",
+        "bytes": 1024,
+        "mime_type": "application/jsonl",
+    },
+    ("post", "/admin/users"): {"name": "Example", "email": "example@example.com", "role": "internal"},
+    ("post", "/admin/users/{user_id}/keys"): {"name": "example", "daily_budget_usd": 10},
+}
+
+
 def complete(generated: dict[str, Any]) -> dict[str, Any]:
     """The resolver's generated document with the parameters, bodies, key and errors added."""
     document = deepcopy(generated)
@@ -179,6 +326,8 @@ def complete(generated: dict[str, Any]) -> dict[str, Any]:
             operation.setdefault("parameters", []).extend(deepcopy(QUERY.get(key, [])))
             if key in BODIES:
                 operation["requestBody"] = deepcopy(BODIES[key])
+                if key in EXAMPLES:
+                    operation["requestBody"]["content"]["application/json"]["example"] = EXAMPLES[key]
             if path != "/v1/openapi.json":
                 operation["security"] = [{"bearer": []}]
             responses = {
@@ -192,6 +341,9 @@ def complete(generated: dict[str, Any]) -> dict[str, Any]:
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                     },
                 )
+            links = _links(document, key)
+            if links and "200" in responses:
+                responses["200"] = {**responses["200"], "links": links}
             operation["responses"] = responses
     return document
 

@@ -8,20 +8,27 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from batchgw.domain import codec
 from batchgw.domain.errors import BadRequest
 
 # What the function answers is the JSON of the response (``{"statusCode", "headers",
 # "body"}``), and Lambda refuses one over 6 MB. A body is measured as it goes out in that
-# JSON: a text body with its escaping (quotes, backslashes, non-ASCII as \u escapes), a
-# binary one base64-encoded. What would not fit answers 302 to a presigned S3 URL.
+# JSON: a text body with its escaping, a binary one base64-encoded. Lambda's Python runtimes
+# write that JSON two ways: 3.12 and later (what the stack deploys) keep non-ASCII characters
+# as UTF-8 (a CJK character 3 bytes, an emoji 4), earlier ones escape them (\uXXXX: 6 bytes,
+# 12 for an emoji, a surrogate pair). Each character's escape is at least as long as its UTF-8,
+# so a body is measured escaped: what fits then fits either way. A list page stops before it
+# would not fit; a file or a first result that would not fit answers 302 to a presigned URL.
 LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
 ENVELOPE_ALLOWANCE = 16 * 1024  # the status, headers and the JSON around the body
 ANSWER_LIMIT = LAMBDA_RESPONSE_LIMIT - ENVELOPE_ALLOWANCE
+PAGE_ENVELOPE = 512  # a list page's own keys and ids around its items
 
 
 def text_out_bytes(text: str) -> int:
-    """The bytes ``text`` takes in the function's JSON response."""
-    return len(json.dumps(text))  # ASCII only: every other character is escaped
+    """The most bytes ``text`` takes in the function's JSON response, whichever runtime
+    writes it: its JSON string with every non-ASCII character escaped (the longest form)."""
+    return len(json.dumps(text))  # ASCII only: one byte a character
 
 
 def binary_out_bytes(size: int) -> int:
@@ -111,6 +118,18 @@ def time_range(params: Params, after: str, before: str) -> tuple[int | None, int
     if low is not None and high is not None and low >= high:
         raise BadRequest(f"'{after}' must be earlier than '{before}'.", param=after)
     return low, high
+
+
+def fitted_page(data: Sequence[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
+    """The list envelope with as many of ``data``, in order, as fit the answer, measured as
+    they go out; ``has_more`` when any were left out (the next page starts after the last one
+    here). At least one: every listed object is bounded by its own fields' limits, far below."""
+    size = PAGE_ENVELOPE
+    for kept, item in enumerate(data):
+        size += text_out_bytes(codec.dumps(item)) + 1  # and its comma
+        if size > ANSWER_LIMIT and kept:
+            return list_page(data[:kept], has_more=True)
+    return list_page(data, has_more=has_more)
 
 
 def list_page(data: Sequence[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:

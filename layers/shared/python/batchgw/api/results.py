@@ -8,7 +8,16 @@ from dataclasses import replace
 from typing import Any
 
 from batchgw.api.batches import visible_batch
-from batchgw.api.params import ANSWER_LIMIT, Download, Params, int_param, last, list_page, text_out_bytes
+from batchgw.api.params import (
+    ANSWER_LIMIT,
+    PAGE_ENVELOPE,
+    Download,
+    Params,
+    int_param,
+    last,
+    list_page,
+    text_out_bytes,
+)
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord
@@ -21,8 +30,6 @@ from batchgw.domain.states import RequestStatus
 from batchgw.storage.blobs import export_key, input_file_key, input_key
 from batchgw.validation.file import split_lines
 from batchgw.validation.jsonbody import parse_json
-
-PAGE_ENVELOPE = 512  # the page's own keys and ids around its lines
 
 
 def results_page(

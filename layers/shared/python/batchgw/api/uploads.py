@@ -11,11 +11,10 @@ from typing import Any
 from batchgw.api.auth import require_role
 from batchgw.api.files import (
     UPLOAD_SECONDS,
-    check_body_size,
     count_upload,
     declared_file,
+    multipart_file,
     new_input_file,
-    parse_multipart,
 )
 from batchgw.api.shapes import file_object, upload_object
 from batchgw.deps import Deps
@@ -77,8 +76,14 @@ def add_part(
     """POST /v1/uploads/{id}/parts: one part, as multipart field ``data``."""
     record = _visible_upload(deps, principal, upload_id)
     _pending(deps, record)
-    check_body_size(deps, body)
-    data = parse_multipart(content_type, body).get("data", (None, b""))[1]
+    _, data = multipart_file(
+        deps,
+        content_type,
+        body,
+        field="data",
+        what="An upload's part",
+        instead="Send the file in smaller parts (part_size).",
+    )
     if not data:
         raise BadRequest("The part is empty: send it as multipart field 'data'.", param="data")
     part_id = f"part_{uuid.uuid4().hex}"

@@ -16,8 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from batchgw.domain.principal import ROLES
 
-# The largest request body Lambda can take once API Gateway base64-encodes it (6 MB event).
-PLATFORM_MAX_BODY_MB = 4.5
+# A file sent in one multipart request (an upload's part, ``POST /v1/files``) comes wrapped in
+# its framing: boundaries and the field's headers, its filename too (the OpenAI SDK's take 182
+# bytes for a part). BATCH_MAX_BODY_MB limits the file's own bytes; its body may be this much more.
+MULTIPART_FRAMING_BYTES = 64 * 1024
+# The largest BATCH_MAX_BODY_MB Lambda can take. Its invoke payload (6,291,456 bytes) is the
+# whole event: the body base64-encoded (4/3), plus the headers (API Gateway takes 10,240 bytes of
+# request line and headers) and the event's own fields, 16 KiB allowed for both. That leaves
+# (6,291,456 - 16,384) * 3/4 = 4,706,304 bytes of body: a file of 4,640,768 bytes (4.43 MiB) and
+# its framing. ``tests/unit/test_settings.py`` builds that event and measures it.
+PLATFORM_MAX_BODY_MB = 4.4
 # Lambda's longest timeout: no worker or prepare lives longer, and no lease (a request's,
 # prepare's) is longer. The workflow's retries that wait for running work outlast the two
 # together (``tests/infra/test_stack.py`` holds them to it).
