@@ -14,10 +14,12 @@ material: the webhook secrets sealed with them must open again). What is not: SQ
 and Step Functions executions (``local.resume`` starts the workflows again, and they send
 the work again), IAM and Lambda (re-created by ``local.bootstrap``, unchanged).
 
-Consistency: every DynamoDB, S3 and KMS request passes a ``Gate``; a checkpoint closes it,
-waits for the requests in flight, copies the state into plain Python values, opens it,
-then writes. So a snapshot never holds half a request (a TransactWriteItems is in it whole
-or not at all). Writes are atomic: a temporary file, fsync, then a rename over the old one,
+Consistency: every DynamoDB, S3 and KMS request that may write passes a ``Gate``; a
+checkpoint closes it, waits for the writes in flight, copies the state into plain Python
+values, opens it, then writes the file (reads go by: they change nothing). So a snapshot
+never holds half a request (a TransactWriteItems is in it whole or not at all). What a
+series of requests leaves half done is what a crash there would leave, which the gateway
+survives. Files are written atomically: a temporary file, fsync, then a rename over the old one,
 so a kill mid-write leaves the previous checkpoint whole.
 
 Pinned to moto 5.2.5's backends, like the rest of ``local.moto_server``'s hooks. The file
@@ -48,8 +50,15 @@ from local.env import ACCOUNT_ID, REGION
 log = logging.getLogger("local.state")
 
 FORMAT = 1
-# The services whose state is snapshotted: their requests pass the gate.
+# The services whose state is snapshotted: the requests that may change it pass the gate.
 GATED_SERVICES = frozenset({"dynamodb", "s3", "kms"})
+# Requests that change nothing go by the gate: a checkpoint holds no read back, and an idle
+# stack (whose api processes still read their settings every few seconds) writes no snapshot.
+_READ_ACTIONS = {
+    "dynamodb": ("Get", "BatchGet", "TransactGet", "Query", "Scan", "Describe", "List"),
+    "kms": ("Describe", "List", "Get", "Encrypt", "Decrypt", "GenerateDataKey", "GenerateRandom", "Verify"),
+}
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 # --- the gate: requests between snapshots ------------------------------------------------------
@@ -69,7 +78,7 @@ class Gate:
         self._in_flight = 0
         self._closers = 0  # checkpoints waiting for, or holding, the gate
         self._shut = False
-        self.passed = 0  # requests that went through: a checkpoint with none since is skipped
+        self.passed = 0  # writes that went through: a checkpoint with none since is skipped
 
     @contextmanager
     def request(self) -> Iterator[None]:
@@ -106,13 +115,24 @@ class Gate:
             self._shut = True
 
 
+def changes_state(service: str | None, environ: dict[str, Any]) -> bool:
+    """Whether a request may change what is snapshotted: a write to DynamoDB, S3 or KMS. The
+    rest go as they are (a Lambda invoke runs a handler that calls moto again, a long poll
+    waits 20 s: neither may hold a checkpoint back)."""
+    if service not in GATED_SERVICES:
+        return False
+    if service == "s3":
+        return environ.get("REQUEST_METHOD", "GET").upper() not in _READ_METHODS
+    action = str(environ.get("HTTP_X_AMZ_TARGET", "")).rpartition(".")[2]
+    return not action.startswith(_READ_ACTIONS[service])
+
+
 def install_gate(gate: Gate) -> None:
-    """Make every request to a snapshotted service pass ``gate`` (the rest go as they are:
-    a Lambda invoke runs a handler that calls moto again, and a long poll waits 20 s)."""
+    """Make every request that may change a snapshotted service's state pass ``gate``."""
 
     def __call__(self: DomainDispatcherApplication, environ: dict[str, Any], start_response: Any) -> Any:
         app = self.get_application(environ)  # what moto's own __call__ does, then calls it
-        if getattr(app, "service", None) in GATED_SERVICES:
+        if changes_state(getattr(app, "service", None), environ):
             with gate.request():
                 return app(environ, start_response)
         return app(environ, start_response)

@@ -274,3 +274,27 @@ def test_a_stack_built_in_code_keeps_nothing_unless_given_a_state_dir(
     assert LocalStack(api_port=0, sim_port=0, moto_port=0, state_dir="/tmp/mine").state_dir == Path(
         "/tmp/mine"
     )
+
+
+@pytest.mark.parametrize(
+    ("service", "environ", "changes"),
+    [
+        ("dynamodb", {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.TransactWriteItems"}, True),
+        ("dynamodb", {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.UpdateItem"}, True),
+        ("dynamodb", {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.BatchWriteItem"}, True),
+        ("dynamodb", {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.Query"}, False),
+        ("dynamodb", {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.BatchGetItem"}, False),
+        ("s3", {"REQUEST_METHOD": "PUT"}, True),
+        ("s3", {"REQUEST_METHOD": "POST"}, True),  # a presigned POST upload, a DeleteObjects
+        ("s3", {"REQUEST_METHOD": "DELETE"}, True),
+        ("s3", {"REQUEST_METHOD": "GET"}, False),
+        ("kms", {"HTTP_X_AMZ_TARGET": "TrentService.CreateKey"}, True),
+        ("kms", {"HTTP_X_AMZ_TARGET": "TrentService.Decrypt"}, False),
+        ("sqs", {"REQUEST_METHOD": "POST"}, False),  # not snapshotted
+        ("lambda", {"REQUEST_METHOD": "POST"}, False),  # an invoke runs a handler that calls moto again
+    ],
+)
+def test_only_writes_to_the_snapshotted_services_pass_the_gate(
+    service: str, environ: dict[str, str], changes: bool
+) -> None:
+    assert state.changes_state(service, environ) is changes
