@@ -41,6 +41,9 @@ ENV = {
 }
 CHECKPOINT_SECONDS = 1.0
 SLOW = "[[sim latency_ms=2500]]"  # 2 at a time: a batch of 8 runs for 10 s
+# Two batches running at once each get a model of their own (each model runs 2 requests at a
+# time): on one model, one batch could take every slot and end before the other has begun.
+MODELS = ("sim-chat", "sim-chat-only")
 END_TIMEOUT = 150.0
 
 
@@ -80,10 +83,14 @@ def upload(api: Api, lines: list[str]) -> str:
     return str(made.json()["id"])
 
 
-def file_line(custom_id: str, text: str) -> str:
-    return json.dumps(
-        {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", **chat(custom_id, text)}
-    )
+def file_line(custom_id: str, text: str, model: str = "sim-chat") -> str:
+    line = {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        **chat(custom_id, text, model),
+    }
+    return json.dumps(line)
 
 
 def file_batch(api: Api, input_file: str) -> str:
@@ -139,10 +146,12 @@ def test_a_clean_restart_keeps_users_keys_settings_files_and_results_and_running
         done = api.wait_final(finished)
         assert done["status"] == "completed"
         output_before = content(api, done["output_file_id"])
-        input_file = upload(api, [file_line(c, f"file {c} {SLOW}") for c in file_ids])
+        lines = [file_line(c, f"file {c} {SLOW}", MODELS[1]) for c in file_ids]
+        input_file = upload(api, lines)
         from_file = file_batch(api, input_file)
-        inline = api.create([chat(c, f"{c} {SLOW}") for c in slow_ids]).json()["id"]
+        inline = api.create([chat(c, f"{c} {SLOW}", MODELS[0]) for c in slow_ids]).json()["id"]
         mid_run(api, inline)
+        mid_run(api, from_file)
         assert api.batch(from_file)["status"] not in FINAL
         assert api.batch(inline)["status"] not in FINAL
     assert snapshot_path(state_dir).exists()  # saved at the clean stop
@@ -160,9 +169,7 @@ def test_a_clean_restart_keeps_users_keys_settings_files_and_results_and_running
         assert settings["BATCH_MIN_ROLE"]["value"] == "free"
         api = Api(second, key)  # the new key still authenticates
         assert api.http.get(f"/files/{input_file}").status_code == 200
-        assert content(api, input_file).splitlines()[0] == file_line(
-            file_ids[0], f"file {file_ids[0]} {SLOW}"
-        )
+        assert content(api, input_file).splitlines() == lines
 
         assert assert_counted_once(api, inline, slow_ids)["status"] == "completed"
         assert assert_counted_once(api, from_file, file_ids)["status"] == "completed"
@@ -178,8 +185,11 @@ def test_a_killed_stack_restarts_from_its_last_checkpoint_and_every_batch_ends_c
     slow_ids = [f"slow-{i}" for i in range(12)]
     with stack_on(tmp_path_factory, state_dir, "killed-first") as first:
         api = Api(first, "sk-local-bob")
-        batches = [api.create([chat(c, f"{n} {c} {SLOW}") for c in slow_ids]).json()["id"] for n in range(2)]
-        mid_run(api, batches[0])
+        batches = [
+            api.create([chat(c, f"{c} {SLOW}", model) for c in slow_ids]).json()["id"] for model in MODELS
+        ]
+        for batch_id in batches:
+            mid_run(api, batch_id)
         seen = time.time()
         # A checkpoint taken after the batches were seen running (one a second while they run).
         wait_for(
