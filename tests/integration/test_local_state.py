@@ -17,7 +17,7 @@ from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 
-from local import moto_patches, state
+from local import moto_patches, resume, state
 from local.env import DEFAULT_STATE_DIR, HOST, free_port, snapshot_path, state_dir_from_env
 from local.run import LocalStack
 
@@ -298,3 +298,21 @@ def test_only_writes_to_the_snapshotted_services_pass_the_gate(
     service: str, environ: dict[str, str], changes: bool
 ) -> None:
     assert state.changes_state(service, environ) is changes
+
+
+def test_a_restored_stack_resumes_every_batch_with_a_record_and_purges_those_deleted_midway() -> None:
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        make_table(dynamodb)
+        for pk, sk in [
+            ("batch_running", "meta"),
+            ("batch_running", "ctr#0"),
+            ("batch_ended", "meta"),
+            ("batch_deleted", "ctr#0"),  # its record deleted, its purge not done
+            ("batch_deleted", "ctr#1"),
+        ]:
+            dynamodb.put_item(TableName="batchgw-batches", Item={"pk": {"S": pk}, "sk": {"S": sk}})
+        assert resume.batch_ids(dynamodb, "batchgw-batches") == (
+            ["batch_ended", "batch_running"],
+            ["batch_deleted"],
+        )
