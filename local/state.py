@@ -50,6 +50,7 @@ from local.env import ACCOUNT_ID, REGION
 log = logging.getLogger("local.state")
 
 FORMAT = 1
+MAX_HELD_SHARE = 0.1  # of the time, at most, writes wait for checkpoints
 # The services whose state is snapshotted: the requests that may change it pass the gate.
 GATED_SERVICES = frozenset({"dynamodb", "s3", "kms"})
 # Requests that change nothing go by the gate: a checkpoint holds no read back, and an idle
@@ -375,8 +376,17 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._run, name="state-checkpoints", daemon=True)
         self._thread.start()
 
+    def next_wait(self, last: Checkpoint | None) -> float:
+        """Seconds until the next checkpoint: the interval, or longer when the last one held
+        writes back for more than a tenth of it (a big state: writes are never held back for
+        more than a tenth of the time, at the price of a longer interval to lose)."""
+        if last is None:
+            return self.interval
+        return max(self.interval, last.seconds_closed / MAX_HELD_SHARE)
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        wait = self.interval
+        while not self._stop.wait(wait):
             try:
                 done = self.checkpoint()
             except Exception:  # a failed checkpoint leaves the last one; the next tries again
@@ -384,6 +394,7 @@ class Checkpointer:
                 continue
             if done is not None:
                 log.debug("checkpoint", extra=vars(done))
+                wait = self.next_wait(done)
 
     def final(self) -> None:
         """The last snapshot: the gate stays closed after it, so nothing changes until exit."""

@@ -316,3 +316,12 @@ def test_a_restored_stack_resumes_every_batch_with_a_record_and_purges_those_del
             ["batch_ended", "batch_running"],
             ["batch_deleted"],
         )
+
+
+def test_checkpoints_of_a_big_state_come_less_often_so_writes_wait_at_most_a_tenth_of_the_time(
+    tmp_path: Path,
+) -> None:
+    checkpoints = state.Checkpointer(tmp_path / "moto-state.pickle", interval=5, gate=state.Gate())
+    assert checkpoints.next_wait(None) == 5
+    assert checkpoints.next_wait(state.Checkpoint(taken_at=0, seconds_closed=0.2, seconds=0.4, bytes=1)) == 5
+    assert checkpoints.next_wait(state.Checkpoint(taken_at=0, seconds_closed=1.5, seconds=2, bytes=1)) == 15
