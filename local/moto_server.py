@@ -61,6 +61,7 @@ from moto.sqs.models import SQSBackend
 
 from local import crashes, keep_alive, moto_patches, state, throttling
 from local.env import (
+    DEFAULT_CHECKPOINT_SECONDS,
     DEFAULT_MOTO_PORT,
     HOST,
     MOTO_PORT_ENV,
@@ -273,7 +274,9 @@ def configure() -> None:
         importlib.import_module(module)
 
 
-def serve(port: int, state_dir: Path | None = None, checkpoint_seconds: float = 5.0) -> None:
+def serve(
+    port: int, state_dir: Path | None = None, checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS
+) -> None:
     """Serve until SIGTERM/SIGINT, then exit the process (saving the state first, with
     ``state_dir``)."""
     # The Step Functions interpreter reaches Lambda (and the rest) on localhost:$MOTO_PORT.
@@ -310,7 +313,7 @@ def serve(port: int, state_dir: Path | None = None, checkpoint_seconds: float = 
     while not stop.wait(0.5):
         pass
     if checkpoints is not None:
-        checkpoints.final()  # requests to DynamoDB, S3 and KMS wait from now on, until the exit
+        checkpoints.final()  # writes to DynamoDB, S3 and KMS wait from now on, until the exit
     server.stop()
     # Running executions live in moto's non-daemon threads; nothing of them must survive.
     logging.shutdown()
@@ -321,7 +324,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get(MOTO_PORT_ENV, DEFAULT_MOTO_PORT)))
     parser.add_argument("--state-dir", type=Path, default=None, help="restore from and save to DIR")
-    parser.add_argument("--checkpoint-seconds", type=float, default=5.0, help="between checkpoints")
+    parser.add_argument(
+        "--checkpoint-seconds", type=float, default=DEFAULT_CHECKPOINT_SECONDS, help="between checkpoints"
+    )
     args = parser.parse_args(argv)
     setup_logging("moto")
     # moto logs every error a state raises at ERROR, even one the ASL expects and handles

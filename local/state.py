@@ -2,7 +2,7 @@
 
 moto keeps everything in memory. The moto process (``local.moto_server --state-dir DIR``)
 restores ``DIR/moto-state.pickle`` before it serves, writes it again every
-``BATCHGW_STATE_CHECKPOINT_SECONDS`` while it serves (when a request came since the last
+``BATCHGW_STATE_CHECKPOINT_SECONDS`` while it serves (when a write came since the last
 one), and once more when it is stopped cleanly (SIGTERM). A stack killed outright loses
 at most one checkpoint interval; what it loses is what a crash at that instant would
 lose, which the gateway survives (invariant 2: a worker may die at any line).
@@ -12,7 +12,7 @@ S3 bucket's objects (bytes, metadata, ETag, LastModified) and unfinished multipa
 (a finalize writes its result files in parts across steps), and the KMS keys (their
 material: the webhook secrets sealed with them must open again). What is not: SQS messages
 and Step Functions executions (``local.resume`` starts the workflows again, and they send
-the work again), IAM and Lambda (re-created by ``local.bootstrap``, unchanged).
+the work again), IAM, Lambda and the state machine (re-created by ``local.bootstrap``).
 
 Consistency: every DynamoDB, S3 and KMS request that may write passes a ``Gate``; a
 checkpoint closes it, waits for the writes in flight, copies the state into plain Python
@@ -66,9 +66,9 @@ _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class Gate:
-    """Requests pass together; ``closed()`` waits for those in flight, holds new ones back
-    until it ends, and takes precedence over requests arriving meanwhile (a steady stream
-    of requests cannot starve a checkpoint).
+    """Writes pass together; ``closed()`` waits for those in flight, holds new ones back
+    until it ends, and takes precedence over writes arriving meanwhile (a steady stream of
+    them cannot starve a checkpoint).
 
     A request that passes must never wait for another request (none of the gated services
     calls back into moto), or closing would deadlock.
