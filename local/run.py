@@ -175,7 +175,8 @@ class LocalStack:
         self.api = api
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.startup_timeout = startup_timeout
-        self.state_dir = Path(state_dir) if state_dir is not None else None
+        # Absolute: moto runs in the repository root, whatever the caller's directory.
+        self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
         self.checkpoint_seconds = (
             float(settings.get(CHECKPOINT_SECONDS_ENV, DEFAULT_CHECKPOINT_SECONDS))
             if checkpoint_seconds is None
