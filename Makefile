@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: install run test test-fast lint format synth deploy diff config bench cost chaos clean
+.PHONY: install run reset test test-fast lint format synth deploy diff config bench cost chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Run the whole gateway locally (API on :8080, simulator on :8081). Ctrl-C stops it.
+## Run the whole gateway locally (API on :8080, simulator on :8081). Ctrl-C stops it; its
+## state is kept in $(STATE_DIR) for the next run (BATCHGW_PERSIST=0 keeps nothing).
+STATE_DIR ?= $(or $(BATCHGW_STATE_DIR),.local/state)
 run: install
 	$(PY) -m local.run
+
+## Forget the local stack's saved state (users, keys, batches, files, settings): the next run starts empty.
+reset:
+	rm -rf -- "$(STATE_DIR)"
 
 ## Install and run the whole test suite.
 test: install

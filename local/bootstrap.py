@@ -5,6 +5,11 @@ specs define, seeds the local API keys, creates the Lambda functions the workflo
 and the workflow's state machine from the shared ASL file. The names come from ``env``
 (``local.env.stack_env``), so the processes that read the same variables find them.
 
+A moto that restored a saved state (``local.state``) already has the tables, the bucket
+and the webhook key: those are kept as they are, with what they hold, and the local keys
+are seeded only into a control table created now (a restored one has them, or what an
+admin made of them since: a revoked seeded key stays revoked).
+
 ``python -m local.bootstrap`` does the same against the moto named by the environment.
 """
 
@@ -101,9 +106,16 @@ def create_table(dynamodb: Any, spec: TableSpec, name: str) -> None:
         )
 
 
+WEBHOOK_KEY_DESCRIPTION = "batchgw webhook secrets"
+
+
 def create_key(kms: Any) -> str:
-    """The key that seals webhook secrets; returns its ARN."""
-    return str(kms.create_key(Description="batchgw webhook secrets")["KeyMetadata"]["Arn"])
+    """The key that seals webhook secrets (the restored one, if there is one); returns its ARN."""
+    for listed in kms.list_keys()["Keys"]:  # a few at most: moto's, in this stack alone
+        metadata = kms.describe_key(KeyId=listed["KeyId"])["KeyMetadata"]
+        if metadata.get("Description") == WEBHOOK_KEY_DESCRIPTION:
+            return str(metadata["Arn"])
+    return str(kms.create_key(Description=WEBHOOK_KEY_DESCRIPTION)["KeyMetadata"]["Arn"])
 
 
 def create_queue(sqs: Any, spec: QueueSpec, visibility_seconds: int) -> str:
@@ -127,8 +139,10 @@ def create_queue(sqs: Any, spec: QueueSpec, visibility_seconds: int) -> str:
     return url
 
 
-def create_bucket(s3: Any, spec: resources.BucketSpec, name: str) -> None:
-    s3.create_bucket(Bucket=name)
+def create_bucket(s3: Any, spec: resources.BucketSpec, name: str, *, exists: bool = False) -> None:
+    """Create the bucket (unless it ``exists``, restored) and set its lifecycle rules."""
+    if not exists:
+        s3.create_bucket(Bucket=name)
     if spec.expire_prefixes:  # moto keeps the rules but never applies them
         s3.put_bucket_lifecycle_configuration(
             Bucket=name,
@@ -202,8 +216,10 @@ def bootstrap(env: Mapping[str, str]) -> dict[str, str]:
     settings = Settings.from_env(env)
     dynamodb, sqs, s3 = _client("dynamodb", env), _client("sqs", env), _client("s3", env)
     created: dict[str, str] = {}
+    tables = set(dynamodb.list_tables()["TableNames"])  # a restored state's (one page: four)
     for table in resources.TABLES:
-        create_table(dynamodb, table, env[table.env_var])
+        if env[table.env_var] not in tables:
+            create_table(dynamodb, table, env[table.env_var])
     # Every queue feeds a function that runs no longer than the worker, so the worker's
     # visibility (six times its timeout, AWS's advice for event sources) fits them all.
     for queue in resources.QUEUES:
@@ -212,9 +228,11 @@ def bootstrap(env: Mapping[str, str]) -> dict[str, str]:
         shrunk = env.get(f"BATCHGW_{queue.logical_id.upper()}_VISIBILITY_SECONDS")
         visibility = int(shrunk) if shrunk else (queue.visibility_seconds or settings.work_visibility_seconds)
         created[queue.env_var] = create_queue(sqs, queue, visibility)
+    buckets = {b["Name"] for b in s3.list_buckets()["Buckets"]}
     for bucket in resources.BUCKETS:
-        create_bucket(s3, bucket, env[bucket.env_var])
-    seed_keys(env)
+        create_bucket(s3, bucket, env[bucket.env_var], exists=env[bucket.env_var] in buckets)
+    if env[resources.CONTROL.env_var] not in tables:
+        seed_keys(env)
     created[resources.WEBHOOK_KEY_ENV] = create_key(_client("kms", env))
     iam = _client("iam", env)
     arns = create_functions(iam, _client("lambda", env))

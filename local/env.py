@@ -71,6 +71,17 @@ DEFAULT_WORKER_HANDLER = "functions.worker.handler.handler"
 WORKERS_ENV = "BATCHGW_WORKERS"
 API_PROCESSES_ENV = "BATCHGW_API_PROCESSES"
 
+# The stack's state across restarts (``local.state``): ``make run`` keeps it in
+# BATCHGW_STATE_DIR (default .local/state), checkpointed every BATCHGW_STATE_CHECKPOINT_SECONDS;
+# BATCHGW_PERSIST=0 keeps nothing. A LocalStack built in code keeps nothing unless given a
+# state_dir, so that test stacks never share one.
+STATE_DIR_ENV = "BATCHGW_STATE_DIR"
+CHECKPOINT_SECONDS_ENV = "BATCHGW_STATE_CHECKPOINT_SECONDS"
+PERSIST_ENV = "BATCHGW_PERSIST"
+DEFAULT_STATE_DIR = REPO_ROOT / ".local" / "state"
+DEFAULT_CHECKPOINT_SECONDS = 5.0
+SNAPSHOT_NAME = "moto-state.pickle"
+
 STATE_MACHINE_NAME = f"{PREFIX}-batch"
 LAMBDA_ROLE_NAME = f"{PREFIX}-local"
 
@@ -121,6 +132,20 @@ class Ports:
 
     def all(self) -> tuple[int, ...]:
         return (self.api, self.sim, self.moto, self.sim_backup)
+
+
+def state_dir_from_env(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where ``make run`` keeps its state: BATCHGW_STATE_DIR or the default; None when
+    BATCHGW_PERSIST is off (0, false, no, off)."""
+    env = os.environ if environ is None else environ
+    if env.get(PERSIST_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    return Path(env.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def snapshot_path(state_dir: str | Path) -> Path:
+    """The file a stack's state is saved in, in ``state_dir``."""
+    return Path(state_dir) / SNAPSHOT_NAME
 
 
 def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:

@@ -1,7 +1,9 @@
 """moto in server mode, with Step Functions executing and Lambda tasks reaching our handlers.
 
-``python -m local.moto_server [--port N]`` serves every AWS service the gateway uses on
-127.0.0.1 (``BATCHGW_MOTO_PORT``, default 8082) until SIGTERM/SIGINT.
+``python -m local.moto_server [--port N] [--state-dir DIR]`` serves every AWS service the
+gateway uses on 127.0.0.1 (``BATCHGW_MOTO_PORT``, default 8082) until SIGTERM/SIGINT. With
+``--state-dir``, DynamoDB, S3 and KMS are restored from ``DIR`` before it serves and saved
+there at checkpoints and at a clean stop (``local.state``).
 
 Hooks, for the local stack only and pinned to moto 5.2.5's behaviour: DynamoDB's fixes
 (``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), requests
@@ -43,6 +45,7 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import moto
@@ -56,8 +59,9 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 
-from local import crashes, keep_alive, moto_patches, throttling
+from local import crashes, keep_alive, moto_patches, state, throttling
 from local.env import (
+    DEFAULT_CHECKPOINT_SECONDS,
     DEFAULT_MOTO_PORT,
     HOST,
     MOTO_PORT_ENV,
@@ -65,6 +69,7 @@ from local.env import (
     LambdaContext,
     lambda_handlers,
     setup_logging,
+    snapshot_path,
 )
 from local.invocations import record_invocation
 
@@ -269,8 +274,11 @@ def configure() -> None:
         importlib.import_module(module)
 
 
-def serve(port: int) -> None:
-    """Serve until SIGTERM/SIGINT, then exit the process."""
+def serve(
+    port: int, state_dir: Path | None = None, checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS
+) -> None:
+    """Serve until SIGTERM/SIGINT, then exit the process (saving the state first, with
+    ``state_dir``)."""
     # The Step Functions interpreter reaches Lambda (and the rest) on localhost:$MOTO_PORT.
     os.environ["MOTO_PORT"] = str(port)
     configure()
@@ -287,15 +295,25 @@ def serve(port: int) -> None:
     keep_alive.install()  # connections kept between requests (werkzeug closes each one)
     crashes.install(get_clients().events, os.environ)  # chaos runs only: tasks dying mid-run
     throttling.install(os.environ)  # chaos runs only: DynamoDB refusing for throughput
+    checkpoints = None
+    if state_dir is not None:
+        gate = state.Gate()
+        state.install_gate(gate)
+        checkpoints = state.Checkpointer(snapshot_path(state_dir), checkpoint_seconds, gate)
+        checkpoints.restore()  # before the port opens: the stack's bootstrap finds it all
     server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
     server.start()
     log.info("moto listening", extra={"port": port})
+    if checkpoints is not None:
+        checkpoints.start()
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     while not stop.wait(0.5):
         pass
+    if checkpoints is not None:
+        checkpoints.final()  # writes to DynamoDB, S3 and KMS wait from now on, until the exit
     server.stop()
     # Running executions live in moto's non-daemon threads; nothing of them must survive.
     logging.shutdown()
@@ -305,13 +323,17 @@ def serve(port: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get(MOTO_PORT_ENV, DEFAULT_MOTO_PORT)))
+    parser.add_argument("--state-dir", type=Path, default=None, help="restore from and save to DIR")
+    parser.add_argument(
+        "--checkpoint-seconds", type=float, default=DEFAULT_CHECKPOINT_SECONDS, help="between checkpoints"
+    )
     args = parser.parse_args(argv)
     setup_logging("moto")
     # moto logs every error a state raises at ERROR, even one the ASL expects and handles
     # (a Choice's IsPresent on a missing path); executions' failures show in their history.
     logging.getLogger("moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
     log.info("lambda handlers", extra={"table": lambda_handlers()})
-    serve(args.port)
+    serve(args.port, args.state_dir, args.checkpoint_seconds)
 
 
 if __name__ == "__main__":

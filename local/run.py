@@ -14,6 +14,11 @@ Programmatic use (tests, benchmarks)::
         httpx.get(f"{stack.api_url}/batches", headers=...)
         stack.kill_worker(0); stack.start_worker(0)
 
+``state_dir=`` keeps the stack's DynamoDB, S3 and KMS state there across restarts
+(``local.state``; ``make run`` passes ``BATCHGW_STATE_DIR``, default ``.local/state``): a
+stack started on a saved state restores it before anything else starts, then starts every
+batch's workflow again (``local.resume``). Without it (the default in code) nothing is kept.
+
 Port ``0`` picks a free port; ``None`` takes ``BATCHGW_PORT`` / ``BATCHGW_SIM_PORT`` /
 ``BATCHGW_MOTO_PORT`` or the defaults 8080 / 8081 / 8082. The simulator's second listener
 (``sim-chat``'s backup route) takes ``BATCHGW_SIM_BACKUP_PORT``, else a free port.
@@ -48,7 +53,9 @@ from local.bootstrap import bootstrap
 from local.env import (
     API_HANDLER_ENV,
     API_PROCESSES_ENV,
+    CHECKPOINT_SECONDS_ENV,
     DEFAULT_API_HANDLER,
+    DEFAULT_CHECKPOINT_SECONDS,
     DEFAULT_WORKER_HANDLER,
     HOST,
     REGION,
@@ -59,10 +66,13 @@ from local.env import (
     port_open,
     process_env,
     setup_logging,
+    snapshot_path,
     stack_env,
+    state_dir_from_env,
     watch_parent,
 )
 from local.keys import LOCAL_KEYS
+from local.resume import resume_workflows
 
 log = logging.getLogger("local.run")
 
@@ -142,6 +152,8 @@ class LocalStack:
         api: bool = True,
         log_dir: str | Path | None = None,
         startup_timeout: float = 60.0,
+        state_dir: str | Path | None = None,
+        checkpoint_seconds: float | None = None,
     ) -> None:
         defaults = Ports.from_env()
         self._requested = Ports(
@@ -163,6 +175,14 @@ class LocalStack:
         self.api = api
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.startup_timeout = startup_timeout
+        # Absolute: moto runs in the repository root, whatever the caller's directory.
+        self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
+        self.checkpoint_seconds = (
+            float(settings.get(CHECKPOINT_SECONDS_ENV, DEFAULT_CHECKPOINT_SECONDS))
+            if checkpoint_seconds is None
+            else checkpoint_seconds
+        )
+        self.restored = False  # whether the last start found a saved state
         self.ports = self._requested
         self.env: dict[str, str] = {}
         self._children: dict[str, Child] = {}
@@ -209,9 +229,20 @@ class LocalStack:
         self._started = True
         atexit.register(self.stop)
         try:
-            self._spawn("moto", "local.moto_server", "--port", str(self.ports.moto))
-            self._wait_ports([self.ports.moto])
+            persist: list[str] = []
+            if self.state_dir is not None:
+                self.restored = snapshot_path(self.state_dir).exists()
+                persist = [
+                    "--state-dir",
+                    str(self.state_dir),
+                    "--checkpoint-seconds",
+                    str(self.checkpoint_seconds),
+                ]
+            self._spawn("moto", "local.moto_server", "--port", str(self.ports.moto), *persist)
+            self._wait_ports([self.ports.moto])  # it opens once the saved state is restored
             self.env.update(bootstrap(self.env))
+            if self.restored:
+                resume_workflows(self.env)
             if self.simulator:
                 self._spawn(
                     "simulator",
@@ -284,6 +315,26 @@ class LocalStack:
             self._terminate(list(self._children.values()), timeout)
             if moto is not None:
                 self._terminate([moto], timeout)
+            self._children.clear()
+            self._worker_names.clear()
+
+    def kill(self) -> None:
+        """SIGKILL every child at once, moto included (a machine that lost power): nothing is
+        saved beyond the last checkpoint. The stack is stopped after it."""
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
+            for child in self._children.values():
+                child.expected_exit = True
+                if child.process.poll() is None:
+                    child.process.kill()
+        atexit.unregister(self.stop)
+        if self._supervisor is not None:
+            self._supervisor.join()
+            self._supervisor = None
+        with self._lock:
+            self._terminate(list(self._children.values()), STOP_TIMEOUT_SECONDS)  # reaps the dead
             self._children.clear()
             self._worker_names.clear()
 
@@ -508,6 +559,13 @@ def _child_main(argv: list[str]) -> None:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
+def _state_line(stack: LocalStack) -> str:
+    if stack.state_dir is None:
+        return "not kept (BATCHGW_PERSIST=0)"
+    found = "restored from" if stack.restored else "kept in"
+    return f"{found} {stack.state_dir} (make reset clears it)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
@@ -529,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    stack = LocalStack(workers=args.workers, simulator=not args.no_simulator)
+    stack = LocalStack(workers=args.workers, simulator=not args.no_simulator, state_dir=state_dir_from_env())
     try:
         stack.start()
     except StackError as exc:
@@ -538,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = "\n".join(f"  {key:<16} {user} ({role})" for key, (user, role) in LOCAL_KEYS.items())
     print(
         f"\nbatchgw is running.\n  API        {stack.api_url}\n  simulator  {stack.sim_url}\n"
-        f"  moto       {stack.moto_url}\nAPI keys:\n{keys}\nCtrl-C stops it.\n",
+        f"  moto       {stack.moto_url}\n  state      {_state_line(stack)}\n"
+        f"API keys:\n{keys}\nCtrl-C stops it.\n",
         flush=True,
     )
     code = 0

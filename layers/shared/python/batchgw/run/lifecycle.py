@@ -117,7 +117,10 @@ def _write_requests(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
 def _start(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     """Move a prepared batch from validating to in progress, and send its chains (a retried
     prepare sends them again: a duplicate of a chain claims each request like any other,
-    so none runs twice). The record after, or None when the batch was deleted."""
+    so none runs twice). They are of the batch's current generation: a workflow started
+    again for a batch the reconciler had already mended (the local stack restored from a
+    snapshot) must not send chains that workers drop as superseded. The record after, or
+    None when the batch was deleted."""
     if batch.status is BatchStatus.VALIDATING:
         started = deps.batches.start(batch.id, at=int(deps.clock()))
         current = started or deps.batches.get_record(batch.id)
@@ -126,7 +129,7 @@ def _start(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         batch = current
     if batch.status is BatchStatus.IN_PROGRESS:
         chains = batch.chains or 1
-        deps.queue.send_many([ChainMessage(batch.id, c, c, chains) for c in range(chains)])
+        deps.queue.send_many([ChainMessage(batch.id, c, c, chains, batch.generation) for c in range(chains)])
         logger.info("batch started", extra={"batch_id": batch.id, "total": batch.total, "chains": chains})
     return batch
 
