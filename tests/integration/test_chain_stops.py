@@ -235,7 +235,7 @@ CASES: dict[Why, Setup] = {
     Why.FAILING: stopped_during_call(
         lambda deps, b: deps.batches.fail_for_owner(b, {"code": "owner_unauthorized", "message": "no"})
     ),
-    Why.DELETED: stopped_during_call(lambda deps, b: deps.batches.delete_record(b)),
+    Why.DELETED: stopped_during_call(lambda deps, b: deps.batches.delete_record(b, now=deps.clock())),
     Why.RESULTS_FULL: results_full,
     Why.OWNER_UNAUTHORIZED: owner_unauthorized,
     Why.OWNER_PAUSED: owner_paused,
