@@ -332,3 +332,25 @@ def test_a_users_requests_never_run_beyond_their_roles_concurrency(sim: Simulato
         asyncio.run(workers([decode(m["Body"]) for m in handed_on]))
     assert statuses(deps, ALICE, first) + statuses(deps, ALICE, second) == ["completed"] * 12
     assert sim.stats()["tags"]["alice"]["max_in_flight"] == 2
+
+
+def test_a_revoked_key_found_as_the_batch_is_cancelled_ends_the_request_cancelled(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain finds the key revoked, but a cancel lands first: the batch stays cancelled
+    (it cannot start failing from cancelling), and the request the chain holds ends as the
+    cancel ends it, not failed as if the batch failed."""
+    deps = gate_deps(sim, FakeClock())
+    batch_id = prepared(deps, ALICE, 2)
+    accounts.revoke_key(deps, ADMIN, "key_local_alice")
+    fail_for_owner = deps.batches.fail_for_owner
+
+    def cancelled_first(batch: str, error: dict[str, Any]) -> Any:
+        batches.cancel_batch(deps, ADMIN, batch)
+        return fail_for_owner(batch, error)
+
+    monkeypatch.setattr(deps.batches, "fail_for_owner", cancelled_first)
+    walk(deps, batch_id)
+    lifecycle.cancel(deps, batch_id)
+    page = results_api.results_page(deps, ADMIN, batch_id, {})["data"]
+    assert [(r["status"], r["error"]["code"]) for r in page] == [("cancelled", "batch_cancelled")] * 2

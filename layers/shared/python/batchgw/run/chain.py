@@ -546,9 +546,19 @@ class ChainRun:
                 await self._resume()
             return None
         if standing.judgement is Judgement.UNAUTHORIZED:
-            await self._fail_for_owner(standing.message or "The batch's key or owner may no longer run it.")
-            await attempt.end_unrun(self.deps, self.batch, held, Verdict.OWNER_FAILED)
-            return Stopped(Why.OWNER_UNAUTHORIZED)
+            if await self._fail_for_owner(
+                standing.message or "The batch's key or owner may no longer run it."
+            ):
+                await attempt.end_unrun(self.deps, self.batch, held, Verdict.OWNER_FAILED)
+                return Stopped(Why.OWNER_UNAUTHORIZED)
+            # The batch stopped otherwise first (a cancel, its window's end, a delete): the
+            # request ends as that stop ends the others.
+            await self._read_batch()
+            if self.verdict in (None, Verdict.RUN):  # not in progress again: cannot be
+                self.verdict = Verdict.OWNER_FAILED
+            assert self.verdict is not None
+            await attempt.end_unrun(self.deps, self.batch, held, self.verdict)
+            return self._stopped_by_verdict()
         now = self.deps.clock()
         await attempt.release(self.deps, self.batch, held)
         after = max(0.0, (standing.check_at or now) - now)
@@ -572,20 +582,25 @@ class ChainRun:
         self.latest = changed or self.latest.replace(paused=None)
         logger.info("batch resumed", extra={"batch_id": self.batch.id})
 
-    async def _fail_for_owner(self, message: str) -> None:
+    async def _fail_for_owner(self, message: str) -> bool:
         """The batch's key or owner may no longer run it: mark it failing (no request starts;
-        running ones finish) and wake its workflow to end the unstarted ones."""
+        running ones finish) and wake its workflow to end the unstarted ones. False when the
+        batch was no longer in progress (cancelled, ended or deleted meanwhile): it does not
+        fail then."""
         deps = self.deps
         error = {"code": "owner_unauthorized", "message": message}
         failed = await io(deps.batches.fail_for_owner, self.batch.id, error)
+        if failed is None:
+            return False
         logger.warning("batch failing for its owner", extra={"batch_id": self.batch.id, "reason": message})
-        if failed is None or failed.task_token is None or failed.cancel_swept:
-            return  # not parked yet (it finds the batch failing when it parks) or done already
+        if failed.task_token is None or failed.cancel_swept:
+            return True  # not parked yet (it finds the batch failing when it parks) or done already
         try:
             if await io(deps.workflow.wake, failed.task_token, Next.CANCEL):
                 await io(deps.batches.clear_token, self.batch.id, failed.task_token)
         except Exception:  # the reconciler routes it within a period
             logger.warning("could not wake a failing batch's workflow", exc_info=True)
+        return True
 
     async def _read_batch(self) -> None:
         """Read the batch afresh (strongly consistent): what it allows the next request."""
