@@ -128,7 +128,9 @@ def test_the_schemathesis_cli_finds_no_server_error(fuzzed_stack: LocalStack, tm
         "--report-dir",
         str(tmp_path),
     ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    run = subprocess.run(  # in tmp_path: its own .schemathesis state stays out of the tree
+        command, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path
+    )
     statuses, server_errors = _cli_statuses(next(tmp_path.glob("*.ndjson")))
     print(
         f"\n{' '.join(command[1:])}\n  {sum(statuses.values())} cases, "
