@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -138,6 +139,7 @@ class ChaosReport:
     final_latency: dict[str, float] = field(default_factory=dict)  # by batch: last end -> final
     poll_rounds: list[float] = field(default_factory=list)  # the observer's rounds, seconds
     seen_late: dict[str, float] = field(default_factory=dict)  # by batch: end -> seen final
+    load: list[float] = field(default_factory=list)  # the machine's 1-minute load, at start and end
     lease_seconds: float = 0.0
 
     def latency_lines(self) -> list[str]:
@@ -172,6 +174,7 @@ class ChaosReport:
             f"attempts lost with their worker {self.lost_attempts}",
             *(f"  failed batch {failed}" for failed in self.failed_batches),
             *self.latency_lines(),
+            f"load average {' -> '.join(f'{x:.1f}' for x in self.load)} (goals set for a quiet one)",
             f"seconds {self.seconds:.1f}, violations {len(self.violations)}",
             *(f"  VIOLATION: {v}" for v in self.violations),
         ]
@@ -275,6 +278,7 @@ class Chaos:
         what the harness could not do in time, or hit on its way, is a violation in it."""
         started = time.monotonic()
         self.deadline = started + self.config.timeout
+        self.report.load = [os.getloadavg()[0]]
         batch_ids: list[str] = []
         try:
             self.sim.post("/_sim/reset").raise_for_status()
@@ -298,6 +302,7 @@ class Chaos:
             self.report.task_deaths = self._logged(crashes.DIED)
             self.report.throttled = self._logged(throttling.THROTTLED)
             self.report.seconds = time.monotonic() - started
+            self.report.load.append(os.getloadavg()[0])
         return self.report
 
     def _left(self) -> float:
