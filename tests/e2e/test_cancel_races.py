@@ -149,34 +149,6 @@ def test_a_cancel_ends_the_batch_when_its_running_requests_answer_model_queued(
     assert statuses["cancelled"] == 12
 
 
-def test_a_cancel_ends_the_batch_a_lease_after_the_worker_running_its_requests_died(
-    races: LocalStack, api: Api, sim: httpx.Client
-) -> None:
-    tag = "worker-dies"
-    batch = api.create(requests(12, f"[[sim latency_ms=4000 tag={tag}]]")).json()
-    with_upstream(sim, tag)
-    try:
-        answered = api.http.post(f"/batches/{batch['id']}/cancel")
-        answered.raise_for_status()
-        for index in range(races.workers):
-            races.kill_worker(index)  # mid-request: nobody records their ends
-        cancelled_at = time.monotonic()
-        done = wait_for(
-            lambda: (b := api.batch(batch["id"]))["status"] == "cancelled" and b,
-            timeout=LEASE_SECONDS + SLACK_SECONDS,
-            what="the cancelled batch to end after its workers died",
-        )
-        latency = time.monotonic() - cancelled_at
-        print(
-            f"\ncancel race worker-dies: cancelled {latency:.2f} s after the cancel (lease {LEASE_SECONDS} s)"
-        )
-    finally:
-        for index in range(races.workers):
-            races.start_worker(index)
-    statuses = assert_counted_once(api, done, 12)
-    assert statuses["cancelled"] > 0
-
-
 # --- requests that wait when the cancel comes ------------------------------------------------------
 
 
@@ -206,11 +178,13 @@ def test_a_cancel_ends_at_once_a_batch_whose_requests_wait_for_a_long_backoff(
 
 def test_a_cancel_ends_at_once_a_batch_paused_for_its_owners_quota(races: LocalStack) -> None:
     user = Account(races, daily_quota_usd=2 * ONE_REQUEST_USD)
-    batch = user.api.create([chat(f"q-{i}", f"hello {i}") for i in range(8)]).json()
+    # Requests admitted at once (the owner's spend is cached for 0.5 s) may take it past
+    # the quota before it pauses: enough of them that some are left to cancel.
+    batch = user.api.create([chat(f"q-{i}", f"hello {i}") for i in range(30)]).json()
     wait_for(lambda: user.api.batch(batch["id"])["paused"], timeout=30, what="the batch to pause")
     done = cancel_within(user.api, batch["id"], "quota-paused", SLACK_SECONDS)
-    statuses = assert_counted_once(user.api, done, 8)
-    assert statuses["completed"] == 2 and statuses["cancelled"] == 6
+    statuses = assert_counted_once(user.api, done, 30)
+    assert statuses["completed"] >= 2 and statuses["cancelled"] > 0
 
 
 def test_a_cancel_ends_at_once_a_batch_waiting_for_a_model_slot(
@@ -235,8 +209,9 @@ def test_a_cancel_ends_at_once_a_batch_waiting_for_a_model_slot(
 
 
 # Writing a batch's requests, ending them and writing its result files take time per
-# request (about 5 ms each on moto): these batches are kept to a size the bound covers.
+# request (about 5 ms each on a quiet machine, on moto): the bound grows with the batch.
 PREPARED = 1000
+PREPARED_BOUND = SLACK_SECONDS + PREPARED * 0.02
 
 
 def test_a_cancel_ends_at_once_a_file_batch_still_validating(api: Api, tmp_path: Path) -> None:
@@ -264,7 +239,7 @@ def test_a_cancel_ends_at_once_a_file_batch_still_validating(api: Api, tmp_path:
         },
     ).json()
     assert batch["status"] == "validating"
-    done = cancel_within(api, batch["id"], "validating", SLACK_SECONDS)
+    done = cancel_within(api, batch["id"], "validating", PREPARED_BOUND)
     statuses = assert_counted_once(api, done, total)
     assert statuses["cancelled"] == total
 
@@ -272,6 +247,39 @@ def test_a_cancel_ends_at_once_a_file_batch_still_validating(api: Api, tmp_path:
 def test_a_cancel_ends_at_once_a_large_batch_being_prepared(api: Api) -> None:
     total = PREPARED
     batch = api.create(requests(total, "[[sim latency_ms=500]]")).json()
-    done = cancel_within(api, batch["id"], "preparing", SLACK_SECONDS)
+    done = cancel_within(api, batch["id"], "preparing", PREPARED_BOUND)
     statuses = assert_counted_once(api, done, total)
     assert statuses["cancelled"] >= total - 8
+
+
+# --- a worker that dies (last: a killed poller's long polls, still open in moto, take the
+# next messages sent and hide them for the queue's visibility timeout; on AWS the event
+# source mapping's pollers outlive the function) -------------------------------------------
+
+
+def test_a_cancel_ends_the_batch_a_lease_after_the_worker_running_its_requests_died(
+    races: LocalStack, api: Api, sim: httpx.Client
+) -> None:
+    tag = "worker-dies"
+    batch = api.create(requests(12, f"[[sim latency_ms=4000 tag={tag}]]")).json()
+    with_upstream(sim, tag)
+    try:
+        answered = api.http.post(f"/batches/{batch['id']}/cancel")
+        answered.raise_for_status()
+        for index in range(races.workers):
+            races.kill_worker(index)  # mid-request: nobody records their ends
+        cancelled_at = time.monotonic()
+        done = wait_for(
+            lambda: (b := api.batch(batch["id"]))["status"] == "cancelled" and b,
+            timeout=LEASE_SECONDS + SLACK_SECONDS,
+            what="the cancelled batch to end after its workers died",
+        )
+        latency = time.monotonic() - cancelled_at
+        print(
+            f"\ncancel race worker-dies: cancelled {latency:.2f} s after the cancel (lease {LEASE_SECONDS} s)"
+        )
+    finally:
+        for index in range(races.workers):
+            races.start_worker(index)
+    statuses = assert_counted_once(api, done, 12)
+    assert statuses["cancelled"] > 0
