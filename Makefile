@@ -19,7 +19,7 @@ install: $(STAMP)
 
 ## Run the whole gateway locally (API on :8080, simulator on :8081). Ctrl-C stops it; its
 ## state is kept in $(STATE_DIR) for the next run (BATCHGW_PERSIST=0 keeps nothing).
-STATE_DIR ?= $(or $(BATCHGW_STATE_DIR),.local/state)
+STATE_DIR ?= $(or $(BATCHGW_STATE_DIR),.local/state/$(or $(BATCHGW_PORT),8080))
 run: install
 	$(PY) -m local.run
 

@@ -11,6 +11,7 @@ Also here: what every local process needs to call a real handler the way Lambda 
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import importlib.util
 import itertools
@@ -30,7 +31,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import IO, Any
 
 from batchgw.config import resources
 from batchgw.config.resources import QueueSpec
@@ -72,15 +73,17 @@ WORKERS_ENV = "BATCHGW_WORKERS"
 API_PROCESSES_ENV = "BATCHGW_API_PROCESSES"
 
 # The stack's state across restarts (``local.state``): ``make run`` keeps it in
-# BATCHGW_STATE_DIR (default .local/state), checkpointed every BATCHGW_STATE_CHECKPOINT_SECONDS;
-# BATCHGW_PERSIST=0 keeps nothing. A LocalStack built in code keeps nothing unless given a
-# state_dir, so that test stacks never share one.
+# BATCHGW_STATE_DIR (default .local/state/<BATCHGW_PORT>: two stacks side by side on other
+# ports keep apart), checkpointed every BATCHGW_STATE_CHECKPOINT_SECONDS; BATCHGW_PERSIST=0
+# keeps nothing. A LocalStack built in code keeps nothing unless given a state_dir, so that
+# test stacks never share one; a stack holds a lock on its state dir while it runs.
 STATE_DIR_ENV = "BATCHGW_STATE_DIR"
 CHECKPOINT_SECONDS_ENV = "BATCHGW_STATE_CHECKPOINT_SECONDS"
 PERSIST_ENV = "BATCHGW_PERSIST"
-DEFAULT_STATE_DIR = REPO_ROOT / ".local" / "state"
+STATE_ROOT = REPO_ROOT / ".local" / "state"
 DEFAULT_CHECKPOINT_SECONDS = 5.0
 SNAPSHOT_NAME = "moto-state.pickle"
+LOCK_NAME = "stack.lock"
 
 STATE_MACHINE_NAME = f"{PREFIX}-batch"
 LAMBDA_ROLE_NAME = f"{PREFIX}-local"
@@ -135,12 +138,36 @@ class Ports:
 
 
 def state_dir_from_env(environ: Mapping[str, str] | None = None) -> Path | None:
-    """Where ``make run`` keeps its state: BATCHGW_STATE_DIR or the default; None when
+    """Where ``make run`` keeps its state: BATCHGW_STATE_DIR, else a folder of
+    ``.local/state`` named after the API's port (BATCHGW_PORT, 8080); None when
     BATCHGW_PERSIST is off (0, false, no, off)."""
     env = os.environ if environ is None else environ
     if env.get(PERSIST_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    return Path(env.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+    given = env.get(STATE_DIR_ENV)
+    return Path(given) if given else STATE_ROOT / str(int(env.get(API_PORT_ENV) or DEFAULT_API_PORT))
+
+
+class StateDirInUse(RuntimeError):
+    """Another running stack keeps its state in the same folder."""
+
+
+def lock_state_dir(state_dir: Path) -> IO[str]:
+    """Hold ``state_dir`` for one stack: an exclusive lock on its lock file, kept while the
+    returned file is open (the kernel lets it go when the holder dies, however it dies).
+    Raises StateDirInUse when another stack holds it: two stacks restoring and saving one
+    state would each overwrite the other's."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle = (state_dir / LOCK_NAME).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise StateDirInUse(
+            f"{state_dir} holds the state of a stack that is running: stop it, or start this one "
+            f"on another {API_PORT_ENV} or {STATE_DIR_ENV}"
+        ) from None
+    return handle
 
 
 def snapshot_path(state_dir: str | Path) -> Path:

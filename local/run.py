@@ -15,7 +15,7 @@ Programmatic use (tests, benchmarks)::
         stack.kill_worker(0); stack.start_worker(0)
 
 ``state_dir=`` keeps the stack's DynamoDB, S3 and KMS state there across restarts
-(``local.state``; ``make run`` passes ``BATCHGW_STATE_DIR``, default ``.local/state``): a
+(``local.state``; ``make run`` passes ``BATCHGW_STATE_DIR``, default ``.local/state/<port>``): a
 stack started on a saved state restores it before anything else starts, then starts every
 batch's workflow again (``local.resume``). Without it (the default in code) nothing is kept.
 
@@ -63,6 +63,7 @@ from local.env import (
     WORKER_HANDLER_ENV,
     WORKERS_ENV,
     Ports,
+    lock_state_dir,
     port_open,
     process_env,
     setup_logging,
@@ -183,6 +184,7 @@ class LocalStack:
             else checkpoint_seconds
         )
         self.restored = False  # whether the last start found a saved state
+        self._state_lock: IO[str] | None = None  # held on state_dir while the stack runs
         self.ports = self._requested
         self.env: dict[str, str] = {}
         self._children: dict[str, Child] = {}
@@ -231,6 +233,7 @@ class LocalStack:
         try:
             persist: list[str] = []
             if self.state_dir is not None:
+                self._state_lock = lock_state_dir(self.state_dir)
                 self.restored = snapshot_path(self.state_dir).exists()
                 persist = [
                     "--state-dir",
@@ -317,6 +320,7 @@ class LocalStack:
                 self._terminate([moto], timeout)
             self._children.clear()
             self._worker_names.clear()
+            self._release_state_dir()
 
     def kill(self) -> None:
         """SIGKILL every child at once, moto included (a machine that lost power): nothing is
@@ -337,6 +341,13 @@ class LocalStack:
             self._terminate(list(self._children.values()), STOP_TIMEOUT_SECONDS)  # reaps the dead
             self._children.clear()
             self._worker_names.clear()
+            self._release_state_dir()
+
+    def _release_state_dir(self) -> None:
+        """Let another stack have the state dir (moto, which saves it, has exited)."""
+        if self._state_lock is not None:
+            self._state_lock.close()
+            self._state_lock = None
 
     def dead_children(self) -> list[str]:
         """Children that exited without being asked to and are not replaced (moto, the

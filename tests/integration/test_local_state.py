@@ -18,7 +18,15 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 
 from local import moto_patches, resume, state
-from local.env import DEFAULT_STATE_DIR, HOST, free_port, snapshot_path, state_dir_from_env
+from local.env import (
+    HOST,
+    STATE_ROOT,
+    StateDirInUse,
+    free_port,
+    lock_state_dir,
+    snapshot_path,
+    state_dir_from_env,
+)
 from local.run import LocalStack
 
 REGION = "us-east-1"
@@ -258,8 +266,9 @@ def test_a_checkpoint_with_no_request_since_the_last_one_is_skipped(tmp_path: Pa
         assert checkpoints.checkpoint() is not None
 
 
-def test_make_run_keeps_its_state_in_the_default_dir_unless_told_otherwise_or_off() -> None:
-    assert state_dir_from_env({}) == DEFAULT_STATE_DIR
+def test_make_run_keeps_its_state_in_the_default_dir_of_its_port_unless_told_otherwise_or_off() -> None:
+    assert state_dir_from_env({}) == STATE_ROOT / "8080"
+    assert state_dir_from_env({"BATCHGW_PORT": "9090"}) == STATE_ROOT / "9090"  # side by side, apart
     assert state_dir_from_env({"BATCHGW_STATE_DIR": "/tmp/mine"}) == Path("/tmp/mine")
     assert state_dir_from_env({"BATCHGW_PERSIST": "0"}) is None
     assert state_dir_from_env({"BATCHGW_PERSIST": "false", "BATCHGW_STATE_DIR": "/tmp/mine"}) is None
@@ -325,3 +334,12 @@ def test_checkpoints_of_a_big_state_come_less_often_so_writes_wait_at_most_a_ten
     assert checkpoints.next_wait(None) == 5
     assert checkpoints.next_wait(state.Checkpoint(taken_at=0, seconds_closed=0.2, seconds=0.4, bytes=1)) == 5
     assert checkpoints.next_wait(state.Checkpoint(taken_at=0, seconds_closed=1.5, seconds=2, bytes=1)) == 15
+
+
+def test_a_state_dir_is_held_by_one_stack_at_a_time(tmp_path: Path) -> None:
+    held = lock_state_dir(tmp_path / "state")
+    with pytest.raises(StateDirInUse, match="stack that is running"):
+        lock_state_dir(tmp_path / "state")
+    lock_state_dir(tmp_path / "other").close()  # another folder is another stack's
+    held.close()  # stopped (or dead: the kernel lets go of its lock)
+    lock_state_dir(tmp_path / "state").close()
