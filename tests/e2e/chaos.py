@@ -24,6 +24,12 @@ It also measures how fast batches end, with goals the run fails on (``LATENCY_GO
 - **last request's end to final status**, for every batch: from the latest ``ended_at``
   of its requests to the batch's end.
 
+Both are measured less the time the batch's workflow lost to deliberate task deaths in
+that span (each printed beside it): a workflow task that died is tried again after its
+Retry's interval (1, 2, 4 s...: the workflow's design, as on AWS), so from when the dead
+attempt was scheduled to when its retry was is the fault's own cost, read from the
+execution's history, not the gateway's slowness.
+
 Both read the stack's tables, as the checks below do (the API shows neither when each
 request ended nor its batch's end to the millisecond): a batch's end is its record's
 ``ended_at``, the clock reading of the finalize that gave it its final status, taken just
@@ -135,11 +141,15 @@ class ChaosReport:
     lost_attempts: int = 0
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
+    timelines: list[str] = field(default_factory=list)  # of the batches that missed a goal
     failed_batches: list[str] = field(default_factory=list)  # each with its error's message
     cancel_latency: dict[str, float] = field(default_factory=dict)  # by batch: cancel -> cancelled
     cancel_latency_killed: dict[str, float] = field(default_factory=dict)  # racing a kill: from it
     cancel_to_end_killed: dict[str, float] = field(default_factory=dict)  # the same, from the cancel
     final_latency: dict[str, float] = field(default_factory=dict)  # by batch: last end -> final
+    # by batch: what its workflow lost to task deaths, within each measured span above
+    cancel_lost: dict[str, float] = field(default_factory=dict)
+    final_lost: dict[str, float] = field(default_factory=dict)
     poll_rounds: list[float] = field(default_factory=list)  # the observer's rounds, seconds
     seen_late: dict[str, float] = field(default_factory=dict)  # by batch: end -> seen final
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load, at start and end
@@ -157,7 +167,10 @@ class ChaosReport:
             "cancel (or the kill, if later) -> cancelled, racing a worker kill: "
             f"{spread(self.cancel_latency_killed)} "
             f"(goal p99 <= lease {self.lease_seconds:.0f} s + {LATENCY_GOAL_SECONDS:.0f} s)",
-            *(f"  cancelled {b}: {v:.2f} s" for b, v in sorted(self.cancel_latency.items())),
+            *(
+                f"  cancelled {b}: {v:.2f} s{lost_to_deaths(self.cancel_lost.get(b, 0.0))}"
+                for b, v in sorted(self.cancel_latency.items())
+            ),
             *(
                 f"  cancelled {b}: {v:.2f} s after the kill, racing a kill "
                 f"({self.cancel_to_end_killed.get(b, 0.0):.2f} s after the cancel)"
@@ -165,6 +178,11 @@ class ChaosReport:
             ),
             f"last request's end -> final status: {spread(self.final_latency)} "
             f"(goal p99 <= {LATENCY_GOAL_SECONDS:.0f} s)",
+            *(
+                f"  ended {b}: {self.final_latency[b]:.2f} s{lost_to_deaths(v)}"
+                for b, v in sorted(self.final_lost.items())
+                if v > 0 and b in self.final_latency
+            ),
             f"  first seen final by the observer after the end: {spread(self.seen_late)}; {resolution}",
         ]
 
@@ -182,12 +200,36 @@ class ChaosReport:
             f"load average {' -> '.join(f'{x:.1f}' for x in self.load)} (goals set for a quiet one)",
             f"seconds {self.seconds:.1f}, violations {len(self.violations)}",
             *(f"  VIOLATION: {v}" for v in self.violations),
+            *(f"  TIMELINE: {t}" for t in self.timelines),
         ]
 
 
 def percentile(values: list[float], p: float) -> float:
     """The nearest-rank percentile of sorted ``values`` (not empty)."""
     return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+
+
+def lost_to_deaths(seconds: float) -> str:
+    return f" (less {seconds:.2f} s its workflow lost to task deaths)" if seconds > 0 else ""
+
+
+def workflow_lost(events: list[dict[str, Any]], since: float, until: float) -> float:
+    """Seconds within [since, until] that an execution lost to tasks that failed: from each
+    failed attempt's scheduling to the next task's (its retry, after the Retry's interval,
+    or the Catch's next task). ``events`` are the execution's history, in order."""
+    lost = 0.0
+    scheduled: float | None = None  # the running attempt's
+    failed_from: float | None = None  # a failed attempt's, until the next is scheduled
+    for event in events:
+        at = event["timestamp"].timestamp()
+        if event["type"] == "TaskScheduled":
+            if failed_from is not None:
+                lost += max(0.0, min(at, until) - max(failed_from, since))
+                failed_from = None
+            scheduled = at
+        elif event["type"] == "TaskFailed" and scheduled is not None:
+            failed_from = scheduled
+    return lost
 
 
 def spread(latencies: dict[str, float]) -> str:
@@ -266,12 +308,14 @@ class Chaos:
         endpoint = stack.env["AWS_ENDPOINT_URL"]
         self.sqs = session.client("sqs", endpoint_url=endpoint)  # type: ignore[call-overload]
         self.dynamodb = session.client("dynamodb", endpoint_url=endpoint)  # type: ignore[call-overload]
+        self.sfn = session.client("stepfunctions", endpoint_url=endpoint)  # type: ignore[call-overload]
         self.queue = stack.env[resources.WORK_QUEUE.env_var]
         self.dlq = self.sqs.get_queue_url(QueueName=local_env.dead_letter_queue_name(resources.WORK_QUEUE))[
             "QueueUrl"
         ]
         self.observer = Observer(stack.api_url)
         self.cancelled_at: dict[str, float] = {}  # by batch: when its cancel's answer came
+        self.created_at: dict[str, float] = {}  # by batch: when its create's answer came
         self.kills_at: list[float] = []
         self.deadline = math.inf
         self.report.lease_seconds = float(CHAOS_ENV["BATCH_LEASE_SECONDS"])
@@ -329,7 +373,9 @@ class Chaos:
         self.report.requests += len(requests)
         resp = self.api.post("/batches", json={"requests": requests})
         resp.raise_for_status()
-        return str(resp.json()["id"])
+        batch_id = str(resp.json()["id"])
+        self.created_at[batch_id] = time.time()
+        return batch_id
 
     def _disturb(self, batch_ids: list[str]) -> None:
         """Kills, duplicate deliveries and cancels, in a seeded random order and rhythm."""
@@ -397,8 +443,11 @@ class Chaos:
                 continue
             self.report.seen_late[batch_id] = max(0.0, seen_at - final_at)
             ends, lost = self._request_ends(batch_id)
+            history = self._history(batch_id)
             if ends:
-                self.report.final_latency[batch_id] = max(0.0, final_at - max(ends))
+                died = workflow_lost(history, max(ends), final_at)
+                self.report.final_lost[batch_id] = died
+                self.report.final_latency[batch_id] = max(0.0, final_at - max(ends) - died)
             cancelled_at = self.cancelled_at.get(batch_id)
             if cancelled_at is None or batch["status"] != "cancelled":
                 continue  # not cancelled, or its cancel came after it had ended
@@ -412,7 +461,9 @@ class Chaos:
                 )
                 self.report.cancel_to_end_killed[batch_id] = max(0.0, final_at - cancelled_at)
             else:
-                self.report.cancel_latency[batch_id] = max(0.0, final_at - cancelled_at)
+                died = workflow_lost(history, cancelled_at, final_at)
+                self.report.cancel_lost[batch_id] = died
+                self.report.cancel_latency[batch_id] = max(0.0, final_at - cancelled_at - died)
         goals = [
             ("cancel -> cancelled", self.report.cancel_latency, LATENCY_GOAL_SECONDS),
             (
@@ -430,6 +481,28 @@ class Chaos:
                     f"{what}: p99 {percentile(values, 99):.2f} s over the goal of {goal:.0f} s "
                     f"(slowest {slowest}, {latencies[slowest]:.2f} s)"
                 )
+                self.report.timelines.append(self._timeline(slowest))
+
+    def _timeline(self, batch_id: str) -> str:
+        """What the batch's workflow did, and when its requests ended, from its cancel (or
+        its create) on: the story of a batch that missed a goal."""
+        start = self.cancelled_at.get(batch_id) or self.created_at.get(batch_id, 0.0)
+        marks: list[tuple[float, str]] = []
+        for event in self._history(batch_id):
+            at = event["timestamp"].timestamp()
+            if event["type"].endswith("StateEntered"):
+                marks.append((at, event["stateEnteredEventDetails"]["name"]))
+            elif event["type"] in ("TaskFailed", "TaskTimedOut", "TaskSucceeded"):
+                marks.append((at, event["type"].removeprefix("Task").lower()))
+        ends, _ = self._request_ends(batch_id)
+        marks += [(at, "a request ended") for at in ends]
+        ended_at = self._ended_at(batch_id)
+        if ended_at is not None:
+            marks.append((ended_at, "the batch ended"))
+        shown = [f"{at - start:+.2f} {what}" for at, what in sorted(marks) if at >= start - 5]
+        return f"{batch_id}, seconds from its {'cancel' if batch_id in self.cancelled_at else 'create'}: " + (
+            ", ".join(shown)
+        )
 
     def _ended_at(self, batch_id: str) -> float | None:
         """The batch's end as its record has it (to the millisecond)."""
@@ -440,6 +513,18 @@ class Chaos:
             ConsistentRead=True,
         ).get("Item", {})
         return float(Decimal(item["ended_at"]["N"])) if "ended_at" in item else None
+
+    def _history(self, batch_id: str) -> list[dict[str, Any]]:
+        """The events of the batch's workflow execution, oldest first."""
+        arn = self.stack.env["BATCHGW_STATE_MACHINE_ARN"].replace(":stateMachine:", ":execution:")
+        events: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"executionArn": f"{arn}:{batch_id}", "maxResults": 1000}
+        while True:
+            page = self.sfn.get_execution_history(**kwargs)
+            events.extend(page["events"])
+            if not page.get("nextToken"):
+                return events
+            kwargs["nextToken"] = page["nextToken"]
 
     def _request_ends(self, batch_id: str) -> tuple[list[float], bool]:
         """When each of the batch's requests ended, as stored (to the millisecond), and
@@ -613,8 +698,8 @@ def main(argv: list[str] | None = None) -> int:
         default=defaults.throttle_rate,
         help="per DynamoDB item call (moto refuses it for throughput)",
     )
-    # The run's budget: a loaded machine needs it (a killed poller's long polls, still open
-    # in moto, hide messages for a visibility timeout, which the drain check waits out).
+    # The run's budget: a loaded machine needs it (the messages a killed poller had received
+    # are hidden for a visibility timeout, which the drain check waits out).
     parser.add_argument("--timeout", type=float, default=900, help="the whole run's budget, in seconds")
     args = parser.parse_args(argv)
     config = ChaosConfig(**{k: v for k, v in vars(args).items()})
