@@ -19,13 +19,18 @@ connection the drain reads the body's copy in memory (never the next request) an
 a socket already at end of file (``_AT_EOF``), which ends it at once.
 
 ``BATCHGW_MOTO_KEEP_ALIVE=0`` serves as werkzeug does, to measure the stack without this.
+
+``client_gone`` tells a request's handler whether its client has closed the connection (a
+killed worker's open long poll: ``local.moto_server``'s receive then takes no message).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import select
 import socket
+import threading
 from importlib.metadata import version
 from typing import Any
 
@@ -37,6 +42,21 @@ WERKZEUG_MAJOR = "3."  # its request handler's run_wsgi, as this relies on it
 # One end of a pair whose other end is closed: always readable, and at end of file.
 _AT_EOF, _closed = socket.socketpair()
 _closed.close()
+_serving = threading.local()  # the client's socket, for the request this thread serves
+
+
+def client_gone() -> bool:
+    """Whether the client of the request this thread serves has closed its connection (or
+    reset it). A client waiting for its answer sends nothing, so a readable socket is one at
+    its end; False off a request, or when this handler is not installed."""
+    sock = getattr(_serving, "connection", None)
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):  # reset, or already closed here
+        return True
 
 
 class KeepAliveRequestHandler(MotoRequestHandler):
@@ -54,6 +74,13 @@ class KeepAliveRequestHandler(MotoRequestHandler):
         # werkzeug, which reads the body as it comes: such requests close as before.
         expects = bool(self.headers.get("Expect"))
         self.kept = not (chunked or expects or self.close_connection)
+        _serving.connection = self.connection
+        try:
+            self._run_wsgi()
+        finally:
+            _serving.connection = None
+
+    def _run_wsgi(self) -> None:
         if not self.kept:
             super().run_wsgi()
             return

@@ -187,6 +187,11 @@ def install_atomic_receive() -> None:
     duplicate possible, not routine; the gateway must survive one, and its tests make
     them on purpose. Here each scan runs under its queue's lock, and the long poll waits
     outside it.
+
+    A receive whose client has gone (a killed worker's open long poll) takes no message:
+    moto would hand them to the closed connection and hide them for the visibility timeout,
+    where SQS hands them to a poller that is still there (Lambda's pollers outlive a
+    function's crash).
     """
     scan = SQSBackend.receive_message
     guard = threading.Lock()
@@ -204,6 +209,8 @@ def install_atomic_receive() -> None:
             lock = locks.setdefault(queue_name, threading.Lock())
         deadline = time.monotonic() + (wait_seconds_timeout or 0)
         while True:
+            if keep_alive.client_gone():
+                return []
             with lock:
                 found = scan(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
             remaining = deadline - time.monotonic()

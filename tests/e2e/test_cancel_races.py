@@ -252,9 +252,8 @@ def test_a_cancel_ends_at_once_a_large_batch_being_prepared(api: Api) -> None:
     assert statuses["cancelled"] >= total - 8
 
 
-# --- a worker that dies (last: a killed poller's long polls, still open in moto, take the
-# next messages sent and hide them for the queue's visibility timeout; on AWS the event
-# source mapping's pollers outlive the function) -------------------------------------------
+# --- a worker that dies (last: the messages a killed poller had received come back only
+# after the queue's visibility timeout, as on AWS) ------------------------------------------
 
 
 def test_a_cancel_ends_the_batch_a_lease_after_the_worker_running_its_requests_died(

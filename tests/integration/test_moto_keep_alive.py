@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import socket
 import socketserver
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+from moto.sqs.models import SQSBackend
 
-from local import keep_alive
+from local import keep_alive, moto_server
 from tests.integration.conftest import FAKE_AWS_ENV, REGION
 from tests.support import bare_table
 
@@ -119,3 +121,31 @@ def test_requests_sent_back_to_back_on_one_connection_are_each_answered(
         assert answers[1][1]["Item"]["v"] == {"S": "first"}
         sock.sendall(get)  # and the connection serves on
         assert _responses(sock, 1)[0][1]["Item"]["v"] == {"S": "first"}
+
+
+def test_a_long_poll_whose_client_went_away_takes_no_message(
+    server: tuple[int, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed worker's open ReceiveMessage must not hide the next messages for a
+    visibility timeout: the live poller gets them at once, as on SQS."""
+    monkeypatch.setattr(SQSBackend, "receive_message", SQSBackend.receive_message)
+    moto_server.install_atomic_receive()
+    port, _ = server
+    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name=REGION)
+    url = sqs.create_queue(QueueName="polled", Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
+    auth = _AUTH.replace("/dynamodb/", "/sqs/")
+    payload = json.dumps({"QueueUrl": url, "WaitTimeSeconds": 10, "MaxNumberOfMessages": 10}).encode()
+    receive = (
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-amz-json-1.0\r\n"
+        f"X-Amz-Target: AmazonSQS.ReceiveMessage\r\nAuthorization: {auth}\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
+    dead = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    for sock in dead:
+        sock.sendall(receive)  # long polls, open on an empty queue
+    time.sleep(0.3)  # (whether they wait yet or not: a gone client takes nothing either way)
+    for sock in dead:
+        sock.close()  # their worker was killed
+    sqs.send_message(QueueUrl=url, MessageBody="next")
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, MaxNumberOfMessages=10).get("Messages", [])
+    assert [m["Body"] for m in got] == ["next"]
