@@ -2,14 +2,15 @@
 crash at random moments, the workflow's tasks die at random AWS calls (``local.crashes``:
 before a call is sent, or after it was made and its answer lost), the simulator answers
 random retryable errors, timeouts and ``model_queued``, chain messages are delivered
-again, random batches are cancelled, and (``--throttle-rate``) DynamoDB refuses random
+again, random batches are cancelled, interactive load reporters (``--reporters``) report
+load on the batches' model and die mid-run, and (``--throttle-rate``) DynamoDB refuses random
 calls for throughput (``local.throttling``), as a provisioned table past its capacity does.
 
 Afterwards, for every batch: a final status; ``request_counts`` equal to its terminal
 requests; every request exactly one terminal outcome. Overall: the upstream requests the
 simulator saw lie between the calls whose outcome was recorded and those plus the
 attempts lost with their workers; no live model slot; no message left on the work queue;
-nothing in its dead-letter queue.
+nothing in its dead-letter queue; no dead reporter's load still counting.
 
 It also measures how fast batches end, with goals the run fails on (``LATENCY_GOAL_SECONDS``):
 
@@ -122,6 +123,9 @@ class ChaosConfig:
     worker_timeout_seconds: float = 12
     task_crash_rate: float = 0.0  # per AWS call of a workflow task: it dies there
     throttle_rate: float = 0.0  # per DynamoDB item call: refused for throughput (local.throttling)
+    # Interactive load reporters: each reports 0-3 requests in flight on sim-chat every half
+    # second (a 2 s ttl) until it dies at a random moment, never saying so.
+    reporters: int = 0
 
 
 @dataclass
@@ -134,6 +138,8 @@ class ChaosReport:
     faults: int = 0
     task_deaths: int = 0
     throttled: int = 0
+    reporters: int = 0  # interactive load reporters, every one of which died mid-run
+    reports: int = 0  # the load reports they made
     statuses: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     upstream_seen: int = 0
@@ -192,7 +198,8 @@ class ChaosReport:
             f"requests {self.requests} ({dict(self.outcomes)})",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "
             f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}, "
-            f"dynamodb calls refused for throughput {self.throttled}",
+            f"dynamodb calls refused for throughput {self.throttled}, "
+            f"interactive load reporters that died {self.reporters} (after {self.reports} reports)",
             f"upstream requests seen {self.upstream_seen}: calls recorded {self.calls_recorded}, "
             f"attempts lost with their worker {self.lost_attempts}",
             *(f"  failed batch {failed}" for failed in self.failed_batches),
@@ -292,6 +299,42 @@ class Observer:
             self._stop.wait(0.05)
 
 
+class Reporter:
+    """A gateway process reporting its interactive load on sim-chat (``PUT
+    /admin/interactive-load/{id}``) every half second, until ``die``: then it stops, as a
+    killed process does, without removing its report (its ttl makes it vanish)."""
+
+    TTL_SECONDS = 2
+
+    def __init__(self, api_url: str, name: str, seed: int) -> None:
+        self.name = name
+        self.reports = 0
+        self.errors = 0
+        self._rng = random.Random(seed)
+        self._admin = httpx.Client(
+            base_url=api_url.removesuffix("/v1"),
+            headers={"Authorization": "Bearer sk-local-admin"},
+            timeout=10,
+        )
+        self._dead = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"chaos-{name}", daemon=True)
+        self._thread.start()
+
+    def die(self) -> None:
+        self._dead.set()
+        self._thread.join(timeout=15)
+
+    def _run(self) -> None:
+        while not self._dead.is_set():
+            load = {"models": {"sim-chat": self._rng.randint(0, 3)}, "ttl_seconds": self.TTL_SECONDS}
+            try:
+                self._admin.put(f"/admin/interactive-load/{self.name}", json=load).raise_for_status()
+                self.reports += 1
+            except httpx.HTTPError:
+                self.errors += 1  # a loaded stack: reported again in a moment
+            self._dead.wait(0.5)
+
+
 class Chaos:
     def __init__(self, stack: LocalStack, config: ChaosConfig) -> None:
         self.stack = stack
@@ -317,6 +360,7 @@ class Chaos:
         self.cancelled_at: dict[str, float] = {}  # by batch: when its cancel's answer came
         self.created_at: dict[str, float] = {}  # by batch: when its create's answer came
         self.kills_at: list[float] = []
+        self.reporters: list[Reporter] = []
         self.deadline = math.inf
         self.report.lease_seconds = float(CHAOS_ENV["BATCH_LEASE_SECONDS"])
 
@@ -335,6 +379,10 @@ class Chaos:
                 batch_ids.append(self._create(i))
                 self.observer.watch(batch_ids[-1])
             self.report.batches = len(batch_ids)
+            self.reporters = [
+                Reporter(self.stack.api_url, f"chaos-gateway-{i}", self.config.seed + i)
+                for i in range(self.config.reporters)
+            ]
             self._disturb(batch_ids)
             self._wait_final(batch_ids)
             for batch_id, batch in dict(self.observer.final).items():
@@ -346,6 +394,9 @@ class Chaos:
             self.report.violations.append(f"the harness stopped: {type(exc).__name__}: {exc}")
             traceback.print_exc()
         finally:
+            for reporter in self.reporters:
+                reporter.die()  # (each died already, unless the harness stopped early)
+            self.report.reports = sum(r.reports for r in self.reporters)
             self.observer.stop()
             self.report.poll_rounds = list(self.observer.rounds)
             self.report.task_deaths = self._logged(crashes.DIED)
@@ -383,12 +434,17 @@ class Chaos:
             ["kill"] * self.config.kills
             + ["duplicate"] * self.config.duplicates
             + ["cancel"] * self.config.cancels
+            + ["reporter dies"] * len(self.reporters)
         )
         self.rng.shuffle(actions)
         cancellable = list(batch_ids)
+        living = list(self.reporters)
         for action in actions:
             time.sleep(self.rng.uniform(0.3, 1.5))
-            if action == "kill":
+            if action == "reporter dies":
+                living.pop(self.rng.randrange(len(living))).die()
+                self.report.reporters += 1
+            elif action == "kill":
                 self.stack.crash(f"worker-{self.rng.randrange(self.config.workers)}")
                 self.kills_at.append(time.time())
                 self.report.kills += 1
@@ -642,6 +698,20 @@ class Chaos:
                 wait_for(check, timeout=max(1.0, drain), interval=0.5, what=what)
             except AssertionError:
                 self.report.violations.append(f"still {what} after every batch ended")
+        if self.reporters:  # every reporter died without a word: its load vanished with its ttl
+            admin = httpx.Client(
+                base_url=self.stack.api_url.removesuffix("/v1"),
+                headers={"Authorization": "Bearer sk-local-admin"},
+                timeout=10,
+            )
+            try:
+                wait_for(
+                    lambda: admin.get("/admin/interactive-load").json()["data"] == [],
+                    timeout=Reporter.TTL_SECONDS + 5,
+                    what="the dead reporters' load to vanish",
+                )
+            except AssertionError:
+                self.report.violations.append("a dead reporter's interactive load still counts")
         dead = queue_depth(self.dlq)
         if dead:
             self.report.violations.append(f"{dead} messages in the dead-letter queue")
@@ -681,7 +751,7 @@ def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:
 def main(argv: list[str] | None = None) -> int:
     defaults = ChaosConfig()
     parser = argparse.ArgumentParser(description="A seeded chaos run on a local stack; prints the totals.")
-    for name in ("seed", "batches", "requests", "kills", "duplicates", "cancels", "workers"):
+    for name in ("seed", "batches", "requests", "kills", "duplicates", "cancels", "workers", "reporters"):
         parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
     parser.add_argument("--window-seconds", type=float, default=defaults.window_seconds)
     parser.add_argument("--reconcile-seconds", type=float, default=defaults.reconcile_seconds)

@@ -25,6 +25,7 @@ def test_every_batch_ends_fast_with_one_outcome_per_request_whatever_fails(
         window_seconds=40,
         task_crash_rate=0.03,
         throttle_rate=0.05,
+        reporters=2,
         timeout=BUDGET_SECONDS,
     )
     with chaos_stack(tmp_path_factory.mktemp("chaos-logs"), config) as stack:
@@ -35,6 +36,7 @@ def test_every_batch_ends_fast_with_one_outcome_per_request_whatever_fails(
     assert report.kills == replaced == config.kills  # every crashed worker was replaced
     assert report.task_deaths > 0  # workflow tasks died at AWS calls and were retried
     assert report.throttled > 0  # DynamoDB refused calls for throughput, and they were tried again
+    assert report.reporters == 2 and report.reports > 0  # interactive load came and its reporters died
     assert report.statuses["cancelled"] >= 1 and report.lost_attempts >= 0
     assert report.cancel_latency or report.cancel_latency_killed  # measured (the goals are violations)
     assert len(report.final_latency) == config.batches

@@ -1,6 +1,7 @@
 """The operator's plane over HTTP, on a stack of its own (its changes would slow the other
 tests' batches): runtime settings reach the running workers and api processes within 10 s,
-BATCH_ENABLED off and on, a model's cap lowered, set to 0 and restored while a batch runs.
+BATCH_ENABLED off and on, a model's cap lowered, set to 0 and restored while a batch runs,
+and batch work giving way to the interactive load that gateway processes report.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from tests.e2e.conftest import Api, aws_calls_dir, chat, root
 from tests.support import wait_for
 
 PROPAGATION_LIMIT = 10.0  # seconds: the issue's bound on a change reaching every process
+YIELD_LIMIT = 2.0  # seconds: the bound on batch work giving way to reported interactive load
+YIELD_SETTINGS = ("BATCH_YIELD_TO_INTERACTIVE", "BATCH_SHARED_INTERACTIVE_LOAD", "BATCH_INTERACTIVE_RESERVE")
 REFRESH_SECONDS = 5.0  # BATCHGW_RUNTIME_REFRESH_SECONDS: by then every process has read it
 ENV = {
     "BATCH_MODEL_CONCURRENCY": "8",
@@ -43,8 +46,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 def admin(stack: LocalStack) -> Iterator[httpx.Client]:
     client = root(stack, "sk-local-admin")
     yield client
-    for name in ("BATCH_ENABLED", "BATCH_MIN_ROLE"):
+    for name in ("BATCH_ENABLED", "BATCH_MIN_ROLE", *YIELD_SETTINGS):
         client.delete(f"/admin/config/{name}")
+    for report in client.get("/admin/interactive-load").json()["data"]:
+        client.delete(f"/admin/interactive-load/{report['id']}")
     client.patch("/admin/batch/models/sim-chat", json={"max_concurrency": None})
     # Every process has read the defaults again before the next test (the other api process
     # may still hold a test's override for up to one refresh interval).
@@ -255,3 +260,116 @@ def test_summary_eta_and_the_request_log_agree_with_the_batch_and_the_simulator(
     assert {e["route"] for e in log} <= {"primary", "backup"}
     failed = admin.get(f"/admin/batch/jobs/{batch_id}/attempts", params={"status": "400"}).json()["data"]
     assert [e["custom_id"] for e in failed] == ["r80"]
+
+
+def share_of(admin: httpx.Client) -> dict[str, Any]:
+    model = next(m for m in admin.get("/admin/batch/models").json()["data"] if m["id"] == "sim-chat")
+    return dict(model["batch_share"])
+
+
+def test_a_batch_gives_way_to_reported_interactive_load_within_2_seconds_and_takes_it_back(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    batch_id = slow_batch(alice, 400)
+    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to fill the model's cap of 8")
+
+    # A gateway process has 5 interactive requests in flight on sim-chat: 3 slots are left.
+    put = admin.put("/admin/interactive-load/gw-a", json={"models": {"sim-chat": 5}, "ttl_seconds": 60})
+    assert put.status_code == 200, put.text
+    took = seconds_until(lambda: in_flight(sim)[0] <= 3, what="the batch to give 5 slots way", steady=1.0)
+    print(f"batch work gave way to 5 interactive requests after {took:.2f} s")
+    assert took < YIELD_LIMIT
+    assert share_of(admin) == {
+        "slots": 3,
+        "interactive_in_flight": 5,
+        "interactive_reserve": 0,
+        "reason": "yielding",
+    }
+
+    # Two reporters add up; once both are gone the batch takes the whole cap again.
+    admin.put("/admin/interactive-load/gw-b", json={"models": {"sim-chat": 2}, "ttl_seconds": 60})
+    took = seconds_until(lambda: in_flight(sim)[0] <= 1, what="the batch to give 7 slots way", steady=1.0)
+    assert took < YIELD_LIMIT
+    listed = admin.get("/admin/interactive-load").json()
+    assert listed["in_flight"] == {"sim-chat": 7} and [r["id"] for r in listed["data"]] == ["gw-a", "gw-b"]
+    assert admin.delete("/admin/interactive-load/gw-a").status_code == 200
+    assert admin.delete("/admin/interactive-load/gw-b").status_code == 200
+    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to take the whole cap back")
+    assert share_of(admin)["reason"] == "cap"
+    alice.http.post(f"/batches/{batch_id}/cancel")
+
+
+def test_a_report_that_is_not_renewed_stops_counting_when_its_ttl_runs_out(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    batch_id = slow_batch(alice, 400)
+    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to fill the model's cap of 8")
+    admin.put("/admin/interactive-load/gw-dies", json={"models": {"sim-chat": 8}, "ttl_seconds": 3})
+    seconds_until(lambda: in_flight(sim)[0] == 0, what="the batch to give the whole cap way", steady=0.5)
+    # Its reporter died: nobody renews the report, and the batch takes the cap back.
+    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the dead reporter's load to vanish", timeout=20)
+    assert admin.get("/admin/interactive-load").json()["data"] == []
+    alice.http.post(f"/batches/{batch_id}/cancel")
+
+
+def test_the_reserve_keeps_slots_free_and_yield_off_fills_the_cap_whatever_the_load(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    batch_id = slow_batch(alice, 600)
+    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to fill the model's cap of 8")
+
+    assert admin.patch("/admin/config/BATCH_INTERACTIVE_RESERVE", json={"value": 4}).status_code == 200
+    seconds_until(
+        lambda: in_flight(sim)[0] <= 4, what="the reserve to hold", steady=1.0, timeout=PROPAGATION_LIMIT
+    )
+    peak = 0
+    for _ in range(30):  # the batch never holds the last 4 slots
+        peak = max(peak, in_flight(sim)[0])
+        time.sleep(0.05)
+    assert peak <= 4
+    admin.put("/admin/interactive-load/gw-a", json={"models": {"sim-chat": 3}, "ttl_seconds": 60})
+    seconds_until(lambda: in_flight(sim)[0] <= 1, what="the reserve and the load to add up", steady=1.0)
+    assert share_of(admin) == {
+        "slots": 1,
+        "interactive_in_flight": 3,
+        "interactive_reserve": 4,
+        "reason": "yielding",
+    }
+
+    # Yield off: batch work fills the cap whatever the interactive load and the reserve.
+    assert admin.patch("/admin/config/BATCH_YIELD_TO_INTERACTIVE", json={"value": False}).status_code == 200
+    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to fill the cap with yield off", timeout=20)
+    assert share_of(admin) == {
+        "slots": 8,
+        "interactive_in_flight": None,
+        "interactive_reserve": 0,
+        "reason": "yield_off",
+    }
+    alice.http.post(f"/batches/{batch_id}/cancel")
+
+
+def test_interactive_load_reports_are_checked_and_for_administrators_only(
+    stack: LocalStack, admin: httpx.Client
+) -> None:
+    user = root(stack, "sk-local-alice")
+    assert user.put("/admin/interactive-load/gw", json={"models": {"sim-chat": 1}}).status_code == 403
+    assert user.get("/admin/interactive-load").status_code == 403
+    for body, param in [
+        ({"models": {"sim-chat": -1}}, "models.sim-chat"),
+        ({"models": {"sim-chat": 1.5}}, "models.sim-chat"),
+        ({"models": {"sim-chat": True}}, "models.sim-chat"),
+        ({"models": []}, "models"),
+        ({}, "models"),
+        ({"models": {}, "ttl_seconds": 0}, "ttl_seconds"),
+        ({"models": {}, "ttl_seconds": 3601}, "ttl_seconds"),
+        ({"models": {}, "extra": 1}, "models"),
+    ]:
+        resp = admin.put("/admin/interactive-load/gw", json=body)
+        assert resp.status_code == 400, (body, resp.text)
+        assert resp.json()["error"]["param"] == param
+    assert admin.put("/admin/interactive-load/bad%20id", json={"models": {}}).status_code == 400
+    assert admin.delete("/admin/interactive-load/nobody").status_code == 404
+    stored = admin.put("/admin/interactive-load/gw", json={"models": {"sim-chat": 0, "other": 2}})
+    assert stored.status_code == 200
+    body = stored.json()
+    assert body["models"] == {"other": 2} and body["expires_at"] - body["reported_at"] in (10, 11)

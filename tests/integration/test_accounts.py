@@ -62,6 +62,7 @@ ADMIN_BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/admin/config/<name>"): {"value": "free"},
     ("PATCH", "/admin/batch/models/<model_id>"): {"max_concurrency": 0},
     ("PATCH", "/admin/routing/provider-route-batch/<model_id>/<route_id>"): {"batch_allowed": True},
+    ("PUT", "/admin/interactive-load/<reporter_id>"): {"models": {"sim-chat": 8}},
 }
 PATH_VALUES = {
     "user_id": "user-bob",
@@ -69,6 +70,7 @@ PATH_VALUES = {
     "name": "BATCH_MIN_ROLE",
     "model_id": "sim-chat",
     "route_id": "primary",
+    "reporter_id": "gateway-1",
     "batch_id": "batch_00000000000000000000000000",
 }
 # Every admin route the api serves, read from its router: a new one is in this table at once.

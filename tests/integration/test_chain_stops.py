@@ -132,6 +132,12 @@ def model_full(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     return Case(message, [(message.resume_at(0, full=1), 2, 4)])
 
 
+def yielded(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    _, message = prepared(deps, ["hello 0"])
+    deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
+    return Case(message, [(message.resume_at(0, full=1), 2, 4)])
+
+
 def held_elsewhere(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     batch_id, message = prepared(deps, ["hello 0"])
     assert deps.requests.claim(batch_id, 0, "another", clock(), 60).request is not None
@@ -227,6 +233,7 @@ CASES: dict[Why, Setup] = {
     Why.SEGMENT_DEADLINE: segment_deadline,
     Why.MODEL_PAUSED: model_paused,
     Why.MODEL_FULL: model_full,
+    Why.YIELDED: yielded,
     Why.HELD_ELSEWHERE: held_elsewhere,
     Why.LEASE_LOST: lease_lost,
     Why.SUPERSEDED: superseded,

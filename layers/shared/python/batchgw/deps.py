@@ -15,7 +15,7 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
-from batchgw.runtime import LiveConfig
+from batchgw.runtime import BatchShares, LiveConfig
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.aws import LazyClient, get_clients
 from batchgw.storage.batches import BatchStore
@@ -24,6 +24,7 @@ from batchgw.storage.control import ControlStore
 from batchgw.storage.dns import Resolver, resolve
 from batchgw.storage.files import FileStore
 from batchgw.storage.idempotency import IdempotencyStore
+from batchgw.storage.interactive import InteractiveLoadStore
 from batchgw.storage.queue import EventQueue, WorkQueue
 from batchgw.storage.ratelimit import RateLimiter
 from batchgw.storage.requests import RequestStore
@@ -39,6 +40,8 @@ from batchgw.storage.workflow import Workflow
 @dataclass
 class Deps:
     live: LiveConfig  # the settings with administrators' runtime overrides, and model caps
+    shares: BatchShares  # each model's batch share beside the interactive load
+    interactive: InteractiveLoadStore  # the interactive load reports
     catalog: Catalog
     batches: BatchStore
     requests: RequestStore
@@ -76,8 +79,12 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     sfn = LazyClient(lambda: clients.sfn)
     usage = UsageStore(clients.dynamodb, settings.control_table)
     files = FileStore(clients.dynamodb, settings.files_table, usage)
+    live = LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog)
+    interactive = InteractiveLoadStore(clients.dynamodb, settings.control_table)
     return Deps(
-        live=LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog),
+        live=live,
+        shares=BatchShares(live, interactive, clock),
+        interactive=interactive,
         catalog=catalog,
         batches=BatchStore(clients.dynamodb, settings.batches_table, usage, files),
         requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),

@@ -30,8 +30,10 @@ from batchgw.config.settings import (
     with_overrides,
 )
 from batchgw.domain.errors import BadRequest, NotFound, StorageError
+from batchgw.domain.interactive import BatchShare, InteractiveLoad, LoadReport, batch_share
 from batchgw.domain.runtime import Overrides
 from batchgw.observability import logger
+from batchgw.storage.interactive import InteractiveLoadStore
 from batchgw.storage.runtime import RuntimeStore
 
 # Where a model's cap comes from (``GET /admin/batch/models``).
@@ -227,3 +229,68 @@ class LiveConfig:
         self._store.set_cap(model, cap, by=by, now=now)
         self.refresh(force=True)
         logger.info("model cap set", extra={"model": model, "cap": cap, "by": by})
+
+
+# How old the interactive load a worker goes by may be: one Query of the reports a second
+# at most, per process.
+INTERACTIVE_LOAD_MAX_AGE_SECONDS = 1.0
+
+
+class BatchShares:
+    """Each model's batch share now (``domain.interactive.batch_share``): its cap, less the
+    interactive requests in flight that the reports say (read at most once a second), less
+    the reserve. While the reports cannot be read, the load is unknown (no new batch request
+    starts while the shared load counts) until a read succeeds again."""
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        store: InteractiveLoadStore,
+        clock: Callable[[], float],
+        *,
+        max_age: float = INTERACTIVE_LOAD_MAX_AGE_SECONDS,
+    ) -> None:
+        self._live = live
+        self._store = store
+        self._clock = clock
+        self._max_age = max_age
+        self._load: InteractiveLoad | None = None
+        self._read_at = -math.inf
+        self._reports: list[LoadReport] = []
+
+    def share(self, model: str) -> BatchShare:
+        settings = self._live.settings
+        cap = self._live.model_cap(model)[0]
+        load = self.load() if settings.batch_yield_to_interactive else None
+        return batch_share(
+            model,
+            cap,
+            load,
+            yield_on=settings.batch_yield_to_interactive,
+            shared_on=settings.batch_shared_interactive_load,
+            reserve=settings.batch_interactive_reserve,
+        )
+
+    def load(self) -> InteractiveLoad | None:
+        """The summed live reports, at most ``max_age`` old; None while unreadable."""
+        now = self._clock()
+        if not now - self._read_at < self._max_age:
+            self._read_at = now
+            try:
+                self._reports = self._store.reports()
+            except StorageError:
+                if self._load is not None:
+                    logger.warning("interactive load unreadable: no new batch request starts", exc_info=True)
+                self._load = None
+                return None
+            self._load = InteractiveLoad.of(self._reports, now)
+        return self._load
+
+    def forget(self) -> None:
+        """Read the reports again at the next ``load`` (this process just changed one)."""
+        self._read_at = -math.inf
+
+    def reports(self) -> list[LoadReport]:
+        """The reports as last read (live or not)."""
+        self.load()
+        return list(self._reports)

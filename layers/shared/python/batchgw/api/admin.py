@@ -6,7 +6,8 @@ Routes: ``GET /admin/config``, ``PATCH|DELETE /admin/config/{NAME}``,
 ``GET /admin/routing/provider-routes``,
 ``PATCH /admin/routing/provider-route-batch/{model_id}/{route_id}``,
 ``GET /admin/batch/jobs`` (every user's batches), ``GET /admin/batch/summary``,
-``GET /admin/batch/jobs/{batch_id}/attempts`` (the request log). A change is stored
+``GET /admin/batch/jobs/{batch_id}/attempts`` (the request log); the interactive load
+reports are ``api.interactive``'s. A change is stored
 in the control table and applies in this process at once, in every other within
 ``BATCHGW_RUNTIME_REFRESH_SECONDS`` (see ``batchgw.runtime``).
 """
@@ -91,6 +92,7 @@ def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, A
         paused = {"reason": "max_concurrency_zero", "until": None}
     elif slots.paused_until > now:
         paused = {"reason": "upstream_unavailable", "until": int(slots.paused_until)}
+    share = deps.shares.share(model)
     return {
         "id": model,
         "object": "batch.model",
@@ -100,6 +102,13 @@ def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, A
         "running": running,
         "queued": max(0, queued.get(model, 0) - running),
         "paused": paused,
+        # What batch work may use of the cap now, beside interactive traffic.
+        "batch_share": {
+            "slots": share.slots,
+            "interactive_in_flight": share.interactive,
+            "interactive_reserve": share.reserve,
+            "reason": share.why.value,
+        },
     }
 
 

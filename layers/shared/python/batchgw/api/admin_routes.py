@@ -15,7 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
-from batchgw.api import accounts, admin
+from batchgw.api import accounts, admin, interactive
 from batchgw.api.http import caller, json_body, json_response, params
 from batchgw.deps import Deps
 
@@ -90,6 +90,18 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     @app.patch("/admin/batch/models/<model_id>")
     def set_model(model_id: str) -> Response[Any]:
         return json_response(200, admin.set_model(*call(), model_id, json_body(app)))
+
+    @app.put("/admin/interactive-load/<reporter_id>")
+    def report_interactive_load(reporter_id: str) -> Response[Any]:
+        return json_response(200, interactive.report(*call(), reporter_id, json_body(app)))
+
+    @app.delete("/admin/interactive-load/<reporter_id>")
+    def remove_interactive_load(reporter_id: str) -> Response[Any]:
+        return json_response(200, interactive.remove(*call(), reporter_id))
+
+    @app.get("/admin/interactive-load")
+    def list_interactive_load() -> Response[Any]:
+        return json_response(200, interactive.list_reports(*call()))
 
     @app.get("/admin/routing/provider-routes")
     def list_routes() -> Response[Any]:

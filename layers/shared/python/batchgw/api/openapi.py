@@ -23,6 +23,7 @@ from batchgw.api import admin_routes, http
 from batchgw.config.catalog import ENDPOINTS
 from batchgw.deps import get_deps
 from batchgw.domain import codec
+from batchgw.domain.interactive import MAX_IN_FLIGHT, MAX_REPORT_MODELS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from batchgw.domain.states import BatchStatus
 
 ERROR = {
@@ -222,6 +223,17 @@ BODIES.update(
         ("patch", "/admin/config/{name}"): _object({"value": {}}, ("value",)),
         ("patch", "/admin/batch/models/{model_id}"): _object(
             {"max_concurrency": {"type": ["integer", "null"], "minimum": 0}}, ("max_concurrency",)
+        ),
+        ("put", "/admin/interactive-load/{reporter_id}"): _object(
+            {
+                "models": {
+                    "type": "object",
+                    "maxProperties": MAX_REPORT_MODELS,
+                    "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_IN_FLIGHT},
+                },
+                "ttl_seconds": {"type": "number", "minimum": MIN_TTL_SECONDS, "maximum": MAX_TTL_SECONDS},
+            },
+            ("models",),
         ),
         ("patch", "/admin/routing/provider-route-batch/{model_id}/{route_id}"): _object(
             {"batch_allowed": {"type": ["boolean", "null"]}}, ("batch_allowed",)

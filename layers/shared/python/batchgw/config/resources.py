@@ -220,6 +220,8 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "runtime": access(read=tuple(f for f in _ALL if f != ADMIN), write=(ADMIN,)),
     # storage.idempotency: the api claims keys; a batch's end or deletion keeps them
     "idem#*": access(write=(API, ADMIN, LIFECYCLE)),
+    # storage.interactive: interactive load reports, read by the worker to give way
+    "interactive": access(read=(WORKER,), write=(ADMIN,)),
     # storage.slots: model and per-user concurrency leases, shown to administrators
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
     "uslots#*": access(write=(WORKER,)),

@@ -63,6 +63,35 @@ class Settings(BaseModel):
             "pauses batch work on those models"
         ),
     )
+    # Batch work gives way to interactive traffic on the same model (``domain.interactive``).
+    batch_yield_to_interactive: bool = Field(
+        True,
+        alias="BATCH_YIELD_TO_INTERACTIVE",
+        description=(
+            "Interactive requests in flight on a model take batch slots from its cap. Off: batch work fills "
+            "the cap whatever the interactive load, and BATCH_SHARED_INTERACTIVE_LOAD and "
+            "BATCH_INTERACTIVE_RESERVE have no effect"
+        ),
+    )
+    batch_shared_interactive_load: bool = Field(
+        True,
+        alias="BATCH_SHARED_INTERACTIVE_LOAD",
+        description=(
+            "Yield to the interactive requests every gateway process reports, not only this deployment's "
+            "own. While the reports cannot be read, no new batch request starts; running ones continue. "
+            "Applies only while BATCH_YIELD_TO_INTERACTIVE is on"
+        ),
+    )
+    batch_interactive_reserve: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        alias="BATCH_INTERACTIVE_RESERVE",
+        description=(
+            "Slots of every model's batch cap kept free for interactive requests, on top of those in "
+            "flight. Applies only while BATCH_YIELD_TO_INTERACTIVE is on"
+        ),
+    )
     batch_max_requests: int = Field(
         50_000, ge=1, alias="BATCH_MAX_REQUESTS", description="Requests one batch may hold"
     )

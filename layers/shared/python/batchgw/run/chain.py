@@ -89,6 +89,7 @@ class Why(StrEnum):
     SEGMENT_DEADLINE = "segment deadline"  # this invocation's time is nearly up
     MODEL_PAUSED = "model paused"  # the chain resumes after the model's pause
     MODEL_FULL = "model full"  # no slot: the chain asks again later
+    YIELDED = "yielded to interactive"  # interactive traffic takes the model's free slots
     HELD_ELSEWHERE = "held by another worker"  # come back when its lease ends
     LEASE_LOST = "lease lost"  # another worker took the request over while it ran
     SUPERSEDED = "superseded"  # a newer generation of chains runs the batch
@@ -347,10 +348,12 @@ class ChainRun:
         model = self.batch.models[0]
         state = await io(self.deps.slots.read, model)
         paused_until = max(state.paused_until, self.deps.health.paused_until(model))
-        if state.running(now) < self.deps.live.model_cap(model)[0] and paused_until <= now:
+        share = await io(self.deps.shares.share, model)
+        if state.running(now) < share.slots and paused_until <= now:
             return None
-        why = Why.MODEL_PAUSED if paused_until > now else Why.MODEL_FULL
-        return Stopped(why, self._full_wait(paused_until - now))
+        if paused_until > now:
+            return Stopped(Why.MODEL_PAUSED, self._full_wait(paused_until - now))
+        return Stopped(Why.YIELDED if share.yielding else Why.MODEL_FULL, self._full_wait())
 
     def _full_wait(self, paused_for: float = 0.0) -> float:
         """How long this chain waits, having found its model full once more (or paused for
@@ -531,7 +534,10 @@ class ChainRun:
         wait = self._full_wait(0.0 if grant.paused_until is None else grant.paused_until - now)
         if from_heap:
             heapq.heappush(self.retries, (now + wait, target))
-        return Stopped(Why.MODEL_FULL if grant.paused_until is None else Why.MODEL_PAUSED, wait)
+        if grant.paused_until is not None:
+            return Stopped(Why.MODEL_PAUSED, wait)
+        yielded = (await io(self.deps.shares.share, held.model)).yielding
+        return Stopped(Why.YIELDED if yielded else Why.MODEL_FULL, wait)
 
     async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> Stopped | None:
         """Check the batch's key and owner again (``run.owner``): None to run ``held``. Else

@@ -23,8 +23,9 @@ class SlotHolder:
     async def hold(self, model: str) -> SlotGrant:
         """Hold a slot of ``model``: the one held (renewed when half its lease is gone), or a
         new one, letting go of another model's. Not granted while the model is full or paused.
-        When an administrator lowered the model's cap, the slot held is given back and asked
-        for again, so the new cap holds once the requests running now end."""
+        When its batch share shrank (an administrator lowered the cap, or interactive traffic
+        takes more of it), the slot held is given back and asked for again, so the new share
+        holds once the requests running now end."""
         deps = self._deps
         lease = deps.settings.batch_lease_seconds
         now = deps.clock()
@@ -32,9 +33,10 @@ class SlotHolder:
         if paused_until > now:
             await self.release()
             return SlotGrant(False, paused_until=paused_until)
-        cap = deps.live.model_cap(model)[0]
+        # Its cap less what interactive traffic takes of it now (``domain.interactive``).
+        cap = deps.shares.share(model).slots
         if self.model == model and cap < self._cap:
-            await self.release()  # its cap was lowered: ask again, against the new cap
+            await self.release()  # its share shrank: ask again, against the new one
         if self.model == model:
             self._cap = cap
             if self._until - now > lease / 2:
@@ -67,6 +69,8 @@ class SlotHolder:
         if await renewal(deps.slots.renew, model, self.token, now=now, lease_seconds=lease):
             self._until = now + lease
             return True
+        # A request already running goes on while the model's whole cap allows it, whatever
+        # interactive traffic takes of it: only new batch requests give way.
         cap = deps.live.model_cap(model)[0]
         grant = await renewal(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
         if grant.granted:

@@ -1,0 +1,115 @@
+"""How much of a model's batch cap batch work may use beside interactive traffic.
+
+The interactive side of a gateway (another service, or any process that serves models
+directly) reports how many interactive requests each of its processes has in flight on
+each model: absolute counts, each report expiring on its own, so that a reporter that
+dies takes its load with it (``storage.interactive``). The worker sums the live reports
+and gives way: a model's batch slots are its cap less the interactive requests in flight
+and less ``BATCH_INTERACTIVE_RESERVE``, never below 0 (``batch_share``).
+
+Pure: no AWS, no clock of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+# A reporter's id: the process (or service) whose in-flight requests its report counts.
+REPORTER_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_REPORT_MODELS = 500  # models in one report
+MAX_IN_FLIGHT = 1_000_000  # interactive requests one report may count on a model
+MIN_TTL_SECONDS = 1
+MAX_TTL_SECONDS = 3600
+DEFAULT_TTL_SECONDS = 10
+# Where a report comes from: any gateway process (counted while BATCH_SHARED_INTERACTIVE_LOAD
+# is on), or this deployment's own interactive routes (counted whatever that setting says).
+SHARED, OWN = "shared", "own"
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """One reporter's interactive requests in flight, by model, until ``expires_at``."""
+
+    reporter: str
+    models: Mapping[str, int]
+    expires_at: float
+    reported_at: float
+    source: str = SHARED
+
+    def live(self, now: float) -> bool:
+        return self.expires_at > now
+
+
+@dataclass(frozen=True)
+class InteractiveLoad:
+    """The summed live reports: in flight per model, from every reporter and from this
+    deployment's own routes alone."""
+
+    shared: Mapping[str, int] = field(default_factory=dict)
+    own: Mapping[str, int] = field(default_factory=dict)
+    reporters: int = 0
+
+    @classmethod
+    def of(cls, reports: Iterable[LoadReport], now: float) -> InteractiveLoad:
+        shared: dict[str, int] = {}
+        own: dict[str, int] = {}
+        count = 0
+        for report in reports:
+            if not report.live(now):
+                continue  # its reporter stopped reporting: its load is gone
+            count += 1
+            for model, n in report.models.items():
+                shared[model] = shared.get(model, 0) + n
+                if report.source == OWN:
+                    own[model] = own.get(model, 0) + n
+        return cls(shared, own, count)
+
+
+class ShareWhy(StrEnum):
+    """Why a model's batch share is what it is (``GET /admin/batch/models``)."""
+
+    CAP = "cap"  # nothing interactive in the way: the whole cap
+    YIELD_OFF = "yield_off"  # BATCH_YIELD_TO_INTERACTIVE off: the whole cap, whatever runs
+    YIELDING = "yielding"  # interactive requests in flight, or the reserve, take part of it
+    LOAD_UNKNOWN = "interactive_load_unknown"  # the shared reports cannot be read: nothing new
+
+
+@dataclass(frozen=True)
+class BatchShare:
+    slots: int  # batch requests the model may run now, across the deployment
+    cap: int  # its batch cap (an administrator's, the models config's, or the default)
+    interactive: int | None  # interactive requests in flight counted against it (None: unknown)
+    reserve: int  # slots kept free for interactive requests on top
+    why: ShareWhy
+
+    @property
+    def yielding(self) -> bool:
+        """Whether interactive traffic (in flight, reserved or unknown) takes part of the cap."""
+        return self.slots < self.cap and self.why in (ShareWhy.YIELDING, ShareWhy.LOAD_UNKNOWN)
+
+
+def batch_share(
+    model: str,
+    cap: int,
+    load: InteractiveLoad | None,
+    *,
+    yield_on: bool,
+    shared_on: bool,
+    reserve: int,
+) -> BatchShare:
+    """The batch slots ``model`` has now: its cap less the interactive requests in flight on
+    it (every reporter's, or with ``shared_on`` off this deployment's own) less ``reserve``,
+    never below 0. ``load`` None: the reports could not be read, which stops new batch
+    requests while the shared load counts (fail closed) and counts as none otherwise."""
+    if not yield_on:
+        return BatchShare(cap, cap, None, 0, ShareWhy.YIELD_OFF)
+    if load is None:
+        if shared_on:
+            return BatchShare(0, cap, None, reserve, ShareWhy.LOAD_UNKNOWN)
+        load = InteractiveLoad()
+    interactive = (load.shared if shared_on else load.own).get(model, 0)
+    slots = max(0, cap - interactive - reserve)
+    return BatchShare(slots, cap, interactive, reserve, ShareWhy.CAP if slots == cap else ShareWhy.YIELDING)

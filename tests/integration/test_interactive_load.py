@@ -1,0 +1,166 @@
+"""Interactive load reports in the control table and the worker's view of them (moto): a
+report counts until it expires, reports written straight to the table by another service
+count alike (and a badly written one counts for nothing rather than stopping the worker),
+the worker reads them at most once a second, starts nothing new while they cannot be read,
+and lets a running request go on."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from batchgw.deps import Deps
+from batchgw.domain.errors import StorageError
+from batchgw.domain.interactive import ShareWhy
+from batchgw.run.slot import SlotHolder
+from batchgw.storage.aws import get_clients
+
+from local.simulator import Simulator
+from tests.integration.conftest import make_deps
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+SETTINGS = {"BATCH_MODEL_CONCURRENCY": "4"}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def deps(sim: Simulator, clock: FakeClock) -> Deps:
+    return make_deps(sim, clock, **SETTINGS)
+
+
+def put_raw(deps: Deps, item: dict[str, Any]) -> None:
+    """What another AWS service writes, as the README shows."""
+    get_clients().dynamodb.put_item(TableName=deps.settings.control_table, Item=item)
+
+
+def unreadable(monkeypatch: pytest.MonkeyPatch, deps: Deps) -> None:
+    def refuse() -> Any:
+        raise StorageError("could not query the control table")
+
+    monkeypatch.setattr(deps.interactive, "reports", refuse)
+
+
+def test_a_report_counts_until_it_expires_and_replaces_its_reporters_last(
+    deps: Deps, clock: FakeClock
+) -> None:
+    deps.interactive.report("gw-1", {"sim-chat": 3}, now=clock(), ttl_seconds=10)
+    deps.interactive.report("gw-1", {"sim-chat": 1, "sim-embed": 2}, now=clock(), ttl_seconds=10)
+    deps.interactive.report("gw-2", {"sim-chat": 2}, now=clock(), ttl_seconds=30)
+    assert deps.shares.share("sim-chat").slots == 4 - 3
+    clock.advance(11)  # gw-1 stopped reporting
+    assert deps.shares.share("sim-chat").slots == 4 - 2
+    assert deps.shares.share("sim-embed").why is ShareWhy.CAP
+    assert deps.interactive.remove("gw-2") and not deps.interactive.remove("gw-2")
+    clock.advance(1)
+    assert deps.shares.share("sim-chat").slots == 4
+
+
+def test_a_report_another_service_puts_straight_into_the_table_counts(deps: Deps, clock: FakeClock) -> None:
+    put_raw(
+        deps,
+        {
+            "pk": {"S": "interactive"},
+            "sk": {"S": "ecs-task-7"},
+            "models": {"M": {"sim-chat": {"N": "3"}}},
+            "expires_at": {"N": str(clock() + 10)},
+        },
+    )
+    share = deps.shares.share("sim-chat")
+    assert (share.slots, share.interactive, share.why) == (1, 3, ShareWhy.YIELDING)
+
+
+def test_a_badly_written_report_counts_for_nothing_and_stops_nobody(deps: Deps, clock: FakeClock) -> None:
+    later = {"N": str(clock() + 10)}
+    put_raw(
+        deps,
+        {"pk": {"S": "interactive"}, "sk": {"S": "a"}, "models": {"S": "sim-chat=3"}, "expires_at": later},
+    )
+    put_raw(
+        deps,
+        {
+            "pk": {"S": "interactive"},
+            "sk": {"S": "b"},
+            "models": {"M": {"sim-chat": {"S": "3"}, "sim-embed": {"N": "-2"}}},
+            "expires_at": later,
+        },
+    )
+    put_raw(deps, {"pk": {"S": "interactive"}, "sk": {"S": "c"}, "models": {"M": {"sim-chat": {"N": "2"}}}})
+    put_raw(
+        deps,
+        {
+            "pk": {"S": "interactive"},
+            "sk": {"S": "d"},
+            "models": {"M": {"sim-chat": {"N": "1"}}},
+            "expires_at": {"S": "soon"},
+        },
+    )
+    assert deps.shares.share("sim-chat").slots == 4
+    assert deps.shares.share("sim-embed").slots == 4
+
+
+def test_the_worker_reads_the_reports_at_most_once_a_second(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = 0
+    real = deps.interactive.reports
+
+    def counted() -> Any:
+        nonlocal reads
+        reads += 1
+        return real()
+
+    monkeypatch.setattr(deps.interactive, "reports", counted)
+    assert deps.shares.share("sim-chat").slots == 4
+    deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=10)
+    for _ in range(50):
+        assert deps.shares.share("sim-chat").slots == 4  # what it read less than a second ago
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").slots == 2
+    assert reads == 2
+
+
+def test_while_the_reports_cannot_be_read_nothing_new_starts_and_a_running_request_goes_on(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = SlotHolder(deps)
+    assert asyncio.run(holder.hold("sim-chat")).granted  # a request runs
+    unreadable(monkeypatch, deps)
+    clock.advance(1.0)
+    share = deps.shares.share("sim-chat")
+    assert (share.slots, share.why, share.yielding) == (0, ShareWhy.LOAD_UNKNOWN, True)
+    assert not asyncio.run(SlotHolder(deps).hold("sim-chat")).granted  # nothing new starts
+    # The running request's slot lapses and is purged while the table is unreadable: it is
+    # taken again against the whole cap, so the call goes on.
+    deps.slots.release("sim-chat", holder.token)
+    assert asyncio.run(holder.keep())
+    # Its chain's next request is a new one: it gives the slot back and waits.
+    assert not asyncio.run(holder.hold("sim-chat")).granted
+    assert deps.slots.read("sim-chat").running(clock()) == 0
+
+
+def test_without_the_shared_load_an_unreadable_table_stops_nothing(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        deps.live, "settings", deps.settings.model_copy(update={"batch_shared_interactive_load": False})
+    )
+    unreadable(monkeypatch, deps)
+    assert deps.shares.share("sim-chat").slots == 4
+    assert asyncio.run(SlotHolder(deps).hold("sim-chat")).granted
+
+
+def test_a_chain_holding_a_slot_gives_it_back_when_the_share_shrinks(deps: Deps, clock: FakeClock) -> None:
+    holders = [SlotHolder(deps) for _ in range(4)]
+    assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
+    deps.interactive.report("gw", {"sim-chat": 3}, now=clock(), ttl_seconds=60)
+    clock.advance(1.0)
+    kept = [asyncio.run(h.hold("sim-chat")).granted for h in holders]  # each chain's next request
+    assert kept.count(True) == 1
+    assert deps.slots.read("sim-chat").running(clock()) == 1

@@ -1,0 +1,83 @@
+"""A model's batch share beside interactive traffic (``domain.interactive``): the cap less
+the interactive requests in flight less the reserve, never below 0; fail closed while the
+shared reports are unreadable; the whole cap with yield off."""
+
+from __future__ import annotations
+
+import pytest
+from batchgw.domain.interactive import (
+    OWN,
+    SHARED,
+    BatchShare,
+    InteractiveLoad,
+    LoadReport,
+    ShareWhy,
+    batch_share,
+)
+
+NOW = 1_800_000_000.0
+
+
+def load(**in_flight: int) -> InteractiveLoad:
+    return InteractiveLoad.of([LoadReport("gw", in_flight, NOW + 10, NOW)], NOW)
+
+
+def share(
+    cap: int,
+    loaded: InteractiveLoad | None,
+    *,
+    yield_on: bool = True,
+    shared_on: bool = True,
+    reserve: int = 0,
+) -> BatchShare:
+    return batch_share("m", cap, loaded, yield_on=yield_on, shared_on=shared_on, reserve=reserve)
+
+
+def test_nothing_interactive_leaves_the_whole_cap() -> None:
+    assert share(8, InteractiveLoad()) == BatchShare(8, 8, 0, 0, ShareWhy.CAP)
+    assert share(8, load(other=5)) == BatchShare(8, 8, 0, 0, ShareWhy.CAP)
+
+
+@pytest.mark.parametrize(
+    ("cap", "in_flight", "reserve", "slots"),
+    [(8, 3, 0, 5), (8, 3, 4, 1), (8, 8, 0, 0), (8, 20, 0, 0), (8, 0, 4, 4), (8, 0, 9, 0), (0, 2, 1, 0)],
+)
+def test_interactive_requests_and_the_reserve_take_slots_never_below_zero(
+    cap: int, in_flight: int, reserve: int, slots: int
+) -> None:
+    got = share(cap, load(m=in_flight), reserve=reserve)
+    assert got.slots == slots and got.interactive == in_flight and got.reserve == reserve
+    assert got.why is (ShareWhy.CAP if slots == cap else ShareWhy.YIELDING)
+    assert got.yielding == (slots < cap)
+
+
+def test_yield_off_fills_the_cap_whatever_the_load_the_reserve_or_an_unreadable_table() -> None:
+    for loaded in (load(m=6), None):
+        assert share(8, loaded, yield_on=False, reserve=4) == BatchShare(8, 8, None, 0, ShareWhy.YIELD_OFF)
+
+
+def test_unreadable_shared_load_starts_nothing_new() -> None:
+    got = share(8, None, reserve=2)
+    assert got == BatchShare(0, 8, None, 2, ShareWhy.LOAD_UNKNOWN) and got.yielding
+
+
+def test_without_the_shared_load_only_the_deployments_own_counts_and_unreadable_counts_as_none() -> None:
+    reports = [
+        LoadReport("other-gateway", {"m": 5}, NOW + 10, NOW, SHARED),
+        LoadReport("own-route", {"m": 2}, NOW + 10, NOW, OWN),
+    ]
+    both = InteractiveLoad.of(reports, NOW)
+    assert share(8, both).slots == 1
+    assert share(8, both, shared_on=False).slots == 6
+    assert share(8, None, shared_on=False, reserve=1) == BatchShare(7, 8, 0, 1, ShareWhy.YIELDING)
+
+
+def test_reports_add_up_and_an_expired_one_counts_for_nothing() -> None:
+    reports = [
+        LoadReport("a", {"m": 2, "n": 1}, NOW + 5, NOW),
+        LoadReport("b", {"m": 3}, NOW + 1, NOW),
+        LoadReport("dead", {"m": 50}, NOW, NOW - 10),  # expired now: its reporter died
+    ]
+    summed = InteractiveLoad.of(reports, NOW)
+    assert dict(summed.shared) == {"m": 5, "n": 1} and summed.reporters == 2
+    assert dict(InteractiveLoad.of(reports, NOW + 2).shared) == {"m": 2, "n": 1}
