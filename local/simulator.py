@@ -33,6 +33,17 @@ Endpoints (POST, JSON)
     ``POST /_sim/reset`` zeroes the request counts and attempt counters, and sets
     ``max_in_flight`` to what is in flight now (``in_flight`` itself stays true).
 
+Capacity (``local.sim_capacity``)
+    Each model serves a limited number of sequences at once when told to (``--capacity N``,
+    ``BATCHGW_SIM_CAPACITY``, or ``POST /_sim/capacity`` ``{"sim-chat": 16}``; 0 or null:
+    no limit, the default): the rest wait in its queue, first come first served, so their
+    latency grows with the load. ``/_sim/stats`` adds ``"queues": {MODEL: {"capacity",
+    "running", "waiting"}}`` and ``"latency": {MODEL: {"interactive"|"batch": {"count",
+    "p50_ms", "p90_ms", "p99_ms"}}}`` of the recent requests, arrival to answer (a request
+    with ``x-batchgw-source: batch`` is the batch worker's, any other interactive). ``GET
+    /metrics`` answers vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``
+    gauges per ``model_name``.
+
 Answers without directives are deterministic: the text ``"echo: "`` followed by the
 last user message's text (content parts joined by a space). Usage counts
 whitespace-separated words, at least 1: input over every text of the request
@@ -112,6 +123,8 @@ from socketserver import TCPServer
 from types import TracebackType
 from typing import Any, Self
 
+from local.sim_capacity import Capacity, Latencies, prometheus, source_of
+
 DEFAULT_PORT = 8081
 DEFAULT_BACKUP_PORT = 8083
 PRIMARY, BACKUP = "primary", "backup"  # the listeners, named as the routes that reach them
@@ -124,6 +137,7 @@ HANG_POLL_SECONDS = 0.2
 TRICKLE_PIECE_BYTES = 16
 CHUNK_BYTES = 64 * 1024
 STOP_POLL_SECONDS = 0.05  # how soon stop() is noticed by the accept loop
+PROMETHEUS_TEXT = "text/plain; version=0.0.4"
 
 
 class Endpoint(StrEnum):
@@ -837,9 +851,11 @@ class SimulatorCore:
     without an answer (a hang that ended, or a server stopping mid-wait).
     """
 
-    def __init__(self, latency_ms: float = 0.0) -> None:
+    def __init__(self, latency_ms: float = 0.0, capacity: int = 0) -> None:
         self.latency_ms = latency_ms
         self.stats = Stats(MODELS)
+        self.capacity = Capacity(MODELS, capacity)
+        self.latencies = Latencies(MODELS)
         self.attempts = Attempts()
         self.stopping = threading.Event()
         # Set by ``Simulator`` when it has a backup listener: open (True) or close it.
@@ -848,6 +864,14 @@ class SimulatorCore:
     def reset(self) -> None:
         self.stats.reset()
         self.attempts.clear()
+        self.latencies.clear()
+
+    def snapshot(self) -> JsonObject:
+        """``/_sim/stats``: the counts, and per model its queue and latencies by source."""
+        shown = self.stats.snapshot()
+        shown["queues"] = self.capacity.snapshot()
+        shown["latency"] = {model: self.latencies.snapshot(model) for model in MODELS}
+        return shown
 
     def handle(
         self,
@@ -864,7 +888,11 @@ class SimulatorCore:
         if path == "/healthz":
             return _json_reply(200, {"status": "ok"})
         if path == "/_sim/stats":
-            return _json_reply(200, self.stats.snapshot())
+            return _json_reply(200, self.snapshot())
+        if path == "/metrics":
+            return Reply(200, prometheus(self.capacity.snapshot()), content_type=PROMETHEUS_TEXT)
+        if path == "/_sim/capacity":
+            return self._set_capacity(method, raw)
         if path == "/_sim/reset":
             if method != "POST":
                 return error_reply(405, "use POST /_sim/reset")
@@ -896,18 +924,44 @@ class SimulatorCore:
                 type_="not_found_error",
                 code="model_not_found",
             )
+        arrived = self.latencies.clock()
         tracked = ExitStack()
         tracked.enter_context(self.stats.track(model, _tag_of(body), route))
         try:
-            reply = self._model_request(endpoint, model, body, headers, client_gone)
+            if not self.capacity.admit(model, lambda: self.stopping.is_set() or client_gone()):
+                tracked.close()
+                return None  # it waited in the queue until its client (or the server) gave up
+            try:
+                reply = self._model_request(endpoint, model, body, headers, client_gone)
+            finally:
+                self.capacity.release(model)
         except BaseException:
             tracked.close()
             raise
+        if reply is not None:
+            self.latencies.add(model, source_of(headers), self.latencies.clock() - arrived)
         if reply is None or not reply.trickle_ms:
             tracked.close()
             return reply
         # A trickled answer stays in flight until its last piece is written (``sent``).
         return replace(reply, sent=tracked.close)
+
+    def _set_capacity(self, method: str, raw: bytes) -> Reply:
+        """``GET``: each model's sequences at once (0: no limit); ``POST {"sim-chat": 16}``
+        sets them (``null`` or 0 lifts a limit)."""
+        if method == "POST":
+            try:
+                limits = json.loads(raw or b"{}")
+            except ValueError:
+                limits = None
+            if not isinstance(limits, dict) or not all(
+                model in MODELS and (n is None or (type(n) is int and n >= 0)) for model, n in limits.items()
+            ):
+                return error_reply(400, 'send {"<model>": <sequences at once, 0 or null for no limit>, ...}')
+            self.capacity.set_limits({model: n or 0 for model, n in limits.items()})
+        elif method != "GET":
+            return error_reply(405, "use GET or POST /_sim/capacity")
+        return _json_reply(200, {"models": self.capacity.limits()})
 
     def _switch_backup(self, method: str, raw: bytes) -> Reply:
         if method != "POST":
@@ -1178,9 +1232,10 @@ class Simulator:
         host: str = DEFAULT_HOST,
         latency_ms: float = 0.0,
         backup_port: int | None = None,
+        capacity: int = 0,
     ) -> None:
         self.host = host
-        self.core = SimulatorCore(latency_ms=latency_ms)
+        self.core = SimulatorCore(latency_ms=latency_ms, capacity=capacity)
         self._requested_port = port
         self._requested_backup = backup_port
         self._server: _Server | None = None
@@ -1253,7 +1308,7 @@ class Simulator:
         self._thread = None
 
     def stats(self) -> JsonObject:
-        return self.core.stats.snapshot()
+        return self.core.snapshot()
 
     def reset(self) -> None:
         self.core.reset()
@@ -1298,6 +1353,12 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] = os.en
         default=float(environ.get("BATCHGW_SIM_LATENCY_MS") or 0),
         help="base latency of every model request (env BATCHGW_SIM_LATENCY_MS, default 0)",
     )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        default=int(environ.get("BATCHGW_SIM_CAPACITY") or 0),
+        help="sequences a model serves at once, the rest queue (env BATCHGW_SIM_CAPACITY, default 0: none)",
+    )
     return parser.parse_args(argv)
 
 
@@ -1307,7 +1368,11 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: done.set())
     simulator = Simulator(
-        args.port, host=args.host, latency_ms=args.latency_ms, backup_port=args.backup_port
+        args.port,
+        host=args.host,
+        latency_ms=args.latency_ms,
+        backup_port=args.backup_port,
+        capacity=args.capacity,
     ).start()
     print(
         f"simulator listening on {simulator.url}, backup route on port {simulator.backup_port} "

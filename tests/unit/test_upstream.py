@@ -352,3 +352,14 @@ def test_a_401_with_an_unchanged_key_is_not_called_again_and_is_reported_generic
     assert outcome.kind == "failed" and outcome.status_code == 401 and outcome.error is not None
     assert outcome.error["message"] == REFUSED_CREDENTIALS
     assert len(sent) == 1 and vault.reads == 2  # read once more on the 401: same key, no call
+
+
+def test_batch_requests_say_they_are_batch_work_to_the_gateways_own_servers_only() -> None:
+    from batchgw.run.upstream import SOURCE_HEADER, _headers
+
+    own = Route(protocol="openai", base_url="http://10.0.0.5:8000/v1", deployment_type="self_hosted")
+    local = Route(protocol="anthropic", base_url="http://127.0.0.1:8081/v1")
+    provider = Route(protocol="openai", base_url="https://api.openai.com/v1", deployment_type="provider_api")
+    assert _headers(own, "k", None)[SOURCE_HEADER] == "batch"
+    assert _headers(local, "k", None)[SOURCE_HEADER] == "batch"
+    assert SOURCE_HEADER not in _headers(provider, "k", None)

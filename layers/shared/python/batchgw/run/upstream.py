@@ -167,8 +167,15 @@ class RouteKeys:
 KEYS = RouteKeys()
 
 
+# Sent to the gateway's own servers only (never to a provider): the request is batch work,
+# which a server may schedule behind interactive requests and measures apart (the simulator does).
+SOURCE_HEADER = "x-batchgw-source"
+
+
 def _headers(route: Route, key: str | None, anthropic_version: str | None) -> dict[str, str]:
     headers = {"content-type": "application/json"}
+    if route.local:
+        headers[SOURCE_HEADER] = "batch"
     if route.protocol == "anthropic":
         headers["anthropic-version"] = anthropic_version or "2023-06-01"
         if key:

@@ -1,0 +1,155 @@
+"""The simulator's model of a real inference server's capacity, and what it measures.
+
+A served model runs a fixed number of sequences at once (vLLM's ``max_num_seqs``, say):
+past that, a request waits in the server's queue, first come first served, and its
+latency is its wait plus its own time. ``Capacity`` keeps that queue per model (no limit
+unless one is set: ``--capacity``, ``BATCHGW_SIM_CAPACITY``, or ``POST /_sim/capacity``).
+
+``Latencies`` keeps each model's recent latencies (arrival to answer) by source: a request
+the gateway's batch worker sends says so in ``x-batchgw-source: batch``; any other is
+interactive. ``/_sim/stats`` shows their percentiles, and ``GET /metrics`` the queue as
+vLLM's Prometheus gauges (``vllm:num_requests_running``, ``vllm:num_requests_waiting``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SOURCE_HEADER = "x-batchgw-source"
+BATCH, INTERACTIVE = "batch", "interactive"
+SOURCES = (INTERACTIVE, BATCH)
+WAIT_POLL_SECONDS = 0.1  # how often a queued request looks for the server stopping or its client gone
+KEPT_LATENCIES = 20_000  # per model and source: the most recent
+
+
+def source_of(headers: Mapping[str, str]) -> str:
+    """Who sent a request (``headers`` with lower-case names)."""
+    return BATCH if headers.get(SOURCE_HEADER, "").strip().lower() == BATCH else INTERACTIVE
+
+
+@dataclass
+class _Queue:
+    limit: int = 0  # sequences at once; 0: no limit
+    running: int = 0
+    next_ticket: int = 0  # the ticket the next request to arrive gets
+    serving: int = 0  # tickets below this one have been admitted (or gave up)
+    gave_up: frozenset[int] = frozenset()
+
+    @property
+    def waiting(self) -> int:
+        return self.next_ticket - self.serving - len(self.gave_up)
+
+
+class Capacity:
+    """Each model's sequences: a request is admitted while fewer than the limit run, in the
+    order requests arrived; thread-safe."""
+
+    def __init__(self, models: Iterable[str], limit: int = 0) -> None:
+        self._cond = threading.Condition()
+        self._queues = {model: _Queue(limit=limit) for model in models}
+
+    def set_limits(self, limits: Mapping[str, int]) -> None:
+        with self._cond:
+            for model, limit in limits.items():
+                self._queues[model].limit = limit
+            self._cond.notify_all()
+
+    def limits(self) -> dict[str, int]:
+        with self._cond:
+            return {model: q.limit for model, q in self._queues.items()}
+
+    def admit(self, model: str, give_up: Callable[[], bool]) -> bool:
+        """Wait for a sequence of ``model`` (True: admitted, ``release`` it), or until
+        ``give_up()`` says the server stops or the client went away (False)."""
+        with self._cond:
+            queue = self._queues[model]
+            ticket = queue.next_ticket
+            queue.next_ticket += 1
+            while not (ticket == queue.serving and (queue.limit <= 0 or queue.running < queue.limit)):
+                if give_up():
+                    queue.gave_up = queue.gave_up | {ticket}
+                    self._skip(queue)
+                    self._cond.notify_all()
+                    return False
+                self._cond.wait(WAIT_POLL_SECONDS)
+            queue.serving += 1
+            queue.running += 1
+            self._skip(queue)
+            self._cond.notify_all()
+            return True
+
+    def release(self, model: str) -> None:
+        with self._cond:
+            self._queues[model].running -= 1
+            self._cond.notify_all()
+
+    @staticmethod
+    def _skip(queue: _Queue) -> None:
+        """Move past the tickets at the head whose requests gave up."""
+        while queue.serving in queue.gave_up:
+            queue.gave_up = queue.gave_up - {queue.serving}
+            queue.serving += 1
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self._cond:
+            return {
+                model: {"capacity": q.limit, "running": q.running, "waiting": q.waiting}
+                for model, q in self._queues.items()
+            }
+
+
+class Latencies:
+    """The most recent latencies of each model's requests, by source; thread-safe."""
+
+    def __init__(self, models: Iterable[str], clock: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self._kept = {(m, s): deque[float](maxlen=KEPT_LATENCIES) for m in models for s in SOURCES}
+        self.clock = clock
+
+    def add(self, model: str, source: str, seconds: float) -> None:
+        with self._lock:
+            self._kept[(model, source)].append(seconds * 1000)
+
+    def clear(self) -> None:
+        with self._lock:
+            for kept in self._kept.values():
+                kept.clear()
+
+    def snapshot(self, model: str) -> dict[str, Any]:
+        """Per source: how many were kept and their p50, p90 and p99, in ms (null: none)."""
+        with self._lock:
+            kept = {source: sorted(self._kept[(model, source)]) for source in SOURCES}
+        return {
+            source: {
+                "count": len(values),
+                "p50_ms": percentile(values, 50),
+                "p90_ms": percentile(values, 90),
+                "p99_ms": percentile(values, 99),
+            }
+            for source, values in kept.items()
+        }
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """The nearest-rank percentile of sorted ``values``, to the 0.1 ms (None when empty)."""
+    if not values:
+        return None
+    return round(values[max(0, math.ceil(p / 100 * len(values)) - 1)], 1)
+
+
+def prometheus(queues: Mapping[str, Mapping[str, int]]) -> bytes:
+    """The queues as vLLM's gauges, in Prometheus's text format."""
+    lines = []
+    for name, field, help_text in (
+        ("vllm:num_requests_running", "running", "Number of requests currently running."),
+        ("vllm:num_requests_waiting", "waiting", "Number of requests waiting to be processed."),
+    ):
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        lines += [f'{name}{{model_name="{model}"}} {q[field]}' for model, q in sorted(queues.items())]
+    return ("\n".join(lines) + "\n").encode()
