@@ -59,7 +59,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 
-from local import crashes, keep_alive, moto_patches, state, throttling
+from local import crashes, denials, keep_alive, moto_patches, state, throttling
 from local.env import (
     DEFAULT_CHECKPOINT_SECONDS,
     DEFAULT_MOTO_PORT,
@@ -302,6 +302,7 @@ def serve(
     keep_alive.install()  # connections kept between requests (werkzeug closes each one)
     crashes.install(get_clients().events, os.environ)  # chaos runs only: tasks dying mid-run
     throttling.install(os.environ)  # chaos runs only: DynamoDB refusing for throughput
+    denials.install(os.environ)  # tests only: partitions nobody may reach
     checkpoints = None
     if state_dir is not None:
         gate = state.Gate()

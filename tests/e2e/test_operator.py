@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from local.denials import DENY_PARTITIONS_ENV
 from local.run import LocalStack
-from tests.e2e.conftest import Api, aws_calls_dir, chat, root
+from tests.e2e.conftest import Api, aws_calls_dir, chat, root, stack_for
 from tests.support import wait_for
 
 PROPAGATION_LIMIT = 10.0  # seconds: the bound on a change reaching every process
@@ -373,3 +374,34 @@ def test_interactive_load_reports_are_checked_and_for_administrators_only(
     assert stored.status_code == 200
     body = stored.json()
     assert body["models"] == {"other": 2} and body["expires_at"] - body["reported_at"] in (10, 11)
+
+
+def test_while_the_interactive_load_cannot_be_read_no_batch_request_starts_unless_only_own_load_counts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # A stack whose control table refuses every read of the load reports (as IAM would).
+    with stack_for(tmp_path_factory, "unreadable", {**ENV, DENY_PARTITIONS_ENV: "interactive"}) as denied:
+        admin, alice = root(denied, "sk-local-admin"), Api(denied, "sk-local-alice")
+        sim = httpx.Client(base_url=denied.sim_url, timeout=10)
+        batch_id = slow_batch(alice, 20, latency_ms=50)
+        wait_for(
+            lambda: alice.batch(batch_id)["status"] == "in_progress", timeout=30, what="the batch to start"
+        )
+        time.sleep(3)  # its chains have asked for slots, and been refused: fail closed
+        assert in_flight(sim) == (0, 0)
+        assert share_of(admin) == {
+            "slots": 0,
+            "interactive_in_flight": None,
+            "interactive_reserve": 0,
+            "reason": "interactive_load_unknown",
+        }
+        listed = admin.get("/admin/interactive-load")
+        assert listed.status_code == 503
+        assert listed.json()["error"]["code"] == "interactive_load_unreadable"
+        # Counting only this deployment's own load, an unreadable table counts as none.
+        assert (
+            admin.patch("/admin/config/BATCH_SHARED_INTERACTIVE_LOAD", json={"value": False}).status_code
+            == 200
+        )
+        batch = alice.wait_final(batch_id, timeout=60)
+        assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 20

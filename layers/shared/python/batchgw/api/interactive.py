@@ -18,7 +18,7 @@ from typing import Any
 
 from batchgw.api.accounts import require_admin
 from batchgw.deps import Deps
-from batchgw.domain.errors import BadRequest, NotFound
+from batchgw.domain.errors import BadRequest, NotFound, ServiceUnavailable, StorageError
 from batchgw.domain.interactive import (
     DEFAULT_TTL_SECONDS,
     MAX_IN_FLIGHT,
@@ -68,7 +68,15 @@ def remove(deps: Deps, principal: Principal, reporter: str) -> dict[str, Any]:
 def list_reports(deps: Deps, principal: Principal) -> dict[str, Any]:
     require_admin(principal)
     now = deps.clock()
-    reports = sorted((r for r in deps.interactive.reports() if r.live(now)), key=lambda r: r.reporter)
+    try:
+        stored = deps.interactive.reports()
+    except StorageError as exc:  # the same failure stops new batch requests (fail closed)
+        raise ServiceUnavailable(
+            "The interactive load reports cannot be read now; no new batch request starts while "
+            "BATCH_SHARED_INTERACTIVE_LOAD is on.",
+            code="interactive_load_unreadable",
+        ) from exc
+    reports = sorted((r for r in stored if r.live(now)), key=lambda r: r.reporter)
     load = InteractiveLoad.of(reports, now)
     return {
         "object": "list",
