@@ -265,7 +265,7 @@ def test_summary_eta_and_the_request_log_agree_with_the_batch_and_the_simulator(
 
 def share_of(admin: httpx.Client) -> dict[str, Any]:
     model = next(m for m in admin.get("/admin/batch/models").json()["data"] if m["id"] == "sim-chat")
-    return dict(model["batch_share"])
+    return {k: v for k, v in model["batch_share"].items() if not k.startswith("adaptive")}
 
 
 def test_a_batch_gives_way_to_reported_interactive_load_within_2_seconds_and_takes_it_back(
@@ -405,3 +405,29 @@ def test_while_the_interactive_load_cannot_be_read_no_batch_request_starts_unles
         )
         batch = alice.wait_final(batch_id, timeout=60)
         assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 20
+
+
+def test_429s_from_the_upstream_shrink_the_batch_share_and_healthy_answers_grow_it_back(
+    admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    def adaptive() -> dict[str, Any]:
+        model = next(m for m in admin.get("/admin/batch/models").json()["data"] if m["id"] == "sim-chat")
+        return dict(model["batch_share"])
+
+    texts = [f"[[sim status=429 fail=1 latency_ms=100]] {i}" for i in range(24)]
+    texts += [f"[[sim latency_ms=300]] {i}" for i in range(400)]
+    created = alice.create([chat(f"r{i}", text) for i, text in enumerate(texts)])
+    batch_id = created.json()["id"]
+    # The 429s lower the model's limit for every worker: fewer batch requests run.
+    lowered = wait_for(
+        lambda: (s := adaptive())["reason"] == "adaptive" and s,
+        timeout=30,
+        what="the 429s to lower the limit",
+    )
+    assert lowered["adaptive_reason"] == "upstream_saturated" and lowered["slots"] < 8
+    seconds_until(lambda: in_flight(sim)[0] <= lowered["slots"], what="the lowered limit to hold", steady=0.5)
+    # Healthy answers raise it back, step by step, until the model is unconstrained again.
+    seconds_until(lambda: adaptive()["adaptive_limit"] is None, what="the limit to be lifted", timeout=60)
+    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to fill the cap again", timeout=20)
+    batch = alice.wait_final(batch_id, timeout=180)
+    assert batch["status"] == "completed" and batch["request_counts"]["completed"] == len(texts)

@@ -15,8 +15,9 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
-from batchgw.runtime import BatchShares, LiveConfig
+from batchgw.runtime import Backpressure, BatchShares, LiveConfig
 from batchgw.storage.accounts import AccountStore
+from batchgw.storage.adaptive import AdaptiveStore
 from batchgw.storage.aws import LazyClient, get_clients
 from batchgw.storage.batches import BatchStore
 from batchgw.storage.blobs import BlobStore, UrlSigning
@@ -41,6 +42,7 @@ from batchgw.storage.workflow import Workflow
 class Deps:
     live: LiveConfig  # the settings with administrators' runtime overrides, and model caps
     shares: BatchShares  # each model's batch share beside the interactive load
+    backpressure: Backpressure  # what batch answers say of each model's upstream
     interactive: InteractiveLoadStore  # the interactive load reports
     catalog: Catalog
     batches: BatchStore
@@ -81,14 +83,18 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     files = FileStore(clients.dynamodb, settings.files_table, usage)
     live = LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog)
     interactive = InteractiveLoadStore(clients.dynamodb, settings.control_table)
+    limits = AdaptiveStore(clients.dynamodb, settings.control_table)
+    shares = BatchShares(live, interactive, limits, clock)
+    slots = SlotStore(clients.dynamodb, settings.control_table)
     return Deps(
         live=live,
-        shares=BatchShares(live, interactive, clock),
+        shares=shares,
+        backpressure=Backpressure(live, shares, limits, lambda m: slots.read(m).running(clock()), clock),
         interactive=interactive,
         catalog=catalog,
         batches=BatchStore(clients.dynamodb, settings.batches_table, usage, files),
         requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),
-        slots=SlotStore(clients.dynamodb, settings.control_table),
+        slots=slots,
         blobs=BlobStore(
             s3,
             settings.data_bucket,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,10 +30,12 @@ from batchgw.config.settings import (
     check_override,
     with_overrides,
 )
+from batchgw.domain.adaptive import Adaptive, Latency, Signal, cooling, decreased, increased
 from batchgw.domain.errors import BadRequest, NotFound, StorageError
-from batchgw.domain.interactive import BatchShare, InteractiveLoad, LoadReport, batch_share
+from batchgw.domain.interactive import BatchShare, InteractiveLoad, LoadReport, batch_share, limited
 from batchgw.domain.runtime import Overrides
 from batchgw.observability import logger
+from batchgw.storage.adaptive import AdaptiveStore
 from batchgw.storage.interactive import InteractiveLoadStore
 from batchgw.storage.runtime import RuntimeStore
 
@@ -231,30 +234,34 @@ class LiveConfig:
         logger.info("model cap set", extra={"model": model, "cap": cap, "by": by})
 
 
-# How old the interactive load a worker goes by may be: one Query of the reports a second
-# at most, per process.
-INTERACTIVE_LOAD_MAX_AGE_SECONDS = 1.0
+# How old the interactive load and the adaptive limits a worker goes by may be: one Query of
+# each a second at most, per process.
+SHARES_MAX_AGE_SECONDS = 1.0
 
 
 class BatchShares:
     """Each model's batch share now (``domain.interactive.batch_share``): its cap, less the
-    interactive requests in flight that the reports say (read at most once a second), less
-    the reserve. While the reports cannot be read, the load is unknown (no new batch request
-    starts while the shared load counts) until a read succeeds again."""
+    interactive requests in flight that the reports say, less the reserve, held to the
+    model's adaptive limit (``domain.adaptive``), each read at most once a second. While the
+    reports cannot be read the load is unknown (no new batch request starts while the shared
+    load counts); while the limits cannot be read, none holds (they only ever lower it)."""
 
     def __init__(
         self,
         live: LiveConfig,
         store: InteractiveLoadStore,
+        limits: AdaptiveStore,
         clock: Callable[[], float],
         *,
-        max_age: float = INTERACTIVE_LOAD_MAX_AGE_SECONDS,
+        max_age: float = SHARES_MAX_AGE_SECONDS,
     ) -> None:
         self._live = live
         self._store = store
+        self._limits = limits
         self._clock = clock
         self._max_age = max_age
         self._load: InteractiveLoad | None = None
+        self._adaptive: dict[str, Adaptive] = {}
         self._read_at = -math.inf
         self._reports: list[LoadReport] = []
 
@@ -262,7 +269,7 @@ class BatchShares:
         settings = self._live.settings
         cap = self._live.model_cap(model)[0]
         load = self.load() if settings.batch_yield_to_interactive else None
-        return batch_share(
+        share = batch_share(
             model,
             cap,
             load,
@@ -270,27 +277,142 @@ class BatchShares:
             shared_on=settings.batch_shared_interactive_load,
             reserve=settings.batch_interactive_reserve,
         )
+        if not settings.batch_adaptive_concurrency:
+            return share
+        return limited(share, self.adaptive(model).limit)
+
+    def adaptive(self, model: str, *, read: bool = True) -> Adaptive:
+        """``model``'s adaptive limit (unconstrained: no limit), read again if it is due
+        (never with ``read`` False: as last read)."""
+        if read:
+            self._refresh()
+        return self._adaptive.get(model, Adaptive())
+
+    def fresh(self) -> bool:
+        """Whether ``share`` answers now without reading the table."""
+        return self._clock() - self._read_at < self._max_age
 
     def load(self) -> InteractiveLoad | None:
         """The summed live reports, at most ``max_age`` old; None while unreadable."""
-        now = self._clock()
-        if not now - self._read_at < self._max_age:
-            self._read_at = now
-            try:
-                self._reports = self._store.reports()
-            except StorageError:
-                if self._load is not None:
-                    logger.warning("interactive load unreadable: no new batch request starts", exc_info=True)
-                self._load = None
-                return None
-            self._load = InteractiveLoad.of(self._reports, now)
+        self._refresh()
         return self._load
 
+    def _refresh(self) -> None:
+        now = self._clock()
+        if now - self._read_at < self._max_age:
+            return
+        self._read_at = now
+        try:
+            self._reports = self._store.reports()
+        except StorageError:
+            if self._load is not None:
+                logger.warning("interactive load unreadable: no new batch request starts", exc_info=True)
+            self._load = None
+        else:
+            self._load = InteractiveLoad.of(self._reports, now)
+        if self._live.settings.batch_adaptive_concurrency:
+            try:
+                self._adaptive = self._limits.read()
+            except StorageError:
+                logger.warning("adaptive limits unreadable: none holds", exc_info=True)
+                self._adaptive = {}
+
     def forget(self) -> None:
-        """Read the reports again at the next ``load`` (this process just changed one)."""
+        """Read everything again at the next look (this process just changed something)."""
         self._read_at = -math.inf
 
     def reports(self) -> list[LoadReport]:
         """The reports as last read (live or not)."""
-        self.load()
+        self._refresh()
         return list(self._reports)
+
+
+# How often a process adds the healthy answers it saw to a constrained model's limit.
+GROWTH_SECONDS = 1.0
+
+
+class Backpressure:
+    """What this process's batch answers say of each model's upstream (``domain.adaptive``):
+    a saturation answer, or latency rising, lowers the model's adaptive limit for the whole
+    deployment (at most once per cooldown); healthy answers raise it, added up here and
+    written at most once a second per model."""
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        shares: BatchShares,
+        limits: AdaptiveStore,
+        running: Callable[[str], int],
+        clock: Callable[[], float],
+    ) -> None:
+        self._live = live
+        self._shares = shares
+        self._limits = limits
+        self._running = running  # batch requests a model runs now, across the deployment
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latency: dict[str, Latency] = {}
+        self._healthy: dict[str, int] = {}
+        self._grown_at: dict[str, float] = {}
+
+    def note(self, model: str, signal: Signal, latency_ms: float) -> Signal | None:
+        """One batch answer of ``model``, its signal and latency; what to ``act`` on (without
+        a read or a write here: the chain's loop calls this for every answer)."""
+        if not self._live.settings.batch_adaptive_concurrency or signal is Signal.NONE:
+            return None
+        now = self._clock()
+        state = self._shares.adaptive(model, read=False)
+        with self._lock:
+            if signal is Signal.HEALTHY:
+                latency, rising = self._latency.get(model, Latency()).observe(latency_ms)
+                self._latency[model] = latency
+                if rising:
+                    signal = Signal.LATENCY
+                else:
+                    self._healthy[model] = self._healthy.get(model, 0) + 1
+                    grow_due = now - self._grown_at.get(model, -math.inf) >= GROWTH_SECONDS
+                    return Signal.HEALTHY if state.limit is not None and grow_due else None
+        return None if cooling(state, now) else signal
+
+    def act(self, model: str, signal: Signal) -> None:
+        """Lower (a saturation signal) or raise (healthy) ``model``'s limit, as ``note`` said."""
+        if signal is Signal.HEALTHY:
+            self._grow(model)
+        else:
+            self._shrink(model, signal)
+
+    def _shrink(self, model: str, signal: Signal) -> None:
+        now = self._clock()
+        state = self._shares.adaptive(model)
+        if cooling(state, now):
+            return  # lowered lately (as this process last read it)
+        ceiling = self._live.model_cap(model)[0]
+        lower = decreased(state, running=self._running(model), ceiling=ceiling, why=signal, now=now)
+        if lower is None:
+            return
+        with self._lock:
+            self._healthy[model] = 0
+        if self._limits.decrease(model, lower, now=now):
+            logger.info(
+                "adaptive limit lowered",
+                extra={"model": model, "limit": round(lower.limit or 0, 2), "why": signal.value},
+            )
+        self._shares.forget()
+
+    def _grow(self, model: str) -> None:
+        now = self._clock()
+        state = self._shares.adaptive(model)
+        with self._lock:
+            if state.limit is None:
+                self._healthy[model] = 0
+                return
+            if now - self._grown_at.get(model, -math.inf) < GROWTH_SECONDS or cooling(state, now):
+                return
+            healthy, self._healthy[model] = self._healthy.get(model, 0), 0
+            self._grown_at[model] = now
+        ceiling = self._live.model_cap(model)[0]
+        grown = increased(state, healthy=healthy, ceiling=ceiling)
+        by = (grown.limit if grown.limit is not None else float(ceiling)) - state.limit
+        if by > 0:
+            self._limits.increase(model, by, ceiling=ceiling, now=now)
+            self._shares.forget()

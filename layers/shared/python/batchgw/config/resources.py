@@ -222,6 +222,8 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "idem#*": access(write=(API, ADMIN, LIFECYCLE)),
     # storage.interactive: interactive load reports, read by the worker to give way
     "interactive": access(read=(WORKER,), write=(ADMIN,)),
+    # storage.adaptive: each model's adaptive limit, kept by the workers from what they see
+    "adaptive": access(read=(ADMIN,), write=(WORKER,)),
     # storage.slots: model and per-user concurrency leases, shown to administrators
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
     "uslots#*": access(write=(WORKER,)),

@@ -82,6 +82,16 @@ class Settings(BaseModel):
             "Applies only while BATCH_YIELD_TO_INTERACTIVE is on"
         ),
     )
+    batch_adaptive_concurrency: bool = Field(
+        True,
+        alias="BATCH_ADAPTIVE_CONCURRENCY",
+        description=(
+            "Batch work on a model also gives way to its upstream's backpressure: 429s, 503s that are not "
+            "model_queued and latency rising well above its unloaded latency shrink the model's batch share, "
+            "which grows back while answers stay healthy, never above its cap less the interactive load. "
+            "Off: only the cap and the interactive load count"
+        ),
+    )
     batch_interactive_reserve: int = Field(
         0,
         ge=0,

@@ -12,9 +12,10 @@ Pure: no AWS, no clock of its own.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 # A reporter's id: the process (or service) whose in-flight requests its report counts.
@@ -75,6 +76,7 @@ class ShareWhy(StrEnum):
     YIELD_OFF = "yield_off"  # BATCH_YIELD_TO_INTERACTIVE off: the whole cap, whatever runs
     YIELDING = "yielding"  # interactive requests in flight, or the reserve, take part of it
     LOAD_UNKNOWN = "interactive_load_unknown"  # the shared reports cannot be read: nothing new
+    ADAPTIVE = "adaptive"  # the upstream's own backpressure holds it lower (``domain.adaptive``)
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,23 @@ class BatchShare:
     interactive: int | None  # interactive requests in flight counted against it (None: unknown)
     reserve: int  # slots kept free for interactive requests on top
     why: ShareWhy
+    adaptive_limit: float | None = None  # the upstream's backpressure (None: none)
 
     @property
     def yielding(self) -> bool:
-        """Whether interactive traffic (in flight, reserved or unknown) takes part of the cap."""
-        return self.slots < self.cap and self.why in (ShareWhy.YIELDING, ShareWhy.LOAD_UNKNOWN)
+        """Whether interactive traffic (in flight, reserved or unknown) or the upstream's
+        backpressure takes part of the cap."""
+        return self.slots < self.cap and self.why is not ShareWhy.CAP
+
+
+def limited(share: BatchShare, adaptive_limit: float | None) -> BatchShare:
+    """``share`` held to the adaptive limit as well, never above what it was."""
+    if adaptive_limit is None:
+        return share
+    slots = max(0, math.floor(adaptive_limit))
+    if slots >= share.slots:
+        return replace(share, adaptive_limit=adaptive_limit)
+    return replace(share, slots=slots, why=ShareWhy.ADAPTIVE, adaptive_limit=adaptive_limit)
 
 
 def batch_share(

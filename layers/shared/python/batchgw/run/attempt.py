@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from batchgw.deps import Deps
+from batchgw.domain.adaptive import signal_of
 from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.batch import BatchRecord, Tally
 from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, stopped_retry, verdict
@@ -116,6 +117,12 @@ async def settle(
     check that the batch still runs: ``Settled.runs``)."""
     now = deps.clock()
     await _judge_model(deps, batch, held, outcome, now)
+    if outcome.route is not None:  # an upstream answered (or kept silent): what it says of its load
+        error_code = None if outcome.error is None else outcome.error.get("code")
+        signal = signal_of(outcome.kind, outcome.status_code, error_code)
+        to_do = deps.backpressure.note(held.model, signal, max(0.0, (now - started) * 1000))
+        if to_do is not None:
+            await io(deps.backpressure.act, held.model, to_do)
     decision = decide(
         outcome,
         held,

@@ -89,7 +89,7 @@ class Why(StrEnum):
     SEGMENT_DEADLINE = "segment deadline"  # this invocation's time is nearly up
     MODEL_PAUSED = "model paused"  # the chain resumes after the model's pause
     MODEL_FULL = "model full"  # no slot: the chain asks again later
-    YIELDED = "yielded to interactive"  # interactive traffic takes the model's free slots
+    YIELDED = "yielded"  # interactive traffic, or the upstream's backpressure, takes its free slots
     HELD_ELSEWHERE = "held by another worker"  # come back when its lease ends
     LEASE_LOST = "lease lost"  # another worker took the request over while it ran
     SUPERSEDED = "superseded"  # a newer generation of chains runs the batch

@@ -34,7 +34,8 @@ class SlotHolder:
             await self.release()
             return SlotGrant(False, paused_until=paused_until)
         # Its cap less what interactive traffic takes of it now (``domain.interactive``).
-        cap = deps.shares.share(model).slots
+        shares = deps.shares
+        cap = (shares.share(model) if shares.fresh() else await io(shares.share, model)).slots
         if self.model == model and cap < self._cap:
             await self.release()  # its share shrank: ask again, against the new one
         if self.model == model:

@@ -1,0 +1,134 @@
+"""Backpressure from the upstream itself: a model's batch share shrinks when its answers show
+saturation and grows back while they stay healthy (additive increase, multiplicative
+decrease), never above the share ``domain.interactive`` computes.
+
+The spec's rule subtracts the interactive requests in flight from a fixed cap; it cannot see
+traffic that reaches the upstream some other way, nor an upstream that is simply full. Two
+signals say so here:
+
+- **saturation answers**: 429, or 503 that is not ``model_queued`` (a deployment waiting for a
+  GPU is not busy: it is absent, and the spec has its own pause for it);
+- **latency rising**: the model's recent batch latency (an exponential average of successful
+  answers) stays well above its unloaded latency (the lowest that average has been lately,
+  forgotten slowly) for several answers in a row.
+
+Either shrinks the model's limit to ``DECREASE`` of the batch requests it had (at most once per
+``COOLDOWN_SECONDS`` across the deployment: one overload answers many requests at once);
+healthy answers grow it by about one request per limit's worth of answers, and once it
+reaches the cap the model is unconstrained again.
+
+Pure: every decision is a function of the observations and the settings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+DECREASE = 0.7  # the limit's share kept after a decrease
+COOLDOWN_SECONDS = 2.0  # at most one decrease per model this often
+FLOOR = 1.0  # a constrained model still runs this many batch requests
+LATENCY_AVERAGE_WEIGHT = 0.1  # of each new answer in the recent latency
+LATENCY_OUTLIER_FACTOR = 3.0  # an answer counts as at most this many times the recent latency
+BASELINE_DRIFT = 0.002  # how fast the unloaded latency is forgotten, per answer
+LATENCY_FACTOR = 2.0  # recent latency past this many times the unloaded one is rising...
+LATENCY_MIN_GAP_MS = 100.0  # ...and past it by at least this much
+LATENCY_SUSTAINED = 5  # for this many answers in a row
+LATENCY_WARMUP = 10  # answers before the latency signal counts at all
+RECOVERING = "recovering"  # the why of a limit growing back
+
+
+class Signal(StrEnum):
+    HEALTHY = "healthy"
+    SATURATED = "upstream_saturated"  # a 429, or a 503 that is not model_queued
+    LATENCY = "latency_rising"
+    NONE = "none"  # an answer that says nothing of the upstream's load
+
+
+def signal_of(kind: str, status_code: int | None, error_code: str | None) -> Signal:
+    """What one answer says of the upstream's load."""
+    if kind == "success":
+        return Signal.HEALTHY
+    if status_code == 429 or (status_code == 503 and error_code != "model_queued"):
+        return Signal.SATURATED
+    return Signal.NONE
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One process's view of a model's batch latency."""
+
+    recent_ms: float | None = None  # exponential average of successful answers
+    baseline_ms: float | None = None  # the lowest ``recent_ms`` lately: the unloaded latency
+    answers: int = 0
+    high_in_a_row: int = 0
+
+    def observe(self, latency_ms: float) -> tuple[Latency, bool]:
+        """This view after one more successful answer, and whether the latency is rising."""
+        answers = self.answers + 1
+        if self.recent_ms is None or self.baseline_ms is None or answers <= LATENCY_WARMUP:
+            # The first answers: their plain mean is both the recent and the unloaded latency.
+            mean = (
+                latency_ms
+                if self.recent_ms is None
+                else self.recent_ms + (latency_ms - self.recent_ms) / answers
+            )
+            return Latency(mean, mean, answers, 0), False
+        # One answer moves the average by at most its weight times twice the average: a lone
+        # slow answer (a long request) is not a trend.
+        sample = min(latency_ms, LATENCY_OUTLIER_FACTOR * self.recent_ms)
+        recent = self.recent_ms + LATENCY_AVERAGE_WEIGHT * (sample - self.recent_ms)
+        baseline = min(self.baseline_ms * (1 + BASELINE_DRIFT), recent)
+        high = recent > LATENCY_FACTOR * baseline and recent - baseline > LATENCY_MIN_GAP_MS
+        in_a_row = self.high_in_a_row + 1 if high else 0
+        rising = in_a_row >= LATENCY_SUSTAINED
+        if rising:
+            in_a_row = 0  # one signal per sustained rise
+        return Latency(recent, baseline, answers, in_a_row), rising
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """A model's adaptive limit as stored for the deployment (None: unconstrained)."""
+
+    limit: float | None = None
+    decreased_at: float = 0.0
+    why: str = Signal.HEALTHY.value
+
+    def slots(self, ceiling: int) -> int:
+        """The batch slots the limit leaves of ``ceiling``."""
+        if self.limit is None:
+            return ceiling
+        return max(0, min(ceiling, math.floor(self.limit)))
+
+
+def cooling(state: Adaptive, now: float) -> bool:
+    """Whether the last decrease is too recent for another (its overload may still be
+    answering the requests sent before it)."""
+    return now - state.decreased_at < COOLDOWN_SECONDS
+
+
+def decreased(state: Adaptive, *, running: int, ceiling: int, why: Signal, now: float) -> Adaptive | None:
+    """The limit after a saturation signal: ``DECREASE`` of the batch requests the model has
+    running (or of its limit, if lower), never below ``FLOOR``; None within the cooldown, or
+    with no cap to shrink."""
+    if cooling(state, now) or ceiling <= 0:
+        return None
+    base = float(min(max(running, 1), ceiling))
+    if state.limit is not None:
+        base = min(base, state.limit)
+    return Adaptive(max(FLOOR, base * DECREASE), now, why.value)
+
+
+def increased(state: Adaptive, *, healthy: int, ceiling: int) -> Adaptive:
+    """The limit after ``healthy`` more healthy answers: about one more request per limit's
+    worth of them; unconstrained again once it reaches ``ceiling``."""
+    if state.limit is None or healthy <= 0:
+        return state
+    limit = state.limit
+    for _ in range(min(healthy, 10 * max(ceiling, 1))):
+        limit += 1.0 / max(limit, FLOOR)
+    if limit >= ceiling:
+        return Adaptive(None, state.decreased_at, Signal.HEALTHY.value)
+    return replace(state, limit=limit, why=RECOVERING)

@@ -1,0 +1,89 @@
+"""Each model's adaptive limit (``domain.adaptive``) in the control table, one item per
+constrained model under one partition so that one Query reads them all: ``pk = "adaptive"``,
+``sk`` the model, with ``limit`` (a number), ``decreased_at`` and ``why``. A model with no
+item is unconstrained.
+
+A decrease is a conditional put (none within the cooldown of the last, whichever process
+made it); an increase adds to the stored limit (increases from several processes add up),
+and the item goes once the limit reaches the cap.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from batchgw.domain.adaptive import COOLDOWN_SECONDS, RECOVERING, Adaptive
+from batchgw.storage.dynamo import Table, Update, from_item, timestamp
+
+PARTITION = "adaptive"
+
+
+def _number(value: float) -> Decimal:
+    return Decimal(str(round(value, 6)))
+
+
+class AdaptiveStore:
+    def __init__(self, client: Any, table: str) -> None:
+        self._table = Table(client, table)
+
+    @staticmethod
+    def _key(model: str) -> dict[str, Any]:
+        return {"pk": {"S": PARTITION}, "sk": {"S": model}}
+
+    def read(self) -> dict[str, Adaptive]:
+        """Every constrained model's limit (StorageError when unreadable)."""
+        found = {}
+        for raw in self._table.query(
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": PARTITION}},
+            ConsistentRead=True,
+        ):
+            item = from_item(raw)
+            if isinstance(item.get("limit"), Decimal):
+                found[str(item["sk"])] = Adaptive(
+                    float(item["limit"]), float(item.get("decreased_at", 0)), str(item.get("why", ""))
+                )
+        return found
+
+    def decrease(self, model: str, to: Adaptive, *, now: float) -> bool:
+        """Store a decrease; False when another came within the cooldown (it stands)."""
+        assert to.limit is not None
+        return self._table.put(
+            {
+                "pk": PARTITION,
+                "sk": model,
+                "limit": _number(to.limit),
+                "decreased_at": timestamp(to.decreased_at),
+                "why": to.why,
+                "updated_at": timestamp(now),
+            },
+            condition="attribute_not_exists(pk) OR #d < :edge",
+            names={"#d": "decreased_at"},
+            params={":edge": timestamp(now - COOLDOWN_SECONDS)},
+            failure=f"could not lower the adaptive limit of {model}",
+        )
+
+    def increase(self, model: str, by: float, *, ceiling: int, now: float) -> float | None:
+        """Add ``by`` to a constrained model's limit; the limit now (None: unconstrained, the
+        item gone once it reached ``ceiling``, or there was none)."""
+        grow = Update(
+            set={"updated_at": timestamp(now), "why": RECOVERING},
+            add={"limit": _number(by)},
+            condition="attribute_exists(#l)",
+            names={"#l": "limit"},
+        )
+        new, _ = self._table.update_returning(self._key(model), grow, failure=f"could not raise {model}")
+        if new is None:
+            return None
+        limit = float(new["limit"])
+        if limit < ceiling:
+            return limit
+        self._table.delete(
+            self._key(model),
+            condition="#l >= :cap",
+            names={"#l": "limit"},
+            params={":cap": ceiling},
+            failure=f"could not lift the adaptive limit of {model}",
+        )
+        return None

@@ -1,0 +1,132 @@
+"""The upstream's backpressure, kept for the whole deployment (moto): saturation answers
+lower a model's adaptive limit in the control table, at most once per cooldown whichever
+process sees them; every process's share follows within a second; healthy answers raise it
+back, once a second per process, until the model is unconstrained; off, nothing changes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from batchgw.deps import Deps, build_deps
+from batchgw.domain.adaptive import COOLDOWN_SECONDS, DECREASE, Signal
+from batchgw.domain.interactive import ShareWhy
+from batchgw.run.slot import SlotHolder
+
+from local.simulator import Simulator
+from tests.integration.conftest import make_deps
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+CAP = 8
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def deps(sim: Simulator, clock: FakeClock) -> Deps:
+    return make_deps(sim, clock, BATCH_MODEL_CONCURRENCY=str(CAP))
+
+
+def answer(deps: Deps, signal: Signal, latency_ms: float = 100.0) -> None:
+    """One batch answer of sim-chat, as the worker's attempt reports it."""
+    to_do = deps.backpressure.note("sim-chat", signal, latency_ms)
+    if to_do is not None:
+        deps.backpressure.act("sim-chat", to_do)
+
+
+def running(deps: Deps, clock: FakeClock, n: int) -> list[SlotHolder]:
+    holders = [SlotHolder(deps) for _ in range(n)]
+    assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
+    return holders
+
+
+def test_a_saturation_answer_lowers_the_shared_limit_once_per_cooldown(deps: Deps, clock: FakeClock) -> None:
+    running(deps, clock, 6)
+    answer(deps, Signal.SATURATED)
+    clock.advance(1.0)
+    share = deps.shares.share("sim-chat")
+    assert share.adaptive_limit == pytest.approx(6 * DECREASE)
+    assert (share.slots, share.why, share.yielding) == (4, ShareWhy.ADAPTIVE, True)
+    for _ in range(20):  # the rest of that overload's answers, within the cooldown
+        answer(deps, Signal.SATURATED)
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(6 * DECREASE)
+    clock.advance(COOLDOWN_SECONDS)
+    answer(deps, Signal.SATURATED)
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(6 * DECREASE * DECREASE)
+
+
+def test_another_process_follows_the_limit_and_its_own_429s_wait_for_the_cooldown(
+    deps: Deps, clock: FakeClock
+) -> None:
+    other = build_deps(deps.settings, deps.catalog, clock=clock)  # a second worker, the same tables
+    running(deps, clock, 8)
+    answer(deps, Signal.SATURATED)
+    clock.advance(1.0)
+    assert other.shares.share("sim-chat").slots == int(8 * DECREASE)
+    answer(other, Signal.SATURATED)  # the same overload, seen by the other process
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(8 * DECREASE)
+
+
+def test_healthy_answers_raise_the_limit_until_the_model_is_unconstrained(
+    deps: Deps, clock: FakeClock
+) -> None:
+    running(deps, clock, 4)
+    answer(deps, Signal.SATURATED)  # 4 -> 2.8
+    clock.advance(COOLDOWN_SECONDS)
+    limits = [deps.shares.share("sim-chat").adaptive_limit]
+    for _ in range(200):
+        for _ in range(5):
+            answer(deps, Signal.HEALTHY)
+        clock.advance(1.0)
+        limit = deps.shares.share("sim-chat").adaptive_limit
+        limits.append(limit)
+        if limit is None:
+            break
+    assert limits[-1] is None  # back to the whole cap
+    grown = [x for x in limits if x is not None]
+    assert grown == sorted(grown) and len(grown) > 3  # additively, step by step
+    share = deps.shares.share("sim-chat")
+    assert (share.slots, share.why) == (CAP, ShareWhy.CAP)
+
+
+def test_a_chain_gives_its_slot_back_when_the_limit_is_lowered(deps: Deps, clock: FakeClock) -> None:
+    holders = running(deps, clock, 8)
+    answer(deps, Signal.SATURATED)  # 8 -> 5.6: five slots
+    clock.advance(1.0)
+    kept = [asyncio.run(h.hold("sim-chat")).granted for h in holders]  # each chain's next request
+    assert kept.count(True) == 5
+
+
+def test_off_nothing_is_lowered_and_a_stored_limit_is_ignored(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running(deps, clock, 8)
+    answer(deps, Signal.SATURATED)
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").slots == 5
+    off = deps.settings.model_copy(update={"batch_adaptive_concurrency": False})
+    monkeypatch.setattr(deps.live, "settings", off)
+    clock.advance(COOLDOWN_SECONDS)
+    answer(deps, Signal.SATURATED)
+    clock.advance(1.0)
+    share = deps.shares.share("sim-chat")
+    assert (share.slots, share.why, share.adaptive_limit) == (CAP, ShareWhy.CAP, None)
+    monkeypatch.setattr(deps.live, "settings", off.model_copy(update={"batch_adaptive_concurrency": True}))
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(8 * DECREASE)  # unchanged while off
+
+
+def test_answers_that_say_nothing_of_the_load_change_nothing(deps: Deps, clock: FakeClock) -> None:
+    running(deps, clock, 8)
+    for _ in range(10):
+        answer(deps, Signal.NONE)
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").adaptive_limit is None

@@ -1,0 +1,102 @@
+"""Backpressure from the upstream (``domain.adaptive``): saturation answers and rising
+latency shrink a model's batch limit multiplicatively, at most once per cooldown; healthy
+answers grow it back additively until it is unconstrained; answers that say nothing of the
+load (model_queued, 400s, timeouts) change nothing."""
+
+from __future__ import annotations
+
+import pytest
+from batchgw.domain.adaptive import (
+    COOLDOWN_SECONDS,
+    DECREASE,
+    LATENCY_SUSTAINED,
+    LATENCY_WARMUP,
+    Adaptive,
+    Latency,
+    Signal,
+    decreased,
+    increased,
+    signal_of,
+)
+from batchgw.domain.interactive import BatchShare, ShareWhy, limited
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "code", "signal"),
+    [
+        ("success", 200, None, Signal.HEALTHY),
+        ("retry", 429, "rate_limit_exceeded", Signal.SATURATED),
+        ("retry", 503, None, Signal.SATURATED),
+        ("queued", 503, "model_queued", Signal.NONE),  # absent, not busy: the spec's own pause
+        ("retry", 500, None, Signal.NONE),
+        ("failed", 400, None, Signal.NONE),
+        ("retry", None, None, Signal.NONE),  # a timeout, a refused connection
+    ],
+)
+def test_what_an_answer_says_of_the_upstreams_load(
+    kind: str, status: int | None, code: str | None, signal: Signal
+) -> None:
+    assert signal_of(kind, status, code) is signal
+
+
+def test_a_saturation_signal_shrinks_the_limit_from_what_runs_at_most_once_per_cooldown() -> None:
+    first = decreased(Adaptive(), running=10, ceiling=16, why=Signal.SATURATED, now=NOW)
+    assert first == Adaptive(10 * DECREASE, NOW, "upstream_saturated")
+    assert (
+        decreased(first, running=7, ceiling=16, why=Signal.SATURATED, now=NOW + COOLDOWN_SECONDS / 2) is None
+    )
+    second = decreased(first, running=9, ceiling=16, why=Signal.LATENCY, now=NOW + COOLDOWN_SECONDS)
+    assert second is not None and second.limit == pytest.approx(10 * DECREASE * DECREASE)  # the lower base
+    floor = Adaptive(1.2, NOW - 60)
+    assert decreased(floor, running=1, ceiling=16, why=Signal.SATURATED, now=NOW) == Adaptive(
+        1.0, NOW, "upstream_saturated"
+    )
+    assert (
+        decreased(Adaptive(), running=3, ceiling=0, why=Signal.SATURATED, now=NOW) is None
+    )  # paused already
+
+
+def test_healthy_answers_grow_the_limit_by_about_one_per_limits_worth_and_then_lift_it() -> None:
+    state = Adaptive(4.0, NOW, "upstream_saturated")
+    grown = increased(state, healthy=4, ceiling=16)
+    assert grown.limit is not None and 4.8 < grown.limit < 5.0 and grown.why == "recovering"
+    assert increased(grown, healthy=0, ceiling=16) is grown
+    assert increased(Adaptive(15.5, NOW), healthy=20, ceiling=16) == Adaptive(None, NOW, "healthy")
+    assert increased(Adaptive(), healthy=50, ceiling=16) == Adaptive()  # unconstrained stays so
+
+
+def test_the_limit_caps_the_share_only_when_it_is_lower() -> None:
+    share = BatchShare(6, 8, 2, 0, ShareWhy.YIELDING)
+    assert limited(share, None) is share
+    assert limited(share, 9.5) == BatchShare(6, 8, 2, 0, ShareWhy.YIELDING, adaptive_limit=9.5)
+    assert limited(share, 3.7) == BatchShare(3, 8, 2, 0, ShareWhy.ADAPTIVE, adaptive_limit=3.7)
+    assert limited(share, 3.7).yielding
+    assert Adaptive(3.7).slots(8) == 3 and Adaptive().slots(8) == 8 and Adaptive(20.0).slots(8) == 8
+
+
+def feed(latency: Latency, values: list[float]) -> tuple[Latency, list[bool]]:
+    rises = []
+    for value in values:
+        latency, rising = latency.observe(value)
+        rises.append(rising)
+    return latency, rises
+
+
+def test_latency_well_above_the_unloaded_latency_for_several_answers_is_a_signal() -> None:
+    latency, rises = feed(Latency(), [200.0] * LATENCY_WARMUP)
+    assert not any(rises)
+    latency, rises = feed(latency, [2000.0] * 40)  # the upstream queues: ten times slower
+    assert any(rises)
+    first = rises.index(True)
+    assert first >= LATENCY_SUSTAINED - 1  # sustained, not one slow answer
+
+
+def test_varied_but_steady_latency_and_a_lone_slow_answer_are_not_a_signal() -> None:
+    varied = [20.0 + (i * 37) % 380 for i in range(400)]  # requests of many sizes: 20-400 ms
+    _, rises = feed(Latency(), varied)
+    assert not any(rises)
+    latency, _ = feed(Latency(), [200.0] * 50)
+    _, rises = feed(latency, [4000.0] + [200.0] * 20)
+    assert not any(rises)
