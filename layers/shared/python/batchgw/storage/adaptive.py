@@ -37,7 +37,7 @@ class AdaptiveStore:
         for raw in self._table.query(
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": PARTITION}},
-            ConsistentRead=True,
+            ConsistentRead=False,  # a second old at most, read every second: half the cost
         ):
             item = from_item(raw)
             if isinstance(item.get("limit"), Decimal):
