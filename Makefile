@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: install run reset test test-fast lint format synth deploy diff config bench cost chaos clean
+.PHONY: install run reset test test-fast lint format synth deploy diff config bench bench-yield cost chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,12 @@ config: install
 
 bench: install
 	$(PY) -m bench.run
+
+## Does batch work give way to interactive traffic, and use what it leaves idle? (about 20 minutes:
+## three runs of three 2-minute cycles; ARGS="--cycles 1" for a short one). Writes bench/last.json's
+## yield keys and bench/yield.png.
+bench-yield: install
+	$(PY) -m bench.yield_run $(ARGS)
 
 ## What one million requests of the named workload cost on AWS, from a recorded local run
 ## (about 3 minutes; N=500 by default, e.g. ARGS="--n 1000"; ARGS="--from-json" reprices bench/last.json).

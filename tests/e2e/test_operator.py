@@ -414,8 +414,14 @@ def test_429s_from_the_upstream_shrink_the_batch_share_and_healthy_answers_grow_
         model = next(m for m in admin.get("/admin/batch/models").json()["data"] if m["id"] == "sim-chat")
         return dict(model["batch_share"])
 
-    texts = [f"[[sim status=429 fail=1 latency_ms=100]] {i}" for i in range(24)]
-    texts += [f"[[sim latency_ms=300]] {i}" for i in range(400)]
+    # A 429 now and then among healthy answers (a run of failures in a row would pause the
+    # model instead: BATCH_MODEL_PAUSE_AFTER_FAILURES).
+    texts = [
+        f"[[sim status=429 fail=1 latency_ms=100]] {i}"
+        if i % 20 == 0 and i < 200
+        else f"[[sim latency_ms=300]] {i}"
+        for i in range(900)
+    ]
     created = alice.create([chat(f"r{i}", text) for i, text in enumerate(texts)])
     batch_id = created.json()["id"]
     # The 429s lower the model's limit for every worker: fewer batch requests run.

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 from batchgw.deps import Deps, build_deps
-from batchgw.domain.adaptive import COOLDOWN_SECONDS, DECREASE, Signal
+from batchgw.domain.adaptive import COOLDOWN_SECONDS, DECREASE, RECOVERY_PER_SECOND, Signal
 from batchgw.domain.interactive import ShareWhy
 from batchgw.run.slot import SlotHolder
 
@@ -48,18 +48,18 @@ def running(deps: Deps, clock: FakeClock, n: int) -> list[SlotHolder]:
 def test_a_saturation_answer_lowers_the_shared_limit_once_per_cooldown(deps: Deps, clock: FakeClock) -> None:
     running(deps, clock, 6)
     answer(deps, Signal.SATURATED)
-    clock.advance(1.0)
     share = deps.shares.share("sim-chat")
     assert share.adaptive_limit == pytest.approx(6 * DECREASE)
     assert (share.slots, share.why, share.yielding) == (4, ShareWhy.ADAPTIVE, True)
     for _ in range(20):  # the rest of that overload's answers, within the cooldown
         answer(deps, Signal.SATURATED)
     clock.advance(1.0)
-    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(6 * DECREASE)
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(6 * DECREASE + RECOVERY_PER_SECOND)
     clock.advance(COOLDOWN_SECONDS)
-    answer(deps, Signal.SATURATED)
-    clock.advance(1.0)
-    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(6 * DECREASE * DECREASE)
+    answer(deps, Signal.SATURATED)  # from the limit as it has grown since: 4.2 + 1.5
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(
+        (6 * DECREASE + RECOVERY_PER_SECOND * (1 + COOLDOWN_SECONDS)) * DECREASE
+    )
 
 
 def test_another_process_follows_the_limit_and_its_own_429s_wait_for_the_cooldown(
@@ -69,10 +69,13 @@ def test_another_process_follows_the_limit_and_its_own_429s_wait_for_the_cooldow
     running(deps, clock, 8)
     answer(deps, Signal.SATURATED)
     clock.advance(1.0)
-    assert other.shares.share("sim-chat").slots == int(8 * DECREASE)
+    assert other.shares.share("sim-chat").slots == int(8 * DECREASE + RECOVERY_PER_SECOND)
     answer(other, Signal.SATURATED)  # the same overload, seen by the other process
-    clock.advance(1.0)
-    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(8 * DECREASE)
+    clock.advance(0.5)
+    deps.shares.forget()
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(
+        8 * DECREASE + 1.5 * RECOVERY_PER_SECOND
+    )
 
 
 def test_healthy_answers_raise_the_limit_until_the_model_is_unconstrained(
@@ -100,7 +103,6 @@ def test_healthy_answers_raise_the_limit_until_the_model_is_unconstrained(
 def test_a_chain_gives_its_slot_back_when_the_limit_is_lowered(deps: Deps, clock: FakeClock) -> None:
     holders = running(deps, clock, 8)
     answer(deps, Signal.SATURATED)  # 8 -> 5.6: five slots
-    clock.advance(1.0)
     kept = [asyncio.run(h.hold("sim-chat")).granted for h in holders]  # each chain's next request
     assert kept.count(True) == 5
 
@@ -110,7 +112,6 @@ def test_off_nothing_is_lowered_and_a_stored_limit_is_ignored(
 ) -> None:
     running(deps, clock, 8)
     answer(deps, Signal.SATURATED)
-    clock.advance(1.0)
     assert deps.shares.share("sim-chat").slots == 5
     off = deps.settings.model_copy(update={"batch_adaptive_concurrency": False})
     monkeypatch.setattr(deps.live, "settings", off)
@@ -121,7 +122,10 @@ def test_off_nothing_is_lowered_and_a_stored_limit_is_ignored(
     assert (share.slots, share.why, share.adaptive_limit) == (CAP, ShareWhy.CAP, None)
     monkeypatch.setattr(deps.live, "settings", off.model_copy(update={"batch_adaptive_concurrency": True}))
     clock.advance(1.0)
-    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(8 * DECREASE)  # unchanged while off
+    elapsed = COOLDOWN_SECONDS + 1.0 + 1.0  # since the one decrease: none while off
+    assert deps.shares.share("sim-chat").adaptive_limit == pytest.approx(
+        8 * DECREASE + RECOVERY_PER_SECOND * elapsed
+    )
 
 
 def test_answers_that_say_nothing_of_the_load_change_nothing(deps: Deps, clock: FakeClock) -> None:
@@ -130,3 +134,15 @@ def test_answers_that_say_nothing_of_the_load_change_nothing(deps: Deps, clock: 
         answer(deps, Signal.NONE)
     clock.advance(1.0)
     assert deps.shares.share("sim-chat").adaptive_limit is None
+
+
+def test_a_model_that_went_quiet_after_an_overload_is_not_held_back_by_it(
+    deps: Deps, clock: FakeClock
+) -> None:
+    running(deps, clock, 8)
+    answer(deps, Signal.SATURATED)  # 8 -> 5.6, then no answer at all
+    clock.advance(2.0)
+    assert deps.shares.share("sim-chat").slots == 6
+    clock.advance((CAP - 8 * DECREASE) / RECOVERY_PER_SECOND)
+    share = deps.shares.share("sim-chat")
+    assert (share.slots, share.why, share.adaptive_limit) == (CAP, ShareWhy.CAP, None)

@@ -11,11 +11,12 @@ from batchgw.domain.adaptive import (
     DECREASE,
     LATENCY_SUSTAINED,
     LATENCY_WARMUP,
+    RECOVERY_PER_SECOND,
     Adaptive,
     Latency,
     Signal,
     decreased,
-    increased,
+    growth,
     signal_of,
 )
 from batchgw.domain.interactive import BatchShare, ShareWhy, limited
@@ -47,9 +48,13 @@ def test_a_saturation_signal_shrinks_the_limit_from_what_runs_at_most_once_per_c
     assert (
         decreased(first, running=7, ceiling=16, why=Signal.SATURATED, now=NOW + COOLDOWN_SECONDS / 2) is None
     )
-    second = decreased(first, running=9, ceiling=16, why=Signal.LATENCY, now=NOW + COOLDOWN_SECONDS)
-    assert second is not None and second.limit == pytest.approx(10 * DECREASE * DECREASE)  # the lower base
-    floor = Adaptive(1.2, NOW - 60)
+    later = NOW + COOLDOWN_SECONDS
+    second = decreased(first, running=9, ceiling=16, why=Signal.LATENCY, now=later)
+    # from the limit as it had grown by then, lower than what ran
+    assert second is not None and second.limit == pytest.approx(
+        (7 + RECOVERY_PER_SECOND * COOLDOWN_SECONDS) * DECREASE
+    )
+    floor = Adaptive(0.5, NOW - 3)
     assert decreased(floor, running=1, ceiling=16, why=Signal.SATURATED, now=NOW) == Adaptive(
         1.0, NOW, "upstream_saturated"
     )
@@ -58,22 +63,30 @@ def test_a_saturation_signal_shrinks_the_limit_from_what_runs_at_most_once_per_c
     )  # paused already
 
 
-def test_healthy_answers_grow_the_limit_by_about_one_per_limits_worth_and_then_lift_it() -> None:
+def test_the_limit_grows_back_with_time_until_the_model_is_unconstrained() -> None:
     state = Adaptive(4.0, NOW, "upstream_saturated")
-    grown = increased(state, healthy=4, ceiling=16)
-    assert grown.limit is not None and 4.8 < grown.limit < 5.0 and grown.why == "recovering"
-    assert increased(grown, healthy=0, ceiling=16) is grown
-    assert increased(Adaptive(15.5, NOW), healthy=20, ceiling=16) == Adaptive(None, NOW, "healthy")
-    assert increased(Adaptive(), healthy=50, ceiling=16) == Adaptive()  # unconstrained stays so
+    assert state.current(NOW, 16) == 4.0
+    assert state.current(NOW + 10, 16) == pytest.approx(4.0 + 10 * RECOVERY_PER_SECOND)
+    assert state.current(NOW + 10 / RECOVERY_PER_SECOND * 2, 16) is None  # back at the cap: unconstrained
+    assert Adaptive().current(NOW, 16) is None
+
+
+def test_healthy_answers_add_about_one_request_per_limits_worth() -> None:
+    state = Adaptive(4.0, NOW, "upstream_saturated")
+    assert 0.8 < growth(state, healthy=4, ceiling=16, now=NOW) < 1.0
+    assert growth(state, healthy=0, ceiling=16, now=NOW) == 0.0
+    assert growth(Adaptive(15.5, NOW), healthy=20, ceiling=16, now=NOW) == pytest.approx(
+        0.5
+    )  # to the cap only
+    assert growth(Adaptive(), healthy=50, ceiling=16, now=NOW) == 0.0  # unconstrained stays so
 
 
 def test_the_limit_caps_the_share_only_when_it_is_lower() -> None:
     share = BatchShare(6, 8, 2, 0, ShareWhy.YIELDING)
     assert limited(share, None) is share
-    assert limited(share, 9.5) == BatchShare(6, 8, 2, 0, ShareWhy.YIELDING, adaptive_limit=9.5)
+    assert limited(share, 7.5) == BatchShare(6, 8, 2, 0, ShareWhy.YIELDING, adaptive_limit=7.5)
     assert limited(share, 3.7) == BatchShare(3, 8, 2, 0, ShareWhy.ADAPTIVE, adaptive_limit=3.7)
     assert limited(share, 3.7).yielding
-    assert Adaptive(3.7).slots(8) == 3 and Adaptive().slots(8) == 8 and Adaptive(20.0).slots(8) == 8
 
 
 def feed(latency: Latency, values: list[float]) -> tuple[Latency, list[bool]]:
@@ -99,4 +112,13 @@ def test_varied_but_steady_latency_and_a_lone_slow_answer_are_not_a_signal() -> 
     assert not any(rises)
     latency, _ = feed(Latency(), [200.0] * 50)
     _, rises = feed(latency, [4000.0] + [200.0] * 20)
+    assert not any(rises)
+
+
+def test_a_latency_factor_of_zero_turns_the_latency_signal_off() -> None:
+    latency = Latency()
+    rises = []
+    for value in [200.0] * 20 + [5000.0] * 60:
+        latency, rising = latency.observe(value, factor=0)
+        rises.append(rising)
     assert not any(rises)

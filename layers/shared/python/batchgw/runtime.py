@@ -30,7 +30,7 @@ from batchgw.config.settings import (
     check_override,
     with_overrides,
 )
-from batchgw.domain.adaptive import Adaptive, Latency, Signal, cooling, decreased, increased
+from batchgw.domain.adaptive import Adaptive, Latency, Signal, cooling, decreased, growth
 from batchgw.domain.errors import BadRequest, NotFound, StorageError
 from batchgw.domain.interactive import BatchShare, InteractiveLoad, LoadReport, batch_share, limited
 from batchgw.domain.runtime import Overrides
@@ -279,7 +279,7 @@ class BatchShares:
         )
         if not settings.batch_adaptive_concurrency:
             return share
-        return limited(share, self.adaptive(model).limit)
+        return limited(share, self.adaptive(model).current(self._clock(), cap))
 
     def adaptive(self, model: str, *, read: bool = True) -> Adaptive:
         """``model``'s adaptive limit (unconstrained: no limit), read again if it is due
@@ -364,7 +364,8 @@ class Backpressure:
         state = self._shares.adaptive(model, read=False)
         with self._lock:
             if signal is Signal.HEALTHY:
-                latency, rising = self._latency.get(model, Latency()).observe(latency_ms)
+                factor = self._live.settings.batch_adaptive_latency_factor
+                latency, rising = self._latency.get(model, Latency()).observe(latency_ms, factor)
                 self._latency[model] = latency
                 if rising:
                     signal = Signal.LATENCY
@@ -372,6 +373,7 @@ class Backpressure:
                     self._healthy[model] = self._healthy.get(model, 0) + 1
                     grow_due = now - self._grown_at.get(model, -math.inf) >= GROWTH_SECONDS
                     return Signal.HEALTHY if state.limit is not None and grow_due else None
+        # (a stored limit grown back to the cap is lifted by the next healthy answers' growth)
         return None if cooling(state, now) else signal
 
     def act(self, model: str, signal: Signal) -> None:
@@ -402,17 +404,19 @@ class Backpressure:
     def _grow(self, model: str) -> None:
         now = self._clock()
         state = self._shares.adaptive(model)
+        ceiling = self._live.model_cap(model)[0]
         with self._lock:
-            if state.limit is None:
-                self._healthy[model] = 0
-                return
             if now - self._grown_at.get(model, -math.inf) < GROWTH_SECONDS or cooling(state, now):
                 return
             healthy, self._healthy[model] = self._healthy.get(model, 0), 0
             self._grown_at[model] = now
-        ceiling = self._live.model_cap(model)[0]
-        grown = increased(state, healthy=healthy, ceiling=ceiling)
-        by = (grown.limit if grown.limit is not None else float(ceiling)) - state.limit
-        if by > 0:
-            self._limits.increase(model, by, ceiling=ceiling, now=now)
-            self._shares.forget()
+        if state.limit is None:
+            return
+        if state.current(now, ceiling) is None:  # grown back to the cap: the model is free again
+            self._limits.lift(model, decreased_at=state.decreased_at)
+        else:
+            by = growth(state, healthy=healthy, ceiling=ceiling, now=now)
+            if by <= 0:
+                return
+            self._limits.increase(model, by, now=now)
+        self._shares.forget()

@@ -108,7 +108,9 @@ def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, A
             "interactive_in_flight": share.interactive,
             "interactive_reserve": share.reserve,
             "adaptive_limit": None if share.adaptive_limit is None else round(share.adaptive_limit, 2),
-            "adaptive_reason": deps.shares.adaptive(model, read=False).why if share.adaptive_limit else None,
+            "adaptive_reason": None
+            if share.adaptive_limit is None
+            else deps.shares.adaptive(model, read=False).why,
             "reason": share.why.value,
         },
     }

@@ -92,6 +92,16 @@ class Settings(BaseModel):
             "Off: only the cap and the interactive load count"
         ),
     )
+    batch_adaptive_latency_factor: float = Field(
+        3.0,
+        ge=0,
+        le=100,
+        alias="BATCH_ADAPTIVE_LATENCY_FACTOR",
+        description=(
+            "With BATCH_ADAPTIVE_CONCURRENCY on: batch latency that stays past this many times the model's "
+            "unloaded latency (and 500 ms more) shrinks its batch share; 0 turns the latency signal off"
+        ),
+    )
     batch_interactive_reserve: int = Field(
         0,
         ge=0,

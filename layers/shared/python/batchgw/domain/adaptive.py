@@ -10,31 +10,35 @@ signals say so here:
   GPU is not busy: it is absent, and the spec has its own pause for it);
 - **latency rising**: the model's recent batch latency (an exponential average of successful
   answers) stays well above its unloaded latency (the lowest that average has been lately,
-  forgotten slowly) for several answers in a row.
+  forgotten slowly) for many answers in a row: ``BATCH_ADAPTIVE_LATENCY_FACTOR`` times it
+  (3; 0 turns this signal off) and ``LATENCY_MIN_GAP_MS`` more. The latency is measured by
+  the worker, so it holds the gateway's own delays too: the factor is set high enough that
+  a busy worker is not mistaken for a busy upstream.
 
 Either shrinks the model's limit to ``DECREASE`` of the batch requests it had (at most once per
 ``COOLDOWN_SECONDS`` across the deployment: one overload answers many requests at once);
-healthy answers grow it by about one request per limit's worth of answers, and once it
-reaches the cap the model is unconstrained again.
+healthy answers grow it by about one request per limit's worth of answers, and time grows it
+by ``RECOVERY_PER_SECOND`` since the last decrease (a model that went quiet after an overload
+is not held back by it forever); once it reaches the cap the model is unconstrained again.
 
 Pure: every decision is a function of the observations and the settings.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 
 DECREASE = 0.7  # the limit's share kept after a decrease
 COOLDOWN_SECONDS = 2.0  # at most one decrease per model this often
 FLOOR = 1.0  # a constrained model still runs this many batch requests
+RECOVERY_PER_SECOND = 0.5  # the limit grows this much a second since its last decrease
 LATENCY_AVERAGE_WEIGHT = 0.1  # of each new answer in the recent latency
 LATENCY_OUTLIER_FACTOR = 3.0  # an answer counts as at most this many times the recent latency
 BASELINE_DRIFT = 0.002  # how fast the unloaded latency is forgotten, per answer
-LATENCY_FACTOR = 2.0  # recent latency past this many times the unloaded one is rising...
-LATENCY_MIN_GAP_MS = 100.0  # ...and past it by at least this much
-LATENCY_SUSTAINED = 5  # for this many answers in a row
+LATENCY_FACTOR = 3.0  # recent latency past this many times the unloaded one is rising...
+LATENCY_MIN_GAP_MS = 500.0  # ...and past it by at least this much...
+LATENCY_SUSTAINED = 10  # ...for this many answers in a row
 LATENCY_WARMUP = 10  # answers before the latency signal counts at all
 RECOVERING = "recovering"  # the why of a limit growing back
 
@@ -64,8 +68,9 @@ class Latency:
     answers: int = 0
     high_in_a_row: int = 0
 
-    def observe(self, latency_ms: float) -> tuple[Latency, bool]:
-        """This view after one more successful answer, and whether the latency is rising."""
+    def observe(self, latency_ms: float, factor: float = LATENCY_FACTOR) -> tuple[Latency, bool]:
+        """This view after one more successful answer, and whether the latency is rising
+        (past ``factor`` times the unloaded latency; 0: never)."""
         answers = self.answers + 1
         if self.recent_ms is None or self.baseline_ms is None or answers <= LATENCY_WARMUP:
             # The first answers: their plain mean is both the recent and the unloaded latency.
@@ -80,7 +85,7 @@ class Latency:
         sample = min(latency_ms, LATENCY_OUTLIER_FACTOR * self.recent_ms)
         recent = self.recent_ms + LATENCY_AVERAGE_WEIGHT * (sample - self.recent_ms)
         baseline = min(self.baseline_ms * (1 + BASELINE_DRIFT), recent)
-        high = recent > LATENCY_FACTOR * baseline and recent - baseline > LATENCY_MIN_GAP_MS
+        high = factor > 0 and recent > factor * baseline and recent - baseline > LATENCY_MIN_GAP_MS
         in_a_row = self.high_in_a_row + 1 if high else 0
         rising = in_a_row >= LATENCY_SUSTAINED
         if rising:
@@ -90,17 +95,20 @@ class Latency:
 
 @dataclass(frozen=True)
 class Adaptive:
-    """A model's adaptive limit as stored for the deployment (None: unconstrained)."""
+    """A model's adaptive limit as stored for the deployment (None: unconstrained): ``limit``
+    as it was set at ``decreased_at`` plus the healthy answers' growth since; it grows with
+    time too (``current``)."""
 
     limit: float | None = None
     decreased_at: float = 0.0
     why: str = Signal.HEALTHY.value
 
-    def slots(self, ceiling: int) -> int:
-        """The batch slots the limit leaves of ``ceiling``."""
+    def current(self, now: float, ceiling: int) -> float | None:
+        """The limit now (None: unconstrained, or grown back to ``ceiling``)."""
         if self.limit is None:
-            return ceiling
-        return max(0, min(ceiling, math.floor(self.limit)))
+            return None
+        limit = self.limit + RECOVERY_PER_SECOND * max(0.0, now - self.decreased_at)
+        return None if limit >= ceiling else limit
 
 
 def cooling(state: Adaptive, now: float) -> bool:
@@ -111,24 +119,26 @@ def cooling(state: Adaptive, now: float) -> bool:
 
 def decreased(state: Adaptive, *, running: int, ceiling: int, why: Signal, now: float) -> Adaptive | None:
     """The limit after a saturation signal: ``DECREASE`` of the batch requests the model has
-    running (or of its limit, if lower), never below ``FLOOR``; None within the cooldown, or
-    with no cap to shrink."""
+    running (or of its limit now, if lower), never below ``FLOOR``; None within the
+    cooldown, or with no cap to shrink."""
     if cooling(state, now) or ceiling <= 0:
         return None
     base = float(min(max(running, 1), ceiling))
-    if state.limit is not None:
-        base = min(base, state.limit)
+    limit = state.current(now, ceiling)
+    if limit is not None:
+        base = min(base, limit)
     return Adaptive(max(FLOOR, base * DECREASE), now, why.value)
 
 
-def increased(state: Adaptive, *, healthy: int, ceiling: int) -> Adaptive:
-    """The limit after ``healthy`` more healthy answers: about one more request per limit's
-    worth of them; unconstrained again once it reaches ``ceiling``."""
-    if state.limit is None or healthy <= 0:
-        return state
-    limit = state.limit
+def growth(state: Adaptive, *, healthy: int, ceiling: int, now: float) -> float:
+    """How much ``healthy`` more healthy answers add to the limit: about one request per
+    limit's worth of them (0 when unconstrained)."""
+    start = state.current(now, ceiling)
+    if start is None or healthy <= 0:
+        return 0.0
+    limit = start
     for _ in range(min(healthy, 10 * max(ceiling, 1))):
         limit += 1.0 / max(limit, FLOOR)
-    if limit >= ceiling:
-        return Adaptive(None, state.decreased_at, Signal.HEALTHY.value)
-    return replace(state, limit=limit, why=RECOVERING)
+        if limit >= ceiling:
+            break
+    return min(limit, float(ceiling)) - start

@@ -64,26 +64,24 @@ class AdaptiveStore:
             failure=f"could not lower the adaptive limit of {model}",
         )
 
-    def increase(self, model: str, by: float, *, ceiling: int, now: float) -> float | None:
-        """Add ``by`` to a constrained model's limit; the limit now (None: unconstrained, the
-        item gone once it reached ``ceiling``, or there was none)."""
+    def increase(self, model: str, by: float, *, now: float) -> bool:
+        """Add ``by`` to a constrained model's limit (increases from several processes add up);
+        False when it has none (it was lifted meanwhile)."""
         grow = Update(
             set={"updated_at": timestamp(now), "why": RECOVERING},
             add={"limit": _number(by)},
             condition="attribute_exists(#l)",
             names={"#l": "limit"},
         )
-        new, _ = self._table.update_returning(self._key(model), grow, failure=f"could not raise {model}")
-        if new is None:
-            return None
-        limit = float(new["limit"])
-        if limit < ceiling:
-            return limit
-        self._table.delete(
+        return self._table.update(self._key(model), grow, failure=f"could not raise the limit of {model}")
+
+    def lift(self, model: str, *, decreased_at: float) -> bool:
+        """Remove a model's limit once it has grown back to its cap, unless it was lowered
+        again meanwhile (its ``decreased_at`` moved)."""
+        return self._table.delete(
             self._key(model),
-            condition="#l >= :cap",
-            names={"#l": "limit"},
-            params={":cap": ceiling},
+            condition="#d = :d",
+            names={"#d": "decreased_at"},
+            params={":d": timestamp(decreased_at)},
             failure=f"could not lift the adaptive limit of {model}",
         )
-        return None

@@ -1,0 +1,395 @@
+"""``make bench-yield`` (``python -m bench.yield_run``): does batch work give way to interactive
+traffic on the same model, and does it use what interactive traffic leaves idle?
+
+Modelled on llm-d's batch-gateway benchmark. One local stack; the simulator serves
+``sim-chat`` with a fixed number of sequences (``--capacity``, 16) of ``--latency-ms`` (500)
+each, the rest queued (``local.sim_capacity``). The benchmark itself plays the interactive
+side of a gateway: it sends interactive requests straight to the simulator, in cycles of a
+burst (``--burst-rps`` 15 for ``--burst-seconds`` 60) and a quiet phase (``--quiet-rps`` 1 for
+``--quiet-seconds`` 60), ``--cycles`` 3 times, and reports what it has in flight to the gateway
+as the contract says (``PUT /admin/interactive-load/{reporter}``, on every change, at most every
+``REPORT_EVERY_SECONDS``, with a short ttl). Three runs of the same interactive load:
+
+- **alone**: no batch;
+- **yield**: a ``--batch`` (3,000) request batch on the same model, BATCH_YIELD_TO_INTERACTIVE on;
+- **no_yield**: the same batch with it off, for contrast.
+
+It reports, from one run of all three: interactive p50/p99 latency (arrival to answer, as the
+interactive caller sees it) in the yield and no-yield runs against the alone run, over the
+requests sent while the batch ran (the same offsets in the alone run); the batch's use of what
+interactive traffic leaves idle in the quiet phases (its requests in flight over the capacity
+less the interactive requests in flight); the batch's progress over time (a staircase, as a
+PNG beside the JSON). Keys in ``bench/last.json``: ``yield_interactive_p99_ratio`` (goal <=
+1.10), ``yield_idle_utilization`` (goal >= 0.90), and ``yield`` (the details).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.probes import percentile
+from local.run import LocalStack
+
+MODEL = "sim-chat"
+REPORTER = "bench-interactive"
+REPORT_EVERY_SECONDS = 0.1  # the interactive side's report, at most this often
+REPORT_TTL_SECONDS = 3
+SAMPLE_EVERY_SECONDS = 0.25
+P99_RATIO_GOAL = 1.10
+IDLE_UTILIZATION_GOAL = 0.90
+DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
+
+
+@dataclass(frozen=True)
+class Cycles:
+    burst_rps: float = 15.0
+    burst_seconds: float = 60.0
+    quiet_rps: float = 1.0
+    quiet_seconds: float = 60.0
+    cycles: int = 3
+
+    @property
+    def seconds(self) -> float:
+        return self.cycles * (self.burst_seconds + self.quiet_seconds)
+
+    def phase_at(self, offset: float) -> str:
+        """``burst`` or ``quiet``, at ``offset`` seconds from the start."""
+        within = offset % (self.burst_seconds + self.quiet_seconds)
+        return "burst" if within < self.burst_seconds else "quiet"
+
+    def send_offsets(self) -> list[float]:
+        """When each interactive request is sent, evenly spaced at each phase's rate."""
+        offsets: list[float] = []
+        for cycle in range(self.cycles):
+            start = cycle * (self.burst_seconds + self.quiet_seconds)
+            for begin, seconds, rps in (
+                (start, self.burst_seconds, self.burst_rps),
+                (start + self.burst_seconds, self.quiet_seconds, self.quiet_rps),
+            ):
+                count = int(seconds * rps)
+                offsets += [begin + i / rps for i in range(count)]
+        return offsets
+
+
+@dataclass
+class Sent:
+    offset: float  # seconds from the run's start
+    latency: float | None = None  # seconds, None: failed
+    status: int | None = None
+
+
+@dataclass
+class Sample:
+    offset: float
+    running: int  # sequences the simulator runs now (batch and interactive)
+    interactive: int  # interactive requests in flight (sent, not answered)
+    completed: int  # the batch's completed + failed requests
+
+
+@dataclass
+class Run:
+    mode: str
+    sent: list[Sent] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    batch_started: float | None = None  # offsets of the batch's run
+    batch_ended: float | None = None
+    reports: int = 0
+
+
+class Interactive:
+    """The interactive side: requests straight to the simulator, and its load reported."""
+
+    def __init__(self, sim_url: str, admin_url: str, latency_ms: int) -> None:
+        self.sim_url = sim_url
+        self.admin_url = admin_url
+        self.latency_ms = latency_ms
+        self.in_flight = 0
+        self._changed = asyncio.Event()
+
+    async def run(self, cycles: Cycles, run: Run, t0: float) -> None:
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+        async with (
+            httpx.AsyncClient(base_url=self.sim_url, timeout=120, limits=limits) as sim,
+            httpx.AsyncClient(
+                base_url=self.admin_url, headers={"Authorization": "Bearer sk-local-admin"}, timeout=10
+            ) as admin,
+        ):
+            done = asyncio.Event()
+            reporter = asyncio.create_task(self._report(admin, run, done))
+            tasks = []
+            for i, offset in enumerate(cycles.send_offsets()):
+                delay = t0 + offset - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent = Sent(offset)
+                run.sent.append(sent)
+                tasks.append(asyncio.create_task(self._one(sim, sent, i, t0)))
+            await asyncio.gather(*tasks)
+            done.set()
+            await reporter
+            await admin.delete(f"/admin/interactive-load/{REPORTER}")
+
+    async def _one(self, sim: httpx.AsyncClient, sent: Sent, i: int, t0: float) -> None:
+        body = {
+            "model": MODEL,
+            "messages": [
+                {"role": "user", "content": f"interactive {i} [[sim latency_ms={self.latency_ms}]]"}
+            ],
+        }
+        self.in_flight += 1
+        self._changed.set()
+        started = time.monotonic()
+        try:
+            answer = await sim.post("/v1/chat/completions", json=body)
+            sent.status = answer.status_code
+            sent.latency = time.monotonic() - started if answer.status_code == 200 else None
+        except httpx.HTTPError:
+            sent.latency = None
+        finally:
+            self.in_flight -= 1
+            self._changed.set()
+
+    async def _report(self, admin: httpx.AsyncClient, run: Run, done: asyncio.Event) -> None:
+        """Report the in-flight count when it changes (at most every REPORT_EVERY_SECONDS),
+        and at least once a second, until ``done``."""
+        last = -math.inf
+        while not done.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=1.0)
+            wait = last + REPORT_EVERY_SECONDS - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._changed.clear()
+            load = {"models": {MODEL: self.in_flight}, "ttl_seconds": REPORT_TTL_SECONDS}
+            try:
+                await admin.put(f"/admin/interactive-load/{REPORTER}", json=load)
+                run.reports += 1
+            except httpx.HTTPError:
+                pass
+            last = time.monotonic()
+
+
+def sample(
+    stack: LocalStack,
+    run: Run,
+    interactive: Interactive,
+    batch_id: str | None,
+    t0: float,
+    stop: threading.Event,
+) -> None:
+    """Every SAMPLE_EVERY_SECONDS: the simulator's running sequences, the interactive in
+    flight, and the batch's progress."""
+    with (
+        httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
+        httpx.Client(
+            base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"}, timeout=10
+        ) as api,
+    ):
+        while not stop.wait(SAMPLE_EVERY_SECONDS):
+            running = int(sim.get("/_sim/stats").json()["queues"][MODEL]["running"])
+            completed = 0
+            if batch_id is not None:
+                batch = api.get(f"/batches/{batch_id}").json()
+                counts = batch["request_counts"]
+                completed = int(counts["completed"]) + int(counts["failed"])
+                offset = time.monotonic() - t0
+                if batch["status"] == "in_progress" and run.batch_started is None:
+                    run.batch_started = offset
+                if (
+                    batch["status"] in ("completed", "failed", "expired", "cancelled")
+                    and run.batch_ended is None
+                ):
+                    run.batch_ended = offset
+            run.samples.append(Sample(time.monotonic() - t0, running, interactive.in_flight, completed))
+
+
+def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespace) -> Run:
+    run = Run(mode)
+    admin = httpx.Client(
+        base_url=stack.api_url.removesuffix("/v1"),
+        headers={"Authorization": "Bearer sk-local-admin"},
+        timeout=30,
+    )
+    admin.patch(
+        "/admin/config/BATCH_YIELD_TO_INTERACTIVE", json={"value": mode != "no_yield"}
+    ).raise_for_status()
+    time.sleep(6)  # every process has read it (BATCHGW_RUNTIME_REFRESH_SECONDS)
+    interactive = Interactive(stack.sim_url, stack.api_url.removesuffix("/v1"), args.latency_ms)
+    batch_id = None
+    t0 = time.monotonic()
+    if mode != "alone":
+        api = httpx.Client(
+            base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"}, timeout=60
+        )
+        lines = [
+            {
+                "custom_id": f"b{i}",
+                "body": {
+                    "model": MODEL,
+                    "messages": [
+                        {"role": "user", "content": f"batch {i} [[sim latency_ms={args.latency_ms}]]"}
+                    ],
+                },
+            }
+            for i in range(args.batch)
+        ]
+        batch_id = api.post("/batches", json={"requests": lines}).raise_for_status().json()["id"]
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample, args=(stack, run, interactive, batch_id, t0, stop), daemon=True)
+    sampler.start()
+    asyncio.run(interactive.run(cycles, run, t0))
+    stop.set()
+    sampler.join(timeout=30)
+    if batch_id is not None:  # what it did not finish within the cycles is not measured
+        httpx.post(
+            f"{stack.api_url}/batches/{batch_id}/cancel", headers={"Authorization": "Bearer sk-local-alice"}
+        )
+    return run
+
+
+def batch_window(run: Run, cycles: Cycles) -> tuple[float, float]:
+    """The offsets during which the batch had requests to run (the whole run when it never ended)."""
+    start = run.batch_started if run.batch_started is not None else 0.0
+    end = run.batch_ended if run.batch_ended is not None else cycles.seconds
+    return start, end
+
+
+def latencies(run: Run, window: tuple[float, float]) -> dict[str, Any]:
+    inside = [s for s in run.sent if window[0] <= s.offset < window[1]]
+    ok = [s.latency for s in inside if s.latency is not None]
+    return {
+        "requests": len(inside),
+        "failed": len(inside) - len(ok),
+        "p50_ms": None if not ok else round(1000 * (percentile(ok, 0.50) or 0), 1),
+        "p99_ms": None if not ok else round(1000 * (percentile(ok, 0.99) or 0), 1),
+    }
+
+
+def idle_utilization(run: Run, cycles: Cycles, capacity: int) -> float | None:
+    """In the quiet phases while the batch ran: the batch's requests in flight over what the
+    interactive ones left of the capacity."""
+    window = batch_window(run, cycles)
+    used = free = 0.0
+    for s in run.samples:
+        if not window[0] <= s.offset < window[1] or cycles.phase_at(s.offset) != "quiet":
+            continue
+        interactive = min(s.interactive, s.running)
+        used += s.running - interactive
+        free += capacity - interactive
+    return None if free <= 0 else round(used / free, 3)
+
+
+def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, Any]:
+    window = batch_window(runs["yield"], cycles)
+    alone = latencies(runs["alone"], window)
+    out: dict[str, Any] = {"window_seconds": [round(window[0], 1), round(window[1], 1)], "alone": alone}
+    for mode in ("yield", "no_yield"):
+        figures = latencies(runs[mode], window)
+        figures["p99_ratio"] = (
+            None
+            if not alone["p99_ms"] or figures["p99_ms"] is None
+            else round(figures["p99_ms"] / alone["p99_ms"], 3)
+        )
+        figures["idle_utilization"] = idle_utilization(runs[mode], cycles, capacity)
+        figures["batch_completed"] = max((s.completed for s in runs[mode].samples), default=0)
+        ended = runs[mode].batch_ended
+        figures["batch_seconds"] = None if ended is None else round(ended, 1)
+        figures["reports"] = runs[mode].reports
+        out[mode] = figures
+    return out
+
+
+def chart(runs: dict[str, Run], cycles: Cycles, path: Path) -> None:
+    """The batch's progress over time in each run, the bursts shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(10, 5))
+    for cycle in range(cycles.cycles):
+        start = cycle * (cycles.burst_seconds + cycles.quiet_seconds)
+        axis.axvspan(start, start + cycles.burst_seconds, color="orange", alpha=0.15, lw=0)
+    for mode, style in (("yield", "-"), ("no_yield", "--")):
+        samples = runs[mode].samples
+        axis.step(
+            [s.offset for s in samples], [s.completed for s in samples], style, where="post", label=mode
+        )
+    axis.set_xlabel("seconds (shaded: interactive bursts)")
+    axis.set_ylabel("batch requests done")
+    axis.set_title("Batch progress beside interactive traffic")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+@contextmanager
+def yield_stack(capacity: int, workers: int) -> Iterator[LocalStack]:
+    env = {
+        "BATCH_MODEL_CONCURRENCY": str(capacity),
+        "BATCHGW_SIM_CAPACITY": str(capacity),
+        "BATCH_SLOT_WAIT_SECONDS": "0.5",
+        "BATCH_MAX_ACTIVE_PER_USER": "100",
+        "BATCHGW_RUNTIME_REFRESH_SECONDS": "5",
+    }
+    log_dir = Path(tempfile.mkdtemp(prefix="batchgw-yield-"))
+    with LocalStack(
+        api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=workers, log_dir=log_dir
+    ) as stack:
+        yield stack
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    defaults = Cycles()
+    for name in ("burst_rps", "burst_seconds", "quiet_rps", "quiet_seconds"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
+    parser.add_argument("--cycles", type=int, default=defaults.cycles)
+    parser.add_argument("--batch", type=int, default=3000)
+    parser.add_argument("--capacity", type=int, default=16)
+    parser.add_argument("--latency-ms", type=int, default=500)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    cycles = Cycles(args.burst_rps, args.burst_seconds, args.quiet_rps, args.quiet_seconds, args.cycles)
+    shape = {**asdict(cycles), "batch": args.batch, "capacity": args.capacity, "latency_ms": args.latency_ms}
+    print(f"yield bench: {json.dumps(shape)}", flush=True)
+    runs: dict[str, Run] = {}
+    with yield_stack(args.capacity, args.workers) as stack:
+        for mode in ("alone", "yield", "no_yield"):
+            print(f"  {mode}: {cycles.seconds:.0f} s of interactive load...", flush=True)
+            runs[mode] = one_run(stack, mode, cycles, args)
+    figures = summary(runs, cycles, args.capacity)
+    chart_path = args.out.with_name("yield.png")
+    chart(runs, cycles, chart_path)
+    figures["chart"] = str(chart_path)
+    print(json.dumps(figures, indent=2))
+    ratio = figures["yield"]["p99_ratio"]
+    utilization = figures["yield"]["idle_utilization"]
+    print(f"interactive p99, batch yielding / alone: {ratio} (goal <= {P99_RATIO_GOAL})")
+    print(f"batch's use of idle capacity in quiet phases: {utilization} (goal >= {IDLE_UTILIZATION_GOAL})")
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
+    result.update(
+        {"yield_interactive_p99_ratio": ratio, "yield_idle_utilization": utilization, "yield": figures}
+    )
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {args.out} and {chart_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""The yield benchmark's arithmetic (``bench.yield_run``): the cycles it sends, and how it
+turns what it saw into the two figures it reports."""
+
+from __future__ import annotations
+
+from bench.yield_run import Cycles, Run, Sample, Sent, batch_window, idle_utilization, latencies, summary
+
+CYCLES = Cycles(burst_rps=4, burst_seconds=2, quiet_rps=1, quiet_seconds=2, cycles=2)
+
+
+def test_the_cycles_send_at_each_phases_rate() -> None:
+    offsets = CYCLES.send_offsets()
+    assert offsets == [
+        0,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        1.25,
+        1.5,
+        1.75,
+        2,
+        3,
+        4,
+        4.25,
+        4.5,
+        4.75,
+        5,
+        5.25,
+        5.5,
+        5.75,
+        6,
+        7,
+    ]
+    assert [CYCLES.phase_at(x) for x in (0, 1.9, 2, 3.9, 4, 6.5)] == [
+        "burst",
+        "burst",
+        "quiet",
+        "quiet",
+        "burst",
+        "quiet",
+    ]
+    assert CYCLES.seconds == 8
+    default = Cycles()
+    assert len(default.send_offsets()) == 3 * (15 * 60 + 60)
+
+
+def test_latencies_count_the_requests_sent_while_the_batch_ran() -> None:
+    run = Run(
+        "yield", sent=[Sent(0.5, 0.5), Sent(1.0, 1.0), Sent(1.5, 0.7), Sent(2.0, None, 503), Sent(9.0, 9.0)]
+    )
+    assert latencies(run, (0.0, 5.0)) == {"requests": 4, "failed": 1, "p50_ms": 700.0, "p99_ms": 1000.0}
+
+
+def test_idle_utilization_is_the_batchs_share_of_what_interactive_left_in_quiet_phases() -> None:
+    samples = [
+        Sample(1.0, running=16, interactive=8, completed=0),  # a burst: not counted
+        Sample(2.5, running=16, interactive=1, completed=10),  # quiet: batch 15 of 15 free
+        Sample(3.5, running=11, interactive=1, completed=20),  # quiet: batch 10 of 15
+        Sample(6.5, running=16, interactive=0, completed=30),  # after the batch ended: not counted
+    ]
+    run = Run("yield", samples=samples, batch_started=0.0, batch_ended=5.0)
+    assert batch_window(run, CYCLES) == (0.0, 5.0)
+    assert idle_utilization(run, CYCLES, capacity=16) == round(25 / 30, 3)
+
+
+def test_the_summary_compares_each_run_with_the_interactive_load_alone() -> None:
+    alone = Run("alone", sent=[Sent(0.1, 0.5), Sent(0.2, 0.5)])
+    yielding = Run("yield", sent=[Sent(0.1, 0.5), Sent(0.2, 0.55)], batch_started=0.0, batch_ended=4.0)
+    no_yield = Run("no_yield", sent=[Sent(0.1, 1.0), Sent(0.2, 1.5)])
+    figures = summary({"alone": alone, "yield": yielding, "no_yield": no_yield}, CYCLES, capacity=16)
+    assert figures["yield"]["p99_ratio"] == 1.1 and figures["no_yield"]["p99_ratio"] == 3.0
+    assert figures["window_seconds"] == [0.0, 4.0]
