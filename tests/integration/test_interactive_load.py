@@ -14,6 +14,7 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import ShareWhy
 from batchgw.run.slot import SlotHolder
+from batchgw.runtime import UNREADABLE_GRACE_SECONDS
 from batchgw.storage.aws import get_clients
 
 from local.simulator import Simulator
@@ -133,6 +134,8 @@ def test_while_the_reports_cannot_be_read_nothing_new_starts_and_a_running_reque
     assert asyncio.run(holder.hold("sim-chat")).granted  # a request runs
     unreadable(monkeypatch, deps)
     clock.advance(1.0)
+    assert deps.shares.share("sim-chat").why is ShareWhy.CAP  # one failed read: the last load, for a moment
+    clock.advance(UNREADABLE_GRACE_SECONDS)
     share = deps.shares.share("sim-chat")
     assert (share.slots, share.why, share.yielding) == (0, ShareWhy.LOAD_UNKNOWN, True)
     assert not asyncio.run(SlotHolder(deps).hold("sim-chat")).granted  # nothing new starts
@@ -143,6 +146,17 @@ def test_while_the_reports_cannot_be_read_nothing_new_starts_and_a_running_reque
     # Its chain's next request is a new one: it gives the slot back and waits.
     assert not asyncio.run(holder.hold("sim-chat")).granted
     assert deps.slots.read("sim-chat").running(clock()) == 0
+
+
+def test_a_process_that_never_read_the_reports_starts_nothing_until_it_can(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readable = deps.interactive.reports
+    unreadable(monkeypatch, deps)
+    assert deps.shares.share("sim-chat").why is ShareWhy.LOAD_UNKNOWN
+    monkeypatch.setattr(deps.interactive, "reports", readable)
+    clock.advance(1.0)
+    assert deps.shares.share("sim-chat").why is ShareWhy.CAP
 
 
 def test_without_the_shared_load_an_unreadable_table_stops_nothing(

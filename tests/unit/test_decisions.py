@@ -17,8 +17,10 @@ from batchgw.domain.decisions import (
     Decision,
     End,
     Retry,
+    Verdict,
     backoff_seconds,
     decide,
+    not_run,
 )
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import RequestRecord
@@ -255,3 +257,20 @@ def test_a_timeout_fails_at_once_with_its_cost_unknown() -> None:
     assert isinstance(step, End) and step.status is RequestStatus.FAILED
     assert step.cost_nano == 0
     assert step.tally == Tally(failed=1, cost_unknown=3)  # this attempt and the two lost before
+
+
+def test_a_retry_claimed_as_the_window_closes_fails_with_its_last_error_and_an_unrun_request_expires() -> (
+    None
+):
+    error = {"code": "service_unavailable", "message": "busy", "status": 503}
+    ran = RequestRecord("batch_x", 0, "c-0", "sim-chat", RequestStatus.RUNNING, attempts=3, error=error)
+    end = not_run(Verdict.EXPIRED, ran, SETTINGS)
+    assert (end.status, end.error, end.tally.failed, end.tally.expired) == (RequestStatus.FAILED, error, 1, 0)
+    never = not_run(Verdict.EXPIRED, request(attempts=0), SETTINGS)
+    assert (never.status, never.error["code"], never.tally.expired) == (
+        RequestStatus.EXPIRED,
+        "batch_expired",
+        1,
+    )
+    cancelled = not_run(Verdict.CANCELLED, ran, SETTINGS)
+    assert cancelled.status is RequestStatus.CANCELLED

@@ -237,6 +237,9 @@ class LiveConfig:
 # How old the interactive load and the adaptive limits a worker goes by may be: one Query of
 # each a second at most, per process.
 SHARES_MAX_AGE_SECONDS = 1.0
+# How long a process goes by the last interactive load it read when a read fails (a
+# transient error), before the load counts as unknown.
+UNREADABLE_GRACE_SECONDS = 3.0
 
 
 class BatchShares:
@@ -263,6 +266,8 @@ class BatchShares:
         self._load: InteractiveLoad | None = None
         self._adaptive: dict[str, Adaptive] = {}
         self._read_at = -math.inf
+        self._read_ok_at = -math.inf
+        self._warned_unreadable = False
         self._reports: list[LoadReport] = []
 
     def share(self, model: str) -> BatchShare:
@@ -305,11 +310,17 @@ class BatchShares:
         try:
             self._reports = self._store.reports()
         except StorageError:
-            if self._load is not None:
-                logger.warning("interactive load unreadable: no new batch request starts", exc_info=True)
-            self._load = None
+            # One failed read keeps what was read last, for a moment; unreadable for longer
+            # (or never read), the load is unknown.
+            if now - self._read_ok_at > UNREADABLE_GRACE_SECONDS:
+                if self._load is not None or not self._warned_unreadable:
+                    logger.warning("interactive load unreadable: no new batch request starts", exc_info=True)
+                    self._warned_unreadable = True
+                self._load = None
         else:
             self._load = InteractiveLoad.of(self._reports, now)
+            self._read_ok_at = now
+            self._warned_unreadable = False
         if self._live.settings.batch_adaptive_concurrency:
             try:
                 self._adaptive = self._limits.read()

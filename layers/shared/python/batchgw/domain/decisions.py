@@ -250,7 +250,9 @@ def not_run(reason: Verdict, request: RequestRecord, settings: DecisionSettings)
     """The end of a claimed request that may not run (its lost attempts still count).
 
     Any reason but a cancel or full result storage ends it as expired: past the window,
-    or stopped for a reason read too late to tell.
+    or stopped for a reason read too late to tell; a request that ran before (a retry
+    claimed as the window closed) fails with the last error it got instead, as the window's
+    sweep ends it.
     """
     lost = Tally(cost_unknown=request.lost)
     if reason is Verdict.CANCELLED:
@@ -259,6 +261,8 @@ def not_run(reason: Verdict, request: RequestRecord, settings: DecisionSettings)
         return End(RequestStatus.FAILED, _with(lost, failed=1), error=results_full_error(settings))
     if reason is Verdict.OWNER_FAILED:
         return End(RequestStatus.FAILED, _with(lost, failed=1), error=not_run_error("batch_failed"))
+    if request.error is not None:
+        return End(RequestStatus.FAILED, _with(lost, failed=1), error=request.error)
     return End(RequestStatus.EXPIRED, _with(lost, failed=1, expired=1), error=not_run_error("batch_expired"))
 
 
