@@ -146,3 +146,17 @@ def test_a_model_that_went_quiet_after_an_overload_is_not_held_back_by_it(
     clock.advance((CAP - 8 * DECREASE) / RECOVERY_PER_SECOND)
     share = deps.shares.share("sim-chat")
     assert (share.slots, share.why, share.adaptive_limit) == (CAP, ShareWhy.CAP, None)
+
+
+def test_a_failed_write_of_the_limit_never_gets_in_the_way_of_the_answer(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.domain.errors import StorageError
+
+    def refuse(*_: object, **__: object) -> bool:
+        raise StorageError("could not lower the adaptive limit")
+
+    monkeypatch.setattr(deps.backpressure._limits, "decrease", refuse)
+    running(deps, clock, 4)
+    answer(deps, Signal.SATURATED)  # logged, not raised
+    assert deps.shares.share("sim-chat").adaptive_limit is None

@@ -384,15 +384,19 @@ class Backpressure:
                     self._healthy[model] = self._healthy.get(model, 0) + 1
                     grow_due = now - self._grown_at.get(model, -math.inf) >= GROWTH_SECONDS
                     return Signal.HEALTHY if state.limit is not None and grow_due else None
-        # (a stored limit grown back to the cap is lifted by the next healthy answers' growth)
         return None if cooling(state, now) else signal
 
     def act(self, model: str, signal: Signal) -> None:
-        """Lower (a saturation signal) or raise (healthy) ``model``'s limit, as ``note`` said."""
-        if signal is Signal.HEALTHY:
-            self._grow(model)
-        else:
-            self._shrink(model, signal)
+        """Lower (a saturation signal) or raise (healthy) ``model``'s limit, as ``note`` said.
+        Advice, never in the way: a failure here is logged, and the answer that caused it is
+        recorded all the same."""
+        try:
+            if signal is Signal.HEALTHY:
+                self._grow(model)
+            else:
+                self._shrink(model, signal)
+        except Exception:
+            logger.warning("adaptive limit not changed", extra={"model": model}, exc_info=True)
 
     def _shrink(self, model: str, signal: Signal) -> None:
         now = self._clock()
