@@ -32,7 +32,7 @@ from batchgw.config.settings import (
 )
 from batchgw.domain.adaptive import Adaptive, Latency, Signal, cooling, decreased, growth
 from batchgw.domain.errors import BadRequest, NotFound, StorageError
-from batchgw.domain.interactive import BatchShare, InteractiveLoad, LoadReport, batch_share, limited
+from batchgw.domain.interactive import BatchShare, InteractiveLoad, batch_share, limited
 from batchgw.domain.runtime import Overrides
 from batchgw.observability import logger
 from batchgw.storage.adaptive import AdaptiveStore
@@ -268,7 +268,6 @@ class BatchShares:
         self._read_at = -math.inf
         self._read_ok_at = -math.inf
         self._warned_unreadable = False
-        self._reports: list[LoadReport] = []
 
     def share(self, model: str) -> BatchShare:
         settings = self._live.settings
@@ -308,7 +307,7 @@ class BatchShares:
             return
         self._read_at = now
         try:
-            self._reports = self._store.reports()
+            reports = self._store.reports()
         except StorageError:
             # One failed read keeps what was read last, for a moment; unreadable for longer
             # (or never read), the load is unknown.
@@ -318,7 +317,7 @@ class BatchShares:
                     self._warned_unreadable = True
                 self._load = None
         else:
-            self._load = InteractiveLoad.of(self._reports, now)
+            self._load = InteractiveLoad.of(reports, now)
             self._read_ok_at = now
             self._warned_unreadable = False
         if self._live.settings.batch_adaptive_concurrency:
@@ -331,11 +330,6 @@ class BatchShares:
     def forget(self) -> None:
         """Read everything again at the next look (this process just changed something)."""
         self._read_at = -math.inf
-
-    def reports(self) -> list[LoadReport]:
-        """The reports as last read (live or not)."""
-        self._refresh()
-        return list(self._reports)
 
 
 # How often a process adds the healthy answers it saw to a constrained model's limit.

@@ -57,7 +57,7 @@ from batchgw.run import attempt, completion
 from batchgw.run.aio import io, renewal
 from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
-from batchgw.run.slot import SlotHolder
+from batchgw.run.slot import SlotHolder, share_of
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 from batchgw.storage.workflow import Next
 
@@ -348,7 +348,7 @@ class ChainRun:
         model = self.batch.models[0]
         state = await io(self.deps.slots.read, model)
         paused_until = max(state.paused_until, self.deps.health.paused_until(model))
-        share = await io(self.deps.shares.share, model)
+        share = await share_of(self.deps, model)
         if state.running(now) < share.slots and paused_until <= now:
             return None
         if paused_until > now:
@@ -536,7 +536,7 @@ class ChainRun:
             heapq.heappush(self.retries, (now + wait, target))
         if grant.paused_until is not None:
             return Stopped(Why.MODEL_PAUSED, wait)
-        yielded = (await io(self.deps.shares.share, held.model)).yielding
+        yielded = (await share_of(self.deps, held.model)).yielding
         return Stopped(Why.YIELDED if yielded else Why.MODEL_FULL, wait)
 
     async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> Stopped | None:

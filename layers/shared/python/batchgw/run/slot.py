@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from batchgw.deps import Deps
+from batchgw.domain.interactive import BatchShare
 from batchgw.observability import metrics
 from batchgw.run.aio import io, renewal
 from batchgw.storage.slots import SlotGrant, SlotStore
@@ -34,8 +35,7 @@ class SlotHolder:
             await self.release()
             return SlotGrant(False, paused_until=paused_until)
         # Its cap less what interactive traffic takes of it now (``domain.interactive``).
-        shares = deps.shares
-        cap = (shares.share(model) if shares.fresh() else await io(shares.share, model)).slots
+        cap = (await share_of(deps, model)).slots
         if self.model == model and cap < self._cap:
             await self.release()  # its share shrank: ask again, against the new one
         if self.model == model:
@@ -86,6 +86,13 @@ class SlotHolder:
             model, self.model = self.model, None
             _in_use(model, -1)
             await io(self._deps.slots.release, model, self.token)
+
+
+async def share_of(deps: Deps, model: str) -> BatchShare:
+    """``model``'s batch share now: as last read when that is fresh (no thread hop on the
+    chain's path), else read again off the event loop."""
+    shares = deps.shares
+    return shares.share(model) if shares.fresh() else await io(shares.share, model)
 
 
 # Slots the chains of this process hold now, per model (the SlotsInUse metric).
