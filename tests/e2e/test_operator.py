@@ -297,6 +297,9 @@ def test_a_batch_gives_way_to_reported_interactive_load_within_2_seconds_and_tak
     assert admin.delete("/admin/interactive-load/gw-b").status_code == 200
     seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to take the whole cap back")
     assert share_of(admin)["reason"] == "cap"
+    # The worker said its requests were batch work (x-batchgw-source): the simulator told them apart.
+    latency = sim.get("/_sim/stats").json()["latency"]["sim-chat"]
+    assert latency["batch"]["count"] > 0 and latency["interactive"]["count"] == 0
     alice.http.post(f"/batches/{batch_id}/cancel")
 
 
