@@ -50,7 +50,13 @@ class BatchGwStack(Stack):
             workflow_name=workflow_name,
         )
         self.workflow = Workflow(self, "Workflow", name=workflow_name, lifecycle=self.functions.lifecycle)
-        self.api = Api(self, "Api", handler=self.functions.api, admin_handler=self.functions.admin)
+        self.api = Api(
+            self,
+            "Api",
+            handler=self.functions.api,
+            admin_handler=self.functions.admin,
+            interactive_handler=self.functions.interactive,
+        )
         self.observability = Observability(
             self,
             "Observability",
@@ -59,6 +65,7 @@ class BatchGwStack(Stack):
             admin=self.functions.admin,
             worker=self.functions.worker,
             lifecycle=self.functions.lifecycle,
+            interactive=self.functions.interactive,
             queues=self.queues.queues,
             dead_letter_queues=self.queues.dead_letter_queues,
             state_machine=self.workflow.state_machine,

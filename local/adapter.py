@@ -4,8 +4,11 @@
 listens on 127.0.0.1 (``BATCHGW_PORT``, default 8080) and calls the real handlers in process,
 routing as the HTTP API does: a path under ``/admin/`` (``resources.ADMIN_PATH_PREFIX``) to the
 admin handler (``BATCHGW_ADMIN_HANDLER``, default ``functions.admin.handler.handler``), whose
-AWS calls are recorded as the admin function's, every other path to the api handler
-(``BATCHGW_API_HANDLER``, default ``functions.api.handler.handler``). It enforces the limits API
+AWS calls are recorded as the admin function's; a POST to an interactive path
+(``resources.INTERACTIVE_PATHS``) to the interactive handler
+(``functions.interactive.handler.handler``, at most ``BATCHGW_INTERACTIVE_CONCURRENCY``, 64,
+at once); every other request to the api handler (``BATCHGW_API_HANDLER``, default
+``functions.api.handler.handler``). It enforces the limits API
 Gateway and Lambda would:
 
 - a request body over 10 MB answers 413 ``{"message": "Request Entity Too Large"}``, and
@@ -76,6 +79,10 @@ API_FUNCTION_NAME = f"{PREFIX}-api"
 ADMIN_FUNCTION_NAME = f"{PREFIX}-admin"
 ADMIN_HANDLER_ENV = "BATCHGW_ADMIN_HANDLER"
 DEFAULT_ADMIN_HANDLER = "functions.admin.handler.handler"
+INTERACTIVE_FUNCTION_NAME = f"{PREFIX}-{resources.INTERACTIVE}"
+INTERACTIVE_HANDLER = "functions.interactive.handler.handler"
+INTERACTIVE_CONCURRENCY_ENV = "BATCHGW_INTERACTIVE_CONCURRENCY"
+DEFAULT_INTERACTIVE_CONCURRENCY = 64
 
 _TEXT_TYPES = frozenset({"application/json", "application/javascript", "application/xml"})
 # Hop-by-hop or recomputed here; a handler's values for these are ignored.
@@ -243,21 +250,26 @@ class ApiAdapter(ThreadingHTTPServer):
         reuse_port: bool = False,
         concurrency: int = DEFAULT_CONCURRENCY,
         admin_handler_path: str = DEFAULT_ADMIN_HANDLER,
+        interactive_concurrency: int = DEFAULT_INTERACTIVE_CONCURRENCY,
     ) -> None:
         self.allow_reuse_port = reuse_port
         self.handlers = HandlerPool(handler_path, max_size=concurrency)
         self.admin_handlers = HandlerPool(admin_handler_path, max_size=concurrency)
+        self.interactive_handlers = HandlerPool(INTERACTIVE_HANDLER, max_size=interactive_concurrency)
         super().__init__((host, port), _RequestHandler)
 
-    def function_for(self, path: str) -> tuple[str, HandlerPool]:
-        """The function the HTTP API routes ``path`` to, and its execution environments."""
+    def function_for(self, method: str, path: str) -> tuple[str, HandlerPool]:
+        """The function the HTTP API routes ``method path`` to, and its execution environments."""
         if path.startswith(resources.ADMIN_PATH_PREFIX):
             return ADMIN_FUNCTION_NAME, self.admin_handlers
+        if method == "POST" and path in resources.INTERACTIVE_PATHS:
+            return INTERACTIVE_FUNCTION_NAME, self.interactive_handlers
         return API_FUNCTION_NAME, self.handlers
 
     def invoke(self, event: Mapping[str, Any]) -> Reply:
         request_id = event["requestContext"]["requestId"]
-        function_name, pool = self.function_for(event["rawPath"])
+        method = event["requestContext"]["http"]["method"]
+        function_name, pool = self.function_for(method, event["rawPath"])
         try:
             # its AWS calls are its function's (this process is named after the api function)
             with calls_made_for(function_name), pool.environment() as handler:  # an import error fails here
@@ -392,6 +404,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--concurrency", type=int, default=int(os.environ.get(API_CONCURRENCY_ENV, DEFAULT_CONCURRENCY))
     )
+    parser.add_argument(
+        "--interactive-concurrency",
+        type=int,
+        default=int(os.environ.get(INTERACTIVE_CONCURRENCY_ENV, DEFAULT_INTERACTIVE_CONCURRENCY)),
+    )
     args = parser.parse_args(argv)
     setup_logging("api")
     os.environ[FUNCTION_NAME_ENV] = API_FUNCTION_NAME  # as in the function's environment on Lambda
@@ -401,10 +418,12 @@ def main(argv: list[str] | None = None) -> None:
         reuse_port=args.reuse_port,
         concurrency=args.concurrency,
         admin_handler_path=args.admin_handler,
+        interactive_concurrency=args.interactive_concurrency,
     )
     # import the handlers before accepting requests: fail at start
     server.handlers.warm()
     server.admin_handlers.warm()
+    server.interactive_handlers.warm()
     log.info(
         "api adapter listening",
         extra={"port": args.port, "handler": args.handler, "admin_handler": args.admin_handler},

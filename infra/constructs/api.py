@@ -1,5 +1,5 @@
-"""The HTTP API: ``/admin/...`` goes to the admin function, every other path and method to the
-api function (payload format 2.0)."""
+"""The HTTP API: ``/admin/...`` goes to the admin function, a POST to an interactive path to the
+interactive function, every other path and method to the api function (payload format 2.0)."""
 
 from __future__ import annotations
 
@@ -59,8 +59,10 @@ class Api(Construct):
     """An HTTP API whose ``$default`` stage logs every request and throttles.
 
     The admin routes have a function of their own (``admin_handler``), so that the role of the
-    function serving every other route cannot write users, keys or runtime settings; API
-    Gateway picks the most specific route, ``/admin/{proxy+}`` over ``/{proxy+}``.
+    function serving every other route cannot write users, keys or runtime settings; so do the
+    interactive paths (``interactive_handler``), the only routes that call a model; API
+    Gateway picks the most specific route, ``/admin/{proxy+}`` or ``POST /v1/embeddings`` over
+    ``/{proxy+}``.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Api(Construct):
         *,
         handler: lambda_.IFunction,
         admin_handler: lambda_.IFunction,
+        interactive_handler: lambda_.IFunction,
     ) -> None:
         super().__init__(scope, construct_id)
         self.http_api = apigwv2.HttpApi(
@@ -91,11 +94,18 @@ class Api(Construct):
             methods=[apigwv2.HttpMethod.ANY],
             integration=admin,
         )
+        interactive = HttpLambdaIntegration(
+            "InteractiveHandler",
+            interactive_handler,
+            payload_format_version=apigwv2.PayloadFormatVersion.VERSION_2_0,
+        )
+        for path in resources.INTERACTIVE_PATHS:
+            self.http_api.add_routes(path=path, methods=[apigwv2.HttpMethod.POST], integration=interactive)
         acknowledge(
             self.http_api,
             {
                 "AwsSolutions-APIG4": (
-                    "the api and admin functions authenticate every request themselves "
+                    "the api, admin and interactive functions authenticate every request themselves "
                     "(batchgw.api.auth): the OpenAI SDK's `Authorization: Bearer <key>` is looked up "
                     "among the hashed keys in DynamoDB, giving the caller's user and role; a missing, "
                     "unknown or revoked key gets 401 in the OpenAI error shape. An authorizer would "

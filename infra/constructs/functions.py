@@ -105,7 +105,8 @@ def upstream_secret_ids(catalog: Catalog) -> list[str]:
 
 
 class Functions(Construct):
-    """The ``api``, ``admin``, ``worker``, ``lifecycle`` and ``webhooks`` functions, each granted
+    """The ``api``, ``admin``, ``worker``, ``lifecycle``, ``webhooks`` and ``interactive``
+    functions, each granted
     only what it uses: its share of the tables, the control table's partitions and the bucket's
     key prefixes as ``batchgw.config.resources`` declares them, and the queues, workflow and keys
     its code calls.
@@ -178,6 +179,14 @@ class Functions(Construct):
             memory_size=512,
             description="batchgw: signs and delivers batch events to users' webhooks",
         )
+        self.interactive = self._function(
+            "Interactive",
+            "interactive",
+            timeout=API_TIMEOUT,
+            # It waits on one upstream call at a time, its answer (5 MB at most) passed on whole.
+            memory_size=512,
+            description="batchgw: the reference interactive path (one request straight to its model)",
+        )
         # by the names ``resources`` declares their access under
         self.by_name = {
             resources.API: self.api,
@@ -185,6 +194,7 @@ class Functions(Construct):
             resources.WORKER: self.worker,
             resources.LIFECYCLE: self.lifecycle,
             resources.WEBHOOKS: self.webhooks,
+            resources.INTERACTIVE: self.interactive,
         }
         assert tuple(self.by_name) == resources.FUNCTIONS
         self.all = list(self.by_name.values())
@@ -367,4 +377,6 @@ class Functions(Construct):
                 secret = secretsmanager.Secret.from_secret_partial_arn(self, construct_id, secret_id)
             else:
                 secret = secretsmanager.Secret.from_secret_name_v2(self, construct_id, secret_id)
+            # the two functions that call the upstreams
             secret.grant_read(self.worker)
+            secret.grant_read(self.interactive)

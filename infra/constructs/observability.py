@@ -38,6 +38,7 @@ class Observability(Construct):
         admin: lambda_.Function,
         worker: lambda_.Function,
         lifecycle: lambda_.Function,
+        interactive: lambda_.Function,
         queues: dict[str, sqs.Queue],
         dead_letter_queues: dict[str, sqs.Queue],
         state_machine: sfn.StateMachine,
@@ -92,7 +93,13 @@ class Observability(Construct):
             ),
             _graph("API latency (p99)", [http_api.metric_latency(period=PERIOD, statistic="p99")]),
         )
-        functions = {"api": api, "admin": admin, "worker": worker, "lifecycle": lifecycle}
+        functions = {
+            "api": api,
+            "admin": admin,
+            "worker": worker,
+            "lifecycle": lifecycle,
+            "interactive": interactive,
+        }
         dashboard.add_widgets(
             _graph(
                 "Function errors",

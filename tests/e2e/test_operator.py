@@ -1,16 +1,19 @@
 """The operator's plane over HTTP, on a stack of its own (its changes would slow the other
 tests' batches): runtime settings reach the running workers and api processes within 10 s,
 BATCH_ENABLED off and on, a model's cap lowered, set to 0 and restored while a batch runs,
-and batch work giving way to the interactive load that gateway processes report.
+and batch work giving way to interactive load: the load gateway processes report, and the
+requests of the gateway's own interactive path (driven with the OpenAI SDK).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from local.denials import DENY_PARTITIONS_ENV
@@ -68,8 +71,18 @@ def in_flight(sim: httpx.Client) -> tuple[int, int]:
     return int(counts.get("in_flight", 0)), int(counts.get("requests", 0))
 
 
+def batch_in_flight(sim: httpx.Client) -> int:
+    """The batch's requests in flight now (those ``slow_batch`` tags)."""
+    return int(sim.get("/_sim/stats").json().get("tags", {}).get(BATCH_TAG, {}).get("in_flight", 0))
+
+
+BATCH_TAG = "batchwork"
+
+
 def slow_batch(alice: Api, n: int, latency_ms: int = 300) -> str:
-    created = alice.create([chat(f"r{i}", f"[[sim latency_ms={latency_ms}]] {i}") for i in range(n)])
+    created = alice.create(
+        [chat(f"r{i}", f"[[sim latency_ms={latency_ms} tag={BATCH_TAG}]] {i}") for i in range(n)]
+    )
     assert created.status_code == 200, created.text
     return str(created.json()["id"])
 
@@ -300,6 +313,52 @@ def test_a_batch_gives_way_to_reported_interactive_load_within_2_seconds_and_tak
     # The worker said its requests were batch work (x-batchgw-source): the simulator told them apart.
     latency = sim.get("/_sim/stats").json()["latency"]["sim-chat"]
     assert latency["batch"]["count"] > 0 and latency["interactive"]["count"] == 0
+    alice.http.post(f"/batches/{batch_id}/cancel")
+
+
+def test_a_batch_gives_way_to_requests_of_the_interactive_path_within_2_seconds_and_takes_it_back(
+    stack: LocalStack, admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    batch_id = slow_batch(alice, 600)
+    seconds_until(lambda: batch_in_flight(sim) >= 7, what="the batch to fill the model's cap of 8")
+    before = alice.http.get("/me").json()["spend_today_usd"]
+
+    # Five callers of the gateway's own chat completions route, each answered in 4 s.
+    client = openai.OpenAI(base_url=stack.api_url, api_key="sk-local-bob", max_retries=0, timeout=30)
+
+    def ask(i: int) -> str:
+        answer = client.chat.completions.create(
+            model="sim-chat", messages=[{"role": "user", "content": f"[[sim latency_ms=4000 tag=live]] q{i}"}]
+        )
+        return str(answer.choices[0].message.content)
+
+    with ThreadPoolExecutor(5) as callers:
+        answers = [callers.submit(ask, i) for i in range(5)]
+        seconds_until(
+            lambda: sim.get("/_sim/stats").json()["tags"].get("live", {}).get("in_flight") == 5,
+            what="the 5 interactive requests to reach the model",
+        )
+        took = seconds_until(
+            lambda: batch_in_flight(sim) <= 3, what="the batch to give 5 slots way", steady=1.0
+        )
+        print(f"batch work gave way to 5 requests of the interactive path after {took:.2f} s")
+        assert took < YIELD_LIMIT
+        assert share_of(admin) == {
+            "slots": 3,
+            "interactive_in_flight": 5,
+            "interactive_reserve": 0,
+            "reason": "yielding",
+        }
+        assert [a.result(timeout=30).endswith(f"q{i}") for i, a in enumerate(answers)] == [True] * 5
+    # Their leases went with them: the batch takes the whole cap back.
+    seconds_until(lambda: batch_in_flight(sim) >= 7, what="the batch to take the whole cap back")
+    assert share_of(admin)["reason"] == "cap"
+    assert admin.get("/admin/interactive-load").json()["data"] == []
+    latency = sim.get("/_sim/stats").json()["latency"]["sim-chat"]
+    assert latency["interactive"]["count"] == 5
+    # Bob paid for his five, once each; Alice's spend is her batch's alone.
+    assert root(stack, "sk-local-bob").get("/v1/me").json()["spend_today_usd"] > 0
+    assert alice.http.get("/me").json()["spend_today_usd"] >= before
     alice.http.post(f"/batches/{batch_id}/cancel")
 
 

@@ -67,7 +67,9 @@ def test_calls_outside_the_known_functions_and_of_unknown_services_are_reported(
 
 
 def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, Any]) -> None:
-    assert set(roles) == {f"{PREFIX}-{name}" for name in ("api", "admin", "worker", "lifecycle", "webhooks")}
+    assert set(roles) == {
+        f"{PREFIX}-{name}" for name in ("api", "admin", "worker", "lifecycle", "webhooks", "interactive")
+    }
     calls: dict[str, set[str | Touch]] = {
         "batchgw-api": {
             Touch("dynamodb.GetItem", "", CONTROL, "key#*"),  # the caller's key
@@ -135,6 +137,16 @@ def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, A
             Touch("dynamodb.DeleteItem", "", BATCHES, "batch*"),
             Touch("dynamodb.TransactWriteItems", "Update", BATCHES, "batch*"),  # a batch halted
             Touch("s3.PutObject", "", DATA, "bodies/*"),
+        },
+        "batchgw-interactive": {
+            Touch("dynamodb.GetItem", "", CONTROL, "key#*"),  # the caller's key
+            Touch("dynamodb.Query", "", CONTROL, "user#*"),  # and account
+            Touch("dynamodb.Query", "", CONTROL, "runtime"),
+            Touch("dynamodb.Query", "", CONTROL, "spend#*"),  # quotas
+            Touch("dynamodb.UpdateItem", "", CONTROL, "rate#*"),  # the key's request rate
+            Touch("dynamodb.PutItem", "", CONTROL, "interactive"),  # its request in flight
+            Touch("dynamodb.DeleteItem", "", CONTROL, "interactive"),
+            Touch("dynamodb.UpdateItem", "", CONTROL, "spend#*"),  # its cost, charged on its own
         },
         "batchgw-lifecycle": {
             Touch("sqs.SendMessage", "", "batchgw-webhooks.fifo"),  # a batch's end, to its owner's webhook

@@ -637,7 +637,9 @@ def test_no_function_reads_secrets_when_no_route_names_one(synth: Synth, functio
         assert not {a for a in synth.actions(function) if a.startswith("secretsmanager:")}
 
 
-def test_worker_reads_exactly_the_upstream_key_secrets_the_models_config_names(tmp_path: Path) -> None:
+def test_the_worker_and_interactive_functions_read_exactly_the_upstream_key_secrets_the_config_names(
+    tmp_path: Path,
+) -> None:
     config = json.loads((REPO_ROOT / "config" / "models.local.json").read_text())
     routes = [spec["route"] if "route" in spec else spec["routes"][-1] for spec in config["models"].values()]
     routes[0]["api_key_secret"] = "batchgw/openai"  # sim-chat's last route: every route's key is read
@@ -648,15 +650,16 @@ def test_worker_reads_exactly_the_upstream_key_secrets_the_models_config_names(t
     synth = synthesize(tmp_path / "cdk.out", modelsConfig=str(path))
 
     functions = synth.stack.functions
-    reads = [
-        json.dumps(res)
-        for action, res in synth.statements(functions.worker)
-        if action == "secretsmanager:GetSecretValue"
-    ]
-    assert len(reads) == 2
-    assert any(":secret:batchgw/openai" in res for res in reads)
-    assert any(res == json.dumps(routes[1]["api_key_secret"]) for res in reads)
-    for other in (functions.api, functions.lifecycle):
+    for caller in (functions.worker, functions.interactive):
+        reads = [
+            json.dumps(res)
+            for action, res in synth.statements(caller)
+            if action == "secretsmanager:GetSecretValue"
+        ]
+        assert len(reads) == 2
+        assert any(":secret:batchgw/openai" in res for res in reads)
+        assert any(res == json.dumps(routes[1]["api_key_secret"]) for res in reads)
+    for other in (functions.api, functions.admin, functions.lifecycle, functions.webhooks):
         assert not {a for a in synth.actions(other) if a.startswith("secretsmanager:")}
 
 
@@ -753,7 +756,7 @@ def test_state_machine_may_invoke_lifecycle_logs_and_traces(synth: Synth, functi
 # --- api -------------------------------------------------------------------------------
 
 
-def test_http_api_routes_admin_paths_to_the_admin_function_and_the_rest_to_the_api_with_payload_v2(
+def test_http_api_routes_admin_paths_to_the_admin_function_interactive_posts_to_theirs_and_the_rest_to_the_api(
     synth: Synth, functions: dict[str, Any]
 ) -> None:
     integrations = synth.template.find_resources("AWS::ApiGatewayV2::Integration")
@@ -772,6 +775,7 @@ def test_http_api_routes_admin_paths_to_the_admin_function_and_the_rest_to_the_a
         "ANY /": synth.id(functions["api"]),
         "ANY /{proxy+}": synth.id(functions["api"]),
         f"ANY {resources.ADMIN_PATH_PREFIX}{{proxy+}}": synth.id(functions["admin"]),
+        **{f"POST {path}": synth.id(functions["interactive"]) for path in resources.INTERACTIVE_PATHS},
     }
 
 

@@ -15,7 +15,8 @@ from batchgw.api import results as results_api
 from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle, routing
+from batchgw.run import lifecycle
+from batchgw.upstream import routing
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps

@@ -21,8 +21,8 @@ from batchgw.domain.request import RequestEnd, RequestRecord
 from batchgw.domain.states import UNFINISHED_STATUSES, RequestStatus
 from batchgw.run import attempt, lifecycle, reconcile
 from batchgw.run.chain import run_message
-from batchgw.run.upstream import classify
 from batchgw.storage.requests import ClaimKind, RequestStore
+from batchgw.upstream.client import classify
 
 from local.simulator import Simulator
 from tests.integration.conftest import FakeWorkflow, body_of, chat_request, make_deps, receive_all

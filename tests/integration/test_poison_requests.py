@@ -14,8 +14,9 @@ from batchgw.config.catalog import Catalog
 from batchgw.deps import Deps
 from batchgw.domain.chains import decode
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle, upstream
+from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
+from batchgw.upstream import client as upstream
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all

@@ -25,7 +25,7 @@ from batchgw.domain.decisions import (
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import RequestStatus
-from batchgw.run.upstream import classify
+from batchgw.upstream.client import classify
 
 SETTINGS = Settings.model_validate({})
 NOW = 1_000_000.0

@@ -17,8 +17,9 @@ from batchgw.deps import Deps
 from batchgw.domain.health import RouteHealth
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.runtime import Overrides
-from batchgw.run import routing, upstream
 from batchgw.runtime import LiveConfig
+from batchgw.upstream import client as upstream
+from batchgw.upstream import routing
 
 from local.simulator import Simulator
 

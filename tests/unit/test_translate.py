@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from batchgw.config.catalog import Catalog, load_catalog
-from batchgw.run.translate import TranslationError, chat_to_message, messages_to_chat
+from batchgw.upstream.translate import TranslationError, chat_to_message, messages_to_chat
 from batchgw.validation import RequestInvalid
 from batchgw.validation.chat import validate_chat_body
 from batchgw.validation.messages import validate_messages_body

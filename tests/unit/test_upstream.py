@@ -13,7 +13,7 @@ from batchgw.config.catalog import Route, load_catalog
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import MAX_ERROR_MESSAGE_CHARS, clean_message
 from batchgw.domain.scrub import MAX_UPSTREAM_MESSAGE_CHARS, scrub
-from batchgw.run.upstream import (
+from batchgw.upstream.client import (
     COULD_NOT_CONNECT,
     ERROR_BODY_BYTES,
     REFUSED_CREDENTIALS,
@@ -355,7 +355,7 @@ def test_a_401_with_an_unchanged_key_is_not_called_again_and_is_reported_generic
 
 
 def test_batch_requests_say_they_are_batch_work_to_the_gateways_own_servers_only() -> None:
-    from batchgw.run.upstream import SOURCE_HEADER, _headers
+    from batchgw.upstream.client import SOURCE_HEADER, _headers
 
     own = Route(protocol="openai", base_url="http://10.0.0.5:8000/v1", deployment_type="self_hosted")
     local = Route(protocol="anthropic", base_url="http://127.0.0.1:8081/v1")

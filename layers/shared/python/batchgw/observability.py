@@ -33,6 +33,7 @@ logger = Logger(service=SERVICE)
 # The metrics, with the unit each is written in. Per model: requests started (an upstream
 # call), ended succeeded / failed / cancelled (failed includes expired), retried; upstream
 # latency; queue wait (created to first attempt); slots in use. Per final status: batches.
+# Per model, the interactive path's requests and their latency.
 COUNT, MS, SECONDS = MetricUnit.Count, MetricUnit.Milliseconds, MetricUnit.Seconds
 UNITS: dict[str, MetricUnit] = {
     "RequestsStarted": COUNT,
@@ -46,6 +47,8 @@ UNITS: dict[str, MetricUnit] = {
     "SlotsInUse": COUNT,
     "BatchesEnded": COUNT,
     "ModelWaitingForCapacity": COUNT,
+    "InteractiveRequests": COUNT,
+    "InteractiveLatency": MS,
 }
 # A request's end, as each RequestStatus value counts it.
 ENDED = {

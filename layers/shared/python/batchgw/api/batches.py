@@ -31,13 +31,13 @@ from batchgw.domain.errors import (
 )
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
-from batchgw.domain.spend import needs_spend, refusal, used_up
+from batchgw.domain.spend import refusal
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.observability import logger
 from batchgw.storage.blobs import input_file_key, input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
-from batchgw.storage.spend import Payer
+from batchgw.storage.spend import Payer, used_up_now
 from batchgw.storage.workflow import Next
 from batchgw.validation.create import (
     COMPLETION_WINDOWS,
@@ -291,7 +291,7 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
 
 
 def _check_routes(deps: Deps, models: Sequence[str]) -> None:
-    """400 when a model has no route batch work may use (see ``run.routing``)."""
+    """400 when a model has no route batch work may use (see ``upstream.routing``)."""
     for model in models:
         if not deps.live.batch_routes(model):
             raise BadRequest(
@@ -319,12 +319,7 @@ def _over_limit(deps: Deps, refused: OverLimit) -> TooManyRequests:
 
 def _check_spend(deps: Deps, principal: Principal) -> None:
     """429 when the caller's daily or monthly quota is used up, or their key's budget."""
-    user, keys = deps.accounts.account(principal.user_id)
-    key = next((k for k in keys if k.id == principal.key_id), None)
-    if user is None or key is None or not needs_spend(user, key):
-        return
-    user_spend, key_spend = deps.spend.read(Payer(user.id, key.id), deps.clock())
-    reason = used_up(user, key, user_spend, key_spend)
+    reason = used_up_now(deps.accounts, deps.spend, Payer(principal.user_id, principal.key_id), deps.clock())
     if reason is not None:
         raise TooManyRequests(refusal(reason), code=f"{reason.value}_exceeded")
 

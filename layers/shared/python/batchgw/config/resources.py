@@ -157,12 +157,15 @@ WORKFLOW_SUBSTITUTIONS = ("LifecycleFunctionArn",)
 # The Lambda functions, by the name of their folder in ``functions/`` (the local stack names
 # them ``batchgw-<name>``). ``admin`` serves the HTTP API's ``/admin/...`` routes: it alone
 # writes accounts, keys and runtime settings, so the internet-facing ``api`` cannot.
+# ``interactive`` serves the reference interactive path (``INTERACTIVE_PATHS``): it alone,
+# with the worker, holds the upstream keys.
 API = "api"
 ADMIN = "admin"
 WORKER = "worker"
 LIFECYCLE = "lifecycle"
 WEBHOOKS = "webhooks"
-FUNCTIONS = (API, ADMIN, WORKER, LIFECYCLE, WEBHOOKS)
+INTERACTIVE = "interactive"
+FUNCTIONS = (API, ADMIN, WORKER, LIFECYCLE, WEBHOOKS, INTERACTIVE)
 
 
 @dataclass(frozen=True)
@@ -212,23 +215,25 @@ TABLE_ACCESS: dict[str, Access] = {
 _ALL = FUNCTIONS
 CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.accounts: a user's profile and keys, the registry, the two key lookups
-    "user#*": access(read=(API, WORKER), write=(ADMIN,)),
+    "user#*": access(read=(API, WORKER, INTERACTIVE), write=(ADMIN,)),
     "users": access(write=(ADMIN,)),
-    "key#*": access(read=(API,), write=(ADMIN,)),
+    "key#*": access(read=(API, INTERACTIVE), write=(ADMIN,)),
     "keyid#*": access(write=(ADMIN,)),
     # storage.runtime: administrators' overrides, read by every process
     "runtime": access(read=tuple(f for f in _ALL if f != ADMIN), write=(ADMIN,)),
     # storage.idempotency: the api claims keys; a batch's end or deletion keeps them
     "idem#*": access(write=(API, ADMIN, LIFECYCLE)),
-    # storage.interactive: interactive load reports, read by the worker to give way
-    "interactive": access(read=(WORKER,), write=(ADMIN,)),
+    # storage.interactive: interactive load reports, read by the worker to give way; the
+    # interactive function's requests in flight are reports of their own
+    "interactive": access(read=(WORKER,), write=(ADMIN, INTERACTIVE)),
     # storage.adaptive: each model's adaptive limit, kept by the workers from what they see
     "adaptive": access(read=(ADMIN,), write=(WORKER,)),
     # storage.slots: model and per-user concurrency leases, shown to administrators
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
     "uslots#*": access(write=(WORKER,)),
-    # storage.spend: charged in the attempt's own transaction, read for quotas and /v1/me
-    "spend#*": access(read=(API,), write=(WORKER,)),
+    # storage.spend: charged in the attempt's own transaction (an interactive request's on
+    # its own), read for quotas and /v1/me
+    "spend#*": access(read=(API,), write=(WORKER, INTERACTIVE)),
     # storage.webhooks: a user's endpoint and its delivery log
     "webhook#*": access(read=(LIFECYCLE,), write=(API, ADMIN, WEBHOOKS)),
     "whevents#*": access(read=(API,), write=(ADMIN, WEBHOOKS)),
@@ -239,7 +244,7 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.ratelimit: each key's request rate, taken by whichever function the key calls;
     # storage.usage: per-user counters of unfinished work and stored bytes (the admin deletes
     # a deleted user's batches and files)
-    "rate#*": access(write=(API, ADMIN)),
+    "rate#*": access(write=(API, ADMIN, INTERACTIVE)),
     "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
 }
 
@@ -261,5 +266,7 @@ DATA_PREFIXES: dict[str, Access] = {
 }
 
 # The HTTP API sends every path under this prefix to the admin function (``/admin/{proxy+}``),
-# the rest to the api function; the local adapter dispatches the same way.
+# a POST to one of the interactive paths to the interactive function, the rest to the api
+# function; the local adapter dispatches the same way.
 ADMIN_PATH_PREFIX = "/admin/"
+INTERACTIVE_PATHS = ("/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")

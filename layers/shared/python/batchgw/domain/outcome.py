@@ -1,4 +1,4 @@
-"""What one upstream call came back with, classified (``run.upstream`` makes these)."""
+"""What one upstream call came back with, classified (``upstream.client`` makes these)."""
 
 from __future__ import annotations
 

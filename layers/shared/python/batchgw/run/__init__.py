@@ -1,11 +1,10 @@
 """The run side: what the worker and the workflow call.
 
 ``chain`` runs a chain of a batch's requests (the worker's loop), ``attempt`` one
-request's call and what is stored after it, ``slot`` the model slot a chain holds,
-``upstream`` and ``translate`` the call itself, ``completion`` a batch's shards and
-wake-up, ``lifecycle`` the workflow's steps, ``result_files`` the files a file batch
-ends with.
+request's call (made by ``batchgw.upstream``) and what is stored after it, ``slot`` the
+model slot a chain holds, ``completion`` a batch's shards and wake-up, ``lifecycle`` the
+workflow's steps, ``result_files`` the files a file batch ends with.
 
-May import: ``deps``, ``validation`` (the workflow validates file batches), ``storage``,
-``config``, ``domain``. Only the handlers in ``functions/`` import it.
+May import: ``upstream``, ``deps``, ``validation`` (the workflow validates file batches),
+``storage``, ``config``, ``domain``. Only the handlers in ``functions/`` import it.
 """

@@ -22,12 +22,14 @@ from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import RequestStatus
 from batchgw.observability import logger, metrics
-from batchgw.run import completion, routing, upstream
+from batchgw.run import completion
 from batchgw.run.aio import io
 from batchgw.storage.blobs import body_key
 from batchgw.storage.requests import Recorded, Released, RunGuard, Scheduled
 from batchgw.storage.spend import Payer
 from batchgw.storage.spend import shard_of as spend_shard
+from batchgw.upstream import client as upstream
+from batchgw.upstream import routing
 
 
 class After(StrEnum):

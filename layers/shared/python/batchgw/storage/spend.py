@@ -12,9 +12,10 @@ those.
 
 A batch stored without a key is charged under the key id ``-``.
 
-A charge is not written here on its own: ``charge_actions`` gives the update that joins
-the transaction recording the attempt (``storage.requests``), so each attempt's cost is
-charged exactly once, with the attempt.
+A batch's charge is not written here on its own: ``charge_actions`` gives the update that
+joins the transaction recording the attempt (``storage.requests``), so each attempt's cost
+is charged exactly once, with the attempt. An interactive request, which has no record to
+write, is charged on its own (``charge``), once its answer came.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchgw.domain.spend import Spend, day_of, month_of, next_month
+from batchgw.domain.spend import PauseReason, Spend, day_of, month_of, needs_spend, next_month, used_up
+from batchgw.storage.accounts import AccountStore
 from batchgw.storage.dynamo import Table, Update, from_item
 
 SPEND_SHARDS = 8
@@ -67,6 +69,17 @@ class SpendStore:
         """The transaction action that charges ``nano`` to the payer's day and month."""
         if nano <= 0:
             return []
+        key, charge = self._charge(payer, nano, now, shard)
+        return [{"Update": charge.request(self._table.name, key)}]
+
+    def charge(self, payer: Payer, nano: int, *, now: float, shard: int) -> None:
+        """Charge ``nano`` to the payer's day and month, on its own (one UpdateItem)."""
+        if nano > 0:
+            key, charge = self._charge(payer, nano, now, shard)
+            self._table.update(key, charge, failure=f"could not charge {payer.user_id}")
+
+    @staticmethod
+    def _charge(payer: Payer, nano: int, now: float, shard: int) -> tuple[dict[str, Any], Update]:
         month, day = month_of(now), day_of(now)
         charge = Update(
             add={MONTH: nano, day: nano},
@@ -74,8 +87,7 @@ class SpendStore:
             names={"#ttl": "ttl"},
             values={":ttl": next_month(now) + _KEEP_SECONDS},
         )
-        key = {"pk": {"S": _pk(payer.user_id)}, "sk": {"S": _sk(month, payer.key_id, shard)}}
-        return [{"Update": charge.request(self._table.name, key)}]
+        return {"pk": {"S": _pk(payer.user_id)}, "sk": {"S": _sk(month, payer.key_id, shard)}}, charge
 
     @staticmethod
     def total(items: Sequence[dict[str, Any]], now: float) -> Spend:
@@ -109,3 +121,14 @@ class SpendStore:
         user, key = self.read(payer, now)
         extras = [from_item(raw) for raw in self._table.get_many(list(extra))] if extra else []
         return user, key, extras
+
+
+def used_up_now(accounts: AccountStore, spend: SpendStore, payer: Payer, now: float) -> PauseReason | None:
+    """The quota or budget the payer's charges have used up (None: none, or none limits
+    them): what a new batch, or an interactive request, is refused for."""
+    user, keys = accounts.account(payer.user_id)
+    key = next((k for k in keys if k.id == payer.key_id), None)
+    if user is None or key is None or not needs_spend(user, key):
+        return None
+    user_spend, key_spend = spend.read(payer, now)
+    return used_up(user, key, user_spend, key_spend)

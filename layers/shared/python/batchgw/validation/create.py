@@ -227,14 +227,39 @@ def plan_request(
     body = item.get("body")
     if body is None:
         raise RequestInvalid("invalid_body", "body is required", param="body")
+    spec = plan_body(url, body, catalog=catalog, role=role, anthropic_version=anthropic_version)
+    return PlannedRequest(custom_id=custom_id, method=method, url=url, body=body, model=spec.id)
+
+
+def plan_body(
+    url: str,
+    body: Any,
+    *,
+    catalog: Catalog,
+    role: str,
+    anthropic_version: str | None = None,
+    batch: bool = True,
+) -> ModelSpec:
+    """Check one request's ``body`` for ``url`` (a target with a validator), as its endpoint
+    would and as the gateway runs it, and return the model it runs on.
+
+    A /v1/messages body is checked under ``anthropic_version`` (without one it is
+    refused). ``batch`` False words the refusals for a request sent on its own (the
+    interactive path, ``batchgw.passthrough``). Raises RequestInvalid with ``param``
+    rooted at ``"body"``.
+    """
     if not isinstance(body, dict):
         raise RequestInvalid("invalid_body", "body must be a JSON object", param="body")
     try:
         if "anthropic_version" in body:
+            where = (
+                "a Messages batch names its version in the anthropic-version header of the create call"
+                if batch
+                else "name the version in the anthropic-version header"
+            )
             raise RequestInvalid(
                 "invalid_body",
-                "anthropic_version is not a body field; a Messages batch names its version in the "
-                "anthropic-version header of the create call",
+                f"anthropic_version is not a body field; {where}",
                 param="anthropic_version",
             )
         versioned = VERSIONED_BODY_VALIDATORS.get(url)
@@ -249,27 +274,29 @@ def plan_request(
     except RequestInvalid as exc:
         raise exc.under("body") from exc
 
-    spec = batch_model(name, url, catalog=catalog, role=role)
+    spec = batch_model(name, url, catalog=catalog, role=role, batch=batch)
     _check_output_tokens(spec, url, body, name)
     if spec.translates(url):
         try:
             check_translatable(body)
         except RequestInvalid as exc:
             raise exc.under("body") from exc
-    return PlannedRequest(custom_id=custom_id, method=method, url=url, body=body, model=spec.id)
+    return spec
 
 
-def batch_model(name: str, url: str, *, catalog: Catalog, role: str) -> ModelSpec:
+def batch_model(name: str, url: str, *, catalog: Catalog, role: str, batch: bool = True) -> ModelSpec:
     """The model a batch request for ``url`` naming ``name`` runs on, for a caller of ``role``.
 
     Raises RequestInvalid (``param`` ``"body.model"``) when it is an auto model, unknown or
-    not the role's, does not serve ``url``, or has no price. A request's own limits
-    (its output tokens, translation) are ``plan_request``'s to check.
+    not the role's, does not serve ``url``, or has no price (``batch`` False: worded for a
+    request sent on its own). A request's own limits (its output tokens, translation) are
+    ``plan_body``'s to check.
     """
+    use = "in a batch" if batch else "here"
     if catalog.is_auto(name):
         raise RequestInvalid(
             "model_unsupported",
-            f"Model '{name}' is an auto model; auto models cannot be used in a batch; name a specific model",
+            f"Model '{name}' is an auto model; auto models cannot be used {use}; name a specific model",
             param="body.model",
         )
     try:
@@ -281,7 +308,9 @@ def batch_model(name: str, url: str, *, catalog: Catalog, role: str) -> ModelSpe
     if spec.price is None:
         raise RequestInvalid(
             "model_not_priced",
-            f"Model '{name}' has no price; a batch can only use priced models",
+            f"Model '{name}' has no price; a batch can only use priced models"
+            if batch
+            else f"Model '{name}' has no price; only priced models can be used here",
             param="body.model",
         )
     return spec

@@ -1,7 +1,7 @@
 """Whether a Messages request can run translated, as a chat completion.
 
 A ``/v1/messages`` batch request for a model whose catalog route speaks the OpenAI
-protocol runs as a chat completion (``run.translate``). It is taken only if nothing in
+protocol runs as a chat completion (``upstream.translate``). It is taken only if nothing in
 it would be lost on the way: ``check_translatable`` refuses, when the batch is created,
 every parameter a chat completion cannot carry (extended thinking, cache control,
 structured output, citations, documents, ``top_k``...).

@@ -1,6 +1,6 @@
 """Calling a model's upstream and classifying what came back.
 
-The routes to try (protocol, base URL, key), in order, come from ``run.routing``: a route
+The routes to try (protocol, base URL, key), in order, come from ``upstream.routing``: a route
 that refuses the connection (nothing was sent) is failed over to the next. The outcome is
 one of:
 ``success`` (a JSON answer), ``failed`` (permanent), ``retry`` (may pass: 408, 425, 429,
@@ -48,8 +48,8 @@ from batchgw.domain.errors import BadRequest
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.scrub import MAX_UPSTREAM_MESSAGE_CHARS, scrub
 from batchgw.observability import logger
-from batchgw.run import translate
 from batchgw.storage.aws import get_clients
+from batchgw.upstream import translate
 from batchgw.validation.jsonbody import parse_json
 
 T = TypeVar("T")
@@ -167,15 +167,19 @@ class RouteKeys:
 KEYS = RouteKeys()
 
 
-# Sent to the gateway's own servers only (never to a provider): the request is batch work,
-# which a server may schedule behind interactive requests and measures apart (the simulator does).
+# Sent to the gateway's own servers only (never to a provider): whether the request is batch
+# work or an interactive request, which a server may schedule apart and measures apart (the
+# simulator does).
 SOURCE_HEADER = "x-batchgw-source"
+BATCH, INTERACTIVE = "batch", "interactive"
 
 
-def _headers(route: Route, key: str | None, anthropic_version: str | None) -> dict[str, str]:
+def _headers(
+    route: Route, key: str | None, anthropic_version: str | None, source: str = BATCH
+) -> dict[str, str]:
     headers = {"content-type": "application/json"}
     if route.local:
-        headers[SOURCE_HEADER] = "batch"
+        headers[SOURCE_HEADER] = source
     if route.protocol == "anthropic":
         headers["anthropic-version"] = anthropic_version or "2023-06-01"
         if key:
@@ -237,13 +241,15 @@ async def run_request(
     secret_ttl: float = DEFAULT_SECRET_TTL_SECONDS,
     stop: asyncio.Event | None = None,
     keys: RouteKeys | None = None,
+    source: str = BATCH,
 ) -> Outcome:
-    """Run one batch request as its endpoint would, on the first of ``routes`` that takes
-    the connection, all within ``timeout`` seconds. The outcome names the route that
-    answered (or the last one tried) and the routes that refused.
+    """Run one request as its endpoint would, on the first of ``routes`` that takes the
+    connection, all within ``timeout`` seconds. The outcome names the route that answered
+    (or the last one tried) and the routes that refused. ``source``: batch work (the
+    default) or an interactive request, as the gateway's own servers are told.
 
     A Messages request on a route that speaks only chat runs as a chat completion, and
-    its answer comes back as a Messages message (``run.translate``). ``stop``: when it is
+    its answer comes back as a Messages message (``upstream.translate``). ``stop``: when it is
     set, the call in flight is abandoned (``call``).
     """
     translated = spec.translates(endpoint)
@@ -267,6 +273,7 @@ async def run_request(
             secret_ttl=secret_ttl,
             stop=stop,
             keys=keys,
+            source=source,
         )
         if not outcome.unreachable:
             break
@@ -312,6 +319,7 @@ async def call(
     secret_ttl: float = DEFAULT_SECRET_TTL_SECONDS,
     stop: asyncio.Event | None = None,
     keys: RouteKeys | None = None,
+    source: str = BATCH,
 ) -> Outcome:
     """Send one request to ``route`` (the model's first, by default) and classify the answer.
 
@@ -334,6 +342,7 @@ async def call(
         deadline=deadline,
         max_bytes=max_bytes,
         stop=stop,
+        source=source,
     )
     key = keys.key(route, ttl=secret_ttl)
     outcome = await exchange.run(key)
@@ -373,6 +382,7 @@ class _Exchange:
     deadline: float
     max_bytes: int
     stop: asyncio.Event | None
+    source: str = BATCH
 
     async def run(self, key: str | None) -> Outcome:
         secrets = (key,) if key else ()
@@ -426,7 +436,7 @@ class _Exchange:
         # deadline, so a call that sent nothing is told apart from one that timed out.
         opening = min(CONNECT_TIMEOUT_SECONDS, self.timeout / 2)
         timeout = httpx.Timeout(self.timeout, connect=opening, pool=opening)
-        headers = _headers(self.route, key, self.anthropic_version)
+        headers = _headers(self.route, key, self.anthropic_version, self.source)
         async with self.client.stream(
             "POST", self.url, content=self.content, headers=headers, timeout=timeout
         ) as resp:

@@ -1,7 +1,9 @@
-"""Which routes a batch request may run on, and in what order.
+"""Which routes a request may run on, and in what order.
 
-Only its model's batch-allowed routes (``LiveConfig.batch_allowed``): selection, retries and
-failover all stay among them. The order is a weighted random one, so traffic spreads by the
+A batch request runs only on its model's batch-allowed routes (``LiveConfig.batch_allowed``):
+selection, retries and failover all stay among them; an interactive request (the
+reference interactive path, ``batchgw.passthrough``) on any of its model's routes, whatever
+batch work may use. The order is a weighted random one, so traffic spreads by the
 routes' weights; a route that is disabled or has weight 0 takes none, and one that refused
 a connection is left alone for BATCH_ROUTE_CIRCUIT_SECONDS (its circuit is open). With no
 batch-allowed route at all, the request fails ``batch_route_unavailable``; with allowed
@@ -28,8 +30,17 @@ class RoutePlan:
     retry_at: float | None = None  # when an open circuit closes, if that is what holds it back
 
 
-def plan(deps: Deps, spec: ModelSpec, now: float, rand: Callable[[], float] = random.random) -> RoutePlan:
-    allowed = deps.live.batch_routes(spec.id)
+def plan(
+    deps: Deps,
+    spec: ModelSpec,
+    now: float,
+    rand: Callable[[], float] = random.random,
+    *,
+    interactive: bool = False,
+) -> RoutePlan:
+    """The routes a batch request of ``spec`` tries now, in order (``interactive``: an
+    interactive request's, among every route of the model)."""
+    allowed = list(spec.routes) if interactive else deps.live.batch_routes(spec.id)
     if not allowed:
         return RoutePlan([], allowed=False)
     serving = [route for route in allowed if route.serves_traffic]
