@@ -756,7 +756,7 @@ def test_state_machine_may_invoke_lifecycle_logs_and_traces(synth: Synth, functi
 # --- api -------------------------------------------------------------------------------
 
 
-def test_http_api_routes_admin_paths_to_the_admin_function_interactive_posts_to_theirs_and_the_rest_to_the_api(
+def test_http_api_routes_admin_paths_to_admin_interactive_posts_to_interactive_and_the_rest_to_the_api(
     synth: Synth, functions: dict[str, Any]
 ) -> None:
     integrations = synth.template.find_resources("AWS::ApiGatewayV2::Integration")

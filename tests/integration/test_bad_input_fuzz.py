@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from functions.api import handler as api
+from functions.interactive import handler as interactive
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps
 from tests.support import FakeClock, LambdaContext, http_event
@@ -36,6 +37,13 @@ def deps_installed(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     # the fake clock never refills a key's request bucket: the rate limit is not what is fuzzed
     deps = make_deps(sim, FakeClock(), BATCH_MAX_ACTIVE_PER_USER="100000", BATCH_API_RATE_PER_KEY="0")
     monkeypatch.setattr(api, "get_deps", lambda: deps)
+    yield
+
+
+@pytest.fixture
+def interactive_installed(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    deps = make_deps(sim, FakeClock(), BATCH_API_RATE_PER_KEY="0")
+    monkeypatch.setattr(interactive, "get_deps", lambda: deps)
     yield
 
 
@@ -320,3 +328,34 @@ def test_the_bodies_the_fuzzing_mutates_start_valid(deps_installed: None, url: s
         event["headers"] = {**event["headers"], "anthropic-version": "2023-06-01"}
     status, body = answer(event)
     assert status == 200, body
+
+
+# --- the interactive path ------------------------------------------------------------------------
+
+
+@st.composite
+def mutated_interactive(draw: st.DrawFn) -> tuple[str, Any]:
+    url = draw(st.sampled_from(sorted(BODIES)))
+    body = json.loads(json.dumps(BODIES[url]))
+    path = draw(st.sampled_from(list(paths(body))))
+    return url, replaced(body, path, draw(json_values))
+
+
+@FUZZ
+@given(case=mutated_interactive())
+@example(case=("/v1/messages", {"model": "sim-claude", "max_tokens": 5, "messages": [], "stream": True}))
+@example(case=("/v1/embeddings", [1, 2]))
+def test_an_interactive_body_with_unexpected_json_types_anywhere_never_answers_5xx(
+    interactive_installed: None, case: tuple[str, Any]
+) -> None:
+    url, body = case
+    event = http_event("POST", url, body=body, headers={"anthropic-version": "2023-06-01"})
+    response = interactive.handler(event, LambdaContext(request_id="req-fuzz"))  # type: ignore[arg-type]
+    status, answer_ = int(response["statusCode"]), json.loads(response["body"])
+    assert status < 500, (status, answer_)
+    if status >= 400 and url == "/v1/messages":
+        assert answer_["type"] == "error" and {"type", "message"} <= set(answer_["error"]), answer_
+    elif status >= 400:
+        assert {"message", "type", "param", "code"} <= set(answer_["error"]), answer_
+    else:
+        assert status == 200 and isinstance(answer_, dict)

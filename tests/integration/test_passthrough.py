@@ -44,7 +44,8 @@ def call(
     path: str, body: Any, *, key: str | None = "sk-local-alice", headers: dict[str, str] | None = None
 ) -> tuple[int, Any, dict[str, str]]:
     response = interactive.handler(
-        http_event("POST", path, key=key, body=body, headers=headers), LambdaContext()  # type: ignore[arg-type]
+        http_event("POST", path, key=key, body=body, headers=headers),
+        LambdaContext(),  # type: ignore[arg-type]
     )
     return int(response["statusCode"]), json.loads(response["body"]), response.get("headers") or {}
 
@@ -82,7 +83,9 @@ def test_while_it_runs_it_counts_as_one_own_interactive_request_and_its_end_remo
     deps: Deps, clock: FakeClock
 ) -> None:
     answered: list[int] = []
-    running = threading.Thread(target=lambda: answered.append(call(CHAT, chat("[[sim latency_ms=1500]] hi"))[0]))
+    running = threading.Thread(
+        target=lambda: answered.append(call(CHAT, chat("[[sim latency_ms=1500]] hi"))[0])
+    )
     running.start()
     wait_for(lambda: deps.interactive.reports(), timeout=5, what="the request to count as in flight")
     (report,) = deps.interactive.reports()
@@ -179,7 +182,9 @@ def test_upstream_errors_keep_their_status_but_a_refusal_of_the_gateways_credent
 def test_messages_take_x_api_key_and_answer_errors_in_anthropics_shape(deps: Deps, sim: Simulator) -> None:
     body = {"model": "sim-claude", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
     version = {"anthropic-version": "2023-06-01"}
-    status, answer, _ = call("/v1/messages", body, key=None, headers={**version, "x-api-key": "sk-local-alice"})
+    status, answer, _ = call(
+        "/v1/messages", body, key=None, headers={**version, "x-api-key": "sk-local-alice"}
+    )
     assert status == 200 and answer["type"] == "message" and answer["content"][0]["text"]
     status, answer, _ = call("/v1/messages", body)
     assert status == 400 and answer["error"]["type"] == "invalid_request_error"
@@ -193,7 +198,9 @@ def test_messages_take_x_api_key_and_answer_errors_in_anthropics_shape(deps: Dep
     assert status == 401 and answer["error"]["code"] == "invalid_api_key"
 
 
-def test_a_route_batch_work_may_not_use_still_serves_interactive_requests(deps: Deps, clock: FakeClock) -> None:
+def test_a_route_batch_work_may_not_use_still_serves_interactive_requests(
+    deps: Deps, clock: FakeClock
+) -> None:
     spec = deps.catalog.models["sim-chat"]
     for route in spec.routes:
         deps.live.set_route_choice("sim-chat", route.id, False, by="test", now=clock())
@@ -201,3 +208,20 @@ def test_a_route_batch_work_may_not_use_still_serves_interactive_requests(deps: 
     started = time.monotonic()
     assert call(CHAT, chat("hi"))[0] == 200
     assert time.monotonic() - started < 5
+
+
+def test_with_the_shared_load_off_its_requests_still_take_batch_slots_and_other_reporters_do_not(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        deps.live, "settings", deps.settings.model_copy(update={"batch_shared_interactive_load": False})
+    )
+    deps.interactive.report("another-gateway", {"sim-chat": 5}, now=clock(), ttl_seconds=60)
+    cap = deps.shares.share("sim-chat").cap
+    running = threading.Thread(target=lambda: call(CHAT, chat("[[sim latency_ms=1500]] hi")))
+    running.start()
+    wait_for(lambda: len(deps.interactive.reports()) == 2, timeout=5, what="the request's own report")
+    clock.advance(1.0)  # past the worker's cache of the load
+    share = deps.shares.share("sim-chat")
+    assert (share.interactive, share.slots) == (1, cap - 1)
+    running.join(10)

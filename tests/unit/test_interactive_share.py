@@ -13,6 +13,7 @@ from batchgw.domain.interactive import (
     LoadReport,
     ShareWhy,
     batch_share,
+    peak,
 )
 
 NOW = 1_800_000_000.0
@@ -81,3 +82,20 @@ def test_reports_add_up_and_an_expired_one_counts_for_nothing() -> None:
     summed = InteractiveLoad.of(reports, NOW)
     assert dict(summed.shared) == {"m": 5, "n": 1} and summed.reporters == 2
     assert dict(InteractiveLoad.of(reports, NOW + 2).shared) == {"m": 2, "n": 1}
+
+
+def test_the_load_counts_at_its_most_over_the_last_seconds_then_lets_go() -> None:
+    # Interactive load that keeps a model busy dips by a request now and then: batch work
+    # goes by the most seen lately, so the slot the dip freed is still free when it comes back.
+    reads = [(NOW, load(m=8, n=1)), (NOW + 1, load(m=7)), (NOW + 2, load(m=8)), (NOW + 2.5, load(m=6))]
+    held = peak(reads, NOW + 2.5, hold=3.0)
+    assert dict(held.shared) == {"m": 8, "n": 1}
+    assert share(16, held).slots == 8
+    # Three seconds on, the 8 read at NOW and NOW + 2 no longer count... then nothing does.
+    assert dict(peak(reads, NOW + 3.5, hold=3.0).shared) == {"m": 8}
+    assert dict(peak(reads, NOW + 5.1, hold=3.0).shared) == {"m": 6}
+    assert dict(peak(reads, NOW + 6, hold=3.0).shared) == {}
+    # Own and shared are held alike, each on its own.
+    own = InteractiveLoad.of([LoadReport("own:1", {"m": 2}, NOW + 10, NOW, OWN)], NOW)
+    both = peak([(NOW, own), (NOW + 1, load(m=5))], NOW + 1)
+    assert (dict(both.own), dict(both.shared)) == ({"m": 2}, {"m": 5})

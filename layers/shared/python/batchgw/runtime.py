@@ -32,7 +32,14 @@ from batchgw.config.settings import (
 )
 from batchgw.domain.adaptive import Adaptive, Latency, Signal, cooling, decreased, growth
 from batchgw.domain.errors import BadRequest, NotFound, StorageError
-from batchgw.domain.interactive import BatchShare, InteractiveLoad, batch_share, limited
+from batchgw.domain.interactive import (
+    PEAK_HOLD_SECONDS,
+    BatchShare,
+    InteractiveLoad,
+    batch_share,
+    limited,
+    peak,
+)
 from batchgw.domain.runtime import Overrides
 from batchgw.observability import logger
 from batchgw.storage.adaptive import AdaptiveStore
@@ -264,6 +271,7 @@ class BatchShares:
         self._clock = clock
         self._max_age = max_age
         self._load: InteractiveLoad | None = None
+        self._recent: list[tuple[float, InteractiveLoad]] = []  # the loads read lately, for ``peak``
         self._adaptive: dict[str, Adaptive] = {}
         self._read_at = -math.inf
         self._read_ok_at = -math.inf
@@ -272,7 +280,7 @@ class BatchShares:
     def share(self, model: str) -> BatchShare:
         settings = self._live.settings
         cap = self._live.model_cap(model)[0]
-        load = self.load() if settings.batch_yield_to_interactive else None
+        load = self.held() if settings.batch_yield_to_interactive else None
         share = batch_share(
             model,
             cap,
@@ -301,6 +309,12 @@ class BatchShares:
         self._refresh()
         return self._load
 
+    def held(self) -> InteractiveLoad | None:
+        """The load batch work gives way to: each model's most in flight in the loads read
+        over the last ``PEAK_HOLD_SECONDS`` (``domain.interactive.peak``); None while unreadable."""
+        self._refresh()
+        return None if self._load is None else peak(self._recent, self._clock())
+
     def _refresh(self) -> None:
         now = self._clock()
         if now - self._read_at < self._max_age:
@@ -318,6 +332,8 @@ class BatchShares:
                 self._load = None
         else:
             self._load = InteractiveLoad.of(reports, now)
+            self._recent = [(at, load) for at, load in self._recent if now - at <= PEAK_HOLD_SECONDS]
+            self._recent.append((now, self._load))
             self._read_ok_at = now
             self._warned_unreadable = False
         if self._live.settings.batch_adaptive_concurrency:

@@ -25,6 +25,8 @@ MAX_IN_FLIGHT = 1_000_000  # interactive requests one report may count on a mode
 MIN_TTL_SECONDS = 1
 MAX_TTL_SECONDS = 3600
 DEFAULT_TTL_SECONDS = 10
+# How long the most interactive requests seen in flight on a model keeps counting (``peak``).
+PEAK_HOLD_SECONDS = 3.0
 # Where a report comes from: any gateway process (counted while BATCH_SHARED_INTERACTIVE_LOAD
 # is on), or this deployment's own interactive routes (counted whatever that setting says).
 SHARED, OWN = "shared", "own"
@@ -67,6 +69,32 @@ class InteractiveLoad:
                 if report.source == OWN:
                     own[model] = own.get(model, 0) + n
         return cls(shared, own, count)
+
+
+def peak(
+    loads: Iterable[tuple[float, InteractiveLoad]], now: float, hold: float = PEAK_HOLD_SECONDS
+) -> InteractiveLoad:
+    """The most interactive requests in flight on each model among the loads read in the
+    last ``hold`` seconds (each ``(read at, load)``).
+
+    Batch requests are not taken back once started, so a slot interactive traffic needs
+    must be free before it arrives. Interactive load that keeps a model busy comes and goes
+    by a request or two from one second to the next; counted at its recent most, it finds
+    the slots it comes back to still free, instead of queueing behind batch requests that
+    took them in the moment it dipped. Once the traffic ends, batch work takes the slots
+    back ``hold`` seconds later.
+    """
+    shared: dict[str, int] = {}
+    own: dict[str, int] = {}
+    reporters = 0
+    for read_at, load in loads:
+        if now - read_at > hold:
+            continue
+        for into, counts in ((shared, load.shared), (own, load.own)):
+            for model, n in counts.items():
+                into[model] = max(into.get(model, 0), n)
+        reporters = max(reporters, load.reporters)
+    return InteractiveLoad(shared, own, reporters)
 
 
 class ShareWhy(StrEnum):
