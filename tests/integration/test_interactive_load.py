@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from batchgw.deps import Deps
 from batchgw.domain.errors import StorageError
-from batchgw.domain.interactive import ShareWhy
+from batchgw.domain.interactive import PEAK_HOLD_SECONDS, ShareWhy
 from batchgw.run.slot import SlotHolder
 from batchgw.runtime import UNREADABLE_GRACE_SECONDS
 from batchgw.storage.aws import get_clients
@@ -60,6 +60,8 @@ def test_a_report_counts_until_it_expires_and_replaces_its_reporters_last(
     assert deps.shares.share("sim-embed").why is ShareWhy.CAP
     assert deps.interactive.remove("gw-2") and not deps.interactive.remove("gw-2")
     clock.advance(1)
+    assert deps.shares.share("sim-chat").slots == 4 - 2  # held, a moment, at its most lately
+    clock.advance(PEAK_HOLD_SECONDS)
     assert deps.shares.share("sim-chat").slots == 4
 
 

@@ -12,8 +12,9 @@ from batchgw.domain.outcome import Outcome
 
 MESSAGES = "/v1/messages"
 
-# OpenAI's error types by status (the gateway's own errors carry theirs: ``ApiError.type``).
-_OPENAI_TYPES = {
+# Error types by status, as both APIs name them (the gateway's own errors carry theirs:
+# ``ApiError.type``), and each one's own.
+_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
@@ -21,19 +22,9 @@ _OPENAI_TYPES = {
     413: "request_too_large",
     422: "invalid_request_error",
     429: "rate_limit_error",
-    503: "service_unavailable",
 }
-# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
+_OPENAI_TYPES = {**_TYPES, 503: "service_unavailable"}
+_ANTHROPIC_TYPES = {**_TYPES, 529: "overloaded_error"}  # https://docs.anthropic.com/en/api/errors
 
 
 @dataclass(frozen=True, slots=True)
