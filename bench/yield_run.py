@@ -61,6 +61,7 @@ REPORTER = "bench-interactive"
 REPORT_EVERY_SECONDS = 0.1  # the interactive side's report, at most this often
 REPORT_TTL_SECONDS = 3
 SAMPLE_EVERY_SECONDS = 0.25
+SHARE_EVERY_SAMPLES = 4  # the gateway's own view of the batch share, once a second
 P99_RATIO_GOAL = 1.10
 IDLE_UTILIZATION_GOAL = 0.90
 DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
@@ -110,6 +111,8 @@ class Sample:
     running: int  # sequences the simulator runs now (batch and interactive)
     interactive: int  # interactive requests in flight (sent, not answered)
     completed: int  # the batch's completed + failed requests
+    share: int | None = None  # the batch share the gateway says it has now (slots)
+    why: str | None = None  # and why (GET /admin/batch/models)
 
 
 @dataclass
@@ -222,9 +225,20 @@ def sample(
         httpx.Client(
             base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"}, timeout=10
         ) as api,
+        httpx.Client(
+            base_url=stack.api_url.removesuffix("/v1"),
+            headers={"Authorization": "Bearer sk-local-admin"},
+            timeout=10,
+        ) as admin,
     ):
+        share: dict[str, Any] = {"slots": None, "reason": None}
+        taken = 0
         while not stop.wait(SAMPLE_EVERY_SECONDS):
             running = int(sim.get("/_sim/stats").json()["queues"][MODEL]["running"])
+            if taken % SHARE_EVERY_SAMPLES == 0:  # the admin's view costs the stack more: less often
+                models = admin.get("/admin/batch/models").json()["data"]
+                share = next(m["batch_share"] for m in models if m["id"] == MODEL)
+            taken += 1
             completed = 0
             if batch_id is not None:
                 batch = api.get(f"/batches/{batch_id}").json()
@@ -238,7 +252,16 @@ def sample(
                     and run.batch_ended is None
                 ):
                     run.batch_ended = offset
-            run.samples.append(Sample(time.monotonic() - t0, running, interactive.in_flight, completed))
+            run.samples.append(
+                Sample(
+                    time.monotonic() - t0,
+                    running,
+                    interactive.in_flight,
+                    completed,
+                    share["slots"],
+                    share["reason"],
+                )
+            )
 
 
 def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespace) -> Run:
@@ -320,6 +343,27 @@ def idle_utilization(run: Run, cycles: Cycles, capacity: int) -> float | None:
     return None if free <= 0 else round(used / free, 3)
 
 
+def quiet_shares(run: Run, cycles: Cycles) -> dict[str, Any]:
+    """In the quiet phases while the batch ran: the batch share the gateway gave itself, on
+    average, and how often each reason held it (where idle capacity went)."""
+    window = batch_window(run, cycles)
+    quiet = [
+        s
+        for s in run.samples
+        if window[0] <= s.offset < window[1] and cycles.phase_at(s.offset) == "quiet" and s.share is not None
+    ]
+    if not quiet:
+        return {}
+    reasons: dict[str, int] = {}
+    for s in quiet:
+        reasons[str(s.why)] = reasons.get(str(s.why), 0) + 1
+    return {
+        "mean_slots": round(sum(s.share or 0 for s in quiet) / len(quiet), 2),
+        "mean_running": round(sum(s.running - min(s.interactive, s.running) for s in quiet) / len(quiet), 2),
+        "reasons": {why: round(n / len(quiet), 3) for why, n in sorted(reasons.items())},
+    }
+
+
 def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, Any]:
     window = batch_window(runs["yield"], cycles)
     alone = latencies(runs["alone"], window)
@@ -339,6 +383,7 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
             else round(at_model["p99_ms"] / alone["at_model"]["p99_ms"], 3)
         )
         figures["idle_utilization"] = idle_utilization(runs[mode], cycles, capacity)
+        figures["quiet_share"] = quiet_shares(runs[mode], cycles)
         figures["batch_completed"] = max((s.completed for s in runs[mode].samples), default=0)
         ended = runs[mode].batch_ended
         figures["batch_seconds"] = None if ended is None else round(ended, 1)
