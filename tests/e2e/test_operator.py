@@ -321,16 +321,16 @@ def test_a_batch_gives_way_to_requests_of_the_interactive_path_within_2_seconds_
 ) -> None:
     batch_id = slow_batch(alice, 600)
     seconds_until(lambda: batch_in_flight(sim) >= 7, what="the batch to fill the model's cap of 8")
-    before = alice.http.get("/me").json()["spend_today_usd"]
+    bob = root(stack, "sk-local-bob")
+    bob_before = bob.get("/v1/me").json()["spend_today_usd"]
 
     # Five callers of the gateway's own chat completions route, each answered in 4 s.
     client = openai.OpenAI(base_url=stack.api_url, api_key="sk-local-bob", max_retries=0, timeout=30)
 
-    def ask(i: int) -> str:
-        answer = client.chat.completions.create(
+    def ask(i: int) -> Any:
+        return client.chat.completions.create(
             model="sim-chat", messages=[{"role": "user", "content": f"[[sim latency_ms=4000 tag=live]] q{i}"}]
         )
-        return str(answer.choices[0].message.content)
 
     with ThreadPoolExecutor(5) as callers:
         answers = [callers.submit(ask, i) for i in range(5)]
@@ -349,16 +349,20 @@ def test_a_batch_gives_way_to_requests_of_the_interactive_path_within_2_seconds_
             "interactive_reserve": 0,
             "reason": "yielding",
         }
-        assert [a.result(timeout=30).endswith(f"q{i}") for i, a in enumerate(answers)] == [True] * 5
+        completions = [a.result(timeout=30) for a in answers]
+        assert [c.choices[0].message.content.endswith(f"q{i}") for i, c in enumerate(completions)] == [
+            True
+        ] * 5
     # Their leases went with them: the batch takes the whole cap back.
     seconds_until(lambda: batch_in_flight(sim) >= 7, what="the batch to take the whole cap back")
     assert share_of(admin)["reason"] == "cap"
     assert admin.get("/admin/interactive-load").json()["data"] == []
     latency = sim.get("/_sim/stats").json()["latency"]["sim-chat"]
     assert latency["interactive"]["count"] == 5
-    # Bob paid for his five, once each; Alice's spend is her batch's alone.
-    assert root(stack, "sk-local-bob").get("/v1/me").json()["spend_today_usd"] > 0
-    assert alice.http.get("/me").json()["spend_today_usd"] >= before
+    # Bob paid for his five, once each, at sim-chat's price (0.5 and 1.5 USD per million tokens).
+    cost = sum(c.usage.prompt_tokens * 0.5 + c.usage.completion_tokens * 1.5 for c in completions) / 1e6
+    spent = bob.get("/v1/me").json()["spend_today_usd"] - bob_before
+    assert spent == pytest.approx(cost, rel=1e-6)
     alice.http.post(f"/batches/{batch_id}/cancel")
 
 
