@@ -7,6 +7,8 @@ and lets a running request go on."""
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -180,3 +182,18 @@ def test_a_chain_holding_a_slot_gives_it_back_when_the_share_shrinks(deps: Deps,
     kept = [asyncio.run(h.hold("sim-chat")).granted for h in holders]  # each chain's next request
     assert kept.count(True) == 1
     assert deps.slots.read("sim-chat").running(clock()) == 1
+
+
+def test_chains_that_look_while_the_first_read_is_under_way_wait_for_it_rather_than_stop(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports = deps.interactive.reports
+
+    def slow() -> Any:
+        time.sleep(0.3)
+        return reports()
+
+    monkeypatch.setattr(deps.interactive, "reports", slow)
+    with ThreadPoolExecutor(3) as chains:  # a process's first chains, all at once
+        shares = list(chains.map(lambda _: deps.shares.share("sim-chat"), range(3)))
+    assert [share.why for share in shares] == [ShareWhy.CAP] * 3

@@ -276,6 +276,7 @@ class BatchShares:
         self._read_at = -math.inf
         self._read_ok_at = -math.inf
         self._warned_unreadable = False
+        self._reading = threading.Lock()
 
     def share(self, model: str) -> BatchShare:
         settings = self._live.settings
@@ -316,10 +317,17 @@ class BatchShares:
         return None if self._load is None else peak(self._recent, self._clock())
 
     def _refresh(self) -> None:
-        now = self._clock()
-        if now - self._read_at < self._max_age:
+        if self._clock() - self._read_at < self._max_age:
             return
-        self._read_at = now
+        # One read at a time: a chain that finds a read under way waits for it, instead of
+        # going by a load not read yet (None: unknown, and no batch request would start).
+        with self._reading:
+            now = self._clock()
+            if now - self._read_at < self._max_age:
+                return
+            self._read(now)
+
+    def _read(self, now: float) -> None:
         try:
             reports = self._store.reports()
         except StorageError:
@@ -342,6 +350,7 @@ class BatchShares:
             except StorageError:
                 logger.warning("adaptive limits unreadable: none holds", exc_info=True)
                 self._adaptive = {}
+        self._read_at = now  # fresh once read: a chain looking meanwhile waits for it above
 
     def forget(self) -> None:
         """Read everything again at the next look (this process just changed something)."""
