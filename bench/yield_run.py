@@ -24,8 +24,8 @@ runs against the alone run, measured two ways: at the model (what the simulator 
 the interactive requests: their wait in its queue and their work, the whole run), and end to
 end (arrival to answer, as the caller sees it, over the requests sent while the batch ran, the
 same offsets in the alone run); the batch's use of what interactive traffic leaves idle in the
-quiet phases (its requests in flight over the capacity less the interactive requests in
-flight); the batch's progress over time (a staircase, as a PNG beside the JSON).
+quiet phases (its sequences at the model over the capacity less the interactive ones, as
+the simulator counts them by source); the batch's progress over time (a staircase, as a PNG beside the JSON).
 
 Keys in ``bench/last.json``: ``yield_interactive_p99_ratio`` (at the model; goal <= 1.10),
 ``yield_interactive_p99_ratio_end_to_end``, ``yield_idle_utilization`` (goal >= 0.90), and
@@ -111,6 +111,8 @@ class Sample:
     running: int  # sequences the simulator runs now (batch and interactive)
     interactive: int  # interactive requests in flight (sent, not answered)
     completed: int  # the batch's completed + failed requests
+    batch_at_model: int  # of the sequences running, the batch's (the simulator counts by source)
+    interactive_at_model: int  # and the interactive requests'
     share: int | None = None  # the batch share the gateway says it has now (slots)
     why: str | None = None  # and why (GET /admin/batch/models)
 
@@ -234,7 +236,9 @@ def sample(
         share: dict[str, Any] = {"slots": None, "reason": None}
         taken = 0
         while not stop.wait(SAMPLE_EVERY_SECONDS):
-            running = int(sim.get("/_sim/stats").json()["queues"][MODEL]["running"])
+            queue = sim.get("/_sim/stats").json()["queues"][MODEL]
+            running = int(queue["running"])
+            by_source = queue["running_by_source"]
             if taken % SHARE_EVERY_SAMPLES == 0:  # the admin's view costs the stack more: less often
                 models = admin.get("/admin/batch/models").json()["data"]
                 share = next(m["batch_share"] for m in models if m["id"] == MODEL)
@@ -258,6 +262,8 @@ def sample(
                     running,
                     interactive.in_flight,
                     completed,
+                    int(by_source["batch"]),
+                    int(by_source["interactive"]),
                     share["slots"],
                     share["reason"],
                 )
@@ -330,16 +336,15 @@ def latencies(run: Run, window: tuple[float, float]) -> dict[str, Any]:
 
 
 def idle_utilization(run: Run, cycles: Cycles, capacity: int) -> float | None:
-    """In the quiet phases while the batch ran: the batch's requests in flight over what the
-    interactive ones left of the capacity."""
+    """In the quiet phases while the batch ran: the batch's sequences at the model over what
+    the interactive ones left of its capacity (both as the simulator counts them)."""
     window = batch_window(run, cycles)
     used = free = 0.0
     for s in run.samples:
         if not window[0] <= s.offset < window[1] or cycles.phase_at(s.offset) != "quiet":
             continue
-        interactive = min(s.interactive, s.running)
-        used += s.running - interactive
-        free += capacity - interactive
+        used += s.batch_at_model
+        free += capacity - s.interactive_at_model
     return None if free <= 0 else round(used / free, 3)
 
 
@@ -359,7 +364,7 @@ def quiet_shares(run: Run, cycles: Cycles) -> dict[str, Any]:
         reasons[str(s.why)] = reasons.get(str(s.why), 0) + 1
     return {
         "mean_slots": round(sum(s.share or 0 for s in quiet) / len(quiet), 2),
-        "mean_running": round(sum(s.running - min(s.interactive, s.running) for s in quiet) / len(quiet), 2),
+        "mean_running": round(sum(s.batch_at_model for s in quiet) / len(quiet), 2),
         "reasons": {why: round(n / len(quiet), 3) for why, n in sorted(reasons.items())},
     }
 

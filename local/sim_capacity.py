@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 SOURCE_HEADER = "x-batchgw-source"
@@ -37,6 +38,8 @@ def source_of(headers: Mapping[str, str]) -> str:
 class _Queue:
     limit: int = 0  # sequences at once; 0: no limit
     running: int = 0
+    # Of those running, how many each source sent.
+    by_source: dict[str, int] = dataclass_field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
     next_ticket: int = 0  # the ticket the next request to arrive gets
     serving: int = 0  # tickets below this one have been admitted (or gave up)
     gave_up: frozenset[int] = frozenset()
@@ -64,9 +67,9 @@ class Capacity:
         with self._cond:
             return {model: q.limit for model, q in self._queues.items()}
 
-    def admit(self, model: str, give_up: Callable[[], bool]) -> bool:
-        """Wait for a sequence of ``model`` (True: admitted, ``release`` it), or until
-        ``give_up()`` says the server stops or the client went away (False)."""
+    def admit(self, model: str, give_up: Callable[[], bool], source: str = INTERACTIVE) -> bool:
+        """Wait for a sequence of ``model`` (True: admitted, ``release`` it with the same
+        ``source``), or until ``give_up()`` says the server stops or the client went away (False)."""
         with self._cond:
             queue = self._queues[model]
             ticket = queue.next_ticket
@@ -80,13 +83,15 @@ class Capacity:
                 self._cond.wait(WAIT_POLL_SECONDS)
             queue.serving += 1
             queue.running += 1
+            queue.by_source[source] += 1
             self._skip(queue)
             self._cond.notify_all()
             return True
 
-    def release(self, model: str) -> None:
+    def release(self, model: str, source: str = INTERACTIVE) -> None:
         with self._cond:
             self._queues[model].running -= 1
+            self._queues[model].by_source[source] -= 1
             self._cond.notify_all()
 
     @staticmethod
@@ -96,10 +101,17 @@ class Capacity:
             queue.gave_up = queue.gave_up - {queue.serving}
             queue.serving += 1
 
-    def snapshot(self) -> dict[str, dict[str, int]]:
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Per model: its ``capacity``, the sequences ``running`` (and of them, by source in
+        ``running_by_source``), and the requests ``waiting``."""
         with self._cond:
             return {
-                model: {"capacity": q.limit, "running": q.running, "waiting": q.waiting}
+                model: {
+                    "capacity": q.limit,
+                    "running": q.running,
+                    "running_by_source": dict(q.by_source),
+                    "waiting": q.waiting,
+                }
                 for model, q in self._queues.items()
             }
 
@@ -143,7 +155,7 @@ def percentile(values: list[float], p: float) -> float | None:
     return round(values[max(0, math.ceil(p / 100 * len(values)) - 1)], 1)
 
 
-def prometheus(queues: Mapping[str, Mapping[str, int]]) -> bytes:
+def prometheus(queues: Mapping[str, Mapping[str, Any]]) -> bytes:
     """The queues as vLLM's gauges, in Prometheus's text format."""
     lines = []
     for name, field, help_text in (

@@ -38,9 +38,10 @@ Capacity (``local.sim_capacity``)
     ``BATCHGW_SIM_CAPACITY``, or ``POST /_sim/capacity`` ``{"sim-chat": 16}``; 0 or null:
     no limit, the default): the rest wait in its queue, first come first served, so their
     latency grows with the load. ``/_sim/stats`` adds ``"queues": {MODEL: {"capacity",
-    "running", "waiting"}}`` and ``"latency": {MODEL: {"interactive"|"batch": {"count",
-    "p50_ms", "p90_ms", "p99_ms"}}}`` of the recent requests, arrival to answer (a request
-    with ``x-batchgw-source: batch`` is the batch worker's, any other interactive). ``GET
+    "running", "running_by_source": {"interactive", "batch"}, "waiting"}}`` and ``"latency":
+    {MODEL: {"interactive"|"batch": {"count", "p50_ms", "p90_ms", "p99_ms"}}}`` of the recent
+    requests, arrival to answer (a request with ``x-batchgw-source: batch`` is the batch
+    worker's, any other interactive). ``GET
     /metrics`` answers vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``
     gauges per ``model_name``.
 
@@ -925,21 +926,22 @@ class SimulatorCore:
                 code="model_not_found",
             )
         arrived = self.latencies.clock()
+        source = source_of(headers)
         tracked = ExitStack()
         tracked.enter_context(self.stats.track(model, _tag_of(body), route))
         try:
-            if not self.capacity.admit(model, lambda: self.stopping.is_set() or client_gone()):
+            if not self.capacity.admit(model, lambda: self.stopping.is_set() or client_gone(), source):
                 tracked.close()
                 return None  # it waited in the queue until its client (or the server) gave up
             try:
                 reply = self._model_request(endpoint, model, body, headers, client_gone)
             finally:
-                self.capacity.release(model)
+                self.capacity.release(model, source)
         except BaseException:
             tracked.close()
             raise
         if reply is not None:
-            self.latencies.add(model, source_of(headers), self.latencies.clock() - arrived)
+            self.latencies.add(model, source, self.latencies.clock() - arrived)
         if reply is None or not reply.trickle_ms:
             tracked.close()
             return reply

@@ -19,3 +19,26 @@ def test_a_chain_message_comes_back_as_sent_with_its_generation_and_full_streak(
 def test_a_message_sent_before_the_full_streak_existed_reads_as_none_in_a_row() -> None:
     assert "f" not in json.loads(ChainMessage("batch_1", 0, 0, 4).encode())
     assert decode('{"b":"batch_1","c":0,"i":4,"w":4,"g":2}') == ChainMessage("batch_1", 0, 4, 4, generation=2)
+
+
+def indexes(message: ChainMessage, total: int) -> list[int]:
+    return list(range(message.next_index, total, message.stride))
+
+
+def test_a_split_chain_and_its_new_half_walk_exactly_what_it_had_left_between_them() -> None:
+    chain = ChainMessage("batch_1", 3, 35, 16, generation=2, full=3)
+    halves = chain.split(total=400, chains=16)
+    assert halves is not None
+    kept, new = halves
+    assert (kept.next_index, kept.stride, kept.full) == (35, 32, 0)
+    assert (new.next_index, new.stride, new.generation, new.chain) == (51, 32, 2, 3)
+    assert sorted(indexes(kept, 400) + indexes(new, 400)) == indexes(chain, 400)
+    assert chain.remaining(400) == len(indexes(chain, 400)) == 23
+
+
+def test_a_chain_with_little_left_or_a_stride_at_its_widest_does_not_split() -> None:
+    total = 16 * 8
+    assert ChainMessage("batch_1", 0, total - 16 * 7, 16).split(total, chains=16) is None  # 7 left
+    assert ChainMessage("batch_1", 0, total - 16 * 8, 16).split(total, chains=16) is not None  # 8 left
+    assert ChainMessage("batch_1", 0, 0, 32).split(10_000, chains=16) is not None
+    assert ChainMessage("batch_1", 0, 0, 64).split(10_000, chains=16) is None  # 4 times the first

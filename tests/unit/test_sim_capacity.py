@@ -58,7 +58,12 @@ def test_past_its_capacity_a_model_queues_requests_and_their_latency_grows(sim: 
     assert [a.status_code for a in answers] == [200] * 6
     assert peak["running"] == 2 and peak["waiting"] >= 1
     stats = sim.stats()
-    assert stats["queues"]["sim-chat"] == {"capacity": 2, "running": 0, "waiting": 0}
+    assert stats["queues"]["sim-chat"] == {
+        "capacity": 2,
+        "running": 0,
+        "running_by_source": {"interactive": 0, "batch": 0},
+        "waiting": 0,
+    }
     assert stats["models"]["sim-chat"] == {"requests": 6, "in_flight": 0, "max_in_flight": 6}
     interactive = stats["latency"]["sim-chat"]["interactive"]
     # Six requests of 200 ms through two sequences: the last ones waited for two turns at least.
@@ -131,10 +136,37 @@ def test_requests_are_admitted_in_the_order_they_came_and_one_that_gives_up_leav
     for thread in threads:
         thread.join(timeout=5)
     assert admitted == ["first", "third"]
-    assert capacity.snapshot()["m"] == {"capacity": 1, "running": 0, "waiting": 0}
+    assert capacity.snapshot()["m"] == {
+        "capacity": 1,
+        "running": 0,
+        "running_by_source": {"interactive": 0, "batch": 0},
+        "waiting": 0,
+    }
 
 
 def test_percentiles_are_nearest_rank() -> None:
     assert percentile([], 50) is None
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
     assert percentile([float(v) for v in range(1, 101)], 99) == 99.0
+
+
+def test_the_running_sequences_are_counted_by_source(sim: Simulator) -> None:
+    seen: list[dict[str, int]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(dict(sim.stats()["queues"]["sim-chat"]["running_by_source"]))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(
+            pool.map(lambda source: post(sim, f"[[sim latency_ms={LATENCY_MS}]]", source), ["batch", None])
+        )
+    done.set()
+    watcher.join()
+    assert [a.status_code for a in answers] == [200, 200]
+    assert {"interactive": 1, "batch": 1} in seen
+    assert sim.stats()["queues"]["sim-chat"]["running_by_source"] == {"interactive": 0, "batch": 0}

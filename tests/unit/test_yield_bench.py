@@ -52,16 +52,17 @@ def test_latencies_count_the_requests_sent_while_the_batch_ran() -> None:
     assert latencies(run, (0.0, 5.0)) == {"requests": 4, "failed": 1, "p50_ms": 700.0, "p99_ms": 1000.0}
 
 
-def test_idle_utilization_is_the_batchs_share_of_what_interactive_left_in_quiet_phases() -> None:
+def test_idle_utilization_is_the_batchs_share_of_what_interactive_left_at_the_model_in_quiet_phases() -> None:
     samples = [
-        Sample(1.0, running=16, interactive=8, completed=0),  # a burst: not counted
-        Sample(2.5, running=16, interactive=1, completed=10),  # quiet: batch 15 of 15 free
-        Sample(3.5, running=11, interactive=1, completed=20),  # quiet: batch 10 of 15
-        Sample(6.5, running=16, interactive=0, completed=30),  # after the batch ended: not counted
+        Sample(1.0, 16, 8, 0, batch_at_model=8, interactive_at_model=8),  # a burst: not counted
+        Sample(2.5, 16, 1, 10, batch_at_model=15, interactive_at_model=1),  # quiet: 15 of 15 free
+        # Quiet: batch 10 of 16 free; the interactive request sent is not at the model yet.
+        Sample(3.5, 10, 1, 20, batch_at_model=10, interactive_at_model=0),
+        Sample(6.5, 16, 0, 30, batch_at_model=16, interactive_at_model=0),  # after the batch: not counted
     ]
     run = Run("yield", samples=samples, batch_started=0.0, batch_ended=5.0)
     assert batch_window(run, CYCLES) == (0.0, 5.0)
-    assert idle_utilization(run, CYCLES, capacity=16) == round(25 / 30, 3)
+    assert idle_utilization(run, CYCLES, capacity=16) == round(25 / 31, 3)
 
 
 def test_the_summary_compares_each_run_with_the_interactive_load_alone() -> None:

@@ -15,7 +15,7 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
-from batchgw.runtime import Backpressure, BatchShares, LiveConfig
+from batchgw.runtime import Backpressure, BatchShares, LiveConfig, SlotRoom
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.adaptive import AdaptiveStore
 from batchgw.storage.aws import LazyClient, get_clients
@@ -42,6 +42,7 @@ from batchgw.storage.workflow import Workflow
 class Deps:
     live: LiveConfig  # the settings with administrators' runtime overrides, and model caps
     shares: BatchShares  # each model's batch share beside the interactive load
+    room: SlotRoom  # room in each model's batch share that no chain holds (chains split)
     backpressure: Backpressure  # what batch answers say of each model's upstream
     interactive: InteractiveLoadStore  # the interactive load reports
     catalog: Catalog
@@ -86,10 +87,15 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     limits = AdaptiveStore(clients.dynamodb, settings.control_table)
     shares = BatchShares(live, interactive, limits, clock)
     slots = SlotStore(clients.dynamodb, settings.control_table)
+
+    def running(model: str) -> int:
+        return slots.read(model).running(clock())
+
     return Deps(
         live=live,
         shares=shares,
-        backpressure=Backpressure(live, shares, limits, lambda m: slots.read(m).running(clock()), clock),
+        room=SlotRoom(shares, running, clock),
+        backpressure=Backpressure(live, shares, limits, running, clock),
         interactive=interactive,
         catalog=catalog,
         batches=BatchStore(clients.dynamodb, settings.batches_table, usage, files),

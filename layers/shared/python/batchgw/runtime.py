@@ -241,9 +241,13 @@ class LiveConfig:
         logger.info("model cap set", extra={"model": model, "cap": cap, "by": by})
 
 
-# How old the interactive load and the adaptive limits a worker goes by may be: one Query of
-# each a second at most, per process.
-SHARES_MAX_AGE_SECONDS = 1.0
+# How old the interactive load a worker goes by may be: one Query four times a second at
+# most, per process. Read once a second, a burst of interactive requests would queue at the
+# model for up to a second before batch work gave way, and the peak held over the last
+# PEAK_HOLD_SECONDS would be the most of three looks only, missing the spikes between them.
+SHARES_MAX_AGE_SECONDS = 0.25
+# The adaptive limits change at most once per cooldown: one Query a second at most.
+LIMITS_MAX_AGE_SECONDS = 1.0
 # How long a process goes by the last interactive load it read when a read fails (a
 # transient error), before the load counts as unknown.
 UNREADABLE_GRACE_SECONDS = 3.0
@@ -274,6 +278,7 @@ class BatchShares:
         self._recent: list[tuple[float, InteractiveLoad]] = []  # the loads read lately, for ``peak``
         self._adaptive: dict[str, Adaptive] = {}
         self._read_at = -math.inf
+        self._limits_read_at = -math.inf
         self._read_ok_at = -math.inf
         self._warned_unreadable = False
         self._reading = threading.Lock()
@@ -344,17 +349,68 @@ class BatchShares:
             self._recent.append((now, self._load))
             self._read_ok_at = now
             self._warned_unreadable = False
-        if self._live.settings.batch_adaptive_concurrency:
+        if self._live.settings.batch_adaptive_concurrency and now - self._limits_read_at >= max(
+            self._max_age, LIMITS_MAX_AGE_SECONDS
+        ):
             try:
                 self._adaptive = self._limits.read()
             except StorageError:
                 logger.warning("adaptive limits unreadable: none holds", exc_info=True)
                 self._adaptive = {}
+            self._limits_read_at = now
         self._read_at = now  # fresh once read: a chain looking meanwhile waits for it above
 
     def forget(self) -> None:
         """Read everything again at the next look (this process just changed something)."""
-        self._read_at = -math.inf
+        self._read_at = self._limits_read_at = -math.inf
+
+
+# How often a process reads how many of a model's slots batch chains hold (``SlotRoom``).
+ROOM_READ_SECONDS = 2.0
+
+
+class SlotRoom:
+    """Room in a model's batch share that no chain holds: its batch slots less the slots
+    held, the smaller of the last two reads (at most one every ``ROOM_READ_SECONDS``), so a
+    chain between its stop and its return is not taken for room. Each read's room is handed
+    out once in this process, a split at a time (``run.chain``); other processes may hand it
+    out too, and a chain split off without a slot waits for one like any other."""
+
+    def __init__(
+        self, shares: BatchShares, running: Callable[[str], int], clock: Callable[[], float]
+    ) -> None:
+        self._shares = shares
+        self._running = running
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._read: dict[str, tuple[float, int]] = {}  # model: (read at, room then)
+        self._left: dict[str, int] = {}  # model: room of the last two reads not handed out yet
+
+    def due(self, model: str) -> bool:
+        """Whether ``take`` reads the table now (else it answers at once)."""
+        read = self._read.get(model)
+        return read is None or self._clock() - read[0] >= ROOM_READ_SECONDS
+
+    def take(self, model: str) -> bool:
+        """One unit of ``model``'s room, if there is one left: True once per unit."""
+        with self._lock:
+            if self.due(model):
+                self._look(model)
+            if self._left.get(model, 0) <= 0:
+                return False
+            self._left[model] -= 1
+            return True
+
+    def _look(self, model: str) -> None:
+        now = self._clock()
+        try:
+            room = max(0, self._shares.share(model).slots - self._running(model))
+        except StorageError:
+            room = 0
+        last = self._read.get(model)
+        recent = last is not None and now - last[0] <= 2 * ROOM_READ_SECONDS
+        self._left[model] = min(room, last[1]) if recent and last is not None else 0
+        self._read[model] = (now, room)
 
 
 # How often a process adds the healthy answers it saw to a constrained model's limit.

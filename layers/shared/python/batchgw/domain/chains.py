@@ -5,6 +5,13 @@ indexes c, c+W, c+2W, ... A ``ChainMessage`` says where its chain resumes; the w
 runs the chain in order and, when it must stop, sends the message for where it stopped.
 So the queue holds about W messages per batch, whatever N is (invariant 4).
 
+A chain whose model has room it does not use splits in two (``split``): it keeps every
+other index of its own and hands the rest to a new chain of twice its stride. Chains that
+yielded to interactive traffic (or ran slower requests) lag behind the others; without a
+split, the batch's end would run on fewer chains than its model has slots. The chains still
+partition the batch's indexes, and a chain's stride stays at most ``MAX_SPLIT_FACTOR``
+times the batch's first one, so the queue holds at most that many times W messages.
+
 A ``RequestMessage`` carries one request on its own: a retry that its chain could not
 keep (the chain stopped before the retry came due), or one the reconciler found
 abandoned.
@@ -15,6 +22,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from typing import Any
+
+# A chain splits only with at least this many indexes left (each half keeps half).
+SPLIT_MIN_REMAINING = 8
+# A chain's stride grows by splits to at most this many times the batch's first one.
+MAX_SPLIT_FACTOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +50,20 @@ class ChainMessage:
 
     def resume_at(self, index: int, *, full: int = 0) -> ChainMessage:
         return replace(self, next_index=index, full=full)
+
+    def remaining(self, total: int) -> int:
+        """The indexes of ``total`` this chain has left, its next one included."""
+        return max(0, -(-(total - self.next_index) // self.stride))
+
+    def split(self, total: int, chains: int) -> tuple[ChainMessage, ChainMessage] | None:
+        """This chain in two, when it has enough left and its stride may still double: the
+        chain itself, resuming at its next index with twice its stride, and a new chain
+        for the indexes between (its next index + stride, and on, at twice the stride).
+        None when it does not split."""
+        if self.remaining(total) < SPLIT_MIN_REMAINING or 2 * self.stride > MAX_SPLIT_FACTOR * chains:
+            return None
+        wider = replace(self, stride=2 * self.stride, full=0)
+        return wider, replace(wider, next_index=self.next_index + self.stride)
 
     def encode(self) -> str:
         body: dict[str, Any] = {"b": self.batch_id, "c": self.chain, "i": self.next_index, "w": self.stride}

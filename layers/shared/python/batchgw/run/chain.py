@@ -425,6 +425,7 @@ class ChainRun:
             self._claim_ahead(now)
             if stopped := await self._run(held, target):
                 return stopped
+            await self._split_if_room(held.model)
 
     # --- the steps ----------------------------------------------------------------------------
 
@@ -747,6 +748,30 @@ class ChainRun:
         now = self.deps.clock()
         limit = self.deadline - self.deps.settings.batch_upstream_timeout_seconds - SEGMENT_MARGIN_SECONDS
         return due - now <= CHAIN_RETRY_WAIT_SECONDS and due < limit
+
+    async def _split_if_room(self, model: str) -> None:
+        """Split this chain in two (``domain.chains``) when its model has batch room that no
+        chain holds: the new chain, sent at once, takes the room. A chain that yielded, or
+        ran slower requests, lags behind its batch's others; as those end, it splits, so the
+        batch's end runs on as many chains as its model has room for."""
+        message = self.message
+        if not isinstance(message, ChainMessage) or self.taken_over.is_set():
+            return
+        halves = message.resume_at(self.next_index, full=self.full).split(
+            self.batch.total, self.batch.chains or 1
+        )
+        if halves is None:
+            return
+        room = self.deps.room
+        if not (await io(room.take, model) if room.due(model) else room.take(model)):
+            return
+        wider, new = halves
+        await self._send(new, after=0)
+        self.message, self.stride = wider, wider.stride
+        logger.info(
+            "chain split",
+            extra={"batch_id": self.batch.id, "next_index": self.next_index, "stride": self.stride},
+        )
 
     # --- handing work on ----------------------------------------------------------------------
 

@@ -1,0 +1,94 @@
+"""A chain that lags behind its batch's others splits in two while its model has room no
+chain holds (moto, the injected clock): the batch's end runs on as many chains as the model
+has room for, and every request still runs once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from batchgw.api import batches
+from batchgw.deps import Deps
+from batchgw.domain.chains import ChainMessage, WorkMessage, decode
+from batchgw.domain.principal import Principal
+from batchgw.domain.states import RequestStatus
+from batchgw.run import lifecycle
+from batchgw.run.chain import run_message
+from batchgw.runtime import ROOM_READ_SECONDS
+
+from local.simulator import Simulator
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+CAP = 4
+TOTAL = 80  # 4 chains of 20
+
+
+def handing_on(deps: Deps) -> list[WorkMessage]:
+    sent: list[WorkMessage] = []
+    deps.queue.send = lambda message, delay_seconds=0: sent.append(message)  # type: ignore[method-assign]
+    return sent
+
+
+def ticking(deps: Deps, clock: FakeClock) -> None:
+    """Each claim takes a second of the injected clock: the room is read every other one."""
+    claim = deps.requests.claim
+
+    def claimed(*args: Any, **kwargs: Any) -> Any:
+        clock.advance(ROOM_READ_SECONDS / 2)
+        return claim(*args, **kwargs)
+
+    deps.requests.claim = claimed  # type: ignore[method-assign]
+
+
+def start(sim: Simulator, clock: FakeClock, **settings: str) -> tuple[Deps, str, ChainMessage]:
+    deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY=str(CAP), **settings)
+    requests = [chat_request(f"r-{i}", "hello") for i in range(TOTAL)]
+    batch_id = batches.create_batch(deps, ALICE, body_of(requests))["id"]
+    lifecycle.prepare(deps, batch_id)
+    chains = [decode(m["Body"]) for m in receive_all(deps)]
+    first = next(m for m in chains if isinstance(m, ChainMessage) and m.next_index == 0)
+    assert isinstance(first, ChainMessage) and first.stride == CAP
+    ticking(deps, clock)
+    return deps, batch_id, first
+
+
+def test_a_chain_alone_on_a_model_with_room_splits_and_its_halves_run_each_of_its_requests_once(
+    sim: Simulator,
+) -> None:
+    clock = FakeClock()
+    deps, batch_id, first = start(sim, clock)
+    sent = handing_on(deps)
+    # The other three chains are elsewhere (not running): three slots nobody holds.
+    asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
+    split_off = list(sent)
+    assert split_off, "the lone chain never split"
+    assert all(isinstance(m, ChainMessage) for m in split_off)
+    assert max(m.stride for m in split_off if isinstance(m, ChainMessage)) <= 4 * CAP
+    todo = list(split_off)
+    while todo:  # the halves, and any half they split off in turn
+        sent.clear()
+        asyncio.run(run_message(deps, todo.pop(), owner="w", deadline=clock() + 900))
+        todo += sent
+    mine = [deps.requests.get(batch_id, i) for i in range(0, TOTAL, CAP)]
+    assert all(r is not None and r.status is RequestStatus.SUCCEEDED for r in mine)
+    others = [deps.requests.get(batch_id, i) for i in range(TOTAL) if i % CAP]
+    assert all(r is not None and r.status is RequestStatus.QUEUED for r in others)
+    assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP  # none ran twice
+
+
+def test_a_chain_whose_model_is_all_held_does_not_split(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps, _, first = start(sim, clock)
+    for holder in range(CAP - 1):  # the other three chains hold their slots
+        assert deps.slots.acquire(
+            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
+        ).granted
+    sent = handing_on(deps)
+    asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
+    assert sent == []
+    assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP
