@@ -287,22 +287,24 @@ def test_a_batch_gives_way_to_reported_interactive_load_within_2_seconds_and_tak
     batch_id = slow_batch(alice, 400)
     seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to fill the model's cap of 8")
 
-    # A gateway process has 5 interactive requests in flight on sim-chat: 3 slots are left.
+    # A gateway process has 5 interactive requests in flight on sim-chat: with 2 slots of
+    # headroom for them to grow into, 1 slot is left.
     put = admin.put("/admin/interactive-load/gw-a", json={"models": {"sim-chat": 5}, "ttl_seconds": 60})
     assert put.status_code == 200, put.text
-    took = seconds_until(lambda: in_flight(sim)[0] <= 3, what="the batch to give 5 slots way", steady=1.0)
-    print(f"batch work gave way to 5 interactive requests after {took:.2f} s")
+    took = seconds_until(lambda: in_flight(sim)[0] <= 1, what="the batch to give 7 slots way", steady=1.0)
+    print(f"batch work gave way to 5 interactive requests and their headroom after {took:.2f} s")
     assert took < YIELD_LIMIT
     assert share_of(admin) == {
-        "slots": 3,
+        "slots": 1,
         "interactive_in_flight": 5,
         "interactive_reserve": 0,
+        "interactive_headroom": 2,
         "reason": "yielding",
     }
 
     # Two reporters add up; once both are gone the batch takes the whole cap again.
     admin.put("/admin/interactive-load/gw-b", json={"models": {"sim-chat": 2}, "ttl_seconds": 60})
-    took = seconds_until(lambda: in_flight(sim)[0] <= 1, what="the batch to give 7 slots way", steady=1.0)
+    took = seconds_until(lambda: in_flight(sim)[0] == 0, what="the batch to give every slot way", steady=1.0)
     assert took < YIELD_LIMIT
     listed = admin.get("/admin/interactive-load").json()
     assert listed["in_flight"] == {"sim-chat": 7} and [r["id"] for r in listed["data"]] == ["gw-a", "gw-b"]
@@ -339,14 +341,15 @@ def test_a_batch_gives_way_to_requests_of_the_interactive_path_within_2_seconds_
             what="the 5 interactive requests to reach the model",
         )
         took = seconds_until(
-            lambda: batch_in_flight(sim) <= 3, what="the batch to give 5 slots way", steady=1.0
+            lambda: batch_in_flight(sim) <= 1, what="the batch to give 7 slots way", steady=1.0
         )
         print(f"batch work gave way to 5 requests of the interactive path after {took:.2f} s")
         assert took < YIELD_LIMIT
         assert share_of(admin) == {
-            "slots": 3,
+            "slots": 1,
             "interactive_in_flight": 5,
             "interactive_reserve": 0,
+            "interactive_headroom": 2,
             "reason": "yielding",
         }
         completions = [a.result(timeout=30) for a in answers]
@@ -400,6 +403,7 @@ def test_the_reserve_keeps_slots_free_and_yield_off_fills_the_cap_whatever_the_l
         "slots": 1,
         "interactive_in_flight": 3,
         "interactive_reserve": 4,
+        "interactive_headroom": 1,  # the reserve, larger, holds instead
         "reason": "yielding",
     }
 
@@ -410,6 +414,7 @@ def test_the_reserve_keeps_slots_free_and_yield_off_fills_the_cap_whatever_the_l
         "slots": 8,
         "interactive_in_flight": None,
         "interactive_reserve": 0,
+        "interactive_headroom": 0,
         "reason": "yield_off",
     }
     alice.http.post(f"/batches/{batch_id}/cancel")
@@ -459,6 +464,7 @@ def test_while_the_interactive_load_cannot_be_read_no_batch_request_starts_unles
             "slots": 0,
             "interactive_in_flight": None,
             "interactive_reserve": 0,
+            "interactive_headroom": 0,
             "reason": "interactive_load_unknown",
         }
         listed = admin.get("/admin/interactive-load")

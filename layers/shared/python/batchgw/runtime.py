@@ -256,9 +256,10 @@ UNREADABLE_GRACE_SECONDS = 3.0
 class BatchShares:
     """Each model's batch share now (``domain.interactive.batch_share``): its cap, less the
     interactive requests in flight that the reports say, less the reserve, held to the
-    model's adaptive limit (``domain.adaptive``), each read at most once a second. While the
-    reports cannot be read the load is unknown (no new batch request starts while the shared
-    load counts); while the limits cannot be read, none holds (they only ever lower it)."""
+    model's adaptive limit (``domain.adaptive``): the reports read at most every
+    ``SHARES_MAX_AGE_SECONDS``, the limits every ``LIMITS_MAX_AGE_SECONDS``. While the reports
+    cannot be read the load is unknown (no new batch request starts while the shared load
+    counts); while the limits cannot be read, none holds (they only ever lower it)."""
 
     def __init__(
         self,

@@ -107,6 +107,7 @@ def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, A
             "slots": share.slots,
             "interactive_in_flight": share.interactive,
             "interactive_reserve": share.reserve,
+            "interactive_headroom": share.headroom,
             "adaptive_limit": None if share.adaptive_limit is None else round(share.adaptive_limit, 2),
             "adaptive_reason": None
             if share.adaptive_limit is None

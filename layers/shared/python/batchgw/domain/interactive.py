@@ -5,7 +5,8 @@ directly) reports how many interactive requests each of its processes has in fli
 each model: absolute counts, each report expiring on its own, so that a reporter that
 dies takes its load with it (``storage.interactive``). The worker sums the live reports
 and gives way: a model's batch slots are its cap less the interactive requests in flight
-and less ``BATCH_INTERACTIVE_RESERVE``, never below 0 (``batch_share``).
+and less the larger of ``BATCH_INTERACTIVE_RESERVE`` and the headroom busy interactive
+traffic needs to grow into (``HEADROOM_SHARE`` of it), never below 0 (``batch_share``).
 
 Pure: no AWS, no clock of its own.
 """
@@ -27,6 +28,13 @@ MAX_TTL_SECONDS = 3600
 DEFAULT_TTL_SECONDS = 10
 # How long the most interactive requests seen in flight on a model keeps counting (``peak``).
 PEAK_HOLD_SECONDS = 3.0
+# Of the interactive requests in flight on a model, the share (rounded down) left free on
+# top of them as headroom. A batch request, once started, holds its slot for its whole
+# length, and batch work learns of new interactive requests only at its next look (a read
+# every quarter second, at the next request of each chain): interactive traffic that grows
+# meanwhile must find slots free, or it queues at the model behind batch requests. Busy
+# traffic grows by more, so the headroom is a share of it; one request in flight leaves none.
+HEADROOM_SHARE = 0.5
 # Where a report comes from: any gateway process (counted while BATCH_SHARED_INTERACTIVE_LOAD
 # is on), or this deployment's own interactive routes (counted whatever that setting says).
 SHARED, OWN = "shared", "own"
@@ -115,6 +123,7 @@ class BatchShare:
     reserve: int  # slots kept free for interactive requests on top
     why: ShareWhy
     adaptive_limit: float | None = None  # the upstream's backpressure (None: none)
+    headroom: int = 0  # slots left free for interactive traffic to grow into (HEADROOM_SHARE)
 
     @property
     def yielding(self) -> bool:
@@ -143,9 +152,10 @@ def batch_share(
     reserve: int,
 ) -> BatchShare:
     """The batch slots ``model`` has now: its cap less the interactive requests in flight on
-    it (every reporter's, or with ``shared_on`` off this deployment's own) less ``reserve``,
-    never below 0. ``load`` None: the reports could not be read, which stops new batch
-    requests while the shared load counts (fail closed) and counts as none otherwise."""
+    it (every reporter's, or with ``shared_on`` off this deployment's own) less the larger of
+    ``reserve`` and their headroom (``HEADROOM_SHARE``), never below 0. ``load`` None: the
+    reports could not be read, which stops new batch requests while the shared load counts
+    (fail closed) and counts as none otherwise."""
     if not yield_on:
         return BatchShare(cap, cap, None, 0, ShareWhy.YIELD_OFF)
     if load is None:
@@ -153,5 +163,7 @@ def batch_share(
             return BatchShare(0, cap, None, reserve, ShareWhy.LOAD_UNKNOWN)
         load = InteractiveLoad()
     interactive = (load.shared if shared_on else load.own).get(model, 0)
-    slots = max(0, cap - interactive - reserve)
-    return BatchShare(slots, cap, interactive, reserve, ShareWhy.CAP if slots == cap else ShareWhy.YIELDING)
+    headroom = math.floor(interactive * HEADROOM_SHARE)
+    slots = max(0, cap - interactive - max(reserve, headroom))
+    why = ShareWhy.CAP if slots == cap else ShareWhy.YIELDING
+    return BatchShare(slots, cap, interactive, reserve, why, headroom=headroom)
