@@ -74,6 +74,9 @@ def test_the_document_describes_every_route_with_its_parameters(document: dict[s
     }
     assert "requestBody" in document["paths"]["/v1/batches"]["post"]
     assert "requestBody" in document["paths"]["/admin/users/{user_id}"]["patch"]
+    preflight = document["paths"]["/v1/batches/preflight"]["post"]
+    assert "requestBody" in preflight and [p["name"] for p in preflight["parameters"]] == ["format"]
+    assert "get" in document["paths"]["/user/batch-capabilities"]
     assert document["paths"]["/v1/batches/{batch_id}/results"]["get"]["responses"]["400"]
     assert not any(path.startswith("/v1/messages/batches") for path in document["paths"])
 

@@ -62,6 +62,13 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 _TIME = {"type": "string", "description": "unix seconds or ISO 8601"}
 QUERY: dict[tuple[str, str], list[dict[str, Any]]] = {
+    ("post", "/v1/batches/preflight"): [
+        _query(
+            "format",
+            {"type": "string", "enum": ["json", "csv", "jsonl"]},
+            "json (the default), or the problems alone as csv or jsonl",
+        )
+    ],
     ("get", "/v1/batches"): [
         _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "batches per page (20)"),
         _query("after", {"type": "string"}, "the last batch id of the previous page"),
@@ -149,6 +156,23 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                     },
                 },
             ]
+        }
+    ),
+    ("post", "/v1/batches/preflight"): _json_body(
+        {
+            "type": "object",
+            "required": ["input_file_id"],
+            "description": "Check an uploaded JSONL file as the console submits it, running and billing "
+            "nothing: lines may leave out url and method, and the stricter rules apply (fields the "
+            "gateway would not forward, a byte-order mark, repeated keys, NaN and Infinity are errors). "
+            "?format=csv or jsonl answers the problems alone, as a file.",
+            "properties": {
+                "input_file_id": {"type": "string"},
+                "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/embeddings"]},
+                "model": {"type": "string", "minLength": 1},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                "max_tokens": {"type": "integer", "minimum": 1},
+            },
         }
     ),
     ("post", "/v1/files"): _multipart_body(

@@ -1,0 +1,164 @@
+"""``POST /v1/batches/preflight``: check a batch input file as the console would submit it,
+running and billing nothing (``validation.strict`` has the rules).
+
+The body names an uploaded file of the caller (``input_file_id``, purpose ``batch``) and
+the create page's choices: ``endpoint`` (when no line says), ``model`` (one for every
+request), and Chat's ``temperature`` and ``max_tokens``. The answer says whether the file
+is ``valid``, lists its ``problems`` (line, custom_id, field, code, message; never content),
+and for a valid file the batch it makes: the ``endpoint`` and what said it, the canonical
+``model``, ``requests``, the first stored requests, the window, how it is billed and how long
+its results are kept. ``check`` digests the file, the key, the type, the model and the
+choices: a submission that carries it is refused once any of them changed.
+
+``?format=csv`` or ``?format=jsonl`` answers the problems alone, as a file to download.
+Checking costs nothing: no quota, budget or rate of batches is spent.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from batchgw.api.files import visible_file
+from batchgw.api.params import Params, last
+from batchgw.deps import Deps
+from batchgw.domain.errors import BadRequest, NotFound
+from batchgw.domain.files import file_key
+from batchgw.domain.principal import Principal
+from batchgw.validation import is_int, is_number
+from batchgw.validation.file import split_lines
+from batchgw.validation.strict import Choices, Limits, Report, check
+
+FORMATS = ("json", "csv", "jsonl")
+_BODY_KEYS = frozenset({"input_file_id", "endpoint", "model", "temperature", "max_tokens"})
+PROBLEM_COLUMNS = ("line", "custom_id", "field", "code", "message")
+
+
+def preflight(deps: Deps, principal: Principal, body: Any, params: Params) -> tuple[str, Any]:
+    """The check of the file the body names: ``("json", answer)``, or the problems as
+    ``("csv" | "jsonl", text)`` when ``?format=`` asks for a download."""
+    fmt = last(params, "format") or "json"
+    if fmt not in FORMATS:
+        raise BadRequest(f"'format' must be one of {', '.join(FORMATS)}.", param="format")
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    unknown = sorted(body.keys() - _BODY_KEYS)
+    if unknown:
+        raise BadRequest(
+            f"Unknown field '{unknown[0]}'; a preflight takes {', '.join(sorted(_BODY_KEYS))}.",
+            param=unknown[0],
+        )
+    choices = _choices(body)
+    file_id = body.get("input_file_id")
+    if not isinstance(file_id, str):
+        raise BadRequest("'input_file_id' must be a file id.", param="input_file_id")
+    try:
+        file = visible_file(deps, principal, file_id)
+    except NotFound as exc:
+        raise BadRequest(
+            f"No usable input file '{file_id}': it does not exist, is not yours, has expired or was never "
+            "completed.",
+            code="invalid_input_file",
+            param="input_file_id",
+        ) from exc
+    if file.purpose != "batch":
+        raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
+    settings = deps.settings
+    limits = Limits(
+        max_requests=settings.batch_max_requests,
+        max_line_bytes=settings.batch_max_line_kb * 1024,
+        max_stored_bytes=settings.max_file_bytes,
+    )
+
+    def lines() -> Iterable[bytes]:
+        return split_lines(deps.blobs.iter_chunks(file_key(file_id)), max_line_bytes=limits.max_line_bytes)
+
+    report = check(lines, choices, catalog=deps.catalog, role=principal.role, limits=limits)
+    if fmt == "csv":
+        return fmt, problems_csv(report.problems)
+    if fmt == "jsonl":
+        return fmt, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in report.problems)
+    return fmt, _answer(deps, principal, file_id, file.sha256, choices, report)
+
+
+def _choices(body: dict[str, Any]) -> Choices:
+    endpoint, model = body.get("endpoint"), body.get("model")
+    temperature, max_tokens = body.get("temperature"), body.get("max_tokens")
+    if endpoint is not None and not isinstance(endpoint, str):
+        raise BadRequest("'endpoint' must be a string.", param="endpoint")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise BadRequest("'model' must be a model's name.", param="model")
+    if temperature is not None and (not is_number(temperature) or isinstance(temperature, bool)):
+        raise BadRequest("'temperature' must be a number.", param="temperature")
+    if max_tokens is not None and not is_int(max_tokens):
+        raise BadRequest("'max_tokens' must be an integer.", param="max_tokens")
+    return Choices(endpoint, model, None if temperature is None else float(temperature), max_tokens)
+
+
+def check_digest(
+    *, file_sha256: str | None, key_id: str, endpoint: str | None, model: str | None, choices: Choices
+) -> str:
+    """What a submission must match: the file's bytes, the key, the type, the canonical model
+    and the choices, as they were checked."""
+    material = json.dumps(
+        [file_sha256, key_id, endpoint, model, choices.model, choices.temperature, choices.max_tokens],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def _answer(
+    deps: Deps, principal: Principal, file_id: str, sha256: str | None, choices: Choices, report: Report
+) -> dict[str, Any]:
+    settings = deps.settings
+    spec = deps.catalog.models.get(report.model) if report.model else None
+    price = None if spec is None or spec.price is None else spec.price
+    window = settings.completion_window_seconds
+    return {
+        "object": "batch.preflight",
+        "input_file_id": file_id,
+        "valid": report.valid,
+        "endpoint": report.endpoint,
+        "endpoint_from": report.endpoint_from,
+        "model": report.model,
+        "models_named": report.models_named,
+        "requests": report.requests if report.valid else None,
+        "problems": report.problems,
+        "problems_truncated": report.truncated,
+        "first_requests": report.first,
+        "stored_bytes": report.stored_bytes if report.valid else None,
+        "completion_window": None if window is None else f"{settings.batch_completion_window_hours:g}h",
+        "billing": None
+        if price is None
+        else {
+            "model": report.model,
+            "input_per_mtok_usd": str(price.input_per_mtok),
+            "output_per_mtok_usd": str(price.output_per_mtok),
+            "how": "each request is billed once it runs, at the model's price, as an interactive "
+            "request; nothing is billed for checking",
+        },
+        "results_retention_days": settings.batch_retention_days,
+        "key_id": principal.key_id,
+        "check": check_digest(
+            file_sha256=sha256,
+            key_id=principal.key_id,
+            endpoint=report.endpoint,
+            model=report.model,
+            choices=choices,
+        )
+        if report.valid
+        else None,
+    }
+
+
+def problems_csv(problems: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=PROBLEM_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for problem in problems:
+        writer.writerow({k: "" if problem[k] is None else problem[k] for k in PROBLEM_COLUMNS})
+    return out.getvalue()
