@@ -42,9 +42,10 @@ def test_nothing_interactive_leaves_the_whole_cap() -> None:
 @pytest.mark.parametrize(
     ("cap", "in_flight", "reserve", "slots"),
     [
-        (16, 1, 0, 15),  # one request in flight leaves no headroom
+        (16, 1, 0, 15),  # one or two requests in flight leave no headroom
+        (16, 2, 0, 14),
         (16, 3, 0, 12),  # three: one slot of headroom
-        (16, 8, 0, 4),  # busy traffic: half as many again
+        (16, 9, 0, 3),  # busy traffic: half as many again, past the first
         (8, 3, 4, 1),  # the reserve, when larger, instead
         (8, 8, 0, 0),
         (8, 20, 0, 0),
@@ -58,7 +59,7 @@ def test_interactive_requests_their_headroom_and_the_reserve_take_slots_never_be
 ) -> None:
     got = share(cap, load(m=in_flight), reserve=reserve)
     assert got.slots == slots and got.interactive == in_flight and got.reserve == reserve
-    assert got.headroom == in_flight // 2
+    assert got.headroom == max(0, in_flight - 1) // 2
     assert got.why is (ShareWhy.CAP if slots == cap else ShareWhy.YIELDING)
     assert got.yielding == (slots < cap)
 
@@ -80,7 +81,7 @@ def test_without_the_shared_load_only_the_deployments_own_counts_and_unreadable_
     ]
     both = InteractiveLoad.of(reports, NOW)
     assert share(8, both).slots == 0  # 7 in flight, 3 of headroom
-    assert share(8, both, shared_on=False).slots == 5  # 2 in flight, 1 of headroom
+    assert share(8, both, shared_on=False).slots == 6  # 2 in flight, no headroom
     assert share(8, None, shared_on=False, reserve=1) == BatchShare(7, 8, 0, 1, ShareWhy.YIELDING)
 
 
@@ -101,7 +102,7 @@ def test_the_load_counts_at_its_most_over_the_last_seconds_then_lets_go() -> Non
     reads = [(NOW, load(m=8, n=1)), (NOW + 1, load(m=7)), (NOW + 2, load(m=8)), (NOW + 2.5, load(m=6))]
     held = peak(reads, NOW + 2.5, hold=3.0)
     assert dict(held.shared) == {"m": 8, "n": 1}
-    assert share(16, held).slots == 4  # 8 in flight and 4 of headroom
+    assert share(16, held).slots == 5  # 8 in flight and 3 of headroom
     # Three seconds on, the 8 read at NOW and NOW + 2 no longer count... then nothing does.
     assert dict(peak(reads, NOW + 3.5, hold=3.0).shared) == {"m": 8}
     assert dict(peak(reads, NOW + 5.1, hold=3.0).shared) == {"m": 6}

@@ -33,7 +33,8 @@ PEAK_HOLD_SECONDS = 3.0
 # length, and batch work learns of new interactive requests only at its next look (a read
 # every quarter second, at the next request of each chain): interactive traffic that grows
 # meanwhile must find slots free, or it queues at the model behind batch requests. Busy
-# traffic grows by more, so the headroom is a share of it; one request in flight leaves none.
+# traffic grows by more, so the headroom is a share of it, past the first request in flight:
+# one or two leave none, three leave one, nine leave four.
 HEADROOM_SHARE = 0.5
 # Where a report comes from: any gateway process (counted while BATCH_SHARED_INTERACTIVE_LOAD
 # is on), or this deployment's own interactive routes (counted whatever that setting says).
@@ -163,7 +164,7 @@ def batch_share(
             return BatchShare(0, cap, None, reserve, ShareWhy.LOAD_UNKNOWN)
         load = InteractiveLoad()
     interactive = (load.shared if shared_on else load.own).get(model, 0)
-    headroom = math.floor(interactive * HEADROOM_SHARE)
+    headroom = math.floor(max(0, interactive - 1) * HEADROOM_SHARE)
     slots = max(0, cap - interactive - max(reserve, headroom))
     why = ShareWhy.CAP if slots == cap else ShareWhy.YIELDING
     return BatchShare(slots, cap, interactive, reserve, why, headroom=headroom)

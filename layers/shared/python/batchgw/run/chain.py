@@ -72,6 +72,7 @@ CHAIN_RETRY_WAIT_SECONDS = 30.0
 # many batches waiting on one busy model, a fixed short wait spends most of the store's
 # capacity on chains asking for a slot instead of on the requests that hold one.
 SLOT_WAIT_MAX_FACTOR = 4
+YIELD_WAIT_MAX_FACTOR = 2
 # A chain that reaches a request prepare has not written yet reads the batch again after
 # this long, doubled each time it is still not written, up to the maximum.
 WRITE_WAIT_SECONDS = 0.05
@@ -164,10 +165,12 @@ async def run_message(
         await io(completion.wake_if_done, deps, batch.id)
 
 
-def slot_wait(base: float, full: int) -> float:
+def slot_wait(base: float, full: int, *, yielded: bool = False) -> float:
     """How long a chain that found its model full ``full`` times in a row before this one
-    waits before it asks again (before jitter)."""
-    return base * min(2**full, SLOT_WAIT_MAX_FACTOR)
+    waits before it asks again (before jitter). One that gave way to interactive traffic
+    waits at most ``YIELD_WAIT_MAX_FACTOR`` times the base: that traffic's bursts end, and
+    the slots it leaves are batch work's again once they do."""
+    return base * min(2**full, YIELD_WAIT_MAX_FACTOR if yielded else SLOT_WAIT_MAX_FACTOR)
 
 
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:
@@ -353,12 +356,14 @@ class ChainRun:
             return None
         if paused_until > now:
             return Stopped(Why.MODEL_PAUSED, self._full_wait(paused_until - now))
-        return Stopped(Why.YIELDED if share.yielding else Why.MODEL_FULL, self._full_wait())
+        why = Why.YIELDED if share.yielding else Why.MODEL_FULL
+        return Stopped(why, self._full_wait(yielded=why is Why.YIELDED))
 
-    def _full_wait(self, paused_for: float = 0.0) -> float:
+    def _full_wait(self, paused_for: float = 0.0, *, yielded: bool = False) -> float:
         """How long this chain waits, having found its model full once more (or paused for
         ``paused_for`` seconds): ``slot_wait`` jittered up to twice, the pause at least."""
-        wait = slot_wait(self.deps.settings.batch_slot_wait_seconds, self.full) * (1 + random.random())
+        base = self.deps.settings.batch_slot_wait_seconds
+        wait = slot_wait(base, self.full, yielded=yielded) * (1 + random.random())
         self.full += 1
         return max(wait, paused_for)
 
@@ -532,13 +537,15 @@ class ChainRun:
             self.full = 0
             return None
         await attempt.release(self.deps, self.batch, held)
-        wait = self._full_wait(0.0 if grant.paused_until is None else grant.paused_until - now)
+        if grant.paused_until is not None:
+            why, wait = Why.MODEL_PAUSED, self._full_wait(grant.paused_until - now)
+        else:
+            yielded = (await share_of(self.deps, held.model)).yielding
+            why = Why.YIELDED if yielded else Why.MODEL_FULL
+            wait = self._full_wait(yielded=yielded)
         if from_heap:
             heapq.heappush(self.retries, (now + wait, target))
-        if grant.paused_until is not None:
-            return Stopped(Why.MODEL_PAUSED, wait)
-        yielded = (await share_of(self.deps, held.model)).yielding
-        return Stopped(Why.YIELDED if yielded else Why.MODEL_FULL, wait)
+        return Stopped(why, wait)
 
     async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> Stopped | None:
         """Check the batch's key and owner again (``run.owner``): None to run ``held``. Else
