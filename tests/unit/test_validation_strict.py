@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from batchgw.config.catalog import Catalog, load_catalog
 from batchgw.validation.strict import CHAT, EMBEDDINGS, Choices, Limits, Report, check, stored_lines
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "models.local.json"
 LIMITS = Limits(max_requests=100, max_line_bytes=4096, max_stored_bytes=1_000_000)
@@ -116,6 +118,7 @@ def test_a_bom_repeated_keys_and_non_finite_numbers_are_errors_naming_the_field(
         (3, "non_finite_number", "body.temperature"),
         (4, "non_finite_number", "body.messages[0].n"),
     ]
+    assert [p["custom_id"] for p in report.problems] == [None, "b", "c", "d"]
 
 
 def test_a_file_mixing_types_or_a_url_its_body_contradicts_is_refused_whatever_was_chosen(
@@ -184,3 +187,40 @@ def test_an_empty_file_too_many_lines_and_too_many_stored_bytes_are_refused(cata
     lines = [json.dumps(chat(f"q{i}")).encode() for i in range(3)]
     report = check(lambda: iter(lines), Choices(), catalog=catalog, role="internal", limits=small)
     assert [(p["line"], p["code"]) for p in report.problems] == [(2, "too_large"), (3, "too_many_lines")]
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.binary(max_size=64),
+            _JSONISH.map(lambda v: json.dumps(v).encode()),
+            st.builds(
+                lambda cid, body, url: json.dumps({"custom_id": cid, "body": body, "url": url}).encode(),
+                st.text(max_size=4),
+                st.dictionaries(st.sampled_from(["model", "messages", "input", "user", "n"]), _JSONISH),
+                st.sampled_from([None, CHAT, EMBEDDINGS, "/v1/x", 3]),
+            ),
+        ),
+        max_size=6,
+    ),
+    endpoint=st.sampled_from([None, CHAT, EMBEDDINGS, "nope"]),
+    model=st.sampled_from([None, "sim-chat", "sim-embed", "nope"]),
+)
+def test_whatever_a_file_holds_the_check_answers_a_report_and_never_raises(
+    catalog: Catalog, lines: list[bytes], endpoint: str | None, model: str | None
+) -> None:
+    report = check(
+        lambda: iter(lines), Choices(endpoint, model), catalog=catalog, role="internal", limits=LIMITS
+    )
+    assert report.valid == (not report.problems)
+    assert all(set(p) == {"line", "custom_id", "field", "code", "message"} for p in report.problems)
+    if report.valid:
+        assert report.endpoint in (CHAT, EMBEDDINGS) and report.model is not None and report.requests > 0

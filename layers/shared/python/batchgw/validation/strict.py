@@ -168,6 +168,7 @@ class _Bad(Exception):
     def __init__(self, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.field = code, message, field
+        self.custom_id: str | None = None  # the line's, once it could be read
 
 
 def _flaw(value: Any, path: str) -> _Bad | None:
@@ -212,6 +213,15 @@ def _read(raw: bytes, number: int, limits: Limits) -> dict[str, Any] | None:
         raise _Bad("invalid_json", "the line is not one JSON object") from None
     if not isinstance(item, dict):
         raise _Bad("invalid_line", 'each line is an object {"custom_id", "body"} (url and method optional)')
+    try:
+        return _shaped(item, text)
+    except _Bad as bad:
+        bad.custom_id = _custom_id(item)
+        raise
+
+
+def _shaped(item: dict[str, Any], text: bytes) -> dict[str, Any]:
+    """A decoded line, once it has no flaw, the line's keys and an object body."""
     flaw = _flaw(item, "")
     if flaw is not None:
         raise flaw
@@ -275,13 +285,15 @@ def check(
     named: dict[str, int] = {}  # model name: its first line
     read_ok = 0
     for number, raw in enumerate(lines(), 1):
+        item: dict[str, Any] | None = None
         try:
             item = _read(raw, number, limits)
             if item is None:
                 continue
             kind, by = _type_of(item)
         except _Bad as bad:
-            report.add(bad.code, bad.message, line=number, field=bad.field, custom_id=None)
+            custom_id = bad.custom_id if bad.custom_id is not None else _custom_id(item)
+            report.add(bad.code, bad.message, line=number, field=bad.field, custom_id=custom_id)
             continue
         read_ok += 1
         if kind is not None and by is not None:
