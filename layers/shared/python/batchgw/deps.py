@@ -31,6 +31,7 @@ from batchgw.storage.ratelimit import RateLimiter
 from batchgw.storage.requests import RequestStore
 from batchgw.storage.runtime import RuntimeStore
 from batchgw.storage.sealer import KmsSealer
+from batchgw.storage.sessions import SessionStore
 from batchgw.storage.slots import SlotStore, UserSlotStore
 from batchgw.storage.spend import SpendStore
 from batchgw.storage.usage import UsageStore
@@ -61,6 +62,7 @@ class Deps:
     usage: UsageStore  # what each user holds against their limits
     rates: RateLimiter  # each API key's request rate
     webhooks: WebhookStore
+    sessions: SessionStore
     events: EventQueue  # batch events for the webhook function
     sealer: Sealer  # webhook secrets at rest
     resolve: Resolver  # names to addresses (a webhook's host)
@@ -122,6 +124,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         usage=usage,
         rates=RateLimiter(clients.dynamodb, settings.control_table),
         webhooks=WebhookStore(clients.dynamodb, settings.control_table),
+        sessions=SessionStore(clients.dynamodb, settings.control_table),
         events=EventQueue(sqs, settings.webhook_queue_url),
         sealer=KmsSealer(clients, settings.webhook_key_id),
         resolve=resolve,

@@ -1,7 +1,10 @@
-"""Who is calling: the API key in ``Authorization: Bearer``, resolved to a principal."""
+"""Who is calling: the API key in ``Authorization: Bearer``, resolved to a principal; or a
+console session (its cookie, and for a call that changes something its CSRF header), which
+calls as the key it signed in with."""
 
 from __future__ import annotations
 
+import hmac
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -136,3 +139,39 @@ def require_role(deps: Deps, principal: Principal, what: str) -> None:
     """403 unless the caller's role is at least BATCH_MIN_ROLE."""
     if not principal.at_least(deps.settings.batch_min_role):
         raise Forbidden(f"Your role may not {what} (needs {deps.settings.batch_min_role} or above).")
+
+
+# --- the console's sessions ---------------------------------------------------------------------
+
+SESSION_COOKIE = "batchgw_session"
+CSRF_HEADER = "x-csrf-token"
+# Methods that change nothing: a session calls them without its CSRF header.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def session_token_hash(token: str) -> str:
+    return hash_key(token)
+
+
+def session_caller(deps: Deps, token: str, *, method: str, csrf: str | None) -> Principal:
+    """The principal of a console session: the API key it signed in with, as that key would
+    call now (401 once the session ended or the key was revoked, 403 for a suspended account),
+    after its turn of the key's request rate. A call that may change something must carry the
+    session's CSRF token in ``X-CSRF-Token`` (403 ``csrf_failed``): the cookie alone, which a
+    browser sends with any request, is not enough."""
+    session = deps.sessions.get(session_token_hash(token), now=deps.clock())
+    if session is None:
+        raise Unauthorized("Your console session has ended: sign in again.", code="session_expired")
+    if method.upper() not in SAFE_METHODS and not (csrf and hmac.compare_digest(csrf, session.csrf)):
+        raise Forbidden(
+            "This call changes something: send the session's CSRF token in X-CSRF-Token.", code="csrf_failed"
+        )
+    principal = _principal_of(deps, session.user_id, session.key_id, deps.clock())
+    if principal is None:
+        raise Unauthorized(
+            "The key this session signed in with is revoked or expired.", code="invalid_api_key"
+        )
+    if principal == SUSPENDED:
+        raise Forbidden("Your account is suspended.", code="account_suspended")
+    _take_turn(deps, principal)
+    return principal

@@ -124,5 +124,21 @@ def params(app: APIGatewayHttpResolver) -> dict[str, list[str]]:
 
 
 def caller(deps: Deps, app: APIGatewayHttpResolver) -> Principal:
-    """The caller, by its API key (401 without a usable one)."""
-    return auth.authenticate(deps, app.current_event.headers.get("authorization"))
+    """The caller, by its API key (401 without a usable one); without one, by its console
+    session's cookie (``auth.session_caller``)."""
+    event = app.current_event
+    authorization = event.headers.get("authorization")
+    token = None if authorization else cookie(app, auth.SESSION_COOKIE)
+    if token is None:
+        return auth.authenticate(deps, authorization)
+    method = event.request_context.http.method
+    return auth.session_caller(deps, token, method=method, csrf=event.headers.get(auth.CSRF_HEADER))
+
+
+def cookie(app: APIGatewayHttpResolver, name: str) -> str | None:
+    """The value of the request's cookie ``name`` (None when it sent none)."""
+    for pair in app.current_event.cookies or []:
+        key, _, value = pair.strip().partition("=")
+        if key == name and value:
+            return value
+    return None

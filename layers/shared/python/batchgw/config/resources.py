@@ -245,6 +245,8 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.usage: per-user counters of unfinished work and stored bytes (the admin deletes
     # a deleted user's batches and files)
     "rate#*": access(write=(API, ADMIN, INTERACTIVE)),
+    # storage.sessions: the console's sign-ins, made, read and ended by the api
+    "session#*": access(write=(API,)),
     "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
 }
 
