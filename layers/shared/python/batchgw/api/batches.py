@@ -12,7 +12,7 @@ from typing import Any
 
 from batchgw.api import idempotency
 from batchgw.api.auth import require_role
-from batchgw.api.files import LARGER_INPUTS, visible_file
+from batchgw.api.files import LARGER_INPUTS, batch_input_file
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
@@ -173,21 +173,7 @@ def _create_from_file(
     window = check_completion_window(body.get("completion_window"), required=True)
     anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
     metadata = check_metadata(body.get("metadata"))
-    file_id = body.get("input_file_id")
-    if not isinstance(file_id, str):
-        raise BadRequest("'input_file_id' must be a file id.", param="input_file_id")
-    try:
-        file = visible_file(deps, principal, file_id)
-    except NotFound as exc:
-        # A 404 on create would say that batch inference is not available here.
-        raise BadRequest(
-            f"No usable input file '{file_id}': it does not exist, is not yours, has expired or was "
-            "never completed.",
-            code="invalid_input_file",
-            param="input_file_id",
-        ) from exc
-    if file.purpose != "batch":
-        raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
+    file_id = batch_input_file(deps, principal, body.get("input_file_id")).id
     _check_spend(deps, principal)
     batch_id = creating.batch_id
     # The batch keeps its own copy: deleting the input file later does not affect it.

@@ -195,6 +195,25 @@ def visible_file(deps: Deps, principal: Principal, file_id: str, *, pending: boo
     return record
 
 
+def batch_input_file(deps: Deps, principal: Principal, file_id: Any) -> FileRecord:
+    """The caller's batch input file a body names in ``input_file_id``: 400 (never 404, which
+    would say batch inference is not available here) when it names none of them."""
+    if not isinstance(file_id, str):
+        raise BadRequest("'input_file_id' must be a file id.", param="input_file_id")
+    try:
+        file = visible_file(deps, principal, file_id)
+    except NotFound as exc:
+        raise BadRequest(
+            f"No usable input file '{file_id}': it does not exist, is not yours, has expired or was "
+            "never completed.",
+            code="invalid_input_file",
+            param="input_file_id",
+        ) from exc
+    if file.purpose != "batch":
+        raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
+    return file
+
+
 def get_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
     return file_object(visible_file(deps, principal, file_id))
 

@@ -23,10 +23,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from batchgw.api.files import visible_file
+from batchgw.api.files import batch_input_file
 from batchgw.api.params import Params, last
 from batchgw.deps import Deps
-from batchgw.domain.errors import BadRequest, NotFound
+from batchgw.domain.errors import BadRequest
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
 from batchgw.validation import is_int, is_number
@@ -53,20 +53,8 @@ def preflight(deps: Deps, principal: Principal, body: Any, params: Params) -> tu
             param=unknown[0],
         )
     choices = _choices(body)
-    file_id = body.get("input_file_id")
-    if not isinstance(file_id, str):
-        raise BadRequest("'input_file_id' must be a file id.", param="input_file_id")
-    try:
-        file = visible_file(deps, principal, file_id)
-    except NotFound as exc:
-        raise BadRequest(
-            f"No usable input file '{file_id}': it does not exist, is not yours, has expired or was never "
-            "completed.",
-            code="invalid_input_file",
-            param="input_file_id",
-        ) from exc
-    if file.purpose != "batch":
-        raise BadRequest(f"File '{file_id}' is not a batch input file.", param="input_file_id")
+    file = batch_input_file(deps, principal, body.get("input_file_id"))
+    file_id = file.id
     settings = deps.settings
     limits = Limits(
         max_requests=settings.batch_max_requests,
