@@ -115,6 +115,8 @@ def test_bad_choices_or_another_users_file_are_refused_in_the_apis_shape(
         answer = call(deps, monkeypatch, body)
         assert answer["statusCode"] == 400, body
         assert json.loads(answer["body"])["error"]["param"] == param
+    huge = json.loads(call(deps, monkeypatch, {"input_file_id": file_id, "temperature": 10**400})["body"])
+    assert [(p["code"], p["field"]) for p in huge["problems"]] == [("invalid_override", "temperature")]
     bad_format = call(deps, monkeypatch, {"input_file_id": file_id}, query="format=xml")
     assert json.loads(bad_format["body"])["error"]["param"] == "format"
     bobs = call(deps, monkeypatch, {"input_file_id": file_id}, key="sk-local-bob")

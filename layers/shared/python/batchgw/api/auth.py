@@ -162,7 +162,9 @@ def session_caller(deps: Deps, token: str, *, method: str, csrf: str | None) -> 
     session = deps.sessions.get(session_token_hash(token), now=deps.clock())
     if session is None:
         raise Unauthorized("Your console session has ended: sign in again.", code="session_expired")
-    if method.upper() not in SAFE_METHODS and not (csrf and hmac.compare_digest(csrf, session.csrf)):
+    if method.upper() not in SAFE_METHODS and not (
+        csrf and hmac.compare_digest(csrf.encode(), session.csrf.encode())  # any text: bytes
+    ):
         raise Forbidden(
             "This call changes something: send the session's CSRF token in X-CSRF-Token.", code="csrf_failed"
         )

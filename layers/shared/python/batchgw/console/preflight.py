@@ -20,6 +20,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -84,7 +85,11 @@ def _choices(body: dict[str, Any]) -> Choices:
         raise BadRequest("'temperature' must be a number.", param="temperature")
     if max_tokens is not None and not is_int(max_tokens):
         raise BadRequest("'max_tokens' must be an integer.", param="max_tokens")
-    return Choices(endpoint, model, None if temperature is None else float(temperature), max_tokens)
+    try:
+        degrees = None if temperature is None else float(temperature)
+    except OverflowError:  # an integer past any float: out of range, as the check says
+        degrees = math.inf
+    return Choices(endpoint, model, degrees, max_tokens)
 
 
 def check_digest(
