@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from batchgw.deps import Deps
+from batchgw.domain.errors import StorageError
 
 from functions.api import handler as api
 from local.simulator import Simulator
@@ -66,3 +67,17 @@ def test_with_batch_disabled_it_answers_that_and_no_entry_while_every_batch_rout
     assert (body["status"], body["has_history"], body["show_entry"]) == ("disabled", None, False)
     status, _ = ask(deps, monkeypatch, "sk-nope")
     assert status == 401
+
+
+def test_while_the_batch_store_cannot_be_read_batch_is_unavailable_and_the_link_stays_hidden(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = make_deps(sim, FakeClock())
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise StorageError("the batches table cannot be read")
+
+    monkeypatch.setattr(deps.batches, "list_for_owner", refuse)
+    status, body = ask(deps, monkeypatch, "sk-local-alice")
+    assert status == 200
+    assert (body["status"], body["has_history"], body["show_entry"]) == ("unavailable", None, False)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from batchgw.deps import Deps
 from batchgw.domain.errors import StorageError
 from batchgw.domain.principal import Principal
@@ -33,7 +35,7 @@ def capabilities(deps: Deps, principal: Principal) -> dict[str, Any]:
             batches, _ = deps.batches.list_for_owner(principal.user_id, limit=1)
             has_history = bool(batches) or deps.webhooks.get(principal.user_id) is not None
             status = "enabled"
-        except StorageError:
+        except (StorageError, ClientError, BotoCoreError):
             logger.warning("batch store unreadable for the capabilities", exc_info=True)
             status = "unavailable"
     return {
