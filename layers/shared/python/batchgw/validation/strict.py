@@ -406,11 +406,7 @@ def _check_lines(
     limits: Limits,
 ) -> None:
     allowed = _FIELDS[endpoint]
-    overrides = {
-        name: value
-        for name, value in (("temperature", choices.temperature), ("max_tokens", choices.max_tokens))
-        if value is not None
-    }
+    overrides = _overrides(choices)
     seen: set[bytes] = set()
     too_large = False
     for number, raw in enumerate(lines(), 1):
@@ -441,12 +437,7 @@ def _check_lines(
                 field=f"body.{extra[0]}",
             )
             continue
-        stored = {
-            "custom_id": item.get("custom_id"),
-            "method": "POST",
-            "url": endpoint,
-            "body": {**body, "model": model, **overrides},
-        }
+        stored = _stored(item, endpoint, model, overrides)
         try:
             plan_request(stored, endpoint=endpoint, catalog=catalog, role=role)
         except RequestInvalid as exc:
@@ -478,6 +469,18 @@ def _check_lines(
             report.first.append(stored)
 
 
+def _overrides(choices: Choices) -> dict[str, Any]:
+    """The fields chosen for every request (Chat's temperature and max_tokens)."""
+    chosen = (("temperature", choices.temperature), ("max_tokens", choices.max_tokens))
+    return {name: value for name, value in chosen if value is not None}
+
+
+def _stored(item: dict[str, Any], endpoint: str, model: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A line as the batch stores it: its url, the canonical model and the chosen fields."""
+    body = {**item["body"], "model": model, **overrides}
+    return {"custom_id": item.get("custom_id"), "method": "POST", "url": endpoint, "body": body}
+
+
 def _unquoted(message: str) -> str:
     """A validator's message without the value it quotes: a problem never shows content."""
     return _QUOTED.sub("", message).rstrip(" ;,")
@@ -488,19 +491,10 @@ def stored_lines(
 ) -> Iterable[bytes]:
     """The stored requests of a file ``check`` found valid, one JSONL line each."""
     assert report.valid and report.endpoint is not None and report.model is not None
-    overrides = {
-        name: value
-        for name, value in (("temperature", choices.temperature), ("max_tokens", choices.max_tokens))
-        if value is not None
-    }
+    overrides = _overrides(choices)
     for number, raw in enumerate(lines(), 1):
         item = _read(raw, number, limits)
         if item is None:
             continue
-        stored = {
-            "custom_id": item["custom_id"],
-            "method": "POST",
-            "url": report.endpoint,
-            "body": {**item["body"], "model": report.model, **overrides},
-        }
+        stored = _stored(item, report.endpoint, report.model, overrides)
         yield json.dumps(stored, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
