@@ -25,7 +25,11 @@ the interactive requests: their wait in its queue and their work, the whole run)
 end (arrival to answer, as the caller sees it, over the requests sent while the batch ran, the
 same offsets in the alone run); the batch's use of what interactive traffic leaves idle in the
 quiet phases (its sequences at the model over the capacity less the interactive ones, as
-the simulator counts them by source); the batch's progress over time (a staircase, as a PNG beside the JSON).
+the simulator counts them by source), while it had work to fill them: its drain, the last
+seconds when fewer of its requests were left to start than there was room, cannot fill the
+model whatever yields, so it is left out (and reported with it, ``idle_utilization_with_drain``,
+and per quiet phase); the batch's progress over time (a staircase, as a PNG beside the JSON,
+and every sample in ``yield_samples.json``).
 
 Keys in ``bench/last.json``: ``yield_interactive_p99_ratio`` (at the model; goal <= 1.10),
 ``yield_interactive_p99_ratio_end_to_end``, ``yield_idle_utilization`` (goal >= 0.90), and
@@ -124,6 +128,7 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     batch_started: float | None = None  # offsets of the batch's run
     batch_ended: float | None = None
+    batch_requests: int = 0  # the batch's size (0: no batch)
     reports: int = 0
     # The interactive requests' latency as the model's server measured it (its queue and its
     # work, without the way there): the run's whole, from /_sim/stats.
@@ -302,6 +307,7 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
             for i in range(args.batch)
         ]
         batch_id = api.post("/batches", json={"requests": lines}).raise_for_status().json()["id"]
+        run.batch_requests = len(lines)
     stop = threading.Event()
     sampler = threading.Thread(target=sample, args=(stack, run, interactive, batch_id, t0, stop), daemon=True)
     sampler.start()
@@ -335,17 +341,57 @@ def latencies(run: Run, window: tuple[float, float]) -> dict[str, Any]:
     }
 
 
-def idle_utilization(run: Run, cycles: Cycles, capacity: int) -> float | None:
-    """In the quiet phases while the batch ran: the batch's sequences at the model over what
-    the interactive ones left of its capacity (both as the simulator counts them)."""
+def draining(run: Run, sample: Sample, capacity: int) -> bool:
+    """Whether the batch had fewer requests left to start than the interactive requests left
+    free at ``sample``: its last requests, which cannot fill the model whatever yields."""
+    if not run.batch_requests:
+        return False
+    unstarted = run.batch_requests - sample.completed - sample.batch_at_model
+    return unstarted < capacity - sample.interactive_at_model
+
+
+def idle_utilization(run: Run, cycles: Cycles, capacity: int, *, drain: bool = False) -> float | None:
+    """In the quiet phases while the batch had work to fill them: the batch's sequences at
+    the model over what the interactive ones left of its capacity (both as the simulator
+    counts them). Its drain (``draining``) counts only with ``drain``."""
     window = batch_window(run, cycles)
     used = free = 0.0
     for s in run.samples:
         if not window[0] <= s.offset < window[1] or cycles.phase_at(s.offset) != "quiet":
             continue
+        if not drain and draining(run, s, capacity):
+            continue
         used += s.batch_at_model
         free += capacity - s.interactive_at_model
     return None if free <= 0 else round(used / free, 3)
+
+
+def quiet_phases(run: Run, cycles: Cycles, capacity: int) -> list[dict[str, Any]]:
+    """Each quiet phase's own figures (where the batch ran in it): how long the batch ran in
+    it, how much of it was the drain, and its use of idle capacity without the drain."""
+    window = batch_window(run, cycles)
+    phases = []
+    period = cycles.burst_seconds + cycles.quiet_seconds
+    for cycle in range(cycles.cycles):
+        start = cycle * period + cycles.burst_seconds
+        inside = [
+            s
+            for s in run.samples
+            if start <= s.offset < start + cycles.quiet_seconds and window[0] <= s.offset < window[1]
+        ]
+        if not inside:
+            continue
+        filling = [s for s in inside if not draining(run, s, capacity)]
+        free = sum(capacity - s.interactive_at_model for s in filling)
+        phases.append(
+            {
+                "cycle": cycle + 1,
+                "samples": len(inside),
+                "draining": len(inside) - len(filling),
+                "utilization": None if free <= 0 else round(sum(s.batch_at_model for s in filling) / free, 3),
+            }
+        )
+    return phases
 
 
 def quiet_shares(run: Run, cycles: Cycles) -> dict[str, Any]:
@@ -388,6 +434,8 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
             else round(at_model["p99_ms"] / alone["at_model"]["p99_ms"], 3)
         )
         figures["idle_utilization"] = idle_utilization(runs[mode], cycles, capacity)
+        figures["idle_utilization_with_drain"] = idle_utilization(runs[mode], cycles, capacity, drain=True)
+        figures["quiet_phases"] = quiet_phases(runs[mode], cycles, capacity)
         figures["quiet_share"] = quiet_shares(runs[mode], cycles)
         figures["batch_completed"] = max((s.completed for s in runs[mode].samples), default=0)
         ended = runs[mode].batch_ended
@@ -471,6 +519,11 @@ def main(argv: list[str] | None = None) -> int:
     chart_path = args.out.with_name("yield.png")
     chart(runs, cycles, chart_path)
     figures["chart"] = str(chart_path)
+    samples_path = args.out.with_name("yield_samples.json")
+    samples_path.write_text(
+        json.dumps({mode: [asdict(s) for s in run.samples] for mode, run in runs.items()}) + "\n"
+    )
+    figures["samples"] = str(samples_path)
     print(json.dumps(figures, indent=2))
     ratio = figures["yield"]["p99_ratio_at_model"]
     end_to_end = figures["yield"]["p99_ratio"]

@@ -3,7 +3,17 @@ turns what it saw into the two figures it reports."""
 
 from __future__ import annotations
 
-from bench.yield_run import Cycles, Run, Sample, Sent, batch_window, idle_utilization, latencies, summary
+from bench.yield_run import (
+    Cycles,
+    Run,
+    Sample,
+    Sent,
+    batch_window,
+    idle_utilization,
+    latencies,
+    quiet_phases,
+    summary,
+)
 
 CYCLES = Cycles(burst_rps=4, burst_seconds=2, quiet_rps=1, quiet_seconds=2, cycles=2)
 
@@ -72,3 +82,19 @@ def test_the_summary_compares_each_run_with_the_interactive_load_alone() -> None
     figures = summary({"alone": alone, "yield": yielding, "no_yield": no_yield}, CYCLES, capacity=16)
     assert figures["yield"]["p99_ratio"] == 1.1 and figures["no_yield"]["p99_ratio"] == 3.0
     assert figures["window_seconds"] == [0.0, 4.0]
+
+
+def test_idle_utilization_leaves_out_the_batchs_drain_when_too_few_requests_are_left_to_fill_the_room() -> (
+    None
+):
+    samples = [
+        Sample(2.5, 16, 1, 10, batch_at_model=15, interactive_at_model=1),  # 75 left to start: filling
+        # 84 done, 10 at the model: 6 left to start, fewer than the 15 free: the drain.
+        Sample(3.5, 11, 1, 84, batch_at_model=10, interactive_at_model=1),
+    ]
+    run = Run("yield", samples=samples, batch_started=0.0, batch_ended=5.0, batch_requests=100)
+    assert idle_utilization(run, CYCLES, capacity=16) == 1.0
+    assert idle_utilization(run, CYCLES, capacity=16, drain=True) == round(25 / 30, 3)
+    assert quiet_phases(run, CYCLES, capacity=16) == [
+        {"cycle": 1, "samples": 2, "draining": 1, "utilization": 1.0}
+    ]

@@ -27,7 +27,7 @@ MIN_TTL_SECONDS = 1
 MAX_TTL_SECONDS = 3600
 DEFAULT_TTL_SECONDS = 10
 # How long the most interactive requests seen in flight on a model keeps counting (``peak``).
-PEAK_HOLD_SECONDS = 3.0
+PEAK_HOLD_SECONDS = 1.5
 # Of the interactive requests in flight on a model, the share (rounded down) left free on
 # top of them as headroom. A batch request, once started, holds its slot for its whole
 # length, and batch work learns of new interactive requests only at its next look (a read
