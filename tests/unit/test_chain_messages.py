@@ -38,7 +38,7 @@ def test_a_split_chain_and_its_new_half_walk_exactly_what_it_had_left_between_th
 
 def test_a_chain_with_little_left_or_a_stride_at_its_widest_does_not_split() -> None:
     total = 16 * 8
-    assert ChainMessage("batch_1", 0, total - 16 * 7, 16).split(total, chains=16) is None  # 7 left
-    assert ChainMessage("batch_1", 0, total - 16 * 8, 16).split(total, chains=16) is not None  # 8 left
+    assert ChainMessage("batch_1", 0, total - 16 * 3, 16).split(total, chains=16) is None  # 3 left
+    assert ChainMessage("batch_1", 0, total - 16 * 4, 16).split(total, chains=16) is not None  # 4 left
     assert ChainMessage("batch_1", 0, 0, 32).split(10_000, chains=16) is not None
     assert ChainMessage("batch_1", 0, 0, 64).split(10_000, chains=16) is None  # 4 times the first

@@ -366,8 +366,11 @@ class BatchShares:
         self._read_at = self._limits_read_at = -math.inf
 
 
-# How often a process reads how many of a model's slots batch chains hold (``SlotRoom``).
-ROOM_READ_SECONDS = 2.0
+# How often a process reads how many of a model's slots batch chains hold (``SlotRoom``): a
+# Query per model twice a second at most. Room seen on two reads in a row counts, so room
+# that interactive traffic leaves (a burst's end, a batch's last chains ending) is taken
+# within about a second.
+ROOM_READ_SECONDS = 0.5
 
 
 class SlotRoom:

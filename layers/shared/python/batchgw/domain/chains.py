@@ -23,8 +23,10 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-# A chain splits only with at least this many indexes left (each half keeps half).
-SPLIT_MIN_REMAINING = 8
+# A chain splits only with at least this many indexes left (each half keeps half): at a
+# batch's end, the last chains split down to two requests each, so its last requests run
+# side by side as long as the model has room.
+SPLIT_MIN_REMAINING = 4
 # A chain's stride grows by splits to at most this many times the batch's first one.
 MAX_SPLIT_FACTOR = 4
 
