@@ -6,7 +6,7 @@ any). Create stores the request and starts the workflow; it never calls a model.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,23 +70,43 @@ def create_batch(
     (``api.idempotency``): checked before the caller's role and quotas, which a replay
     does not need.
     """
+    return create_once(
+        deps,
+        principal,
+        idempotency.fingerprint(raw, anthropic_version),
+        idempotency_key,
+        lambda creating: _create(deps, principal, raw, anthropic_version, creating),
+    )
+
+
+def create_once(
+    deps: Deps,
+    principal: Principal,
+    fingerprint: str,
+    idempotency_key: str | None,
+    create: Callable[[Creating], dict[str, Any]],
+    *,
+    route: str = "batches",
+) -> dict[str, Any]:
+    """``create`` a batch, once per ``idempotency_key`` of the account on ``route`` (each
+    route's keys apart): a replay answers the batch the first create made."""
     if idempotency_key is None:
-        return _create(deps, principal, raw, anthropic_version, _Creating(_new_batch_id(deps)))
-    key = idempotency.stored_key("batches", idempotency.check_key(idempotency_key))
+        return create(Creating(_new_batch_id(deps)))
+    key = idempotency.stored_key(route, idempotency.check_key(idempotency_key))
     return idempotency.once(
         deps,
         principal,
         key,
-        idempotency.fingerprint(raw, anthropic_version),
+        fingerprint,
         new_batch_id=lambda: _new_batch_id(deps),
-        create=lambda batch_id: _create(deps, principal, raw, anthropic_version, _Creating(batch_id, key)),
+        create=lambda batch_id: create(Creating(batch_id, key)),
         replay=lambda batch_id: _own_batch(deps, principal, batch_id),
         show=batch_object,
     )
 
 
 @dataclass(frozen=True, slots=True)
-class _Creating:
+class Creating:
     """The batch a create makes: its id, and the Idempotency-Key (as stored) it was made with."""
 
     batch_id: str
@@ -103,7 +123,7 @@ def _own_batch(deps: Deps, principal: Principal, batch_id: str) -> CountedBatch 
 
 
 def _create(
-    deps: Deps, principal: Principal, raw: bytes, anthropic_version: str | None, creating: _Creating
+    deps: Deps, principal: Principal, raw: bytes, anthropic_version: str | None, creating: Creating
 ) -> dict[str, Any]:
     settings = deps.settings
     require_role(deps, principal, "create batches")
@@ -154,7 +174,7 @@ def _create_from_file(
     principal: Principal,
     body: dict[str, Any],
     anthropic_version: str | None,
-    creating: _Creating,
+    creating: Creating,
 ) -> dict[str, Any]:
     """A batch from an uploaded JSONL file: checked here only as far as the call goes; the
     file itself is validated by the workflow, in the background."""
@@ -174,10 +194,37 @@ def _create_from_file(
     anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
     metadata = check_metadata(body.get("metadata"))
     file_id = batch_input_file(deps, principal, body.get("input_file_id")).id
+    # The batch keeps its own copy: deleting the input file later does not affect it.
+    return start_file_batch(
+        deps,
+        principal,
+        creating,
+        endpoint=endpoint,
+        metadata=metadata,
+        window=window,
+        anthropic_version=anthropic_version,
+        input_file_id=file_id,
+        write_input=lambda key: deps.blobs.copy(file_key(file_id), key),
+    )
+
+
+def start_file_batch(
+    deps: Deps,
+    principal: Principal,
+    creating: Creating,
+    *,
+    endpoint: str,
+    metadata: dict[str, str] | None,
+    window: str | None,
+    input_file_id: str,
+    write_input: Callable[[str], None],
+    anthropic_version: str | None = None,
+) -> dict[str, Any]:
+    """Store and start a file batch whose call was checked: its own input written by
+    ``write_input`` (to the key it is given), validated by the workflow in the background."""
     _check_spend(deps, principal)
     batch_id = creating.batch_id
-    # The batch keeps its own copy: deleting the input file later does not affect it.
-    deps.blobs.copy(file_key(file_id), input_file_key(batch_id))
+    write_input(input_file_key(batch_id))
     label, seconds = _window(deps, window)
     record = _new_record(
         deps,
@@ -189,7 +236,7 @@ def _create_from_file(
         window_seconds=seconds,
         anthropic_version=anthropic_version,
         input_method="file",
-        input_file_id=file_id,
+        input_file_id=input_file_id,
         idempotency_key=creating.idempotency_key,
     )
     return _store_and_start(deps, record)

@@ -21,7 +21,8 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from batchgw.api.files import batch_input_file
@@ -35,7 +36,7 @@ from batchgw.validation.file import split_lines
 from batchgw.validation.strict import Choices, Limits, Report, check
 
 FORMATS = ("json", "csv", "jsonl")
-_BODY_KEYS = frozenset({"input_file_id", "endpoint", "model", "temperature", "max_tokens"})
+BODY_KEYS = frozenset({"input_file_id", "endpoint", "model", "temperature", "max_tokens"})
 PROBLEM_COLUMNS = ("line", "custom_id", "field", "code", "message")
 
 
@@ -47,12 +48,35 @@ def preflight(deps: Deps, principal: Principal, body: Any, params: Params) -> tu
         raise BadRequest(f"'format' must be one of {', '.join(FORMATS)}.", param="format")
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
-    unknown = sorted(body.keys() - _BODY_KEYS)
+    unknown = sorted(body.keys() - BODY_KEYS)
     if unknown:
         raise BadRequest(
-            f"Unknown field '{unknown[0]}'; a preflight takes {', '.join(sorted(_BODY_KEYS))}.",
+            f"Unknown field '{unknown[0]}'; a preflight takes {', '.join(sorted(BODY_KEYS))}.",
             param=unknown[0],
         )
+    done = checked(deps, principal, body)
+    if fmt == "csv":
+        return fmt, problems_csv(done.report.problems)
+    if fmt == "jsonl":
+        return fmt, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in done.report.problems)
+    return fmt, _answer(deps, principal, done)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A file checked with the create page's choices: the report, the way to read its lines
+    again (for the stored requests), and the digest a submission must match (None: invalid)."""
+
+    file_id: str
+    choices: Choices
+    report: Report
+    limits: Limits
+    lines: Callable[[], Iterable[bytes]]
+    digest: str | None
+
+
+def checked(deps: Deps, principal: Principal, body: dict[str, Any]) -> Checked:
+    """Check the file ``body`` names (``input_file_id``) with its choices."""
     choices = _choices(body)
     file = batch_input_file(deps, principal, body.get("input_file_id"))
     file_id = file.id
@@ -67,11 +91,18 @@ def preflight(deps: Deps, principal: Principal, body: Any, params: Params) -> tu
         return split_lines(deps.blobs.iter_chunks(file_key(file_id)), max_line_bytes=limits.max_line_bytes)
 
     report = check(lines, choices, catalog=deps.catalog, role=principal.role, limits=limits)
-    if fmt == "csv":
-        return fmt, problems_csv(report.problems)
-    if fmt == "jsonl":
-        return fmt, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in report.problems)
-    return fmt, _answer(deps, principal, file_id, file.sha256, choices, report)
+    digest = (
+        check_digest(
+            file_sha256=file.sha256,
+            key_id=principal.key_id,
+            endpoint=report.endpoint,
+            model=report.model,
+            choices=choices,
+        )
+        if report.valid
+        else None
+    )
+    return Checked(file_id, choices, report, limits, lines, digest)
 
 
 def _choices(body: dict[str, Any]) -> Choices:
@@ -104,16 +135,15 @@ def check_digest(
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
-def _answer(
-    deps: Deps, principal: Principal, file_id: str, sha256: str | None, choices: Choices, report: Report
-) -> dict[str, Any]:
+def _answer(deps: Deps, principal: Principal, done: Checked) -> dict[str, Any]:
     settings = deps.settings
+    report = done.report
     spec = deps.catalog.models.get(report.model) if report.model else None
     price = None if spec is None or spec.price is None else spec.price
     window = settings.completion_window_seconds
     return {
         "object": "batch.preflight",
-        "input_file_id": file_id,
+        "input_file_id": done.file_id,
         "valid": report.valid,
         "endpoint": report.endpoint,
         "endpoint_from": report.endpoint_from,
@@ -136,15 +166,7 @@ def _answer(
         },
         "results_retention_days": settings.batch_retention_days,
         "key_id": principal.key_id,
-        "check": check_digest(
-            file_sha256=sha256,
-            key_id=principal.key_id,
-            endpoint=report.endpoint,
-            model=report.model,
-            choices=choices,
-        )
-        if report.valid
-        else None,
+        "check": done.digest,
     }
 
 

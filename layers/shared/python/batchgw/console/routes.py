@@ -1,6 +1,8 @@
-"""The console's routes on the api function: what the console shows of Batch for the caller
-(``GET /user/batch-capabilities``) and the check of a file before it is submitted
-(``POST /v1/batches/preflight``), each a thin call into ``batchgw.console``."""
+"""The console's routes on the api function, each a thin call into ``batchgw.console``: its
+session (``/console/session``), what it shows of Batch for the caller
+(``GET /user/batch-capabilities``), the check of a file before it is submitted
+(``POST /v1/batches/preflight``), the Batches page's own calls (``/console/api/...``), and its
+files (every other path under ``/console/``: the page routes in the browser)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,21 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.shared.cookies import Cookie, SameSite
 
 from batchgw.api import auth
-from batchgw.api.http import caller, cookie, json_body, json_response, params
+from batchgw.api.http import caller, cookie, json_body, json_response, params, raw_body
 from batchgw.console import session
 from batchgw.deps import Deps
+
+
+def register_admin(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
+    """Add the console's admin routes (on the admin function): every user's batches as the
+    Admin Batches tab lists them, with the Batches page's filters and ``user``."""
+
+    @app.get("/admin/console/batches")
+    def admin_console_batches() -> Response[Any]:
+        from batchgw.console import batches
+
+        deps = get_deps()
+        return json_response(200, batches.list_every_rows(deps, caller(deps, app), params(app)))
 
 
 def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
@@ -80,4 +94,76 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
             content_type="text/csv" if fmt == "csv" else "application/jsonl",
             body=answer,
             headers={"Content-Disposition": f'attachment; filename="preflight-problems.{fmt}"'},
+        )
+
+    # --- the Batches page's calls (a session's, or a key's) ---------------------------------
+
+    def call() -> tuple[Deps, Any]:
+        deps = get_deps()
+        auth.ensure_enabled(deps)
+        return deps, caller(deps, app)
+
+    @app.get("/console/api/batches")
+    def console_batches() -> Response[Any]:
+        from batchgw.console import batches
+
+        deps, principal = call()
+        return json_response(200, batches.list_rows(deps, principal, params(app)))
+
+    @app.get("/console/api/batches/<batch_id>")
+    def console_batch(batch_id: str) -> Response[Any]:
+        from batchgw.console import batches
+
+        deps, principal = call()
+        return json_response(200, batches.details(deps, principal, batch_id))
+
+    @app.get("/console/api/models")
+    def console_models() -> Response[Any]:
+        from batchgw.console import batches
+
+        deps, principal = call()
+        return json_response(200, batches.models(deps, principal))
+
+    @app.post("/console/api/batches")
+    def console_submit() -> Response[Any]:
+        from batchgw.console import batches
+
+        deps, principal = call()
+        headers = app.current_event.headers
+        body = json_body(app)
+        created = batches.submit(deps, principal, raw_body(app), body, headers.get("idempotency-key"))
+        return json_response(200, created)
+
+    # --- the console's files ----------------------------------------------------------------
+
+    @app.get("/console", include_in_schema=False)
+    def console_root() -> Response[Any]:
+        return Response(status_code=308, headers={"Location": "/console/"}, body="")
+
+    @app.get("/console/", include_in_schema=False)
+    def console_page() -> Response[Any]:
+        return _file("")
+
+    # A group makes it a dynamic route, tried after the static ones and after the dynamic
+    # ones registered before it (``/console/api/batches/<batch_id>``).
+    @app.get("/console/(.+)", include_in_schema=False)
+    def console_file() -> Response[Any]:
+        return _file(app.current_event.path.removeprefix("/console/"))
+
+    def _file(path: str) -> Response[Any]:
+        from batchgw.console import assets
+
+        found = None if path.startswith("api/") else assets.asset(path)
+        if found is None:
+            return Response(
+                status_code=404,
+                content_type="text/plain; charset=utf-8",
+                body="Not found",
+                headers=assets.headers(),
+            )
+        return Response(
+            status_code=200,
+            content_type=found.content_type,
+            body=found.body,
+            headers={**assets.headers(), "Cache-Control": found.cache_control},
         )

@@ -1,0 +1,316 @@
+"""The console's Batches page: the caller's batches as the page shows them, found by group
+and by name or id, a page at a time (``GET /console/api/batches``; every user's for the
+Admin Batches tab, ``GET /admin/console/batches``), one batch's details
+(``GET /console/api/batches/{id}``), the models the create page offers
+(``GET /console/api/models``), and its submission (``POST /console/api/batches``).
+
+The page only shows what the server decided: each row carries its group (the spec's four,
+``domain.console``), the note on its stage, whether its results may be downloaded, and what
+it may do next. Filtering by a group or a search pages on the server: it reads the owner's
+index a page at a time, newest first, until it has a page of matches or has read
+``SCAN_RECORDS`` batches, and answers the cursor to go on from (never every batch).
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from typing import Any
+
+from batchgw.api import batches as api_batches
+from batchgw.api import webhooks as api_webhooks
+from batchgw.api.accounts import require_admin
+from batchgw.api.batches import BATCH_PREFIX, Creating
+from batchgw.api.ids import cursor_key
+from batchgw.api.params import Params, int_param, last
+from batchgw.api.shapes import batch_object
+from batchgw.console import preflight
+from batchgw.deps import Deps
+from batchgw.domain import console as rules
+from batchgw.domain.batch import BatchRecord, CountedBatch
+from batchgw.domain.errors import BadRequest, Conflict, NotFound
+from batchgw.domain.principal import Principal
+from batchgw.validation.strict import stored_lines
+
+# Batches one list call reads at most while it looks for a page of matches, and how many it
+# asks each owner's index for at a time.
+SCAN_RECORDS = 500
+_READ_PAGE = 50
+MAX_SEARCH_CHARS = 200
+MAX_NAME_CHARS = 256  # metadata values' own limit (``validation.create.check_metadata``)
+MAX_DESCRIPTION_CHARS = 512
+_SUBMIT_KEYS = frozenset({*preflight.BODY_KEYS, "check", "name", "description"})
+
+
+def row(batch: CountedBatch, now: float) -> dict[str, Any]:
+    """One batch as the Batches page shows it: the batch object and what the page needs
+    beside it, each decided here."""
+    record, counts = batch.record, batch.counts
+    shown = batch_object(batch, now)
+    metadata = record.metadata or {}
+    return {
+        **shown,
+        "user_id": record.owner,
+        "name": metadata.get("name"),
+        "description": metadata.get("description"),
+        "target": rules.target(record.endpoint),
+        "models": list(record.models),
+        "input_method": record.input_method,
+        "group": rules.group(record.status, total=record.total, completed=counts.completed),
+        "note": rules.note(record.status, paused=shown["paused"]),
+        "outcomes": {
+            "succeeded": counts.completed,
+            "failed": counts.failed - counts.expired,
+            "expired": counts.expired,
+            "cancelled": counts.cancelled,
+            "not_ended": max(0, record.total - counts.completed - counts.failed - counts.cancelled),
+        },
+        "results_ready": rules.results_ready(record.status),
+        "may": {
+            "cancel": rules.may_cancel(record.status),
+            # Whatever its status, unless a request runs under a live lease (409: cancel
+            # it and wait): the page offers it and shows the refusal.
+            "delete": True,
+            "download": rules.results_ready(record.status),
+        },
+    }
+
+
+def list_rows(
+    deps: Deps, principal: Principal, params: Params, owners: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """GET /console/api/batches: ``group`` (one of the four), ``q`` (a part of a name or of
+    an id), ``limit`` and ``after`` (the ``next_after`` of the page before). ``owners``: whose
+    batches (the caller's own unless an administrator's list names others); each row of
+    another's batch says whose it is."""
+    limit = int_param(params, "limit", default=20, low=1, high=100)
+    group = last(params, "group") or None
+    if group is not None and group not in rules.GROUPS:
+        raise BadRequest(f"'group' must be one of {', '.join(rules.GROUPS)}.", param="group")
+    query = (last(params, "q") or "").strip()
+    if len(query) > MAX_SEARCH_CHARS:
+        raise BadRequest(f"'q' is at most {MAX_SEARCH_CHARS} characters.", param="q")
+    owners = [principal.user_id] if owners is None else owners
+    if query.startswith(BATCH_PREFIX):  # a whole id finds its batch however old
+        exact = deps.batches.get(query)
+        if exact is not None and exact.record.owner in owners:
+            shown = row(exact, deps.clock())
+            rows = [shown] if group is None or shown["group"] == group else []
+            return _page(rows, more=False, last_read=None, scanned=1)
+    statuses = rules.statuses_of(group) if group else ()
+    found = _newest_first(deps, owners, _cursor(deps, principal, last(params, "after")), statuses)
+    now = deps.clock()
+    matches: list[dict[str, Any]] = []
+    scanned = 0
+    last_read: BatchRecord | None = None
+    for record in found:
+        if len(matches) == limit or scanned == SCAN_RECORDS:
+            found.close()
+            return _page(matches, more=True, last_read=last_read, scanned=scanned)
+        scanned += 1
+        last_read = record
+        if query and not rules.matches(query, record.id, (record.metadata or {}).get("name")):
+            continue
+        counted = deps.batches.get(record.id)
+        if counted is None:
+            continue  # deleted meanwhile
+        shown = row(counted, now)
+        if group is None or shown["group"] == group:
+            matches.append(shown)
+    return _page(matches, more=False, last_read=last_read, scanned=scanned)
+
+
+def list_every_rows(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """GET /admin/console/batches (administrators): every user's batches, or ``user``'s,
+    with the Batches page's filters."""
+    require_admin(principal)
+    user = last(params, "user")
+    owners = [user] if user else [u.id for u in deps.accounts.users()]
+    return list_rows(deps, principal, params, owners)
+
+
+def _page(
+    rows: list[dict[str, Any]], *, more: bool, last_read: BatchRecord | None, scanned: int
+) -> dict[str, Any]:
+    """A page of rows; ``next_after`` (with ``has_more``) is the last batch read, matched or
+    not: the next page reads on from it."""
+    return {
+        "object": "list",
+        "data": rows,
+        "has_more": more,
+        "next_after": last_read.id if more and last_read is not None else None,
+        "scanned": scanned,
+    }
+
+
+def _newest_first(
+    deps: Deps, owners: Sequence[str], before: str | None, statuses: Sequence[str]
+) -> Generator[BatchRecord, None, None]:
+    """The owners' batches older than the cursor ``before``, newest first across them all:
+    each owner's index read a page at a time, only as far as the reader goes."""
+
+    def owner_pages(owner: str) -> Iterator[BatchRecord]:
+        cursor, more = before, True
+        while more:
+            records, more = deps.batches.list_for_owner(
+                owner, limit=_READ_PAGE, before_key=cursor, statuses=list(statuses)
+            )
+            yield from records
+            if not records:
+                return
+            cursor = records[-1].created_key
+
+    yield from heapq.merge(*(owner_pages(o) for o in owners), key=lambda r: r.created_key, reverse=True)
+
+
+def _cursor(deps: Deps, principal: Principal, after: str | None) -> str | None:
+    """Where a page goes on from: the owner-index key of the batch ``after`` names."""
+    if not after:
+        return None
+    key = cursor_key(BATCH_PREFIX, after)
+    if key is not None:
+        return key
+    anchor = deps.batches.get_record(after) if after.startswith(BATCH_PREFIX) else None
+    if anchor is None or (anchor.owner != principal.user_id and not principal.is_admin):
+        raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
+    return anchor.created_key
+
+
+def details(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    """GET /console/batches/{id}: the row, and the webhook deliveries about this batch."""
+    batch = deps.batches.get(batch_id)
+    if batch is None or batch.record.owner != principal.user_id:
+        raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id")
+    shown = row(batch, deps.clock())
+    shown["webhook_deliveries"] = _deliveries(deps, principal, batch.record)
+    return shown
+
+
+def _deliveries(deps: Deps, principal: Principal, record: BatchRecord) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = api_webhooks.list_events(deps, principal)["data"]
+    return [e for e in events if e["batch_id"] == record.id]
+
+
+def submit(
+    deps: Deps, principal: Principal, raw: bytes, body: Any, idempotency_key: str | None
+) -> dict[str, Any]:
+    """POST /console/batches: the create page's last step. The body is the preflight's (the
+    file and the choices) with the batch's ``name``, ``description`` and the ``check`` the
+    preflight answered; the file is checked again, and a check that no longer matches (the
+    file, the key, or the model the choice resolves to changed) is refused with 409
+    ``check_outdated``. The batch keeps its own copy of the stored requests. An
+    ``Idempotency-Key`` is required: a reload finds the batch instead of making another."""
+    from batchgw.api import idempotency
+
+    if not idempotency_key:
+        raise BadRequest(
+            "A console submission needs an Idempotency-Key header.", code="idempotency_key_required"
+        )
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    unknown = sorted(body.keys() - _SUBMIT_KEYS)
+    if unknown:
+        raise BadRequest(f"Unknown field '{unknown[0]}'.", param=unknown[0])
+    name = _text(body.get("name"), "name", MAX_NAME_CHARS, required=True)
+    description = _text(body.get("description"), "description", MAX_DESCRIPTION_CHARS, required=False)
+    if not isinstance(body.get("check"), str):
+        raise BadRequest("'check' must be the check the preflight answered.", param="check")
+    assert name is not None
+    metadata = {"name": name, "console": "1"}
+    if description:
+        metadata["description"] = description
+
+    def create(creating: Creating) -> dict[str, Any]:
+        from batchgw.api.auth import require_role
+
+        require_role(deps, principal, "create batches")
+        checked = preflight.checked(deps, principal, body)
+        if not checked.report.valid:
+            raise Conflict(
+                "The file no longer passes the check: check it again.", code="check_outdated", param="check"
+            )
+        if checked.digest != body["check"]:
+            raise Conflict(
+                "The file, your API key or the model the choice resolves to changed since the "
+                "check: check it again before you submit.",
+                code="check_outdated",
+                param="check",
+            )
+
+        def write(key: str) -> None:
+            lines = stored_lines(checked.lines, checked.report, checked.choices, limits=checked.limits)
+            deps.blobs.put_stream(key, io.BufferedReader(_Reader(lines)))
+
+        assert checked.report.endpoint is not None
+        return api_batches.start_file_batch(
+            deps,
+            principal,
+            creating,
+            endpoint=checked.report.endpoint,
+            metadata=metadata,
+            window=None,
+            input_file_id=checked.file_id,
+            write_input=write,
+        )
+
+    fingerprint = idempotency.fingerprint(raw, None)
+    return api_batches.create_once(
+        deps, principal, fingerprint, idempotency_key, create, route="console-batches"
+    )
+
+
+def _text(value: Any, name: str, most: int, *, required: bool) -> str | None:
+    """A name or description: text of at most ``most`` characters, trimmed (None: empty)."""
+    if value is not None and (not isinstance(value, str) or len(value) > most):
+        raise BadRequest(f"'{name}' must be text of at most {most} characters.", param=name)
+    text = (value or "").strip() or None
+    if text is None and required:
+        raise BadRequest(f"Give the batch a {name}.", param=name)
+    return text
+
+
+class _Reader(io.RawIOBase):
+    """A read-only stream over an iterable of byte strings (for a streamed upload)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            try:
+                self._left = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
+
+
+def models(deps: Deps, principal: Principal) -> dict[str, Any]:
+    """GET /console/api/models: the models the caller may choose on the create page, with the
+    targets each serves and its price (aliases and auto models are not offered: the stored
+    requests name the canonical model)."""
+    data = []
+    for model_id, spec in sorted(deps.catalog.models.items()):
+        if spec.roles is not None and principal.role not in spec.roles and not principal.is_admin:
+            continue
+        data.append(
+            {
+                "id": model_id,
+                "object": "model",
+                "endpoints": list(spec.endpoints),
+                "price": None
+                if spec.price is None
+                else {
+                    "input_per_mtok_usd": str(spec.price.input_per_mtok),
+                    "output_per_mtok_usd": str(spec.price.output_per_mtok),
+                },
+            }
+        )
+    return {"object": "list", "data": data, "has_more": False}
