@@ -15,7 +15,16 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+## The console's third-party modules (Preact, htm; axe-core for its browser tests), pinned in
+## $(CONSOLE)/package-lock.json, installed from the npm registry and copied where the shared
+## layer ships them (batchgw/console/web/vendor, not committed).
+CONSOLE := layers/shared/console
+CONSOLE_VENDOR := layers/shared/python/batchgw/console/web/vendor/versions.json
+$(CONSOLE_VENDOR): $(CONSOLE)/package-lock.json $(STAMP)
+	npm ci --prefix $(CONSOLE) --ignore-scripts --no-audit --no-fund --loglevel=error
+	$(PY) -m batchgw.console.assets $(CONSOLE)/node_modules
+
+install: $(STAMP) $(CONSOLE_VENDOR)
 
 ## Run the whole gateway locally (API on :8080, simulator on :8081). Ctrl-C stops it; its
 ## state is kept in $(STATE_DIR) for the next run (BATCHGW_PERSIST=0 keeps nothing).
@@ -79,4 +88,4 @@ chaos: install
 		--throttle-rate 0.05 --reporters 3
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache $(CONSOLE)/node_modules layers/shared/python/batchgw/console/web/vendor tests/e2e/screenshots

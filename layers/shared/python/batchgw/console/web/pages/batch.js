@@ -1,0 +1,139 @@
+// One batch's details (GET /console/api/batches/{id}): counts, usage, cost, its ETA and
+// timestamps, errors and webhook deliveries; cancel, delete and download. A processing
+// batch's page asks again on its own, less often the longer nothing changes.
+
+import { useEffect, useRef, useState } from "preact/hooks";
+import { del, get, post } from "../api.js";
+import { count, inputMethod, usd, when } from "../format.js";
+import { ErrorNote, html, Link, navigate } from "../ui.js";
+import { Badge, Outcomes } from "./batches.js";
+
+const FIRST_POLL_MS = 1000;
+const MOST_POLL_MS = 15000;
+const TIMES = [
+  ["created_at", "Created"],
+  ["in_progress_at", "Started"],
+  ["finalizing_at", "Finalizing"],
+  ["completed_at", "Completed"],
+  ["failed_at", "Failed"],
+  ["expired_at", "Expired"],
+  ["cancelling_at", "Cancelling"],
+  ["cancelled_at", "Cancelled"],
+  ["expires_at", "Window closes"],
+  ["results_expires_at", "Results kept until"],
+];
+
+function Progress({ batch }) {
+  const total = batch.request_counts.total;
+  const ended = total - batch.outcomes.not_ended;
+  return html`
+    <div>
+      <label for="progress">Requests ended: ${count(ended)} of ${count(total)}</label>
+      <progress id="progress" max=${Math.max(total, 1)} value=${ended}>${ended} of ${total}</progress>
+      ${batch.eta && html`<p class="note">Estimated to finish ${when(batch.eta.estimated_completion_at)} (${batch.eta.requests_per_minute} requests a minute so far).</p>`}
+      ${batch.eta && batch.eta.warning && html`<p class="error" role="status">${batch.eta.warning}</p>`}
+    </div>`;
+}
+
+function Deliveries({ deliveries }) {
+  if (!deliveries.length) return html`<p class="note">No webhook deliveries about this batch.</p>`;
+  return html`
+    <div class="table-wrap"><table>
+      <thead><tr><th scope="col">Event</th><th scope="col">Created</th><th scope="col">Attempts</th><th scope="col">Last status</th><th scope="col">Delivered</th></tr></thead>
+      <tbody>${deliveries.map((d) => html`<tr key=${d.id}>
+        <td>${d.type}</td><td>${when(d.created_at)}</td><td>${d.attempts}</td>
+        <td>${d.last_status ?? "—"}${d.last_error ? ` (${d.last_error})` : ""}</td><td>${when(d.delivered_at)}</td></tr>`)}
+      </tbody></table></div>`;
+}
+
+export function BatchPage({ id }) {
+  const [batch, setBatch] = useState(null);
+  const [error, setError] = useState(null);
+  const [notice, setNotice] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const wait = useRef(FIRST_POLL_MS);
+  const seen = useRef(null);
+
+  useEffect(() => {
+    let stopped = false;
+    let timer = null;
+    const tick = async () => {
+      try {
+        const shown = await get(`/console/api/batches/${encodeURIComponent(id)}`);
+        if (stopped) return;
+        setBatch(shown);
+        setError(null);
+        const mark = JSON.stringify([shown.status, shown.request_counts]);
+        wait.current = mark === seen.current ? Math.min(wait.current * 2, MOST_POLL_MS) : FIRST_POLL_MS;
+        seen.current = mark;
+        if (shown.group === "processing") timer = setTimeout(tick, wait.current);
+      } catch (failure) {
+        if (stopped) return;
+        setError(failure);
+        if (failure.status !== 404) timer = setTimeout(tick, (wait.current = Math.min(wait.current * 2, MOST_POLL_MS)));
+      }
+    };
+    tick();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, [id, notice]);
+
+  const act = async (what) => {
+    setBusy(true);
+    setError(null);
+    try {
+      if (what === "cancel") {
+        await post(`/v1/batches/${encodeURIComponent(id)}/cancel`);
+        setNotice("Cancel asked: requests already running finish; no new one starts.");
+      } else {
+        if (!window.confirm("Delete this batch with its requests and results? This cannot be undone.")) return;
+        await del(`/v1/batches/${encodeURIComponent(id)}`);
+        navigate("/console/");
+      }
+    } catch (failure) {
+      setError(failure);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  if (!batch) return html`<section><h2>Batch</h2>${error ? html`<${ErrorNote} error=${error} />` : html`<p>Loading…</p>`}</section>`;
+  const usage = batch.usage;
+  return html`
+    <section aria-labelledby="batch-title">
+      <p><${Link} href="/console/">← All batches<//></p>
+      <h2 id="batch-title">${batch.name || batch.id}</h2>
+      ${batch.description && html`<p>${batch.description}</p>`}
+      <p><${Badge} batch=${batch} /> <span class="note" data-status=${batch.status}>${batch.status}</span>
+        ${batch.note && html` — <span class="note">${batch.note}</span>`}</p>
+      ${notice && html`<p class="info" role="status">${notice}</p>`}
+      <${ErrorNote} error=${error} />
+      <div class="actions">
+        ${batch.may.cancel && html`<button type="button" class="danger" disabled=${busy} onClick=${() => act("cancel")}>Cancel batch</button>`}
+        ${batch.may.download && html`<a class="button primary" href=${`/v1/batches/${encodeURIComponent(batch.id)}/output.jsonl`} download>Download results</a>`}
+        ${batch.may.download && batch.error_file_id && html`<a class="button" href=${`/v1/files/${encodeURIComponent(batch.error_file_id)}/content`} download>Download errors</a>`}
+        <button type="button" class="danger" disabled=${busy} onClick=${() => act("delete")}>Delete batch</button>
+      </div>
+      ${!batch.may.download && html`<p class="note">Results can be downloaded once the batch has finished.</p>`}
+      <${Progress} batch=${batch} />
+      <h3>Details</h3>
+      <dl class="facts">
+        <dt>ID</dt><dd><code>${batch.id}</code></dd>
+        <dt>Target</dt><dd>${batch.target}</dd>
+        <dt>Model</dt><dd>${batch.models.join(", ") || "—"}</dd>
+        <dt>Input</dt><dd>${inputMethod(batch)}${batch.input_file_id ? ` (${batch.input_file_id})` : ""}</dd>
+        <dt>Requests</dt><dd>${count(batch.request_counts.total)}: <${Outcomes} batch=${batch} /></dd>
+        <dt>Tokens</dt><dd>${count(usage.input_tokens)} in, ${count(usage.output_tokens)} out</dd>
+        <dt>Cost</dt><dd>${usd(batch.cost_usd)}${batch.cost_unknown_attempts ? ` and ${batch.cost_unknown_attempts} attempts of unknown cost` : ""}</dd>
+        <dt>Window</dt><dd>${batch.completion_window}</dd>
+        ${TIMES.filter(([k]) => batch[k]).map(([k, label]) => html`<dt>${label}</dt><dd>${when(batch[k])}</dd>`)}
+      </dl>
+      ${batch.error && html`<h3>Error</h3><p class="error">${batch.error.message || batch.error.code}</p>`}
+      ${batch.errors && batch.errors.data && html`<h3>Errors in the input</h3>
+        <ul>${batch.errors.data.slice(0, 50).map((e) => html`<li>${e.line ? `Line ${e.line}: ` : ""}${e.message}</li>`)}</ul>`}
+      <h3>Webhook deliveries</h3>
+      <${Deliveries} deliveries=${batch.webhook_deliveries || []} />
+    </section>`;
+}

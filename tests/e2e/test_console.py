@@ -1,0 +1,474 @@
+"""The console in a real browser: Debian's Chromium, headless, driven by Playwright against
+the local stack, as a user sees it. Each test writes screenshots of the pages it visits
+under ``tests/e2e/screenshots/`` (not committed) for a reviewer to look at.
+
+Without Chromium (``/usr/bin/chromium``, or ``BATCHGW_CHROMIUM``) these tests skip, unless
+``BATCHGW_REQUIRE_BROWSER=1`` (as ``.ci/run`` sets, having installed it), when they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from local.run import LocalStack
+from tests.e2e.conftest import Account, chat, root
+from tests.support import REPO_ROOT, wait_for
+
+CHROMIUM = os.environ.get("BATCHGW_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).with_name("screenshots")
+AXE = REPO_ROOT / "layers" / "shared" / "console" / "node_modules" / "axe-core" / "axe.min.js"
+TIMEOUT_MS = 20_000
+
+if not Path(CHROMIUM).is_file():
+    if os.environ.get("BATCHGW_REQUIRE_BROWSER") == "1":
+        raise RuntimeError(
+            f"the console's browser tests need Chromium at {CHROMIUM} (apt-get install chromium)"
+        )
+    pytest.skip(f"no Chromium at {CHROMIUM}: the console's browser tests skip", allow_module_level=True)
+
+from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+    yield launched
+    launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context.set_default_timeout(TIMEOUT_MS)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert not errors, f"the page threw: {errors}"
+
+
+def console(stack: LocalStack) -> str:
+    return stack.api_url.removesuffix("/v1") + "/console/"
+
+
+def shot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+class User:
+    """A fresh user of a role, with its API key (the console signs in with it)."""
+
+    def __init__(self, stack: LocalStack, role: str = "internal") -> None:
+        self.account = Account(stack, role=role)
+        made = self.account.admin.post(f"/admin/users/{self.account.id}/keys", json={})
+        assert made.status_code == 200, made.text
+        self.key = made.json()["key"]
+        self.http = httpx.Client(
+            base_url=stack.api_url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30
+        )
+
+    def batch(self, name: str, requests: list[dict[str, Any]]) -> str:
+        made = self.http.post("/batches", json={"requests": requests, "metadata": {"name": name}})
+        assert made.status_code == 200, made.text
+        return str(made.json()["id"])
+
+    def status(self, batch_id: str) -> str:
+        return str(self.http.get(f"/batches/{batch_id}").raise_for_status().json()["status"])
+
+
+def sign_in(page: Page, stack: LocalStack, key: str) -> None:
+    page.goto(console(stack))
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    expect(page.get_by_text("Signed in as")).to_be_visible()
+
+
+def wait_status(user: User, batch_id: str, *statuses: str) -> None:
+    wait_for(
+        lambda: user.status(batch_id) in statuses, timeout=60, interval=0.2, what=f"{batch_id} {statuses}"
+    )
+
+
+# --- the files the console is made of -----------------------------------------------------
+
+
+def test_the_console_is_served_with_a_strict_content_security_policy_and_cache_headers(
+    stack: LocalStack,
+) -> None:
+    base = console(stack)
+    with httpx.Client(timeout=10) as http:
+        page_answer = http.get(base)
+        assert page_answer.status_code == 200
+        assert page_answer.headers["content-type"].startswith("text/html")
+        policy = page_answer.headers["content-security-policy"]
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        assert re.search(r"script-src 'self' 'sha256-[A-Za-z0-9+/=]+'", policy)
+        assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy
+        assert page_answer.headers["cache-control"] == "no-cache"
+        assert page_answer.headers["x-content-type-options"] == "nosniff"
+        imports = json.loads(re.search(r'<script type="importmap">(.*?)</script>', page_answer.text, re.S)[1])
+        for path in imports["imports"].values():
+            module = http.get(base.removesuffix("/console/") + path)
+            assert module.status_code == 200, path
+            assert module.headers["content-type"].startswith("text/javascript")
+            assert "immutable" in module.headers["cache-control"]
+        script = http.get(base + "app.js")
+        assert script.headers["content-type"].startswith("text/javascript")
+        assert http.get(base + "style.css").headers["content-type"].startswith("text/css")
+        # A page of the console's own routing is the page; a missing file or an API path is not.
+        assert http.get(base + "batches/batch_x").text == page_answer.text
+        assert http.get(base + "missing.js").status_code == 404
+        assert http.get(base + "api/unknown").status_code in (401, 404)
+        assert http.get(base.removesuffix("/"), follow_redirects=False).status_code == 308
+
+
+# --- signing in, the list, filters and search ---------------------------------------------
+
+
+def test_signing_in_shows_the_users_batches_filtered_by_group_and_found_by_name(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    done = user.batch("nightly summaries", [chat("a", "hello"), chat("b", "there")])
+    cancelled = user.batch("slow reindex", [chat(f"s{i}", "slow [[sim latency_ms=3000]]") for i in range(40)])
+    user.http.post(f"/batches/{cancelled}/cancel").raise_for_status()
+    wait_status(user, done, "completed")
+    wait_status(user, cancelled, "cancelled")
+
+    sign_in(page, stack, user.key)
+    rows = page.locator("table.batches tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator(f'tr[data-batch="{done}"] [data-group]')).to_have_text("Completed")
+    expect(page.locator(f'tr[data-batch="{cancelled}"] [data-group]')).to_have_text("Cancelled")
+    shot(page, "batches-list")
+
+    page.get_by_role("button", name="Cancelled", exact=True).click()
+    expect(rows).to_have_count(1)
+    expect(page.locator(f'tr[data-batch="{cancelled}"]')).to_be_visible()
+    page.get_by_role("button", name="All", exact=True).click()
+    expect(rows).to_have_count(2)
+    page.get_by_label("Search by name or ID").fill("NIGHTLY")
+    page.get_by_role("button", name="Search", exact=True).click()
+    expect(rows).to_have_count(1)
+    expect(page.locator(f'tr[data-batch="{done}"]')).to_be_visible()
+    # The key never reaches the page's storage; the page shows its prefix only.
+    stored = page.evaluate(
+        "JSON.stringify({...localStorage}) + JSON.stringify({...sessionStorage}) + document.cookie"
+    )
+    assert user.key not in stored and user.key not in page.content()
+
+
+def test_the_list_pages_on_the_server(stack: LocalStack) -> None:
+    user = User(stack)
+    made = [user.batch(f"batch {i}", [chat("a", "hi")]) for i in range(5)]
+    seen: list[str] = []
+    after = None
+    while True:
+        query = {"limit": "2", **({"after": after} if after else {})}
+        answer = user.http.get(stack.api_url.removesuffix("/v1") + "/console/api/batches", params=query)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        assert len(page["data"]) <= 2
+        seen += [row["id"] for row in page["data"]]
+        if not page["has_more"]:
+            break
+        after = page["next_after"]
+    assert seen == list(reversed(made))
+
+
+# --- one batch: progress, download, cancel, delete ----------------------------------------
+
+
+def test_a_running_batchs_page_follows_it_to_completed_and_downloads_its_results(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    batch_id = user.batch("watched", [chat(f"r{i}", f"r{i} [[sim latency_ms=400]]") for i in range(12)])
+    sign_in(page, stack, user.key)
+    page.locator(f'tr[data-batch="{batch_id}"] a').click()
+    expect(page.get_by_role("heading", name="watched")).to_be_visible()
+    expect(page.locator("progress")).to_be_visible()
+    shot(page, "batch-running")
+    expect(page.locator("[data-group]")).to_have_text("Completed", timeout=60_000)
+    expect(page.locator("progress")).to_have_attribute("value", "12")
+    shot(page, "batch-completed")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download results").click()
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in lines) == sorted(f"r{i}" for i in range(12))
+
+
+def test_cancel_and_delete_from_the_batch_page(page: Page, stack: LocalStack) -> None:
+    user = User(stack)
+    batch_id = user.batch("to cancel", [chat(f"s{i}", "slow [[sim latency_ms=2000]]") for i in range(30)])
+    wait_status(user, batch_id, "in_progress")
+    sign_in(page, stack, user.key)
+    page.goto(console(stack) + f"batches/{batch_id}")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete batch", exact=True).click()
+    # Running requests: the refusal says why (409), and nothing is lost.
+    expect(page.get_by_role("alert")).to_contain_text("cancel it")
+    page.get_by_role("button", name="Cancel batch", exact=True).click()
+    expect(page.locator("[data-group]")).to_have_text("Cancelled", timeout=60_000)
+    shot(page, "batch-cancelled")
+    page.get_by_role("button", name="Delete batch", exact=True).click()
+    expect(page.get_by_role("heading", name="Batches", exact=True)).to_be_visible()
+    assert user.http.get(f"/batches/{batch_id}").status_code == 404
+
+
+# --- the create wizard --------------------------------------------------------------------
+
+
+def _jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def test_the_create_wizard_names_the_failing_line_then_submits_a_fixed_file(
+    page: Page, stack: LocalStack, tmp_path: Path
+) -> None:
+    user = User(stack)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(
+        _jsonl(
+            [
+                {
+                    "custom_id": "one",
+                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
+                },
+                {
+                    "custom_id": "two",
+                    "body": {
+                        "model": "sim-chat",
+                        "messages": [{"role": "user", "content": "secret words"}],
+                        "max_completion_tokens": 5,
+                    },
+                },
+            ]
+        )
+    )
+    sign_in(page, stack, user.key)
+    page.get_by_role("link", name="Create batch").first.click()
+    page.get_by_label("JSONL file").set_input_files(str(bad))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    expect(page.get_by_text("Chat Completions requests")).to_be_visible()
+    shot(page, "create-upload")
+    page.get_by_role("button", name="Next: configure", exact=True).click()
+    page.get_by_label("Name", exact=True).fill("wizard batch")
+    page.get_by_label("Temperature").fill("0.5")
+    shot(page, "create-configure")
+    page.get_by_role("button", name="Next: check", exact=True).click()
+    problem = page.locator('table.problems tr[data-line="2"]')
+    expect(problem).to_contain_text("two")
+    expect(problem).to_contain_text("max_completion_tokens")
+    assert "secret words" not in page.content()
+    expect(page.get_by_role("button", name="Submit batch", exact=True)).to_be_disabled()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download as CSV", exact=True).click()
+    assert "max_completion_tokens" in Path(download.value.path()).read_text()
+    shot(page, "create-check-failed")
+
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(
+        _jsonl(
+            [
+                {
+                    "custom_id": f"g{i}",
+                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
+                }
+                for i in range(3)
+            ]
+        )
+    )
+    page.get_by_role("button", name="Back", exact=True).click()
+    page.get_by_role("button", name="Back", exact=True).click()
+    page.get_by_label("JSONL file").set_input_files(str(good))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    page.get_by_role("button", name="Next: configure", exact=True).click()
+    page.get_by_label("Name", exact=True).fill("wizard batch")
+    page.get_by_label("Temperature").fill("0.5")
+    page.get_by_role("button", name="Next: check", exact=True).click()
+    expect(page.get_by_text("Every line passed the check: 3 requests.")).to_be_visible()
+    expect(page.locator("pre")).to_contain_text('"temperature":0.5')
+    shot(page, "create-check-passed")
+    page.get_by_role("button", name="Submit batch", exact=True).click()
+    expect(page.get_by_role("heading", name="wizard batch")).to_be_visible()
+    batch_id = page.url.rsplit("/", 1)[-1]
+    wait_status(user, batch_id, "completed")
+    stored = user.http.get(f"/batches/{batch_id}/results").json()["data"]
+    assert len(stored) == 3
+    # The uploaded files are listed on the create page, and deletable.
+    page.get_by_role("link", name="Create batch").first.click()
+    expect(page.locator("tr[data-file]")).to_have_count(2)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.locator("tr[data-file]").first.get_by_role("button", name=re.compile("^Delete")).click()
+    expect(page.locator("tr[data-file]")).to_have_count(1)
+
+
+def test_a_submission_whose_answer_was_lost_finds_its_batch_after_a_reload(
+    page: Page, stack: LocalStack, tmp_path: Path
+) -> None:
+    user = User(stack)
+    source = tmp_path / "lines.jsonl"
+    source.write_bytes(
+        _jsonl(
+            [
+                {
+                    "custom_id": "x",
+                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
+                }
+            ]
+        )
+    )
+    sign_in(page, stack, user.key)
+    page.goto(console(stack) + "create")
+    page.get_by_label("JSONL file").set_input_files(str(source))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    page.get_by_role("button", name="Next: configure", exact=True).click()
+    page.get_by_label("Name", exact=True).fill("lost answer")
+    page.get_by_role("button", name="Next: check", exact=True).click()
+    expect(page.get_by_text("Every line passed the check")).to_be_visible()
+
+    reached: list[str] = []
+
+    def lose_the_answers(route: Any) -> None:
+        if not reached:
+            reached.append(route.fetch().json()["id"])  # the gateway makes the batch...
+        route.abort()  # ...and no answer reaches the page (its own retry is lost too)
+
+    page.route("**/console/api/batches", lose_the_answers)
+    page.get_by_role("button", name="Submit batch", exact=True).click()
+    expect(page.get_by_role("heading", name="A submission is waiting for its answer")).to_be_visible()
+    expect(page.get_by_role("alert")).to_contain_text("could not be reached")
+    page.unroute("**/console/api/batches")
+    shot(page, "create-pending")
+    page.reload()
+    expect(page.get_by_role("heading", name="lost answer")).to_be_visible()
+    assert page.url.endswith(reached[0])
+    names = [
+        b
+        for b in user.http.get("/batches").json()["data"]
+        if (b["metadata"] or {}).get("name") == "lost answer"
+    ]
+    assert len(names) == 1
+
+
+# --- who sees what ------------------------------------------------------------------------
+
+
+def test_below_the_minimum_role_there_is_no_create_button_and_the_page_says_why(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack, role="free")
+    sign_in(page, stack, user.key)
+    expect(page.get_by_text("cannot submit batches")).to_be_visible()
+    expect(page.get_by_role("link", name="Create batch")).to_have_count(0)
+    shot(page, "batches-free-role")
+
+
+def test_with_batch_disabled_there_is_no_link_and_the_page_says_batch_is_not_available(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    user.batch("kept", [chat("a", "hi")])
+    admin = root(stack, "sk-local-admin")
+    admin.patch("/admin/config/BATCH_ENABLED", json={"value": False}).raise_for_status()
+    try:
+        wait_for(
+            lambda: user.http.get("/batches").status_code != 200,
+            timeout=30,
+            interval=0.2,
+            what="BATCH_ENABLED off",
+        )
+        sign_in(page, stack, user.key)
+        expect(page.get_by_text("Batch is not available")).to_be_visible()
+        expect(page.get_by_role("link", name="Batches")).to_have_count(0)
+        shot(page, "batch-disabled")
+    finally:
+        admin.delete("/admin/config/BATCH_ENABLED").raise_for_status()
+        wait_for(
+            lambda: user.http.get("/batches").status_code == 200, timeout=30, interval=0.2, what="Batch back"
+        )
+
+
+def test_the_admin_tab_lists_every_users_batches_with_totals_models_and_attempts(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    batch_id = user.batch("admin sees this", [chat("a", "hi"), chat("b", "there")])
+    wait_status(user, batch_id, "completed")
+    sign_in(page, stack, "sk-local-admin")
+    page.get_by_role("link", name="Admin: Batches").click()
+    expect(page.get_by_role("heading", name="Totals")).to_be_visible()
+    expect(page.locator('tr[data-model="sim-chat"]')).to_be_visible()
+    page.get_by_label("User", exact=True).fill(user.account.id)
+    page.get_by_role("button", name="Search", exact=True).click()
+    row = page.locator(f'tr[data-batch="{batch_id}"]')
+    expect(row).to_contain_text(user.account.id)
+    row.get_by_role("button", name=re.compile("^Attempts")).click()
+    expect(page.locator("table.attempts tbody tr")).to_have_count(2)
+    shot(page, "admin-batches")
+
+
+def test_a_state_changing_call_without_the_csrf_header_is_refused(page: Page, stack: LocalStack) -> None:
+    user = User(stack)
+    batch_id = user.batch("csrf target", [chat(f"s{i}", "slow [[sim latency_ms=2000]]") for i in range(10)])
+    sign_in(page, stack, user.key)
+    # The session's cookie goes along, but a forged call has no CSRF token to send.
+    refused = page.request.post(stack.api_url + f"/batches/{batch_id}/cancel")
+    assert refused.status == 403
+    assert refused.json()["error"]["code"] == "csrf_failed"
+    assert user.status(batch_id) not in ("cancelling", "cancelled")
+
+
+def test_the_console_pages_have_no_serious_accessibility_violations(
+    browser: Browser, stack: LocalStack
+) -> None:
+    user = User(stack)
+    batch_id = user.batch("accessible", [chat("a", "hi")])
+    wait_status(user, batch_id, "completed")
+    # axe-core is injected as a script of its own: a test's, past the page's policy.
+    context = browser.new_context(bypass_csp=True, viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        sign_in(page, stack, user.key)
+        violations: dict[str, list[str]] = {}
+        for path, ready in (
+            ("", "table.batches"),
+            (f"batches/{batch_id}", "progress"),
+            ("create", "#file"),
+        ):
+            page.goto(console(stack) + path)
+            page.wait_for_selector(ready)
+            page.add_script_tag(path=str(AXE))
+            found = page.evaluate(
+                "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+            )
+            serious = [v["id"] for v in found if v["impact"] in ("serious", "critical")]
+            if serious:
+                violations[path or "batches"] = serious
+            shot(page, f"narrow-{(path or 'batches').replace('/', '-')[:20]}")
+        assert not violations, violations
+        # Keyboard use: the first Tab reaches the skip link, which moves the focus to the content.
+        page.goto(console(stack))
+        page.wait_for_selector("table.batches")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    finally:
+        context.close()
