@@ -472,3 +472,106 @@ def test_the_console_pages_have_no_serious_accessibility_violations(
         assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     finally:
         context.close()
+
+
+def test_a_submission_without_an_answer_for_a_day_asks_before_submitting_again(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    sign_in(page, stack, user.key)
+    two_days_ago = "Date.now() - 2 * 24 * 3600 * 1000"
+    page.evaluate(
+        "localStorage.setItem('batchgw.console.pending-submission', JSON.stringify({key: 'k-old', "
+        f"started_at: {two_days_ago}, body: {{name: 'old one', input_file_id: 'file-x', check: 'c'}}}}))"
+    )
+    sent: list[str] = []
+    page.on(
+        "request", lambda request: sent.append(request.url) if "/console/api/batches" in request.url else None
+    )
+    page.goto(console(stack) + "create")
+    expect(page.get_by_role("alert")).to_contain_text("can no longer be sure")
+    expect(page.get_by_role("button", name="Submit again as a new batch")).to_be_visible()
+    shot(page, "create-pending-stale")
+    assert sent == []  # nothing is sent again on its own
+    page.get_by_role("button", name="Forget it").click()
+    expect(page.get_by_label("JSONL file")).to_be_visible()
+
+
+def test_export_unfinished_and_copy_as_new_open_the_create_page_on_that_file(
+    page: Page, stack: LocalStack, tmp_path: Path
+) -> None:
+    user = User(stack)
+    source = tmp_path / "lines.jsonl"
+    source.write_bytes(
+        _jsonl(
+            [
+                {
+                    "custom_id": "ok",
+                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
+                },
+                {
+                    "custom_id": "bad",
+                    "body": {
+                        "model": "sim-chat",
+                        "messages": [{"role": "user", "content": "[[sim status=400]]"}],
+                    },
+                },
+            ]
+        )
+    )
+    sign_in(page, stack, user.key)
+    page.goto(console(stack) + "create")
+    page.get_by_label("JSONL file").set_input_files(str(source))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    page.get_by_role("button", name="Next: configure", exact=True).click()
+    page.get_by_label("Name", exact=True).fill("half fails")
+    page.get_by_label("max_tokens").fill("9")
+    page.get_by_role("button", name="Next: check", exact=True).click()
+    page.get_by_role("button", name="Submit batch", exact=True).click()
+    expect(page.locator("[data-group]")).to_have_text("With issues", timeout=60_000)
+    page.get_by_role("button", name="Export unfinished requests").click()
+    expect(page.get_by_role("status").filter(has_text="Exported 1 unfinished")).to_be_visible()
+    shot(page, "batch-exported")
+    page.get_by_role("link", name="Fix and submit them as a new batch").click()
+    expect(page.locator(".info strong")).to_have_text("half fails unfinished.jsonl")
+    page.go_back()
+    page.get_by_role("link", name="Copy as new batch").click()
+    expect(page.locator(".info strong")).to_have_text("lines.jsonl")
+    page.get_by_role("button", name="Next: configure", exact=True).click()
+    expect(page.get_by_label("Name", exact=True)).to_have_value("Copy of half fails")
+    expect(page.get_by_label("max_tokens")).to_have_value("9")
+    shot(page, "create-copy")
+
+
+def test_the_webhook_page_sets_up_rotates_and_removes_the_webhook(page: Page, stack: LocalStack) -> None:
+    user = User(stack)
+    admin = root(stack, "sk-local-admin")
+    # The receiver is on this machine: an isolated test deployment's setting.
+    admin.patch("/admin/config/BATCH_WEBHOOK_ALLOW_PRIVATE_TARGETS", json={"value": True}).raise_for_status()
+    try:
+        wait_for(
+            lambda: (
+                user.http.put("/batch_webhook", json={"url": "http://127.0.0.1:9/hook"}).status_code == 200
+            ),
+            timeout=30,
+            interval=0.2,
+            what="private targets allowed",
+        )
+        user.http.delete("/batch_webhook").raise_for_status()
+        sign_in(page, stack, user.key)
+        page.get_by_role("link", name="Webhook").click()
+        expect(page.get_by_text("You have no batch webhook.")).to_be_visible()
+        page.get_by_label("Webhook URL").fill("http://127.0.0.1:9/hook")
+        page.get_by_role("button", name="Set up webhook").click()
+        first = page.locator("[data-secret]")
+        expect(first).to_contain_text("whsec_")
+        secret = first.inner_text()
+        page.get_by_role("button", name="Rotate secret").click()
+        expect(page.locator("[data-secret]")).not_to_have_text(secret)
+        shot(page, "webhook")
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name="Remove webhook").click()
+        expect(page.get_by_text("You have no batch webhook.")).to_be_visible()
+        assert user.http.get("/batch_webhook").status_code == 404
+    finally:
+        admin.delete("/admin/config/BATCH_WEBHOOK_ALLOW_PRIVATE_TARGETS").raise_for_status()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from batchgw.api import files
 from batchgw.deps import Deps
+from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import BatchStatus
 from batchgw.storage.blobs import input_file_key
@@ -47,7 +48,10 @@ def call(
     monkeypatch.setattr(handler, "get_deps", lambda: deps)
     event = http_event(method, path, body=body, query=query, key=key, headers=headers)
     answer = handler.handler(event, LambdaContext())  # type: ignore[arg-type]
-    return answer["statusCode"], json.loads(answer["body"]) if answer["body"] else None
+    try:
+        return answer["statusCode"], json.loads(answer["body"]) if answer["body"] else None
+    except ValueError:  # not one JSON document (a JSONL file's content)
+        return answer["statusCode"], answer["body"]
 
 
 def chat(custom_id: str, model: str = "sim-chat", **fields: Any) -> dict[str, Any]:
@@ -182,7 +186,12 @@ def test_a_submission_stores_the_canonical_requests_and_a_replay_finds_the_same_
     key = {"Idempotency-Key": "console-1"}
     status, made = call(deps, monkeypatch, "POST", "/console/api/batches", body=body, headers=key)
     assert status == 200, made
-    assert made["metadata"] == {"name": "from the console", "console": "1", "description": "two lines"}
+    assert made["metadata"] == {
+        "name": "from the console",
+        "console": "1",
+        "description": "two lines",
+        "console_choices": '{"temperature":0.5}',
+    }
     assert made["input_file_id"] == file_id and made["endpoint"] == "/v1/chat/completions"
     stored = deps.blobs.get(input_file_key(made["id"]))
     if stored[:2] == b"\x1f\x8b":
@@ -228,6 +237,28 @@ def test_a_submission_whose_check_no_longer_matches_is_refused_and_makes_nothing
     assert deps.batches.list_for_owner(ALICE.user_id, limit=10)[0] == []
 
 
+def test_a_submission_under_another_key_than_the_one_checked_is_refused(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.api.accounts import new_key
+
+    file_id = upload(deps, [chat("a")])
+    checked = preflight(deps, monkeypatch, {"input_file_id": file_id})
+    _, other_key = new_key(deps, ALICE.user_id, name="second")
+    body = {"input_file_id": file_id, "name": "n", "check": checked["check"]}
+    status, refused = call(
+        deps,
+        monkeypatch,
+        "POST",
+        "/console/api/batches",
+        body=body,
+        key=other_key,
+        headers={"Idempotency-Key": "k"},
+    )
+    assert status == 409 and refused["error"]["code"] == "check_outdated"
+    assert deps.batches.list_for_owner(ALICE.user_id, limit=10)[0] == []
+
+
 def test_a_submission_is_refused_below_the_minimum_role(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
     file_id = upload(deps, [chat("a")])
     checked = preflight(deps, monkeypatch, {"input_file_id": file_id})
@@ -253,3 +284,68 @@ def test_the_models_offered_are_the_ones_the_caller_may_use(
     ids = [m["id"] for m in page["data"]]
     assert "sim-chat" in ids and ids == sorted(ids)
     assert all(m["endpoints"] for m in page["data"])
+
+
+def test_a_finished_batchs_failed_requests_export_as_a_new_input_file_and_it_can_be_copied(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch, sim: Simulator
+) -> None:
+    file_id = upload(deps, [chat("a", temperature=1.0), chat("b")])
+    choices = {"input_file_id": file_id, "max_tokens": 7}
+    checked = preflight(deps, monkeypatch, choices)
+    body = {**choices, "name": "to copy", "check": checked["check"]}
+    status, made = call(
+        deps, monkeypatch, "POST", "/console/api/batches", body=body, headers={"Idempotency-Key": "c"}
+    )
+    assert status == 200, made
+    # Copy as new batch: the source file and the settings, while the file is stored.
+    status, shown = call(deps, monkeypatch, "GET", f"/console/api/batches/{made['id']}")
+    assert shown["copy"] == {
+        "input_file_id": file_id,
+        "filename": "input.jsonl",
+        "endpoint": "/v1/chat/completions",
+        "name": "to copy",
+        "description": None,
+        "choices": {"max_tokens": 7},
+    }
+    assert shown["may"]["export_unfinished"] is False  # not finished
+    status, refused = call(deps, monkeypatch, "POST", f"/console/api/batches/{made['id']}/export-unfinished")
+    assert status == 409 and refused["error"]["code"] == "batch_not_finished"
+    status, _ = call(deps, monkeypatch, "DELETE", f"/v1/files/{file_id}")
+    assert status == 200
+    status, shown = call(deps, monkeypatch, "GET", f"/console/api/batches/{made['id']}")
+    assert shown["copy"]["input_file_id"] is None and shown["copy"]["choices"] == {"max_tokens": 7}
+    # A direct-requests batch is not copied.
+    inline = create(deps, monkeypatch, "inline")
+    status, shown = call(deps, monkeypatch, "GET", f"/console/api/batches/{inline}")
+    assert shown["copy"] is None
+
+
+def test_export_unfinished_writes_the_failed_expired_and_cancelled_requests_as_stored(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.domain.request import RequestRecord
+    from batchgw.domain.states import RequestStatus
+
+    batch_id = create(deps, monkeypatch, "mixed", n=4)
+    # Ended requests keep no body (the answer takes its place); the fourth was never written.
+    statuses = [RequestStatus.SUCCEEDED, RequestStatus.FAILED, RequestStatus.CANCELLED]
+    deps.requests.put_new(
+        [RequestRecord(batch_id, i, f"r{i}", "sim-chat", status=statuses[i]) for i in range(3)]
+    )
+    end(deps, batch_id, BatchStatus.CANCELLED)
+    status, exported = call(deps, monkeypatch, "POST", f"/console/api/batches/{batch_id}/export-unfinished")
+    assert status == 200, exported
+    assert exported["object"] == "file" and exported["purpose"] == "batch" and exported["requests"] == 3
+    lines = [json.loads(line) for line in deps.blobs.get(file_key(exported["id"])).splitlines()]
+    assert [line["custom_id"] for line in lines] == ["r1", "r2", "r3"]
+    assert lines[0] == {
+        "custom_id": "r1",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    # Someone else's batch reads as not found.
+    status, _ = call(
+        deps, monkeypatch, "POST", f"/console/api/batches/{batch_id}/export-unfinished", key="sk-local-bob"
+    )
+    assert status == 404

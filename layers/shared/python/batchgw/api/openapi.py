@@ -69,6 +69,16 @@ QUERY: dict[tuple[str, str], list[dict[str, Any]]] = {
             "json (the default), or the problems alone as csv or jsonl",
         )
     ],
+    ("get", "/console/api/batches"): [
+        _query(
+            "group",
+            {"type": "string", "enum": ["processing", "completed", "with_issues", "cancelled"]},
+            "only batches the console shows in this group",
+        ),
+        _query("q", {"type": "string", "maxLength": 200}, "a part of a batch's name or id"),
+        _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "batches per page (20)"),
+        _query("after", {"type": "string"}, "the next_after of the previous page"),
+    ],
     ("get", "/v1/batches"): [
         _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "batches per page (20)"),
         _query("after", {"type": "string"}, "the last batch id of the previous page"),
@@ -172,6 +182,25 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                 "model": {"type": "string", "minLength": 1},
                 "temperature": {"type": "number", "minimum": 0, "maximum": 2},
                 "max_tokens": {"type": "integer", "minimum": 1},
+            },
+        }
+    ),
+    ("post", "/console/api/batches"): _json_body(
+        {
+            "type": "object",
+            "required": ["input_file_id", "name", "check"],
+            "description": "Submit the console's create page: the preflight's body, the batch's name and "
+            "description, and the check the preflight answered (409 check_outdated when the file, the "
+            "key or the model changed since). Needs an Idempotency-Key header.",
+            "properties": {
+                "input_file_id": {"type": "string"},
+                "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/embeddings"]},
+                "model": {"type": "string", "minLength": 1},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "name": {"type": "string", "minLength": 1, "maxLength": 256},
+                "description": {"type": "string", "maxLength": 512},
+                "check": {"type": "string"},
             },
         }
     ),

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import heapq
 import io
+import json
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from batchgw.api import batches as api_batches
+from batchgw.api import files
 from batchgw.api import webhooks as api_webhooks
 from batchgw.api.accounts import require_admin
 from batchgw.api.batches import BATCH_PREFIX, Creating
@@ -27,10 +29,13 @@ from batchgw.api.params import Params, int_param, last
 from batchgw.api.shapes import batch_object
 from batchgw.console import preflight
 from batchgw.deps import Deps
+from batchgw.domain import codec
 from batchgw.domain import console as rules
 from batchgw.domain.batch import BatchRecord, CountedBatch
 from batchgw.domain.errors import BadRequest, Conflict, NotFound
 from batchgw.domain.principal import Principal
+from batchgw.domain.states import RequestStatus
+from batchgw.run import lifecycle
 from batchgw.validation.strict import stored_lines
 
 # Batches one list call reads at most while it looks for a page of matches, and how many it
@@ -41,6 +46,9 @@ MAX_SEARCH_CHARS = 200
 MAX_NAME_CHARS = 256  # metadata values' own limit (``validation.create.check_metadata``)
 MAX_DESCRIPTION_CHARS = 512
 _SUBMIT_KEYS = frozenset({*preflight.BODY_KEYS, "check", "name", "description"})
+# Targets a batch of which may be copied, or its unfinished requests exported (the spec's).
+EXPORTABLE = frozenset({"/v1/chat/completions", "/v1/embeddings"})
+CHOICES_KEY = "console_choices"  # the batch's metadata key for the create page's choices
 
 
 def row(batch: CountedBatch, now: float) -> dict[str, Any]:
@@ -182,8 +190,15 @@ def details(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
     batch = deps.batches.get(batch_id)
     if batch is None or batch.record.owner != principal.user_id:
         raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id")
+    record = batch.record
     shown = row(batch, deps.clock())
-    shown["webhook_deliveries"] = _deliveries(deps, principal, batch.record)
+    shown["webhook_deliveries"] = _deliveries(deps, principal, record)
+    shown["copy"] = copy_of(deps, record)
+    shown["may"]["export_unfinished"] = (
+        record.endpoint in EXPORTABLE
+        and rules.results_ready(record.status)
+        and shown["outcomes"]["succeeded"] < record.total
+    )
     return shown
 
 
@@ -217,7 +232,7 @@ def submit(
     if not isinstance(body.get("check"), str):
         raise BadRequest("'check' must be the check the preflight answered.", param="check")
     assert name is not None
-    metadata = {"name": name, "console": "1"}
+    metadata = {"name": name, "console": "1", CHOICES_KEY: _choices_of(body)}
     if description:
         metadata["description"] = description
 
@@ -258,6 +273,37 @@ def submit(
     return api_batches.create_once(
         deps, principal, fingerprint, idempotency_key, create, route="console-batches"
     )
+
+
+def _choices_of(body: dict[str, Any]) -> str:
+    """The create page's choices, kept in the batch's metadata for Copy as new batch."""
+    kept = {k: body[k] for k in ("endpoint", "model", "temperature", "max_tokens") if body.get(k) is not None}
+    return codec.dumps(kept)
+
+
+def copy_of(deps: Deps, record: BatchRecord) -> dict[str, Any] | None:
+    """What Copy as new batch opens the create page on (None: this batch cannot be copied
+    yet: direct requests, or a Messages or Responses batch). Its source file, while it is
+    still stored (else None: the user uploads it again), and its settings."""
+    if record.input_method != "file" or record.endpoint not in EXPORTABLE or record.input_file_id is None:
+        return None
+    source = deps.files.get(record.input_file_id)
+    live = (
+        source is not None and not source.deleted and not source.pending and not source.expired(deps.clock())
+    )
+    metadata = record.metadata or {}
+    try:
+        choices = json.loads(metadata.get(CHOICES_KEY) or "{}")
+    except ValueError:
+        choices = {}
+    return {
+        "input_file_id": record.input_file_id if live else None,
+        "filename": source.filename if live and source is not None else None,
+        "endpoint": record.endpoint,
+        "name": metadata.get("name"),
+        "description": metadata.get("description"),
+        "choices": choices if isinstance(choices, dict) else {},
+    }
 
 
 def _text(value: Any, name: str, most: int, *, required: bool) -> str | None:
@@ -314,3 +360,52 @@ def models(deps: Deps, principal: Principal) -> dict[str, Any]:
             }
         )
     return {"object": "list", "data": data, "has_more": False}
+
+
+def export_unfinished(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
+    """POST /console/api/batches/{id}/export-unfinished: a finished Chat or Embeddings batch's
+    failed, expired and cancelled requests as a new input file of the caller (each line as
+    the batch stored it: its custom_id, url, method and body, on the canonical model), to fix
+    and submit as a new batch. Counted against the caller's storage like any upload."""
+    batch = deps.batches.get(batch_id)
+    if batch is None or batch.record.owner != principal.user_id:
+        raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id")
+    record = batch.record
+    if record.endpoint not in EXPORTABLE:
+        raise BadRequest(
+            "Only a Chat Completions or Embeddings batch's unfinished requests can be exported.",
+            code="export_unsupported",
+        )
+    if not rules.results_ready(record.status):
+        raise Conflict(
+            f"Batch '{batch_id}' has not finished yet (status {record.status.value}).",
+            code="batch_not_finished",
+        )
+    # A finished batch's requests have ended (or were never written: cancelled or expired
+    # unstarted), and each ended one gave up its body: the lines come from the batch's own
+    # copy of its input, every one that did not succeed.
+    succeeded = {r.index for r in deps.requests.all(record.id) if r.status is RequestStatus.SUCCEEDED}
+    lines = []
+    for index, (custom_id, model, body) in enumerate(lifecycle.requests_of(deps, record)):
+        if index in succeeded:
+            continue
+        line = {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": record.endpoint,
+            "body": {**body, "model": model},
+        }
+        lines.append(codec.dumps(line).encode() + b"\n")
+    if not lines:
+        raise BadRequest(
+            "Every request of this batch succeeded: nothing to export.", code="nothing_to_export"
+        )
+    name = f"{(record.metadata or {}).get('name') or record.id} unfinished.jsonl"
+    created = files.new_input_file(deps, principal, _filename(name), b"".join(lines))
+    return {**files.file_object(created), "requests": len(lines)}
+
+
+def _filename(name: str) -> str:
+    """A plain file name: letters, digits, spaces and ``._-`` only, within the upload rules."""
+    kept = "".join(c if c.isalnum() or c in " ._-" else "_" for c in name).strip()
+    return kept[-files.MAX_FILENAME_CHARS :] or "unfinished.jsonl"

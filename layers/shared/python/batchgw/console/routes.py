@@ -117,6 +117,13 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
         deps, principal = call()
         return json_response(200, batches.details(deps, principal, batch_id))
 
+    @app.post("/console/api/batches/<batch_id>/export-unfinished")
+    def console_export(batch_id: str) -> Response[Any]:
+        from batchgw.console import batches
+
+        deps, principal = call()
+        return json_response(200, batches.export_unfinished(deps, principal, batch_id))
+
     @app.get("/console/api/models")
     def console_models() -> Response[Any]:
         from batchgw.console import batches

@@ -172,7 +172,7 @@ def _input_lines(deps: Deps, batch: BatchRecord) -> Iterator[bytes]:
     )
 
 
-def _requests_of(deps: Deps, batch: BatchRecord) -> Iterator[tuple[str, str, Any]]:
+def requests_of(deps: Deps, batch: BatchRecord) -> Iterator[tuple[str, str, Any]]:
     """The batch's requests as (custom_id, canonical model, body), streamed from S3."""
     if batch.input_method == "file":
         for planned in iter_planned(
@@ -272,7 +272,7 @@ def _write_chunks(deps: Deps, batch: BatchRecord, *, start: int) -> Iterator[int
     pending: list[RequestRecord] = []
     chunk = FIRST_WRITE if start == 0 else WRITE_CHUNK
     index = -1
-    for index, (custom_id, model, body) in enumerate(_requests_of(deps, batch)):
+    for index, (custom_id, model, body) in enumerate(requests_of(deps, batch)):
         if index >= batch.total:
             raise ValueError(f"{batch.id}: its input has more than the {batch.total} requests counted")
         if index < start:

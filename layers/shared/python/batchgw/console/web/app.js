@@ -9,6 +9,7 @@ import { BatchesPage } from "./pages/batches.js";
 import { BatchPage } from "./pages/batch.js";
 import { CreatePage } from "./pages/create.js";
 import { AdminPage } from "./pages/admin.js";
+import { WebhookPage } from "./pages/webhook.js";
 
 // --- signing in ------------------------------------------------------------------------------
 
@@ -51,6 +52,7 @@ function Nav({ session, capabilities, path, onSignOut }) {
   const links = [];
   if (capabilities && capabilities.show_entry) links.push(["/console/", "Batches"]);
   if (capabilities && capabilities.show_entry && capabilities.role_may_submit) links.push(["/console/create", "Create batch"]);
+  if (capabilities && capabilities.show_entry) links.push(["/console/webhook", "Webhook"]);
   if (session.role === "admin") links.push(["/console/admin", "Admin: Batches"]);
   const current = (href) => (href === "/console/" ? path === "/console/" || path.startsWith("/console/batches") : path.startsWith(href));
   return html`
@@ -79,6 +81,7 @@ function Page({ session, capabilities, path }) {
     return session.role === "admin" ? html`<${AdminPage} />` : html`<p class="error">Only administrators see this page.</p>`;
   }
   if (!capabilities || capabilities.status !== "enabled") return html`<${Unavailable} capabilities=${capabilities || { status: "unavailable" }} />`;
+  if (path.startsWith("/console/webhook")) return html`<${WebhookPage} capabilities=${capabilities} />`;
   if (path.startsWith("/console/create")) return html`<${CreatePage} capabilities=${capabilities} session=${session} />`;
   const match = path.match(/^\/console\/batches\/([^/]+)$/);
   if (match) return html`<${BatchPage} id=${decodeURIComponent(match[1])} />`;

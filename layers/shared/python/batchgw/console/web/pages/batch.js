@@ -51,6 +51,7 @@ export function BatchPage({ id }) {
   const [error, setError] = useState(null);
   const [notice, setNotice] = useState(null);
   const [busy, setBusy] = useState(false);
+  const [exported, setExported] = useState(null);
   const wait = useRef(FIRST_POLL_MS);
   const seen = useRef(null);
 
@@ -79,6 +80,19 @@ export function BatchPage({ id }) {
       clearTimeout(timer);
     };
   }, [id, notice]);
+
+  const exportUnfinished = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      const file = await post(`/console/api/batches/${encodeURIComponent(id)}/export-unfinished`);
+      setExported(file);
+    } catch (failure) {
+      setError(failure);
+    } finally {
+      setBusy(false);
+    }
+  };
 
   const act = async (what) => {
     setBusy(true);
@@ -114,8 +128,12 @@ export function BatchPage({ id }) {
         ${batch.may.cancel && html`<button type="button" class="danger" disabled=${busy} onClick=${() => act("cancel")}>Cancel batch</button>`}
         ${batch.may.download && html`<a class="button primary" href=${`/v1/batches/${encodeURIComponent(batch.id)}/output.jsonl`} download>Download results</a>`}
         ${batch.may.download && batch.error_file_id && html`<a class="button" href=${`/v1/files/${encodeURIComponent(batch.error_file_id)}/content`} download>Download errors</a>`}
+        ${batch.copy && html`<${Link} class="button" href=${`/console/create?copy=${encodeURIComponent(batch.id)}`}>Copy as new batch<//>`}
+        ${batch.may.export_unfinished && html`<button type="button" disabled=${busy} onClick=${exportUnfinished}>Export unfinished requests</button>`}
         <button type="button" class="danger" disabled=${busy} onClick=${() => act("delete")}>Delete batch</button>
       </div>
+      ${exported && html`<p class="info" role="status">Exported ${count(exported.requests)} unfinished requests as <strong>${exported.filename}</strong> (${exported.id}).
+        <${Link} href=${`/console/create?file=${encodeURIComponent(exported.id)}`}>Fix and submit them as a new batch<//></p>`}
       ${!batch.may.download && html`<p class="note">Results can be downloaded once the batch has finished.</p>`}
       <${Progress} batch=${batch} />
       <h3>Details</h3>

@@ -156,8 +156,51 @@ export function CreatePage({ capabilities, session }) {
   const [busy, setBusy] = useState(false);
   const [uploads, setUploads] = useState(0);
 
+  const run = async (work) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await work();
+    } catch (failure) {
+      setError(failure);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const use = (chosen, type = "") =>
+    run(async () => {
+      setFile(chosen);
+      setEndpoint(type);
+      setCheck(null);
+      setScan(await post("/v1/batches/preflight", type ? { input_file_id: chosen.id, endpoint: type } : { input_file_id: chosen.id }));
+    });
+
   useEffect(() => {
     get("/console/api/models").then((page) => setModels(page.data), setError);
+    // Copy as new batch (?copy=<batch>) or an exported file (?file=<file>): the page opens on
+    // that file and those settings; copying runs nothing and does not extend the file's life.
+    const asked = new URLSearchParams(location.search);
+    if (asked.get("copy")) {
+      run(async () => {
+        const source = await get(`/console/api/batches/${encodeURIComponent(asked.get("copy"))}`);
+        const copy = source.copy;
+        if (!copy) throw new Error("This batch cannot be copied yet: only a Chat or Embeddings batch made from a file can.");
+        const c = copy.choices || {};
+        setForm({
+          name: copy.name ? `Copy of ${copy.name}` : "",
+          description: copy.description || "",
+          model: c.model || "",
+          temperature: c.temperature == null ? "" : String(c.temperature),
+          max_tokens: c.max_tokens == null ? "" : String(c.max_tokens),
+        });
+        if (c.endpoint) setEndpoint(c.endpoint);
+        if (copy.input_file_id) await use({ id: copy.input_file_id, filename: copy.filename }, c.endpoint || "");
+        else setError(new Error("The batch's source file has been deleted or has expired: upload it again; the settings are kept."));
+      });
+    } else if (asked.get("file")) {
+      run(async () => use(await get(`/v1/files/${encodeURIComponent(asked.get("file"))}`)));
+    }
   }, []);
 
   if (pending) return html`<${Pending} pending=${pending} onDone=${() => setPending(readPending())} />`;
@@ -175,26 +218,6 @@ export function CreatePage({ capabilities, session }) {
     if (isChat && form.max_tokens !== "") b.max_tokens = Number(form.max_tokens);
     return b;
   };
-  const run = async (work) => {
-    setBusy(true);
-    setError(null);
-    try {
-      await work();
-    } catch (failure) {
-      setError(failure);
-    } finally {
-      setBusy(false);
-    }
-  };
-
-  const use = (chosen) =>
-    run(async () => {
-      setFile(chosen);
-      setEndpoint("");
-      setCheck(null);
-      setScan(await post("/v1/batches/preflight", { input_file_id: chosen.id }));
-    });
-
   const upload = (event) => {
     event.preventDefault();
     const input = event.target.elements.file;
