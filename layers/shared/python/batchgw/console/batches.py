@@ -186,7 +186,8 @@ def _cursor(deps: Deps, principal: Principal, after: str | None) -> str | None:
 
 
 def details(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
-    """GET /console/batches/{id}: the row, and the webhook deliveries about this batch."""
+    """GET /console/api/batches/{id}: the row, the webhook deliveries about this batch, what
+    Copy as new batch opens (``copy_of``), and whether its unfinished requests may be exported."""
     batch = deps.batches.get(batch_id)
     if batch is None or batch.record.owner != principal.user_id:
         raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id")
