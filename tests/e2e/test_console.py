@@ -240,29 +240,31 @@ def _jsonl(lines: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(line) + "\n" for line in lines).encode()
 
 
+def _line(custom_id: str, content: str = "hi", **body: Any) -> dict[str, Any]:
+    """A file's line with no url: the create page recognises Chat from its body."""
+    return {
+        "custom_id": custom_id,
+        "body": {"model": "sim-chat", "messages": [{"role": "user", "content": content}], **body},
+    }
+
+
+def _through_the_wizard(page: Page, source: Path, name: str, **fields: str) -> None:
+    """Upload ``source`` on the create page, name it, fill ``fields`` (by label), and check."""
+    page.get_by_label("JSONL file").set_input_files(str(source))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    page.get_by_role("button", name="Next: configure", exact=True).click()
+    page.get_by_label("Name", exact=True).fill(name)
+    for label, value in fields.items():
+        page.get_by_label(label).fill(value)
+    page.get_by_role("button", name="Next: check", exact=True).click()
+
+
 def test_the_create_wizard_names_the_failing_line_then_submits_a_fixed_file(
     page: Page, stack: LocalStack, tmp_path: Path
 ) -> None:
     user = User(stack)
     bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(
-        _jsonl(
-            [
-                {
-                    "custom_id": "one",
-                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
-                },
-                {
-                    "custom_id": "two",
-                    "body": {
-                        "model": "sim-chat",
-                        "messages": [{"role": "user", "content": "secret words"}],
-                        "max_completion_tokens": 5,
-                    },
-                },
-            ]
-        )
-    )
+    bad.write_bytes(_jsonl([_line("one"), _line("two", "secret words", max_completion_tokens=5)]))
     sign_in(page, stack, user.key)
     page.get_by_role("link", name="Create batch").first.click()
     page.get_by_label("JSONL file").set_input_files(str(bad))
@@ -285,25 +287,10 @@ def test_the_create_wizard_names_the_failing_line_then_submits_a_fixed_file(
     shot(page, "create-check-failed")
 
     good = tmp_path / "good.jsonl"
-    good.write_bytes(
-        _jsonl(
-            [
-                {
-                    "custom_id": f"g{i}",
-                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
-                }
-                for i in range(3)
-            ]
-        )
-    )
+    good.write_bytes(_jsonl([_line(f"g{i}") for i in range(3)]))
     page.get_by_role("button", name="Back", exact=True).click()
     page.get_by_role("button", name="Back", exact=True).click()
-    page.get_by_label("JSONL file").set_input_files(str(good))
-    page.get_by_role("button", name="Upload", exact=True).click()
-    page.get_by_role("button", name="Next: configure", exact=True).click()
-    page.get_by_label("Name", exact=True).fill("wizard batch")
-    page.get_by_label("Temperature").fill("0.5")
-    page.get_by_role("button", name="Next: check", exact=True).click()
+    _through_the_wizard(page, good, "wizard batch", Temperature="0.5")
     expect(page.get_by_text("Every line passed the check: 3 requests.")).to_be_visible()
     expect(page.locator("pre")).to_contain_text('"temperature":0.5')
     shot(page, "create-check-passed")
@@ -326,23 +313,10 @@ def test_a_submission_whose_answer_was_lost_finds_its_batch_after_a_reload(
 ) -> None:
     user = User(stack)
     source = tmp_path / "lines.jsonl"
-    source.write_bytes(
-        _jsonl(
-            [
-                {
-                    "custom_id": "x",
-                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
-                }
-            ]
-        )
-    )
+    source.write_bytes(_jsonl([_line("x")]))
     sign_in(page, stack, user.key)
     page.goto(console(stack) + "create")
-    page.get_by_label("JSONL file").set_input_files(str(source))
-    page.get_by_role("button", name="Upload", exact=True).click()
-    page.get_by_role("button", name="Next: configure", exact=True).click()
-    page.get_by_label("Name", exact=True).fill("lost answer")
-    page.get_by_role("button", name="Next: check", exact=True).click()
+    _through_the_wizard(page, source, "lost answer")
     expect(page.get_by_text("Every line passed the check")).to_be_visible()
 
     reached: list[str] = []
@@ -502,31 +476,10 @@ def test_export_unfinished_and_copy_as_new_open_the_create_page_on_that_file(
 ) -> None:
     user = User(stack)
     source = tmp_path / "lines.jsonl"
-    source.write_bytes(
-        _jsonl(
-            [
-                {
-                    "custom_id": "ok",
-                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]},
-                },
-                {
-                    "custom_id": "bad",
-                    "body": {
-                        "model": "sim-chat",
-                        "messages": [{"role": "user", "content": "[[sim status=400]]"}],
-                    },
-                },
-            ]
-        )
-    )
+    source.write_bytes(_jsonl([_line("ok"), _line("bad", "[[sim status=400]]")]))
     sign_in(page, stack, user.key)
     page.goto(console(stack) + "create")
-    page.get_by_label("JSONL file").set_input_files(str(source))
-    page.get_by_role("button", name="Upload", exact=True).click()
-    page.get_by_role("button", name="Next: configure", exact=True).click()
-    page.get_by_label("Name", exact=True).fill("half fails")
-    page.get_by_label("max_tokens").fill("9")
-    page.get_by_role("button", name="Next: check", exact=True).click()
+    _through_the_wizard(page, source, "half fails", max_tokens="9")
     page.get_by_role("button", name="Submit batch", exact=True).click()
     expect(page.locator("[data-group]")).to_have_text("With issues", timeout=60_000)
     page.get_by_role("button", name="Export unfinished requests").click()

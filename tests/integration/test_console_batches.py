@@ -170,6 +170,29 @@ def test_the_admin_list_shows_every_users_batches_and_whose_each_is(
 # --- the submission -----------------------------------------------------------------------
 
 
+def checked_submission(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch, lines: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A submission's body for a file of ``lines``, with the check its preflight answered."""
+    file_id = upload(deps, lines)
+    checked = preflight(deps, monkeypatch, {"input_file_id": file_id})
+    return {"input_file_id": file_id, "name": "n", "check": checked["check"]}
+
+
+def submit(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any], key: str = "sk-local-alice"
+) -> tuple[int, Any]:
+    return call(
+        deps,
+        monkeypatch,
+        "POST",
+        "/console/api/batches",
+        body=body,
+        key=key,
+        headers={"Idempotency-Key": "k"},
+    )
+
+
 def preflight(deps: Deps, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]) -> dict[str, Any]:
     status, answer = call(deps, monkeypatch, "POST", "/v1/batches/preflight", body=body)
     assert status == 200, answer
@@ -242,36 +265,16 @@ def test_a_submission_under_another_key_than_the_one_checked_is_refused(
 ) -> None:
     from batchgw.api.accounts import new_key
 
-    file_id = upload(deps, [chat("a")])
-    checked = preflight(deps, monkeypatch, {"input_file_id": file_id})
+    body = checked_submission(deps, monkeypatch, [chat("a")])
     _, other_key = new_key(deps, ALICE.user_id, name="second")
-    body = {"input_file_id": file_id, "name": "n", "check": checked["check"]}
-    status, refused = call(
-        deps,
-        monkeypatch,
-        "POST",
-        "/console/api/batches",
-        body=body,
-        key=other_key,
-        headers={"Idempotency-Key": "k"},
-    )
+    status, refused = submit(deps, monkeypatch, body, key=other_key)
     assert status == 409 and refused["error"]["code"] == "check_outdated"
     assert deps.batches.list_for_owner(ALICE.user_id, limit=10)[0] == []
 
 
 def test_a_submission_is_refused_below_the_minimum_role(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
-    file_id = upload(deps, [chat("a")])
-    checked = preflight(deps, monkeypatch, {"input_file_id": file_id})
-    body = {"input_file_id": file_id, "name": "n", "check": checked["check"]}
-    status, refused = call(
-        deps,
-        monkeypatch,
-        "POST",
-        "/console/api/batches",
-        body=body,
-        key="sk-local-free",
-        headers={"Idempotency-Key": "k"},
-    )
+    body = checked_submission(deps, monkeypatch, [chat("a")])
+    status, refused = submit(deps, monkeypatch, body, key="sk-local-free")
     assert status in (400, 403), refused
     assert deps.batches.list_for_owner("user-free", limit=10)[0] == []
 

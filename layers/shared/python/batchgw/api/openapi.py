@@ -142,6 +142,14 @@ _DECLARED_FILE = {
     "purpose": {"type": "string", "enum": ["batch"]},
     "bytes": {"type": "integer", "minimum": 1},
 }
+# The create page's file and choices: a preflight's body, and a console submission's.
+_PREFLIGHT = {
+    "input_file_id": {"type": "string"},
+    "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/embeddings"]},
+    "model": {"type": "string", "minLength": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "max_tokens": {"type": "integer", "minimum": 1},
+}
 BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/batches"): _json_body(
         {
@@ -176,13 +184,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
             "nothing: lines may leave out url and method, and the stricter rules apply (fields the "
             "gateway would not forward, a byte-order mark, repeated keys, NaN and Infinity are errors). "
             "?format=csv or jsonl answers the problems alone, as a file.",
-            "properties": {
-                "input_file_id": {"type": "string"},
-                "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/embeddings"]},
-                "model": {"type": "string", "minLength": 1},
-                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-                "max_tokens": {"type": "integer", "minimum": 1},
-            },
+            "properties": _PREFLIGHT,
         }
     ),
     ("post", "/console/api/batches"): _json_body(
@@ -193,11 +195,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
             "description, and the check the preflight answered (409 check_outdated when the file, the "
             "key or the model changed since). Needs an Idempotency-Key header.",
             "properties": {
-                "input_file_id": {"type": "string"},
-                "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/embeddings"]},
-                "model": {"type": "string", "minLength": 1},
-                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-                "max_tokens": {"type": "integer", "minimum": 1},
+                **_PREFLIGHT,
                 "name": {"type": "string", "minLength": 1, "maxLength": 256},
                 "description": {"type": "string", "maxLength": 512},
                 "check": {"type": "string"},

@@ -245,8 +245,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.usage: per-user counters of unfinished work and stored bytes (the admin deletes
     # a deleted user's batches and files)
     "rate#*": access(write=(API, ADMIN, INTERACTIVE)),
-    # storage.sessions: the console's sign-ins, made, read and ended by the api
-    "session#*": access(write=(API,)),
+    # storage.sessions: the console's sign-ins, made, read and ended by the api; read by the
+    # admin function too, for the Admin Batches tab's calls to /admin/...
+    "session#*": access(read=(ADMIN,), write=(API,)),
     "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
 }
 

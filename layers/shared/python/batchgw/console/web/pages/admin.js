@@ -5,9 +5,10 @@
 
 import { useEffect, useState } from "preact/hooks";
 import { get, post } from "../api.js";
-import { count, GROUP_NAMES, usd, when } from "../format.js";
+import { count, usd, when } from "../format.js";
 import { ErrorNote, html } from "../ui.js";
 import { Badge, Outcomes } from "./batches.js";
+import { GroupFilter, Caption, More, usePages } from "./list.js";
 
 function Summary() {
   const [summary, setSummary] = useState(null);
@@ -79,39 +80,15 @@ export function AdminPage() {
   const [user, setUser] = useState("");
   const [query, setQuery] = useState("");
   const [filters, setFilters] = useState({ user: "", q: "" });
-  const [rows, setRows] = useState([]);
-  const [next, setNext] = useState(null);
-  const [error, setError] = useState(null);
   const [open, setOpen] = useState(null);
-  const [loading, setLoading] = useState(true);
-
-  const load = async (after) => {
-    setLoading(true);
-    setError(null);
-    const params = new URLSearchParams({ limit: "20" });
-    if (group) params.set("group", group);
-    if (filters.user) params.set("user", filters.user);
-    if (filters.q) params.set("q", filters.q);
-    if (after) params.set("after", after);
-    try {
-      const page = await get(`/admin/console/batches?${params}`);
-      setRows((before) => (after ? [...before, ...page.data] : page.data));
-      setNext(page.has_more ? page.next_after : null);
-    } catch (failure) {
-      setError(failure);
-    } finally {
-      setLoading(false);
-    }
-  };
-  useEffect(() => {
-    load(null);
-  }, [group, filters]);
+  const [error, setError] = useState(null);
+  const list = usePages("/admin/console/batches", { group, ...filters });
 
   const cancel = async (batch) => {
     if (!window.confirm(`Cancel ${batch.name || batch.id} of ${batch.user_id}?`)) return;
     try {
       await post(`/v1/batches/${encodeURIComponent(batch.id)}/cancel`);
-      load(null);
+      list.reload();
     } catch (failure) {
       setError(failure);
     }
@@ -128,16 +105,13 @@ export function AdminPage() {
         <label>Search by name or ID <input type="search" name="q" value=${query} onInput=${(e) => setQuery(e.target.value)} /></label>
         <button type="submit">Search</button>
       </form>
-      <div class="filters" role="group" aria-label="Filter by status">
-        ${[["", "All"], ...Object.entries(GROUP_NAMES)].map(([value, label]) => html`
-          <button type="button" aria-pressed=${group === value ? "true" : "false"} onClick=${() => setGroup(value)}>${label}</button>`)}
-      </div>
-      <${ErrorNote} error=${error} />
+      <${GroupFilter} group=${group} onChange=${setGroup} />
+      <${ErrorNote} error=${error || list.error} />
       ${open && html`<${Attempts} batch=${open} onClose=${() => setOpen(null)} />`}
       <div class="table-wrap"><table class="batches">
-        <caption class="note" aria-live="polite">${loading ? "Loading…" : `${rows.length} shown${next ? ", more below" : ""}`}</caption>
+        <${Caption} list=${list} />
         <thead><tr><th scope="col">User</th><th scope="col">Name</th><th scope="col">Status</th><th scope="col">Requests</th><th scope="col">Cost</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
-        <tbody>${rows.map((b) => html`<tr key=${b.id} data-batch=${b.id}>
+        <tbody>${list.rows.map((b) => html`<tr key=${b.id} data-batch=${b.id}>
           <td data-label="User">${b.user_id}</td><td data-label="Name">${b.name || b.id}${b.name && html`<div class="note">${b.id}</div>`}</td>
           <td data-label="Status"><${Badge} batch=${b} /></td><td data-label="Requests">${count(b.request_counts.total)}: <${Outcomes} batch=${b} /></td>
           <td data-label="Cost">${usd(b.cost_usd)}</td><td data-label="Created">${when(b.created_at)}</td>
@@ -145,6 +119,6 @@ export function AdminPage() {
             ${b.may.cancel && html`<button type="button" class="danger" onClick=${() => cancel(b)}>Cancel <span class="sr-only">${b.id}</span></button>`}</td>
         </tr>`)}</tbody>
       </table></div>
-      ${next && html`<div class="actions"><button type="button" onClick=${() => load(next)} disabled=${loading}>Load more</button></div>`}
+      <${More} list=${list} />
     </section>`;
 }

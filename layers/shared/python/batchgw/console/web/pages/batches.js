@@ -1,12 +1,10 @@
 // The Batches page: the caller's batches, found by group and by name or id, a page at a
 // time from the server (GET /console/api/batches; never every batch at once).
 
-import { useEffect, useState } from "preact/hooks";
-import { get } from "../api.js";
+import { useState } from "preact/hooks";
 import { count, GROUP_NAMES, inputMethod, usd, when } from "../format.js";
 import { ErrorNote, html, Link } from "../ui.js";
-
-const FILTERS = [["", "All"], ...Object.entries(GROUP_NAMES)];
+import { Caption, GroupFilter, More, usePages } from "./list.js";
 
 export function Badge({ batch }) {
   return html`<span class=${`badge ${batch.group}`} data-group=${batch.group}>${GROUP_NAMES[batch.group]}</span>`;
@@ -46,32 +44,7 @@ export function BatchesPage({ capabilities }) {
   const [group, setGroup] = useState("");
   const [query, setQuery] = useState("");
   const [search, setSearch] = useState("");
-  const [rows, setRows] = useState([]);
-  const [next, setNext] = useState(null);
-  const [error, setError] = useState(null);
-  const [loading, setLoading] = useState(true);
-
-  const load = async (after) => {
-    setLoading(true);
-    setError(null);
-    const params = new URLSearchParams({ limit: "20" });
-    if (group) params.set("group", group);
-    if (search) params.set("q", search);
-    if (after) params.set("after", after);
-    try {
-      const page = await get(`/console/api/batches?${params}`);
-      setRows((before) => (after ? [...before, ...page.data] : page.data));
-      setNext(page.has_more ? page.next_after : null);
-    } catch (failure) {
-      setError(failure);
-    } finally {
-      setLoading(false);
-    }
-  };
-
-  useEffect(() => {
-    load(null);
-  }, [group, search]);
+  const list = usePages("/console/api/batches", { group, q: search });
 
   return html`
     <section aria-labelledby="batches-title">
@@ -85,22 +58,19 @@ export function BatchesPage({ capabilities }) {
         </label>
         <button type="submit">Search</button>
       </form>
-      <div class="filters" role="group" aria-label="Filter by status">
-        ${FILTERS.map(([value, label]) => html`
-          <button type="button" aria-pressed=${group === value ? "true" : "false"} onClick=${() => setGroup(value)}>${label}</button>`)}
-      </div>
-      <${ErrorNote} error=${error} />
+      <${GroupFilter} group=${group} onChange=${setGroup} />
+      <${ErrorNote} error=${list.error} />
       <div class="table-wrap">
         <table class="batches">
-          <caption class="note" aria-live="polite">${loading ? "Loading…" : `${rows.length} shown${next ? ", more below" : ""}`}</caption>
+          <${Caption} list=${list} />
           <thead><tr>
             <th scope="col">Name</th><th scope="col">Target</th><th scope="col">Model</th><th scope="col">Input</th>
             <th scope="col">Status</th><th scope="col">Requests</th><th scope="col">Tokens</th><th scope="col">Cost</th><th scope="col">Created</th>
           </tr></thead>
-          <tbody>${rows.map((batch) => html`<${Row} key=${batch.id} batch=${batch} />`)}</tbody>
+          <tbody>${list.rows.map((batch) => html`<${Row} key=${batch.id} batch=${batch} />`)}</tbody>
         </table>
       </div>
-      ${!loading && rows.length === 0 && html`<p class="info">No batches${group || search ? " match" : " yet"}.</p>`}
-      ${next && html`<div class="actions"><button type="button" onClick=${() => load(next)} disabled=${loading}>Load more</button></div>`}
+      ${!list.loading && list.rows.length === 0 && html`<p class="info">No batches${group || search ? " match" : " yet"}.</p>`}
+      <${More} list=${list} />
     </section>`;
 }
