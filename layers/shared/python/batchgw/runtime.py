@@ -367,10 +367,9 @@ class BatchShares:
 
 
 # How often a process reads how many of a model's slots batch chains hold (``SlotRoom``): a
-# Query per model twice a second at most. Room seen on two reads in a row counts, so room
-# that interactive traffic leaves (a burst's end, a batch's last chains ending) is taken
-# within about a second.
-ROOM_READ_SECONDS = 0.5
+# Query per model every 2 s at most. (Read twice a second, a full yield run measured the
+# same idle utilization within its noise: 0.860, against 0.865 at every 2 s.)
+ROOM_READ_SECONDS = 2.0
 
 
 class SlotRoom:
