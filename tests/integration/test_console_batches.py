@@ -276,6 +276,7 @@ def test_a_submission_is_refused_below_the_minimum_role(deps: Deps, monkeypatch:
     body = checked_submission(deps, monkeypatch, [chat("a")])
     status, refused = submit(deps, monkeypatch, body, key="sk-local-free")
     assert status in (400, 403), refused
+    assert status == 403 and "create batches" in refused["error"]["message"]
     assert deps.batches.list_for_owner("user-free", limit=10)[0] == []
 
 

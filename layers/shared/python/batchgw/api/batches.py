@@ -465,6 +465,21 @@ def list_every_batch(
     return fitted_page(data, has_more=has_more)
 
 
+def after_cursor(deps: Deps, principal: Principal, after: str | None) -> str | None:
+    """Where a list goes on from: the owner-index key of the batch ``after`` names (None:
+    from the newest). A time-ordered id says where it stands, deleted or not; an older id is
+    looked up, and must be the caller's (or any, for an administrator)."""
+    if not after:
+        return None
+    key = cursor_key(BATCH_PREFIX, after)
+    if key is not None:
+        return key
+    anchor = deps.batches.get_record(after) if after.startswith(BATCH_PREFIX) else None
+    if anchor is None or (anchor.owner != principal.user_id and not principal.is_admin):
+        raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
+    return anchor.created_key
+
+
 def _listed(
     deps: Deps, principal: Principal, params: Params, owners: Sequence[str]
 ) -> tuple[list[CountedBatch], bool]:
@@ -473,16 +488,7 @@ def _listed(
     unknown = [s for s in statuses if s not in _STATUS_NAMES]
     if unknown:
         raise BadRequest(f"Unknown status '{unknown[0]}'.", param="status")
-    before_key = None
-    after = last(params, "after")
-    if after:
-        # A time-ordered id says where it stands, deleted or not; an older id is looked up.
-        before_key = cursor_key(BATCH_PREFIX, after)
-        if before_key is None:
-            anchor = deps.batches.get_record(after) if after.startswith(BATCH_PREFIX) else None
-            if anchor is None or (anchor.owner != principal.user_id and not principal.is_admin):
-                raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
-            before_key = anchor.created_key
+    before_key = after_cursor(deps, principal, last(params, "after"))
     created_after, created_before = time_range(params, "created_after", "created_before")
     records: list[BatchRecord] = []
     has_more = False

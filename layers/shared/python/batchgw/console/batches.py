@@ -20,11 +20,11 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from batchgw.api import batches as api_batches
-from batchgw.api import files
+from batchgw.api import files, idempotency
 from batchgw.api import webhooks as api_webhooks
 from batchgw.api.accounts import require_admin
+from batchgw.api.auth import require_role
 from batchgw.api.batches import BATCH_PREFIX, Creating
-from batchgw.api.ids import cursor_key
 from batchgw.api.params import Params, int_param, last
 from batchgw.api.shapes import batch_object
 from batchgw.console import preflight
@@ -74,7 +74,6 @@ def row(batch: CountedBatch, now: float) -> dict[str, Any]:
             "cancelled": counts.cancelled,
             "not_ended": max(0, record.total - counts.completed - counts.failed - counts.cancelled),
         },
-        "results_ready": rules.results_ready(record.status),
         "may": {
             "cancel": rules.may_cancel(record.status),
             # Whatever its status, unless a request runs under a live lease (409: cancel
@@ -107,7 +106,9 @@ def list_rows(
             rows = [shown] if group is None or shown["group"] == group else []
             return _page(rows, more=False, last_read=None, scanned=1)
     statuses = rules.statuses_of(group) if group else ()
-    found = _newest_first(deps, owners, _cursor(deps, principal, last(params, "after")), statuses)
+    found = _newest_first(
+        deps, owners, api_batches.after_cursor(deps, principal, last(params, "after")), statuses
+    )
     now = deps.clock()
     matches: list[dict[str, Any]] = []
     scanned = 0
@@ -172,19 +173,6 @@ def _newest_first(
     yield from heapq.merge(*(owner_pages(o) for o in owners), key=lambda r: r.created_key, reverse=True)
 
 
-def _cursor(deps: Deps, principal: Principal, after: str | None) -> str | None:
-    """Where a page goes on from: the owner-index key of the batch ``after`` names."""
-    if not after:
-        return None
-    key = cursor_key(BATCH_PREFIX, after)
-    if key is not None:
-        return key
-    anchor = deps.batches.get_record(after) if after.startswith(BATCH_PREFIX) else None
-    if anchor is None or (anchor.owner != principal.user_id and not principal.is_admin):
-        raise BadRequest(f"'after' names no batch of yours: '{after}'.", param="after")
-    return anchor.created_key
-
-
 def details(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:
     """GET /console/api/batches/{id}: the row, the webhook deliveries about this batch, what
     Copy as new batch opens (``copy_of``), and whether its unfinished requests may be exported."""
@@ -217,8 +205,6 @@ def submit(
     file, the key, or the model the choice resolves to changed) is refused with 409
     ``check_outdated``. The batch keeps its own copy of the stored requests. An
     ``Idempotency-Key`` is required: a reload finds the batch instead of making another."""
-    from batchgw.api import idempotency
-
     if not idempotency_key:
         raise BadRequest(
             "A console submission needs an Idempotency-Key header.", code="idempotency_key_required"
@@ -238,8 +224,6 @@ def submit(
         metadata["description"] = description
 
     def create(creating: Creating) -> dict[str, Any]:
-        from batchgw.api.auth import require_role
-
         require_role(deps, principal, "create batches")
         checked = preflight.checked(deps, principal, body)
         if not checked.report.valid:
