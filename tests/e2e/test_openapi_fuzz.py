@@ -94,6 +94,7 @@ def test_the_document_links_each_made_object_to_what_can_be_done_with_it(documen
         ("get", "/v1/batches/{batch_id}/results"),
         ("get", "/v1/batches/{batch_id}/output.jsonl"),
         ("delete", "/v1/batches/{batch_id}"),
+        ("post", "/v1/batches/{batch_id}/retry"),
     }
     uploaded = document["paths"]["/v1/files"]["post"]["responses"]["200"]["links"]
     assert {ids[link["operationId"]] for link in uploaded.values()} == {

@@ -181,3 +181,70 @@ def test_a_delivery_killed_mid_flight_is_delivered_after_all(stack: LocalStack, 
         timeout=10,
         what="the delivery recorded",
     )
+
+
+def test_the_unmodified_openai_sdk_manages_the_webhook_and_verifies_its_deliveries(
+    stack: LocalStack, receiver: Receiver
+) -> None:
+    admin = Api(stack, "sk-local-admin")
+    client = openai.OpenAI(api_key="sk-local-admin", base_url=stack.api_url)
+    for found in client.webhooks.list():
+        client.webhooks.delete(found.id)
+    assert client.webhooks.event_types.list().data == [
+        "batch.completed",
+        "batch.failed",
+        "batch.expired",
+        "batch.cancelled",
+    ]
+    made = client.webhooks.create(
+        name="ops", url=receiver.url("/sdk"), event_types=["batch.completed", "batch.cancelled"]
+    )
+    assert made.signing_secret.startswith("whsec_") and made.signing_secret_hint
+    assert [e.id for e in client.webhooks.list()] == [made.id]
+    assert client.webhooks.retrieve(made.id).event_types == ["batch.completed", "batch.cancelled"]
+    with pytest.raises(openai.ConflictError):
+        client.webhooks.create(name="again", url=receiver.url("/sdk"), event_types=["batch.completed"])
+    # The spec's route shows the same webhook.
+    assert admin.http.get("/batch_webhook").json()["url"] == receiver.url("/sdk")
+
+    tested = client.webhooks.test(made.id, event_type="batch.completed")
+    assert (tested.status_code, tested.webhook_endpoint_id) == (200, made.id)
+    headers, body, _ = receiver.at("/sdk")[-1]
+    event = client.webhooks.unwrap(body, headers, secret=made.signing_secret)
+    assert event.type == "batch.completed" and event.data.id == "batch_test"
+
+    # A rotation that keeps the old secret for 24 hours: deliveries verify with either.
+    rotated = client.webhooks.rotate_secret(made.id, keep_old_secret_active_for_24_hours=True)
+    assert rotated.signing_secret != made.signing_secret
+    done = admin.create([chat("a", "hi")]).json()["id"]
+    ended(admin, done)
+    wait_for(lambda: len(receiver.at("/sdk")) >= 2, timeout=30, what="the batch's event")
+    headers, body, _ = receiver.at("/sdk")[-1]
+    for secret in (made.signing_secret, rotated.signing_secret):
+        assert client.webhooks.unwrap(body, headers, secret=secret).data.id == done
+
+    # An event type the endpoint does not name is not sent; a rotation without the overlap
+    # leaves only the new secret signing.
+    updated = client.webhooks.update(made.id, event_types=["batch.cancelled"], name="ops 2")
+    assert (updated.name, updated.event_types) == ("ops 2", ["batch.cancelled"])
+    newest = client.webhooks.rotate_secret(made.id)
+    done_again = admin.create([chat("b", "hi")]).json()["id"]
+    ended(admin, done_again)
+    wait_for(
+        lambda: any(
+            e["batch_id"] == done_again for e in admin.http.get("/batch_webhook/events").json()["data"]
+        ),
+        timeout=30,
+        what="the event's record",
+    )
+    assert len(receiver.at("/sdk")) == 2
+    client.webhooks.test(made.id, event_type="batch.cancelled")
+    headers, body, _ = receiver.at("/sdk")[-1]
+    assert client.webhooks.unwrap(body, headers, secret=newest.signing_secret).type == "batch.cancelled"
+    with pytest.raises(openai.InvalidWebhookSignatureError):
+        client.webhooks.unwrap(body, headers, secret=rotated.signing_secret)
+
+    assert client.webhooks.delete(made.id).deleted is True
+    assert list(client.webhooks.list()) == []
+    with pytest.raises(openai.NotFoundError):
+        client.webhooks.retrieve(made.id)

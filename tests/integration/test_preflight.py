@@ -14,6 +14,7 @@ from batchgw.api import files
 from batchgw.deps import Deps
 from batchgw.domain.principal import Principal
 
+from functions.admin import handler as admin_api
 from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps
@@ -122,3 +123,71 @@ def test_bad_choices_or_another_users_file_are_refused_in_the_apis_shape(
     bobs = call(deps, monkeypatch, {"input_file_id": file_id}, key="sk-local-bob")
     assert bobs["statusCode"] == 400
     assert json.loads(bobs["body"])["error"]["code"] == "invalid_input_file"
+
+
+# --- what the requests may cost -----------------------------------------------------------------
+
+SIM_CHAT_IN, SIM_CHAT_OUT = 0.5e-6, 1.5e-6  # USD per token (config/models.local.json)
+
+
+def set_daily_quota(deps: Deps, monkeypatch: pytest.MonkeyPatch, usd: float) -> None:
+    monkeypatch.setattr(admin_api, "get_deps", lambda: deps)
+    event = http_event(
+        "PATCH", "/admin/users/user-alice", body={"daily_quota_usd": usd}, key="sk-local-admin"
+    )
+    assert admin_api.handler(event, LambdaContext())["statusCode"] == 200  # type: ignore[arg-type]
+
+
+def test_the_cost_is_bounded_from_no_output_to_the_most_each_request_may_ask_for(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file_id = upload(deps, [chat("a"), chat("b")])
+    cost = json.loads(call(deps, monkeypatch, {"input_file_id": file_id, "max_tokens": 40})["body"])["cost"]
+    (model,) = cost["models"]
+    assert (model["model"], model["requests"], model["output_tokens_most"]) == ("sim-chat", 2, 80)
+    assert model["input_tokens"] > 2 * len(SECRET) // 4  # estimated from the bodies, generously
+    assert model["min_usd"] == pytest.approx(model["input_tokens"] * SIM_CHAT_IN, abs=1e-9)
+    assert model["max_usd"] == pytest.approx(model["min_usd"] + 80 * SIM_CHAT_OUT, abs=1e-9)
+    assert (cost["min_usd"], cost["max_usd"]) == (model["min_usd"], model["max_usd"])
+    assert cost["spend_left_usd"] is None and cost["fits"] == "yes"  # no quota limits alice
+    # Without max_tokens, each request may write as much as its model allows (16,384 tokens).
+    unbounded = json.loads(call(deps, monkeypatch, {"input_file_id": file_id})["body"])["cost"]
+    assert unbounded["models"][0]["output_tokens_most"] == 2 * 16384
+
+
+def test_the_answer_says_whether_the_cost_fits_what_the_quota_leaves(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file_id = upload(deps, [chat("a"), chat("b")])
+    set_daily_quota(deps, monkeypatch, 0.01)  # more than the least, less than 32,768 tokens of output
+    cost = json.loads(call(deps, monkeypatch, {"input_file_id": file_id})["body"])["cost"]
+    assert (cost["spend_left_usd"], cost["fits"]) == (0.01, "maybe")
+    set_daily_quota(deps, monkeypatch, 0.000001)
+    cost = json.loads(call(deps, monkeypatch, {"input_file_id": file_id})["body"])["cost"]
+    assert cost["fits"] == "no"
+    set_daily_quota(deps, monkeypatch, 5)
+    assert json.loads(call(deps, monkeypatch, {"input_file_id": file_id})["body"])["cost"]["fits"] == "yes"
+
+
+def test_direct_requests_are_checked_as_a_create_would_and_bounded_per_model(
+    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = [chat("a", max_tokens=10), chat("b", max_tokens=10), chat("c", max_tokens=10)]
+    requests[2]["body"]["model"] = "sim-chat-only"
+    answer = json.loads(call(deps, monkeypatch, {"requests": requests})["body"])
+    assert answer["valid"] is True and answer["requests"] == 3 and answer["input_file_id"] is None
+    assert answer["endpoint"] == "/v1/chat/completions" and answer["model"] is None  # two models
+    assert [(m["model"], m["requests"], m["output_tokens_most"]) for m in answer["cost"]["models"]] == [
+        ("sim-chat", 2, 20),
+        ("sim-chat-only", 1, 10),
+    ]
+    assert answer["cost"]["max_usd"] == pytest.approx(sum(m["max_usd"] for m in answer["cost"]["models"]))
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 0
+    assert deps.batches.list_for_owner(ALICE.user_id, limit=10)[0] == []
+
+    del requests[1]["custom_id"]
+    bad = json.loads(call(deps, monkeypatch, {"requests": requests})["body"])
+    assert bad["valid"] is False and bad["cost"] is None
+    assert bad["problems"][0]["field"] is not None and "custom_id" in bad["problems"][0]["message"]
+    csv_text = call(deps, monkeypatch, {"requests": requests}, query="format=csv")["body"]
+    assert csv_text.startswith("line,custom_id,field,code,message") and "custom_id" in csv_text

@@ -126,3 +126,102 @@ def test_deleting_a_user_deletes_their_webhook(deps: Deps) -> None:
     assert call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/"})[0] == 200
     assert call("DELETE", "/admin/users/user-alice", key=ADMIN)[0] == 200
     assert deps.webhooks.get("user-alice") is None
+
+
+# --- the OpenAI SDK's webhook endpoints, onto the same webhook -----------------------------------
+
+ENDPOINT = {"url": "https://hooks.example.com/batch", "name": "ops", "event_types": ["batch.failed"]}
+
+
+def test_an_endpoint_is_the_users_one_webhook_whichever_api_made_it(deps: Deps) -> None:
+    status, made = call("POST", "/v1/webhook_endpoints", body=ENDPOINT)
+    assert status == 200 and made["id"].startswith("we_") and made["signing_secret"].startswith("whsec_")
+    assert made["signing_secret_hint"].endswith(made["signing_secret"][-4:])
+    assert call("POST", "/v1/webhook_endpoints", body=ENDPOINT)[0] == 409  # one per user
+    # Saved again through the spec's route, it keeps its id, name and event types.
+    assert call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/v2"})[0] == 200
+    status, shown = call("GET", f"/v1/webhook_endpoints/{made['id']}")
+    assert status == 200 and "signing_secret" not in shown
+    assert (shown["url"], shown["name"], shown["event_types"]) == (
+        "https://hooks.example.com/v2",
+        "ops",
+        ["batch.failed"],
+    )
+    # One made through the spec's route is an endpoint too, of every batch event type.
+    assert call("DELETE", f"/v1/webhook_endpoints/{made['id']}")[1]["deleted"] is True
+    call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/v3"})
+    status, listed = call("GET", "/v1/webhook_endpoints")
+    assert status == 200 and len(listed["data"]) == 1 and listed["has_more"] is False
+    assert listed["data"][0]["event_types"] == [
+        "batch.completed",
+        "batch.failed",
+        "batch.expired",
+        "batch.cancelled",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({**ENDPOINT, "event_types": ["response.completed"]}, "event_types"),
+        ({**ENDPOINT, "event_types": []}, "event_types"),
+        ({**ENDPOINT, "name": ""}, "name"),
+        ({"url": ENDPOINT["url"], "name": "x"}, "event_types"),
+        ({**ENDPOINT, "url": "https://inside.example.com/hook"}, "url"),
+        ({**ENDPOINT, "secret": "mine"}, "secret"),
+    ],
+)
+def test_a_bad_endpoint_is_400_naming_its_field_and_nothing_is_stored(
+    deps: Deps, body: dict[str, Any], param: str
+) -> None:
+    status, answer = call("POST", "/v1/webhook_endpoints", body=body)
+    assert status == 400 and answer["error"]["param"] == param, answer
+    assert deps.webhooks.get("user-alice") is None
+
+
+def test_below_the_minimum_role_an_endpoint_is_read_and_deleted_not_made_or_changed(deps: Deps) -> None:
+    assert call("POST", "/v1/webhook_endpoints", FREE, ENDPOINT)[0] == 403
+    status, made = call("POST", "/v1/webhook_endpoints", ALICE, ENDPOINT)
+    assert status == 200
+    call("PATCH", "/admin/users/user-alice", ADMIN, {"role": "free"})
+    endpoint = f"/v1/webhook_endpoints/{made['id']}"
+    assert call("POST", endpoint, ALICE, {"name": "new"})[0] == 403
+    assert call("POST", f"{endpoint}/rotate_secret", ALICE, {})[0] == 403
+    assert call("POST", f"{endpoint}/test", ALICE, {"event_type": "batch.failed"})[0] == 403
+    assert call("GET", endpoint, ALICE)[0] == 200
+    assert call("DELETE", endpoint, ALICE)[0] == 200
+
+
+def test_another_id_is_404_and_a_rotation_without_overlap_drops_the_old_secret(deps: Deps) -> None:
+    _, made = call("POST", "/v1/webhook_endpoints", body=ENDPOINT)
+    assert call("GET", "/v1/webhook_endpoints/we_nope")[0] == 404
+    status, kept = call(
+        "POST",
+        f"/v1/webhook_endpoints/{made['id']}/rotate_secret",
+        body={"keep_old_secret_active_for_24_hours": True},
+    )
+    assert status == 200 and deps.webhooks.get("user-alice").previous_secret is not None  # type: ignore[union-attr]
+    status, dropped = call("POST", f"/v1/webhook_endpoints/{made['id']}/rotate_secret")
+    stored = deps.webhooks.get("user-alice")
+    assert status == 200 and stored is not None and stored.previous_secret is None
+    assert (
+        deps.sealer.open(stored.secret, user_id="user-alice")
+        == dropped["signing_secret"]
+        != kept["signing_secret"]
+    )
+
+
+def test_a_test_event_no_endpoint_answers_is_a_clear_400(deps: Deps) -> None:
+    _, made = call("POST", "/v1/webhook_endpoints", body=ENDPOINT)
+    NAMES["hooks.example.com"] = []  # the name no longer resolves
+    try:
+        status, answer = call(
+            "POST", f"/v1/webhook_endpoints/{made['id']}/test", body={"event_type": "batch.failed"}
+        )
+    finally:
+        NAMES["hooks.example.com"] = ["93.184.216.34"]
+    assert status == 400 and answer["error"]["code"] == "webhook_test_failed", answer
+    status, answer = call(
+        "POST", f"/v1/webhook_endpoints/{made['id']}/test", body={"event_type": "eval.run.failed"}
+    )
+    assert status == 400 and answer["error"]["param"] == "event_type"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -16,6 +17,7 @@ from batchgw.domain.spend import (
     next_day,
     next_month,
     reservation_tokens,
+    room_left,
 )
 
 
@@ -151,3 +153,12 @@ def test_what_a_request_may_cost_counts_its_asked_or_its_models_output() -> None
     del body["max_tokens"]
     assert reservation_tokens(body, "/v1/chat/completions", model_max_output=4000)[1] == 4000
     assert reservation_tokens(body, "/v1/embeddings", model_max_output=None)[1] == 0
+
+
+def test_what_is_left_to_spend_is_the_least_room_of_every_quota_and_budget_reservations_counted() -> None:
+    assert room_left(USER, KEY, NOTHING, NOTHING) is None  # nothing limits them
+    user = replace(USER, daily_quota_nano=1_000, monthly_quota_nano=10_000)
+    key = replace(KEY, monthly_budget_nano=5_000)
+    assert room_left(user, key, Spend(today=300, month=9_500, reserved=100), NOTHING) == 400
+    assert room_left(user, key, Spend(today=100, month=100), Spend(month=4_800)) == 200  # the key's
+    assert room_left(user, key, Spend(today=2_000, month=2_000), NOTHING) == 0  # over: none left

@@ -5,7 +5,7 @@ resolves inside at connect time even if it was public when saved (fake resolver,
 from __future__ import annotations
 
 import httpx
-from batchgw.run.webhooks import Answer, safe_post
+from batchgw.outbound import Answer, safe_post
 
 PUBLIC = "93.184.216.34"
 

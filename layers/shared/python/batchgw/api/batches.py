@@ -19,7 +19,7 @@ from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS
 from batchgw.deps import Deps
 from batchgw.domain import codec
-from batchgw.domain.batch import BatchRecord, CountedBatch, InputMethod, backstop_ttl, created_key
+from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
 from batchgw.domain.errors import (
     BadRequest,
     Conflict,
@@ -35,7 +35,7 @@ from batchgw.domain.spend import refusal
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.observability import logger
-from batchgw.storage.blobs import input_file_key, input_key
+from batchgw.storage.blobs import own_input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.spend import Payer, used_up_now
 from batchgw.storage.workflow import Next
@@ -134,7 +134,7 @@ def _create(
         )
     body = parse_json(raw)
     if isinstance(body, dict) and "input_file_id" in body:
-        return _create_from_file(deps, principal, body, anthropic_version, creating)
+        return open_batch(deps, principal, creating, _file_opening(deps, principal, body, anthropic_version))
     plan = validate_create(
         body,
         settings=settings,
@@ -142,40 +142,20 @@ def _create(
         role=principal.role,
         anthropic_version=anthropic_version,
     )
-    models = tuple(sorted({r.model for r in plan.requests}))
-    _check_routes(deps, models)
-    _check_spend(deps, principal)
-    batch_id = creating.batch_id
-    lines = [
-        codec.dumps({"custom_id": r.custom_id, "model": r.model, "body": r.body}).encode()
-        for r in plan.requests
-    ]
-    deps.blobs.put_lines_gz(input_key(batch_id), lines)
-    label, seconds = _window(deps, plan.completion_window)
-    record = _new_record(
-        deps,
-        principal,
-        batch_id,
+    requests = InlineInput(tuple((r.custom_id, r.model, r.body) for r in plan.requests))
+    opening = Opening(
         endpoint=plan.endpoint,
+        window=plan.completion_window,
         metadata=plan.metadata,
-        window_label=label,
-        window_seconds=seconds,
         anthropic_version=anthropic_version,
-        input_method="inline",
-        total=len(plan.requests),
-        models=models,
-        idempotency_key=creating.idempotency_key,
+        input=requests,
     )
-    return _store_and_start(deps, record)
+    return open_batch(deps, principal, creating, opening)
 
 
-def _create_from_file(
-    deps: Deps,
-    principal: Principal,
-    body: dict[str, Any],
-    anthropic_version: str | None,
-    creating: Creating,
-) -> dict[str, Any]:
+def _file_opening(
+    deps: Deps, principal: Principal, body: dict[str, Any], anthropic_version: str | None
+) -> Opening:
     """A batch from an uploaded JSONL file: checked here only as far as the call goes; the
     file itself is validated by the workflow, in the background."""
     if "output_expires_after" in body:
@@ -195,50 +175,97 @@ def _create_from_file(
     metadata = check_metadata(body.get("metadata"))
     file_id = batch_input_file(deps, principal, body.get("input_file_id")).id
     # The batch keeps its own copy: deleting the input file later does not affect it.
-    return start_file_batch(
-        deps,
-        principal,
-        creating,
+    return Opening(
         endpoint=endpoint,
-        metadata=metadata,
         window=window,
+        metadata=metadata,
         anthropic_version=anthropic_version,
-        input_file_id=file_id,
-        write_input=lambda key: deps.blobs.copy(file_key(file_id), key),
+        input=FileInput(file_id, write=lambda key: deps.blobs.copy(file_key(file_id), key)),
     )
 
 
-def start_file_batch(
-    deps: Deps,
-    principal: Principal,
-    creating: Creating,
-    *,
-    endpoint: str,
-    metadata: dict[str, str] | None,
-    window: str | None,
-    input_file_id: str,
-    write_input: Callable[[str], None],
-    anthropic_version: str | None = None,
-) -> dict[str, Any]:
-    """Store and start a file batch whose call was checked: its own input written by
-    ``write_input`` (to the key it is given), validated by the workflow in the background."""
+@dataclass(frozen=True, slots=True)
+class InlineInput:
+    """Requests given in the call, checked: (custom_id, canonical model, body) each."""
+
+    requests: tuple[tuple[str, str, Any], ...]
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({model for _, model, _ in self.requests}))
+
+
+@dataclass(frozen=True, slots=True)
+class FileInput:
+    """A JSONL file of the caller (``file_id``): ``write`` writes the batch's own copy of it
+    to the key it is given; the workflow validates that copy in the background."""
+
+    file_id: str
+    write: Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """What a batch is opened with, whichever way it came: a create with requests, a create
+    with a file, the console's submission, or the retry of another batch's unfinished
+    requests (``parent_batch_id``)."""
+
+    endpoint: str
+    window: str | None
+    metadata: dict[str, str] | None
+    input: InlineInput | FileInput
+    anthropic_version: str | None = None
+    parent_batch_id: str | None = None
+
+
+def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Opening) -> dict[str, Any]:
+    """Store the batch ``opening`` describes as ``creating`` says, with its own copy of its
+    input, and start its workflow: the batch object."""
+    given = opening.input
+    if isinstance(given, InlineInput):
+        _check_routes(deps, given.models)
     _check_spend(deps, principal)
     batch_id = creating.batch_id
-    write_input(input_file_key(batch_id))
-    label, seconds = _window(deps, window)
-    record = _new_record(
-        deps,
-        principal,
-        batch_id,
-        endpoint=endpoint,
-        metadata=metadata,
-        window_label=label,
-        window_seconds=seconds,
-        anthropic_version=anthropic_version,
-        input_method="file",
-        input_file_id=input_file_id,
+    clock_now = deps.clock()
+    now = int(clock_now)
+    label, seconds = _window(deps, opening.window)
+    expires_at = None if seconds is None else int(now + seconds)
+    settings = deps.settings
+    record = BatchRecord(
+        id=batch_id,
+        owner=principal.user_id,
+        owner_role=principal.role,
+        key_id=principal.key_id,
+        status=BatchStatus.VALIDATING,
+        endpoint=opening.endpoint,
+        completion_window=label,
+        created_at=now,
+        created_key=cursor_key(BATCH_PREFIX, batch_id) or created_key(int(clock_now * 1000), batch_id),
+        expires_at=expires_at,
+        metadata=opening.metadata,
+        anthropic_version=opening.anthropic_version,
+        retention_seconds=int(settings.retention_seconds),
+        input_method="inline" if isinstance(given, InlineInput) else "file",
+        input_file_id=given.file_id if isinstance(given, FileInput) else None,
+        total=len(given.requests) if isinstance(given, InlineInput) else 0,
+        models=given.models if isinstance(given, InlineInput) else (),
         idempotency_key=creating.idempotency_key,
+        parent_batch_id=opening.parent_batch_id,
+        ttl=backstop_ttl(
+            now=clock_now,
+            expires_at=expires_at,
+            retention=settings.retention_seconds,
+            reconcile=settings.batch_reconcile_seconds,
+        ),
     )
+    if isinstance(given, InlineInput):
+        lines = [
+            codec.dumps({"custom_id": custom_id, "model": model, "body": body}).encode()
+            for custom_id, model, body in given.requests
+        ]
+        deps.blobs.put_lines_gz(own_input_key(record), lines)
+    else:
+        given.write(own_input_key(record))
     return _store_and_start(deps, record)
 
 
@@ -253,54 +280,6 @@ def _window(deps: Deps, asked: str | None) -> tuple[str, float | None]:
     return f"{settings.batch_completion_window_hours:g}h", settings.completion_window_seconds
 
 
-def _new_record(
-    deps: Deps,
-    principal: Principal,
-    batch_id: str,
-    *,
-    endpoint: str,
-    metadata: dict[str, str] | None,
-    window_label: str,
-    window_seconds: float | None,
-    anthropic_version: str | None,
-    input_method: InputMethod,
-    input_file_id: str | None = None,
-    total: int = 0,
-    models: tuple[str, ...] = (),
-    idempotency_key: str | None = None,
-) -> BatchRecord:
-    clock_now = deps.clock()
-    now = int(clock_now)
-    expires_at = None if window_seconds is None else int(now + window_seconds)
-    settings = deps.settings
-    return BatchRecord(
-        id=batch_id,
-        owner=principal.user_id,
-        owner_role=principal.role,
-        key_id=principal.key_id,
-        status=BatchStatus.VALIDATING,
-        endpoint=endpoint,
-        completion_window=window_label,
-        created_at=now,
-        created_key=cursor_key(BATCH_PREFIX, batch_id) or created_key(int(clock_now * 1000), batch_id),
-        expires_at=expires_at,
-        metadata=metadata,
-        anthropic_version=anthropic_version,
-        retention_seconds=int(settings.retention_seconds),
-        input_method=input_method,
-        input_file_id=input_file_id,
-        total=total,
-        models=models,
-        idempotency_key=idempotency_key,
-        ttl=backstop_ttl(
-            now=clock_now,
-            expires_at=expires_at,
-            retention=settings.retention_seconds,
-            reconcile=settings.batch_reconcile_seconds,
-        ),
-    )
-
-
 def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
     """Store the batch, counted against its owner's limits in the same write (429 over
     one, its input removed), and start its workflow; if the workflow cannot start, nothing
@@ -310,9 +289,7 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
         record, UsageLimits(settings.batch_max_active_per_user, settings.batch_max_queued_requests_per_user)
     )
     if refused is not None:
-        deps.blobs.delete(
-            input_key(record.id) if record.input_method == "inline" else input_file_key(record.id)
-        )
+        deps.blobs.delete(own_input_key(record))
         raise _over_limit(deps, refused)
     try:
         deps.workflow.start(record.id)

@@ -122,6 +122,12 @@ def new_input_file(deps: Deps, principal: Principal, filename: str, data: bytes)
     return replace(record, counted=True)
 
 
+def plain_filename(name: str) -> str:
+    """A plain file name: letters, digits, spaces and ``._-`` only, within the upload rules."""
+    kept = "".join(c if c.isalnum() or c in " ._-" else "_" for c in name).strip()
+    return kept[-MAX_FILENAME_CHARS:] or "requests.jsonl"
+
+
 def multipart_file(
     deps: Deps, content_type: str | None, body: bytes, *, field: str, what: str, instead: str
 ) -> tuple[dict[str, tuple[str | None, bytes]], bytes]:

@@ -25,6 +25,7 @@ from batchgw.deps import get_deps
 from batchgw.domain import codec
 from batchgw.domain.interactive import MAX_IN_FLIGHT, MAX_REPORT_MODELS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from batchgw.domain.states import BatchStatus
+from batchgw.domain.webhooks import BATCH_EVENT_TYPES
 
 ERROR = {
     "type": "object",
@@ -89,6 +90,13 @@ QUERY: dict[tuple[str, str], list[dict[str, Any]]] = {
         ),
         _query("created_after", _TIME, "only batches created after this time"),
         _query("created_before", _TIME, "only batches created before this time"),
+    ],
+    ("get", "/v1/batches/{batch_id}/output.jsonl"): [
+        _query(
+            "merged",
+            {"type": "string", "enum": ["true", "false"]},
+            "true: with the results of the batches it retries, one line per custom_id",
+        )
     ],
     ("get", "/v1/batches/{batch_id}/results"): [
         _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "results per page (100)"),
@@ -178,15 +186,55 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("post", "/v1/batches/preflight"): _json_body(
         {
-            "type": "object",
-            "required": ["input_file_id"],
-            "description": "Check an uploaded JSONL file as the console submits it, running and billing "
-            "nothing: lines may leave out url and method, and the stricter rules apply (fields the "
-            "gateway would not forward, a byte-order mark, repeated keys, NaN and Infinity are errors). "
-            "?format=csv or jsonl answers the problems alone, as a file.",
-            "properties": _PREFLIGHT,
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["input_file_id"],
+                    "description": "Check an uploaded JSONL file as the console submits it, running and "
+                    "billing nothing: lines may leave out url and method, and the stricter rules apply "
+                    "(fields the gateway would not forward, a byte-order mark, repeated keys, NaN and "
+                    "Infinity are errors). ?format=csv or jsonl answers the problems alone, as a file.",
+                    "properties": _PREFLIGHT,
+                },
+                {
+                    "type": "object",
+                    "required": ["requests"],
+                    "description": "Check direct requests as a create would take them, running and "
+                    "billing nothing.",
+                    "properties": {
+                        "requests": {"type": "array", "items": _REQUEST_LINE, "minItems": 1},
+                        "metadata": _METADATA,
+                        "completion_window": _WINDOW,
+                    },
+                },
+            ],
+            "description": "The answer's cost bounds each model's requests from no output to the most "
+            "each may ask for, and says whether that fits what the caller's quotas and budgets leave.",
         }
     ),
+    ("post", "/v1/batches/{batch_id}/retry"): {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "Open a child batch of this ended batch's failed, expired and "
+                    "cancelled requests (only those with one of error_codes, when given). Honours an "
+                    "Idempotency-Key header.",
+                    "properties": {
+                        "error_codes": {
+                            "type": "array",
+                            "items": {"type": "string", "minLength": 1},
+                            "minItems": 1,
+                        },
+                        "completion_window": _WINDOW,
+                        "metadata": _METADATA,
+                    },
+                    "additionalProperties": False,
+                }
+            }
+        },
+    },
     ("post", "/console/api/batches"): _json_body(
         {
             "type": "object",
@@ -249,6 +297,17 @@ _KEY = {
 }
 
 
+_ENDPOINT = {
+    "url": {"type": "string", "format": "uri"},
+    "name": {"type": "string", "minLength": 1, "maxLength": 256},
+    "event_types": {
+        "type": "array",
+        "items": {"type": "string", "enum": list(BATCH_EVENT_TYPES)},
+        "minItems": 1,
+    },
+}
+
+
 def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
     return _json_body(
         {
@@ -264,6 +323,15 @@ BODIES.update(
     {
         ("put", "/v1/batch_webhook"): _object(
             {"url": {"type": "string", "format": "uri"}, "rotate_secret": {"type": "boolean"}}, ("url",)
+        ),
+        ("post", "/v1/webhook_endpoints"): _object(_ENDPOINT, ("url", "name", "event_types")),
+        ("post", "/v1/webhook_endpoints/{endpoint_id}"): _object(_ENDPOINT),
+        ("post", "/v1/webhook_endpoints/{endpoint_id}/rotate_secret"): {
+            **_object({"keep_old_secret_active_for_24_hours": {"type": "boolean"}}),
+            "required": False,
+        },
+        ("post", "/v1/webhook_endpoints/{endpoint_id}/test"): _object(
+            {"event_type": {"type": "string", "enum": list(BATCH_EVENT_TYPES)}}, ("event_type",)
         ),
         ("post", "/admin/users"): _object(_USER, ("name", "email", "role")),
         ("patch", "/admin/users/{user_id}"): _object(
@@ -303,6 +371,7 @@ _BATCH_OPERATIONS = {
     "BatchResults": ("get", "/v1/batches/{batch_id}/results"),
     "BatchOutput": ("get", "/v1/batches/{batch_id}/output.jsonl"),
     "DeleteBatch": ("delete", "/v1/batches/{batch_id}"),
+    "RetryBatch": ("post", "/v1/batches/{batch_id}/retry"),
 }
 _FILE_OPERATIONS = {
     "GetFile": ("get", "/v1/files/{file_id}"),
@@ -324,6 +393,16 @@ LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/uploads/{upload_id}/complete"): {
         name: (method, path, {"file_id": "$response.body#/file/id"})
         for name, (method, path) in _FILE_OPERATIONS.items()
+    },
+    ("post", "/v1/webhook_endpoints"): {
+        name: (method, path, {"endpoint_id": "$response.body#/id"})
+        for name, (method, path) in {
+            "GetWebhookEndpoint": ("get", "/v1/webhook_endpoints/{endpoint_id}"),
+            "UpdateWebhookEndpoint": ("post", "/v1/webhook_endpoints/{endpoint_id}"),
+            "RotateWebhookSecret": ("post", "/v1/webhook_endpoints/{endpoint_id}/rotate_secret"),
+            "TestWebhookEndpoint": ("post", "/v1/webhook_endpoints/{endpoint_id}/test"),
+            "DeleteWebhookEndpoint": ("delete", "/v1/webhook_endpoints/{endpoint_id}"),
+        }.items()
     },
     ("post", "/admin/users"): {
         "GetUser": ("get", "/admin/users/{user_id}", {"user_id": "$response.body#/id"}),

@@ -196,7 +196,13 @@ def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
             f"from /v1/batches/{batch_id}/results.",
             code="batch_results_unavailable",
         )
-    if size <= ANSWER_LIMIT:
+    return stored_download(deps, key, size)
+
+
+def stored_download(deps: Deps, key: str, size: int | None = None) -> Download:
+    """A stored JSONL document: inline when it fits the response, else a redirect to it."""
+    size = deps.blobs.size(key) if size is None else size
+    if size is not None and size <= ANSWER_LIMIT:
         body = deps.blobs.get(key)
         try:
             if text_out_bytes(body.decode()) <= ANSWER_LIMIT:

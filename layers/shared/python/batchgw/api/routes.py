@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
 from batchgw.api import accounts, auth, batches, files, uploads, webhooks
 from batchgw.api.http import caller, json_body, json_response, params, raw_body
-from batchgw.api.params import Download
+from batchgw.api.params import Download, last
 from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest
 from batchgw.domain.principal import Principal
@@ -111,7 +111,22 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     def batch_output(batch_id: str) -> Response[Any]:
         from batchgw.api import results
 
+        merged = last(params(app), "merged")
+        if merged not in (None, "true", "false"):
+            raise BadRequest("'merged' must be true or false.", param="merged")
+        if merged == "true":
+            from batchgw.api import retry
+
+            return download(retry.merged_output(*call(), batch_id))
         return download(results.output_jsonl(*call(), batch_id))
+
+    @app.post("/v1/batches/<batch_id>/retry")
+    def retry_batch(batch_id: str) -> Response[Any]:
+        from batchgw.api import retry  # loaded on this route's first request
+
+        deps, principal = call()
+        key = app.current_event.headers.get("idempotency-key")
+        return json_response(200, retry.retry_batch(deps, principal, batch_id, raw_body(app), key))
 
     # --- files and uploads --------------------------------------------------------------------
 
@@ -176,6 +191,58 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     @app.get("/v1/batch_webhook/events")
     def webhook_events() -> Response[Any]:
         return json_response(200, webhooks.list_events(*call()))
+
+    # The OpenAI SDK's webhook endpoints (``client.webhooks``), onto the same webhook; their
+    # module loads on their first request.
+
+    @app.get("/v1/webhook_event_types")
+    def webhook_event_types() -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        call()
+        return json_response(200, webhook_endpoints.event_types())
+
+    @app.post("/v1/webhook_endpoints")
+    def create_webhook_endpoint() -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        return json_response(200, webhook_endpoints.create(*call(), json_body(app)))
+
+    @app.get("/v1/webhook_endpoints")
+    def list_webhook_endpoints() -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        return json_response(200, webhook_endpoints.list_endpoints(*call()))
+
+    @app.get("/v1/webhook_endpoints/<endpoint_id>")
+    def get_webhook_endpoint(endpoint_id: str) -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        return json_response(200, webhook_endpoints.retrieve(*call(), endpoint_id))
+
+    @app.post("/v1/webhook_endpoints/<endpoint_id>")
+    def update_webhook_endpoint(endpoint_id: str) -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        return json_response(200, webhook_endpoints.update(*call(), endpoint_id, json_body(app)))
+
+    @app.delete("/v1/webhook_endpoints/<endpoint_id>")
+    def delete_webhook_endpoint(endpoint_id: str) -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        return json_response(200, webhook_endpoints.delete(*call(), endpoint_id))
+
+    @app.post("/v1/webhook_endpoints/<endpoint_id>/rotate_secret")
+    def rotate_webhook_secret(endpoint_id: str) -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        return json_response(200, webhook_endpoints.rotate_secret(*call(), endpoint_id, json_body(app)))
+
+    @app.post("/v1/webhook_endpoints/<endpoint_id>/test")
+    def test_webhook_endpoint(endpoint_id: str) -> Response[Any]:
+        from batchgw.api import webhook_endpoints
+
+        return json_response(200, webhook_endpoints.send_test(*call(), endpoint_id, json_body(app)))
 
     # --- the caller's own account -------------------------------------------------------------
 

@@ -42,6 +42,8 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
         "error": record.error,
         "paused": _paused(batch.record),
         "eta": _eta(batch, now),
+        "parent_batch_id": record.parent_batch_id,
+        "retry_batch_ids": list(record.retry_batch_ids),
     }
 
 

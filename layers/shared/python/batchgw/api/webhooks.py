@@ -20,7 +20,13 @@ from batchgw.deps import Deps
 from batchgw.domain.addresses import Refused, check_addresses, check_url
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.domain.webhooks import ROTATION_OVERLAP_SECONDS, SECRET_BYTES, new_secret
+from batchgw.domain.webhooks import (
+    ENDPOINT_PREFIX,
+    ROTATION_OVERLAP_SECONDS,
+    SECRET_BYTES,
+    hint_of,
+    new_secret,
+)
 from batchgw.storage.webhooks import Delivery, Webhook
 
 _FIELDS = {"url", "rotate_secret"}
@@ -38,16 +44,26 @@ def put_webhook(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
     rotate = body.get("rotate_secret", False)
     if not isinstance(rotate, bool):
         raise BadRequest("rotate_secret must be true or false.", param="rotate_secret")
-    url = _checked_url(deps, body["url"])
+    url = checked_url(deps, body["url"])
     now = deps.clock()
     existing = deps.webhooks.get(principal.user_id)
     shown: str | None = None
     if existing is None or rotate:
         shown = new_secret(secrets.token_bytes(SECRET_BYTES))
     sealed = None if shown is None else deps.sealer.seal(shown, user_id=principal.user_id)
+    hint = None if shown is None else hint_of(shown)
     if existing is None:
         assert sealed is not None
-        hook = Webhook(principal.user_id, url, True, int(now), int(now), sealed)
+        hook = Webhook(
+            principal.user_id,
+            url,
+            True,
+            int(now),
+            int(now),
+            sealed,
+            endpoint_id=ENDPOINT_PREFIX + secrets.token_hex(16),
+            secret_hint=hint,
+        )
     else:
         hook = Webhook(
             principal.user_id,
@@ -58,12 +74,16 @@ def put_webhook(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
             secret=sealed or existing.secret,
             previous_secret=existing.secret if sealed is not None else existing.previous_secret,
             previous_until=now + ROTATION_OVERLAP_SECONDS if sealed is not None else existing.previous_until,
+            endpoint_id=existing.id,
+            name=existing.name,
+            event_types=existing.event_types,
+            secret_hint=hint or existing.secret_hint,
         )
     deps.webhooks.put(hook)
     return webhook_object(hook, secret=shown)
 
 
-def _checked_url(deps: Deps, url: str) -> str:
+def checked_url(deps: Deps, url: str) -> str:
     allow_private = deps.settings.batch_webhook_allow_private_targets
     try:
         target = check_url(url, allow_private=allow_private)

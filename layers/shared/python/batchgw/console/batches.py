@@ -14,13 +14,12 @@ index a page at a time, newest first, until it has a page of matches or has read
 from __future__ import annotations
 
 import heapq
-import io
 import json
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 from batchgw.api import batches as api_batches
-from batchgw.api import files, idempotency
+from batchgw.api import files, idempotency, retry
 from batchgw.api import webhooks as api_webhooks
 from batchgw.api.accounts import require_admin
 from batchgw.api.auth import require_role
@@ -34,8 +33,6 @@ from batchgw.domain import console as rules
 from batchgw.domain.batch import BatchRecord, CountedBatch
 from batchgw.domain.errors import BadRequest, Conflict, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.domain.states import RequestStatus
-from batchgw.run import lifecycle
 from batchgw.validation.strict import stored_lines
 
 # Batches one list call reads at most while it looks for a page of matches, and how many it
@@ -240,19 +237,16 @@ def submit(
 
         def write(key: str) -> None:
             lines = stored_lines(checked.lines, checked.report, checked.choices, limits=checked.limits)
-            deps.blobs.put_stream(key, io.BufferedReader(_Reader(lines)))
+            deps.blobs.put_chunks(key, lines)
 
         assert checked.report.endpoint is not None
-        return api_batches.start_file_batch(
-            deps,
-            principal,
-            creating,
+        opening = api_batches.Opening(
             endpoint=checked.report.endpoint,
-            metadata=metadata,
             window=None,
-            input_file_id=checked.file_id,
-            write_input=write,
+            metadata=metadata,
+            input=api_batches.FileInput(checked.file_id, write=write),
         )
+        return api_batches.open_batch(deps, principal, creating, opening)
 
     fingerprint = idempotency.fingerprint(raw, None)
     return api_batches.create_once(
@@ -301,28 +295,6 @@ def _text(value: Any, name: str, most: int, *, required: bool) -> str | None:
     return text
 
 
-class _Reader(io.RawIOBase):
-    """A read-only stream over an iterable of byte strings (for a streamed upload)."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self._left = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._left:
-            try:
-                self._left = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._left))
-        buffer[:size] = self._left[:size]
-        self._left = self._left[size:]
-        return size
-
-
 def models(deps: Deps, principal: Principal) -> dict[str, Any]:
     """GET /console/api/models: the models the caller may choose on the create page, with the
     targets each serves and its price (aliases and auto models are not offered: the stored
@@ -366,31 +338,11 @@ def export_unfinished(deps: Deps, principal: Principal, batch_id: str) -> dict[s
             f"Batch '{batch_id}' has not finished yet (status {record.status.value}).",
             code="batch_not_finished",
         )
-    # A finished batch's requests have ended (or were never written: cancelled or expired
-    # unstarted), and each ended one gave up its body: the lines come from the batch's own
-    # copy of its input, every one that did not succeed.
-    succeeded = {r.index for r in deps.requests.all(record.id) if r.status is RequestStatus.SUCCEEDED}
-    lines = []
-    for index, (custom_id, model, body) in enumerate(lifecycle.requests_of(deps, record)):
-        if index in succeeded:
-            continue
-        line = {
-            "custom_id": custom_id,
-            "method": "POST",
-            "url": record.endpoint,
-            "body": {**body, "model": model},
-        }
-        lines.append(codec.dumps(line).encode() + b"\n")
+    lines = list(retry.jsonl_lines(record, retry.unfinished(deps, record)))
     if not lines:
         raise BadRequest(
             "Every request of this batch succeeded: nothing to export.", code="nothing_to_export"
         )
     name = f"{(record.metadata or {}).get('name') or record.id} unfinished.jsonl"
-    created = files.new_input_file(deps, principal, _filename(name), b"".join(lines))
+    created = files.new_input_file(deps, principal, files.plain_filename(name), b"".join(lines))
     return {**files.file_object(created), "requests": len(lines)}
-
-
-def _filename(name: str) -> str:
-    """A plain file name: letters, digits, spaces and ``._-`` only, within the upload rules."""
-    kept = "".join(c if c.isalnum() or c in " ._-" else "_" for c in name).strip()
-    return kept[-files.MAX_FILENAME_CHARS :] or "unfinished.jsonl"

@@ -31,23 +31,37 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
+from batchgw.storage.spend import Payer, room_now
 from batchgw.validation import is_int, is_number
+from batchgw.validation.costs import CostBounds
+from batchgw.validation.create import validate_create
 from batchgw.validation.file import split_lines
-from batchgw.validation.strict import Choices, Limits, Report, check
+from batchgw.validation.strict import FIRST_SHOWN, Choices, Limits, Report, check
 
 FORMATS = ("json", "csv", "jsonl")
 BODY_KEYS = frozenset({"input_file_id", "endpoint", "model", "temperature", "max_tokens"})
 PROBLEM_COLUMNS = ("line", "custom_id", "field", "code", "message")
 
 
-def preflight(deps: Deps, principal: Principal, body: Any, params: Params) -> tuple[str, Any]:
-    """The check of the file the body names: ``("json", answer)``, or the problems as
-    ``("csv" | "jsonl", text)`` when ``?format=`` asks for a download."""
+def preflight(
+    deps: Deps, principal: Principal, body: Any, params: Params, *, anthropic_version: str | None = None
+) -> tuple[str, Any]:
+    """The check of the file the body names, or of the direct ``requests`` it holds (as a
+    create would take them, with the ``anthropic-version`` header of a Messages batch):
+    ``("json", answer)``, or the problems as ``("csv" | "jsonl", text)`` when ``?format=``
+    asks for a download."""
     fmt = last(params, "format") or "json"
     if fmt not in FORMATS:
         raise BadRequest(f"'format' must be one of {', '.join(FORMATS)}.", param="format")
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
+    if "requests" in body:
+        answer = _inline(deps, principal, body, anthropic_version)
+        if fmt == "csv":
+            return fmt, problems_csv(answer["problems"])
+        if fmt == "jsonl":
+            return fmt, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in answer["problems"])
+        return fmt, answer
     unknown = sorted(body.keys() - BODY_KEYS)
     if unknown:
         raise BadRequest(
@@ -167,7 +181,75 @@ def _answer(deps: Deps, principal: Principal, done: Checked) -> dict[str, Any]:
         "results_retention_days": settings.batch_retention_days,
         "key_id": principal.key_id,
         "check": done.digest,
+        "cost": _cost(deps, principal, report.costs if report.valid else None),
     }
+
+
+def _inline(
+    deps: Deps, principal: Principal, body: dict[str, Any], anthropic_version: str | None
+) -> dict[str, Any]:
+    """The check of direct requests: the create's own (its first problem, if any), and what
+    they may cost."""
+    settings = deps.settings
+    try:
+        plan = validate_create(
+            body,
+            settings=settings,
+            catalog=deps.catalog,
+            role=principal.role,
+            anthropic_version=anthropic_version,
+        )
+    except BadRequest as exc:
+        problem = {
+            "line": None,
+            "custom_id": None,
+            "field": exc.param,
+            "code": exc.code,
+            "message": exc.message,
+        }
+        plan, problems = None, [problem]
+    else:
+        problems = []
+    models = sorted({r.model for r in plan.requests}) if plan is not None else []
+    costs = None
+    if plan is not None:
+        costs = CostBounds(deps.catalog, plan.endpoint).add_all((r.model, r.body) for r in plan.requests)
+    window = settings.completion_window_seconds
+    return {
+        "object": "batch.preflight",
+        "input_file_id": None,
+        "valid": plan is not None,
+        "endpoint": None if plan is None else plan.endpoint,
+        "endpoint_from": None if plan is None else "url",
+        "model": models[0] if len(models) == 1 else None,
+        "models_named": sorted({r.body.get("model") for r in plan.requests}) if plan is not None else [],
+        "requests": None if plan is None else len(plan.requests),
+        "problems": problems,
+        "problems_truncated": False,
+        "first_requests": []
+        if plan is None
+        else [
+            {"custom_id": r.custom_id, "method": r.method, "url": r.url, "body": r.body}
+            for r in plan.requests[:FIRST_SHOWN]
+        ],
+        "stored_bytes": None,
+        "completion_window": None if window is None else f"{settings.batch_completion_window_hours:g}h",
+        "billing": None,
+        "results_retention_days": settings.batch_retention_days,
+        "key_id": principal.key_id,
+        "check": None,
+        "cost": _cost(deps, principal, costs),
+    }
+
+
+def _cost(deps: Deps, principal: Principal, costs: CostBounds | None) -> dict[str, Any] | None:
+    """What the checked requests may cost, and whether the caller's quotas and budgets
+    leave room for it (None: the check found problems)."""
+    if costs is None:
+        return None
+    return costs.shown(
+        room_now(deps.accounts, deps.spend, Payer(principal.user_id, principal.key_id), deps.clock())
+    )
 
 
 def problems_csv(problems: list[dict[str, Any]]) -> str:

@@ -86,7 +86,13 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
 
         deps = get_deps()
         auth.ensure_enabled(deps)
-        fmt, answer = preflight.preflight(deps, caller(deps, app), json_body(app), params(app))
+        fmt, answer = preflight.preflight(
+            deps,
+            caller(deps, app),
+            json_body(app),
+            params(app),
+            anthropic_version=app.current_event.headers.get("anthropic-version"),
+        )
         if fmt == "json":
             return json_response(200, answer)
         return Response(

@@ -140,6 +140,10 @@ class BatchRecord:
     # Counted in its owner's usage (``storage.usage``): released when it ends, or is deleted
     # unfinished, in that same write.
     charged: bool = False
+    # A retry's child batch names the batch whose unfinished requests it runs again; the
+    # parent lists its children, oldest first (``api.retry``).
+    parent_batch_id: str | None = None
+    retry_batch_ids: tuple[str, ...] = ()
 
     @property
     def prepared(self) -> bool:
@@ -241,6 +245,8 @@ class BatchRecord:
             event_pending=bool(item.get("event_pending")),
             ended_at=None if item.get("ended_at") is None else float(item["ended_at"]),
             charged=bool(item.get("charged")),
+            parent_batch_id=item.get("parent_batch_id"),
+            retry_batch_ids=tuple(str(i) for i in item.get("retry_batch_ids") or ()),
         )
 
     def to_item(self) -> dict[str, Any]:

@@ -219,6 +219,18 @@ def _reserved_in_the_way(spend: Spend, limit: Limit) -> bool:
     )
 
 
+def room_left(user: UserRecord, key: KeyRecord, user_spend: Spend, key_spend: Spend) -> int | None:
+    """What the owner may still spend, in nano-dollars, before a quota or budget is reached,
+    with the reservations of requests still running counted (None: nothing limits them)."""
+    rooms = [
+        ceiling - spent - spend.reserved
+        for spend, limit in ((user_spend, limit_of_user(user)), (key_spend, limit_of_key(key)))
+        for spent, ceiling in ((spend.today, limit.daily), (spend.month, limit.monthly))
+        if ceiling is not None
+    ]
+    return max(0, min(rooms)) if rooms else None
+
+
 def needs_spend(user: UserRecord, key: KeyRecord) -> bool:
     """Whether any quota or budget limits the owner (else spend need not be read to judge)."""
     return not (limit_of_user(user).unlimited and limit_of_key(key).unlimited)

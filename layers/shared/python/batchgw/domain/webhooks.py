@@ -21,6 +21,7 @@ SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32  # 24 to 64 random bytes is what receivers accept
 ROTATION_OVERLAP_SECONDS = 24 * 3600  # the old secret still signs this long after a rotation
 EVENT_PREFIX = "evt_"
+ENDPOINT_PREFIX = "we_"
 
 # What a batch's final status sends.
 EVENT_TYPES = {
@@ -29,6 +30,7 @@ EVENT_TYPES = {
     "expired": "batch.expired",
     "cancelled": "batch.cancelled",
 }
+BATCH_EVENT_TYPES = tuple(EVENT_TYPES.values())
 
 
 def new_secret(random_bytes: bytes) -> str:
@@ -36,6 +38,11 @@ def new_secret(random_bytes: bytes) -> str:
     if not 24 <= len(random_bytes) <= 64:
         raise ValueError("a webhook secret is 24 to 64 random bytes")
     return SECRET_PREFIX + base64.b64encode(random_bytes).decode()
+
+
+def hint_of(secret: str) -> str:
+    """A masked hint of a signing secret: its prefix and last four characters."""
+    return f"{secret[:6]}…{secret[-4:]}"
 
 
 def _key(secret: str) -> bytes:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from batchgw import inputs
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
@@ -25,21 +26,21 @@ from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord,
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.domain.webhooks import EventMessage
+from batchgw.inputs import input_lines
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.prepare_lease import PrepareLease
 from batchgw.run.result_files import write_results
-from batchgw.storage.blobs import body_key, input_file_key, input_key
+from batchgw.storage.blobs import body_key
 from batchgw.storage.dynamo import timestamp
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.workflow import Next, step
-from batchgw.validation.file import iter_planned, report_object, split_lines, validate_file
+from batchgw.validation.file import report_object, validate_file
 
 # Requests written per flush while preparing (bounded memory whatever the batch's size).
 WRITE_CHUNK = 500
 # The first flush: the batch's chains start once it is written, so it is kept small.
 FIRST_WRITE = 100
-READ_CHUNK_BYTES = 256 * 1024
 _UNPREPARED = (BatchStatus.VALIDATING, BatchStatus.CANCELLING)
 
 
@@ -164,39 +165,13 @@ def _chain_count(deps: Deps, batch: BatchRecord, total: int) -> int:
     return max(1, min(total, max(caps, default=1)))
 
 
-def _input_lines(deps: Deps, batch: BatchRecord) -> Iterator[bytes]:
-    """A file batch's input, as physical lines streamed from S3 (bounded memory)."""
-    return split_lines(
-        deps.blobs.iter_chunks(input_file_key(batch.id), READ_CHUNK_BYTES),
-        max_line_bytes=deps.settings.batch_max_line_kb * 1024,
-    )
-
-
-def requests_of(deps: Deps, batch: BatchRecord) -> Iterator[tuple[str, str, Any]]:
-    """The batch's requests as (custom_id, canonical model, body), streamed from S3."""
-    if batch.input_method == "file":
-        for planned in iter_planned(
-            _input_lines(deps, batch),
-            endpoint=batch.endpoint,
-            catalog=deps.catalog,
-            role=batch.owner_role,
-            anthropic_version=batch.anthropic_version,
-            settings=deps.settings,
-        ):
-            yield planned.custom_id, planned.model, planned.body
-        return
-    for line in deps.blobs.iter_lines_gz(input_key(batch.id)):
-        request = json.loads(line)
-        yield request["custom_id"], request["model"], request["body"]
-
-
 def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     """Check a file batch's input, streaming; fail the batch (nothing run) on any problem.
 
     Returns the batch with the file's request count and models, or None when it failed.
     """
     report = validate_file(
-        _input_lines(deps, batch),
+        input_lines(deps, batch),
         endpoint=batch.endpoint,
         settings=deps.settings,
         catalog=deps.catalog,
@@ -272,7 +247,7 @@ def _write_chunks(deps: Deps, batch: BatchRecord, *, start: int) -> Iterator[int
     pending: list[RequestRecord] = []
     chunk = FIRST_WRITE if start == 0 else WRITE_CHUNK
     index = -1
-    for index, (custom_id, model, body) in enumerate(requests_of(deps, batch)):
+    for index, (custom_id, model, body) in enumerate(inputs.requests_of(deps, batch)):
         if index >= batch.total:
             raise ValueError(f"{batch.id}: its input has more than the {batch.total} requests counted")
         if index < start:

@@ -69,6 +69,9 @@ prepare_is_mine = "prep_owner = :me"
 RUN_PREFIX = "run#"  # the sort keys of the batch's run marks
 _RUN_MARK_KEPT_SECONDS = 86400  # a dead worker's mark, long ended, is left to TTL after this
 
+# The retries (child batches) one batch may have.
+MAX_CHILDREN = 20
+
 _USAGE_TRIES = 5  # charges or releases tried again while the owner's usage keeps changing
 
 
@@ -77,6 +80,10 @@ def _shards_clause(record: BatchRecord) -> tuple[str, dict[str, str], dict[str, 
     if record.shards is None:
         return shards_unset, {"#shards": "shards"}, {}
     return shards_are, {"#shards": "shards"}, {":shards": record.shards}
+
+
+class ParentChanged(Exception):
+    """A retry's parent was gone, another's, or had all the children it may have."""
 
 
 class _RecordChanged(Exception):
@@ -188,7 +195,9 @@ class BatchStore:
         """Store a new batch's record and count it in its owner's usage, in one transaction:
         one unfinished batch more, and its requests (a file batch's are counted once its file
         is read: ``charge_requests``). OverLimit, with nothing stored, when that would take
-        the owner over ``limits``."""
+        the owner over ``limits``. A retry's child batch is listed on its parent in the same
+        transaction: ParentChanged, with nothing stored, when the parent is gone, is no
+        longer its owner's, or lists ``MAX_CHILDREN`` already."""
         put = {
             "Put": {
                 "TableName": self._table.name,
@@ -196,10 +205,29 @@ class BatchStore:
                 "ConditionExpression": batch_not_exists,
             }
         }
+        also = [] if record.parent_batch_id is None else [self._list_child(record.parent_batch_id, record)]
         try:
-            return self._charge(record.id, record.owner, put, batches=1, requests=record.total, limits=limits)
+            return self._charge(
+                record.id, record.owner, put, batches=1, requests=record.total, limits=limits, also=also
+            )
         except _RecordChanged:
             raise StorageError(f"batch {record.id} exists already") from None
+
+    def _list_child(self, parent_id: str, child: BatchRecord) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self._table.name,
+                "Key": self._key(parent_id),
+                "UpdateExpression": "SET retry_batch_ids = "
+                "list_append(if_not_exists(retry_batch_ids, :none), :child)",
+                "ConditionExpression": f"{batch_exists} AND #owner = :owner AND "
+                "(attribute_not_exists(retry_batch_ids) OR size(retry_batch_ids) < :most)",
+                "ExpressionAttributeNames": {"#owner": "owner"},
+                "ExpressionAttributeValues": to_item(
+                    {":none": [], ":child": [child.id], ":owner": child.owner, ":most": MAX_CHILDREN}
+                ),
+            }
+        }
 
     def charge_requests(
         self,
@@ -542,12 +570,14 @@ class BatchStore:
         batches: int,
         requests: int,
         limits: UsageLimits,
+        also: Sequence[dict[str, Any]] = (),
     ) -> OverLimit | None:
-        """Run ``action`` (a conditional write of batch ``batch_id``'s record) with ``batches``
-        and ``requests`` charged to ``owner``'s usage, in one transaction. OverLimit when the
-        owner would go over ``limits``, counting as ended the requests that ended in the
-        batches their usage holds (see ``storage.usage``); raises _RecordChanged when
-        ``action``'s own condition did not hold."""
+        """Run ``action`` (a conditional write of batch ``batch_id``'s record) and ``also``
+        (writes of other items) with ``batches`` and ``requests`` charged to ``owner``'s
+        usage, in one transaction. OverLimit when the owner would go over ``limits``,
+        counting as ended the requests that ended in the batches their usage holds (see
+        ``storage.usage``); raises _RecordChanged when ``action``'s own condition did not
+        hold, ParentChanged when one of ``also`` did not."""
         read: tuple[Usage, int] | None = None  # the usage as read, and the requests ended of it
         for _ in range(_USAGE_TRIES):
             ended = 0 if read is None else read[1]
@@ -562,12 +592,14 @@ class BatchStore:
                     releases=None if read is None else read[0].releases,
                 )
                 cancelled = self._table.transact(
-                    [action, self._usage.action(owner, charge)], failure=f"could not count {batch_id}"
+                    [action, *also, self._usage.action(owner, charge)], failure=f"could not count {batch_id}"
                 )
                 if cancelled is None:
                     return None
                 if cancelled.failed(0):
                     raise _RecordChanged
+                if any(cancelled.failed(1 + i) for i in range(len(also))):
+                    raise ParentChanged
             usage = self._usage.read(owner)
             ended_now = self._ended_requests(owner, usage)
             if ended_now is None:

@@ -9,10 +9,11 @@ and refused (503) when what is left is shorter than the shortest URL worth handi
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -20,6 +21,7 @@ from typing import IO, Any
 from botocore.exceptions import ClientError
 
 from batchgw.domain import codec
+from batchgw.domain.batch import BatchRecord
 from batchgw.domain.errors import ServiceUnavailable, StorageError
 
 # Where Lambda-style environments say when the credentials they hand over expire (ISO 8601).
@@ -37,6 +39,12 @@ def body_key(batch_id: str, index: int, kind: str) -> str:
 def input_file_key(batch_id: str) -> str:
     """A file batch's own copy of its input file."""
     return f"inputs/{batch_id}/input.jsonl"
+
+
+def own_input_key(batch: BatchRecord) -> str:
+    """Where the batch keeps its own copy of its input: its requests as the create checked
+    them (gzipped JSONL of custom_id, model and body), or its file's bytes."""
+    return input_file_key(batch.id) if batch.input_method == "file" else input_key(batch.id)
 
 
 def export_key(batch_id: str) -> str:
@@ -154,6 +162,10 @@ class BlobStore:
                 line = line.rstrip(b"\n")
                 if line:
                     yield line
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes], content_type: str = "application/jsonl") -> None:
+        """Upload the concatenation of ``chunks``, streamed (multipart when large)."""
+        self.put_stream(key, io.BufferedReader(_Reader(chunks)), content_type)
 
     def put_stream(self, key: str, stream: IO[bytes], content_type: str = "application/jsonl") -> None:
         """Upload a file object of any size (multipart when large)."""
@@ -278,3 +290,25 @@ class BlobStore:
             keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
             if keys:
                 self._s3.delete_objects(Bucket=self._bucket, Delete={"Objects": keys, "Quiet": True})
+
+
+class _Reader(io.RawIOBase):
+    """A read-only stream over an iterable of byte strings (for a streamed upload)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            try:
+                self._left = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size

@@ -25,7 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchgw.domain.spend import PauseReason, Spend, day_of, month_of, needs_spend, next_month, used_up
+from batchgw.domain.spend import (
+    PauseReason,
+    Spend,
+    day_of,
+    month_of,
+    needs_spend,
+    next_month,
+    room_left,
+    used_up,
+)
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.dynamo import Table, Update, from_item
 
@@ -132,3 +141,14 @@ def used_up_now(accounts: AccountStore, spend: SpendStore, payer: Payer, now: fl
         return None
     user_spend, key_spend = spend.read(payer, now)
     return used_up(user, key, user_spend, key_spend)
+
+
+def room_now(accounts: AccountStore, spend: SpendStore, payer: Payer, now: float) -> int | None:
+    """What the payer may still spend before a quota or budget stops it, in nano-dollars
+    (``domain.spend.room_left``; None: nothing limits it)."""
+    user, keys = accounts.account(payer.user_id)
+    key = next((k for k in keys if k.id == payer.key_id), None)
+    if user is None or key is None or not needs_spend(user, key):
+        return None
+    user_spend, key_spend = spend.read(payer, now)
+    return room_left(user, key, user_spend, key_spend)

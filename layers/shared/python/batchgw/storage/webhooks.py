@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from batchgw.domain.webhooks import BATCH_EVENT_TYPES, ENDPOINT_PREFIX
 from batchgw.storage.dynamo import Table, Update, from_item
 
 EVENTS_KEPT_SECONDS = 7 * 86400
@@ -40,6 +42,21 @@ class Webhook:
     timeouts_in_row: int = 0
     suspended_until: float | None = None
     suspensions: int = 0  # in a row: each longer than the last
+    # As the OpenAI SDK's webhook endpoints show it (``api.webhook_endpoints``): its id, its
+    # name, and the event types it is sent (none stored: every batch event).
+    endpoint_id: str = ""
+    name: str = ""
+    event_types: tuple[str, ...] = BATCH_EVENT_TYPES
+    secret_hint: str | None = None  # its prefix and last characters, to tell secrets apart
+
+    @property
+    def id(self) -> str:
+        """Its endpoint id: the one stored, else one that follows from the webhook (one set
+        up before endpoint ids were)."""
+        if self.endpoint_id:
+            return self.endpoint_id
+        digest = hashlib.sha256(f"{self.user_id}:{self.created_at}".encode()).hexdigest()
+        return ENDPOINT_PREFIX + digest[:32]
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Webhook:
@@ -59,6 +76,12 @@ class Webhook:
             timeouts_in_row=int(item.get("timeouts_in_row", 0)),
             suspended_until=None if opt("suspended_until") is None else float(item["suspended_until"]),
             suspensions=int(item.get("suspensions", 0)),
+            endpoint_id=str(item.get("endpoint_id") or ""),
+            name=str(item.get("name") or ""),
+            secret_hint=opt("secret_hint"),
+            event_types=tuple(str(t) for t in item["event_types"])
+            if item.get("event_types")
+            else BATCH_EVENT_TYPES,
         )
 
 
@@ -104,6 +127,10 @@ class WebhookStore:
             "timeouts_in_row": hook.timeouts_in_row,
             "suspended_until": hook.suspended_until,
             "suspensions": hook.suspensions,
+            "endpoint_id": hook.endpoint_id or None,
+            "name": hook.name or None,
+            "event_types": list(hook.event_types),
+            "secret_hint": hook.secret_hint,
         }
         self._table.put(values, failure=f"could not store the webhook of {hook.user_id}")
 

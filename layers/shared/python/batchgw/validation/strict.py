@@ -34,6 +34,7 @@ from typing import Any
 
 from batchgw.config.catalog import Catalog
 from batchgw.validation import RequestInvalid
+from batchgw.validation.costs import CostBounds
 from batchgw.validation.create import CUSTOM_ID_MAX_CHARS, batch_model, plan_request
 
 CHAT, EMBEDDINGS = "/v1/chat/completions", "/v1/embeddings"
@@ -109,6 +110,7 @@ class Report:
     first: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)
     truncated: bool = False  # more problems than MAX_PROBLEMS: the rest are not listed
+    costs: CostBounds | None = None  # what its valid requests may cost (once the model is known)
 
     @property
     def valid(self) -> bool:
@@ -407,6 +409,7 @@ def _check_lines(
 ) -> None:
     allowed = _FIELDS[endpoint]
     overrides = _overrides(choices)
+    report.costs = costs = CostBounds(catalog, endpoint)
     seen: set[bytes] = set()
     too_large = False
     for number, raw in enumerate(lines(), 1):
@@ -465,6 +468,7 @@ def _check_lines(
                 "the most a file may hold",
                 line=number,
             )
+        costs.add(model, stored["body"])
         if len(report.first) < FIRST_SHOWN:
             report.first.append(stored)
 

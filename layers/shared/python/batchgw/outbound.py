@@ -1,0 +1,127 @@
+"""POSTs out of the gateway to addresses its users give: a batch event to a webhook,
+signed (``domain.webhooks``), and reaching only the addresses the rules allow.
+
+The webhook worker (``run.webhooks``) sends each batch's end through here, and the API sends
+an endpoint's test event (``api.webhook_endpoints``) the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+import httpx
+
+from batchgw.deps import Deps
+from batchgw.domain.addresses import Refused, check_addresses, check_url
+from batchgw.domain.webhooks import signature_header
+from batchgw.storage.dns import Resolver
+from batchgw.storage.webhooks import Webhook
+
+MAX_REDIRECTS = 3
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int | None  # None: no answer (timed out, refused, unreachable)
+    timed_out: bool = False
+    retry_after: float | None = None
+    error: str | None = None
+
+
+def post_event(deps: Deps, hook: Webhook, event_id: str, event: dict[str, Any], http: httpx.Client) -> Answer:
+    """POST ``event`` to ``hook``, signed with its secret (and, during a rotation's overlap,
+    its previous one too)."""
+    now = deps.clock()
+    keys = [deps.sealer.open(hook.secret, user_id=hook.user_id)]
+    if hook.previous_secret is not None and (hook.previous_until or 0) > now:
+        keys.append(deps.sealer.open(hook.previous_secret, user_id=hook.user_id))
+    body = json.dumps(event, separators=(",", ":")).encode()
+    stamp = int(now)
+    headers = {
+        "content-type": "application/json",
+        "user-agent": "batchgw-webhooks/1",
+        "webhook-id": event_id,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": signature_header(keys, event_id, stamp, body),
+    }
+    settings = deps.settings
+    return safe_post(
+        http,
+        hook.url,
+        headers,
+        body,
+        timeout=settings.batch_webhook_timeout_seconds,
+        allow_private=settings.batch_webhook_allow_private_targets,
+        resolve=deps.resolve,
+    )
+
+
+def safe_post(
+    http: httpx.Client,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    timeout: float,
+    allow_private: bool,
+    resolve: Resolver,
+) -> Answer:
+    """POST ``body`` to ``url``, reaching only addresses the rules allow: the host is resolved
+    once per hop, every address checked, and the connection made to a checked address with
+    TLS still verifying the name. Redirects are followed by hand (at most MAX_REDIRECTS, each
+    re-checked, https kept). The whole exchange has ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    for _ in range(MAX_REDIRECTS + 1):
+        try:
+            target = check_url(url, allow_private=allow_private)
+            addresses = (
+                [target.literal]
+                if target.literal is not None
+                else check_addresses(
+                    target.host, resolve(target.host, target.port), allow_private=allow_private
+                )
+            )
+        except Refused as exc:
+            return Answer(None, error=f"refused: {exc}")
+        address = addresses[0]
+        parts = urlsplit(target.url)
+        literal = f"[{address}]" if address.version == 6 else str(address)
+        pinned = urlunsplit((target.scheme, f"{literal}:{target.port}", parts.path or "/", parts.query, ""))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Answer(None, timed_out=True, error="timed out")
+        host_header = target.host if parts.port is None else f"{target.host}:{target.port}"
+        try:
+            response = http.post(
+                pinned,
+                content=body,
+                headers={**headers, "host": host_header},
+                timeout=httpx.Timeout(left),
+                extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
+                follow_redirects=False,
+            )
+        except httpx.TimeoutException:
+            return Answer(None, timed_out=True, error="timed out")
+        except httpx.HTTPError as exc:
+            return Answer(None, error=f"{type(exc).__name__}: {exc}"[:300])
+        location = response.headers.get("location")
+        if response.status_code in _REDIRECTS and location:
+            url = urljoin(target.url, location)
+            if target.scheme == "https" and not url.lower().startswith("https://"):
+                return Answer(response.status_code, error="a redirect left https")
+            continue
+        return Answer(response.status_code, retry_after=_retry_after(response.headers.get("retry-after")))
+    return Answer(None, error=f"more than {MAX_REDIRECTS} redirects")
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds <= 86400 else None
