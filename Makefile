@@ -9,10 +9,10 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
 .PHONY: install run reset test test-fast lint format synth deploy diff config bench bench-yield cost chaos clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev]' -e ./cli
 	touch $(STAMP)
 
 ## The console's third-party modules (Preact, htm; axe-core for its browser tests), pinned in

@@ -150,3 +150,9 @@ class Receiver:
 
     def stop(self) -> None:
         self.server.shutdown()
+
+
+def spec_counts(batch: dict[str, Any]) -> dict[str, int]:
+    """A batch object's request counts as the spec names them (total, completed, failed)."""
+    counts = batch["request_counts"]
+    return {name: counts[name] for name in ("total", "completed", "failed")}

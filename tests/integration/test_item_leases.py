@@ -26,7 +26,7 @@ from batchgw.storage import aws
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
-from tests.support import FakeClock, wait_for
+from tests.support import FakeClock, spec_counts, wait_for
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -184,7 +184,7 @@ def test_a_batch_runs_to_completed_with_results_in_submission_order(sim: Simulat
 
     batch = batches.get_batch(deps, ALICE, batch_id)
     assert batch["status"] == "completed"
-    assert batch["request_counts"] == {"total": 7, "completed": 7, "failed": 0}
+    assert spec_counts(batch) == {"total": 7, "completed": 7, "failed": 0}
     assert batch["usage"]["input_tokens"] > 0 and batch["cost_usd"] > 0
     page = results_api.results_page(deps, ALICE, batch_id, {"limit": ["5"]})
     assert [r["custom_id"] for r in page["data"]] == [f"r-{i}" for i in range(5)]

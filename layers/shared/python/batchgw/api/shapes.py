@@ -26,7 +26,14 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
         "output_file_id": record.output_file_id,
         "error_file_id": record.error_file_id,
         **{name: timestamps[name] for name in TIMESTAMPS if name != "results_expires_at"},
-        "request_counts": {"total": record.total, "completed": counts.completed, "failed": counts.failed},
+        "request_counts": {
+            "total": record.total,
+            "completed": counts.completed,
+            "failed": counts.failed,
+            # Beyond the spec's: how many of the failed expired, and how many were cancelled.
+            "expired": counts.expired,
+            "cancelled": counts.cancelled,
+        },
         "metadata": record.metadata,
         "usage": {
             "input_tokens": counts.input_tokens,

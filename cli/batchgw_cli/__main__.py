@@ -1,0 +1,3 @@
+from batchgw_cli.main import run
+
+run()
