@@ -103,6 +103,8 @@ def assert_counted_once(api: Api, batch: dict[str, Any], total: int) -> Counter[
         "total": total,
         "completed": statuses["completed"],
         "failed": statuses["failed"] + statuses["expired"],
+        "expired": statuses["expired"],
+        "cancelled": statuses["cancelled"],
     }
     assert statuses["cancelled"] == total - counts["completed"] - counts["failed"]
     return statuses

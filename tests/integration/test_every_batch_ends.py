@@ -295,7 +295,7 @@ def test_a_request_still_running_when_its_batch_failed_is_ended_by_its_worker_an
     settle(deps, batch_id, held, classify("/v1/chat/completions", 200, answer, {}))  # its answer came
     assert lifecycle.fail(deps, batch_id, "a step failed")["status"] == "failed"
     assert statuses(deps, batch_id) == [("completed", None), ("failed", "batch_failed")]
-    counts = batches.get_batch(deps, ALICE, batch_id)["request_counts"]
+    counts = spec_counts(batches.get_batch(deps, ALICE, batch_id))
     assert counts == {"total": 2, "completed": 1, "failed": 1}
 
 
@@ -323,7 +323,7 @@ def test_a_fail_step_that_died_midway_is_finished_when_the_workflow_calls_it_aga
     for _ in range(2):  # the workflow's retry, then one more: counted once
         assert lifecycle.fail(deps, batch_id, "a step failed")["status"] == "failed"
         assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 5
-        counts = batches.get_batch(deps, ALICE, batch_id)["request_counts"]
+        counts = spec_counts(batches.get_batch(deps, ALICE, batch_id))
         assert counts == {"total": 5, "completed": 0, "failed": 5}
 
 
@@ -341,7 +341,7 @@ def test_a_batch_failed_before_prepare_recorded_anything_fails_every_request_onc
     for _ in range(2):
         assert lifecycle.fail(deps, batch_id, "States.TaskFailed")["status"] == "failed"
         assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 4
-        counts = batches.get_batch(deps, ALICE, batch_id)["request_counts"]
+        counts = spec_counts(batches.get_batch(deps, ALICE, batch_id))
         assert counts == {"total": 4, "completed": 0, "failed": 4}
 
 

@@ -19,7 +19,7 @@ from batchgw.run import lifecycle, reconcile
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
 from tests.integration.test_owner_gate import run
-from tests.support import FakeClock
+from tests.support import FakeClock, spec_counts
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -69,7 +69,7 @@ def test_the_metrics_of_one_batch_add_up_to_its_request_counts(
     documents = buffer.flush()
 
     final = batches.get_batch(deps, ALICE, batch["id"])
-    counts = final["request_counts"]
+    counts = spec_counts(final)
     assert final["status"] == "cancelled" and counts == {"total": 7, "completed": 4, "failed": 1}
     summed = totals(documents)
     assert summed[("RequestsSucceeded", "sim-chat")] == counts["completed"]

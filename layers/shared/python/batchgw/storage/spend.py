@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from batchgw.domain.accounts import KeyRecord, UserRecord
 from batchgw.domain.spend import (
     PauseReason,
     Spend,
@@ -135,20 +136,24 @@ class SpendStore:
 def used_up_now(accounts: AccountStore, spend: SpendStore, payer: Payer, now: float) -> PauseReason | None:
     """The quota or budget the payer's charges have used up (None: none, or none limits
     them): what a new batch, or an interactive request, is refused for."""
-    user, keys = accounts.account(payer.user_id)
-    key = next((k for k in keys if k.id == payer.key_id), None)
-    if user is None or key is None or not needs_spend(user, key):
-        return None
-    user_spend, key_spend = spend.read(payer, now)
-    return used_up(user, key, user_spend, key_spend)
+    limited = _limited(accounts, spend, payer, now)
+    return None if limited is None else used_up(*limited)
 
 
 def room_now(accounts: AccountStore, spend: SpendStore, payer: Payer, now: float) -> int | None:
     """What the payer may still spend before a quota or budget stops it, in nano-dollars
     (``domain.spend.room_left``; None: nothing limits it)."""
+    limited = _limited(accounts, spend, payer, now)
+    return None if limited is None else room_left(*limited)
+
+
+def _limited(
+    accounts: AccountStore, spend: SpendStore, payer: Payer, now: float
+) -> tuple[UserRecord, KeyRecord, Spend, Spend] | None:
+    """The payer's account, key and their spend, when a quota or budget limits them."""
     user, keys = accounts.account(payer.user_id)
     key = next((k for k in keys if k.id == payer.key_id), None)
     if user is None or key is None or not needs_spend(user, key):
         return None
     user_spend, key_spend = spend.read(payer, now)
-    return room_left(user, key, user_spend, key_spend)
+    return user, key, user_spend, key_spend
