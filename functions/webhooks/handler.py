@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -22,7 +21,6 @@ processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 # Every event waiting is not an error of the invocation: report each, raise nothing.
 processor.raise_on_entire_batch_failure = False
 tracer = new_tracer()
-_http = httpx.Client(http2=False, trust_env=False)
 
 
 class EventWaits(Exception):
@@ -31,7 +29,7 @@ class EventWaits(Exception):
 
 def record_handler(record: SQSRecord) -> None:
     deps = get_deps()
-    outcome = deliver(deps, EventMessage.decode(record.body), http=_http)
+    outcome = deliver(deps, EventMessage.decode(record.body))
     if isinstance(outcome, Later):
         deps.events.hold(record.receipt_handle, outcome.seconds)
         raise EventWaits(f"try again in {outcome.seconds:.0f} s")

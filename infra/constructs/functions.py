@@ -16,7 +16,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from batchgw.config import resources
 from batchgw.config.catalog import Catalog
-from batchgw.config.settings import Settings
+from batchgw.config.settings import WEBHOOK_FUNCTION_SECONDS, Settings
 from constructs import Construct
 
 from infra.constructs import REPO_ROOT, acknowledge, nag_arn
@@ -40,7 +40,7 @@ API_TIMEOUT = Duration.seconds(29)
 # One event per invocation (a FIFO group's order is kept whatever the batch size); the
 # receiver's 15 s (BATCH_WEBHOOK_TIMEOUT_SECONDS, every redirect included) with room to spare,
 # within the webhook queue's visibility (resources.WEBHOOK_QUEUE).
-WEBHOOK_TIMEOUT = Duration.seconds(30)
+WEBHOOK_TIMEOUT = Duration.seconds(WEBHOOK_FUNCTION_SECONDS)
 # Worker invocations in flight at once, whatever the depth of the work queue. The
 # per-model caps are lease slots in DynamoDB; this bounds the whole gateway.
 WORKER_MAX_CONCURRENCY = 50

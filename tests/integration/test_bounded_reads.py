@@ -402,3 +402,31 @@ def test_a_run_mark_is_renewed_while_its_call_outlasts_a_lease(sim: Simulator) -
 
     assert asyncio.run(run_and_look())  # still live: the mark was renewed
     assert not deps.batches.runs_live(created["id"], deps.clock())  # and removed at the end
+
+
+def test_a_status_filtered_list_reads_a_bounded_number_of_batches_and_says_where_to_go_on(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One cancelled batch under 45 newer ones in progress: a status filter reads at most
+    LIST_READ_MOST of them per page (20 here), answers what it found (nothing, at first)
+    with ``has_more`` and ``next_after``, and following ``next_after`` finds the batch."""
+    from batchgw.api import batches as batches_api
+
+    monkeypatch.setattr(batches_api, "LIST_READ_MOST", 20)
+    deps = make_deps(sim, FakeClock(), BATCH_MAX_ACTIVE_PER_USER="100")
+    body = json.dumps({"requests": [chat_request("a", "hi")]}).encode()
+    oldest = batches_api.create_batch(deps, ALICE, body)["id"]
+    batches_api.cancel_batch(deps, ALICE, oldest)
+    for _ in range(45):
+        batches_api.create_batch(deps, ALICE, body)
+    found, pages, after = [], 0, None
+    while True:
+        params = {"status": ["cancelling,cancelled"], **({"after": [after]} if after else {})}
+        page = batches_api.list_batches(deps, ALICE, params)
+        pages += 1
+        found += [b["id"] for b in page["data"]]
+        if not page["has_more"]:
+            break
+        after = page.get("next_after") or page["last_id"]
+        assert pages < 10
+    assert found == [oldest] and pages >= 3  # 46 batches, 20 read per page

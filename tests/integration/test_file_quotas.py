@@ -80,3 +80,43 @@ def test_the_storage_quota_counts_only_files_the_user_can_still_see(sim: Simulat
         upload(deps, b'{"x": 1}\n' * 20)
     clock.advance(86400 + 1)  # the first file expired: it no longer counts
     assert upload(deps, b'{"x": 1}\n' * 100)["object"] == "file"
+
+
+def _part(data: bytes) -> tuple[str, bytes]:
+    body = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="data"; filename="part"\r\n\r\n'.encode()
+        + data
+        + f"\r\n--{BOUNDARY}--\r\n".encode()
+    )
+    return f"multipart/form-data; boundary={BOUNDARY}", body
+
+
+def test_an_upload_in_parts_is_assembled_streaming_checked_and_counted_once(sim: Simulator) -> None:
+    import hashlib
+
+    from batchgw.api import uploads
+    from batchgw.domain.files import file_key
+
+    deps = make_deps(sim, FakeClock())
+    parts = [bytes([65 + i]) * (1024 * 1024 + i) for i in range(3)]  # three parts, ~1 MiB each
+    whole = b"".join(parts)
+
+    def upload_in_parts(md5: str | None) -> dict:  # type: ignore[type-arg]
+        made = uploads.create_upload(
+            deps,
+            ALICE,
+            {"filename": "p.jsonl", "purpose": "batch", "bytes": len(whole), "mime_type": "text/plain"},
+        )
+        ids = [uploads.add_part(deps, ALICE, made["id"], *_part(p))["id"] for p in parts]
+        return uploads.complete_upload(
+            deps, ALICE, made["id"], {"part_ids": ids, **({"md5": md5} if md5 else {})}
+        )
+
+    with pytest.raises(BadRequest, match="md5"):
+        upload_in_parts("0" * 32)
+    assert deps.usage.read(ALICE.user_id).file_bytes == 0  # refused: nothing stored or counted
+    done = upload_in_parts(hashlib.md5(whole).hexdigest())
+    file = deps.files.get(done["file"]["id"])
+    assert file is not None and file.bytes == len(whole) and file.sha256 == hashlib.sha256(whole).hexdigest()
+    assert deps.blobs.get(file_key(file.id)) == whole
+    assert deps.usage.read(ALICE.user_id).file_bytes == len(whole)

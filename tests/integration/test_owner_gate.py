@@ -354,3 +354,21 @@ def test_a_revoked_key_found_as_the_batch_is_cancelled_ends_the_request_cancelle
     lifecycle.cancel(deps, batch_id)
     page = results_api.results_page(deps, ADMIN, batch_id, {})["data"]
     assert [(r["status"], r["error"]["code"]) for r in page] == [("cancelled", "batch_cancelled")] * 2
+
+
+def test_attempts_of_unknown_cost_count_against_the_quota_at_their_most(sim: Simulator) -> None:
+    """Answers too large to keep have no known cost: each is charged what it could have cost
+    at most, so a tiny quota stops the batch after the first, not after all of them."""
+    clock = FakeClock()
+    deps = gate_deps(sim, clock, BATCH_MAX_RESULT_KB="1")
+    set_user(deps, "user-alice", daily_quota_usd=0.0000001)
+    batch_id = prepared(deps, ALICE, 8, text="[[sim bytes=4000]] big")
+    walk(deps, batch_id)
+
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 1  # was 8: unknown cost escaped
+    batch = batches.get_batch(deps, ALICE, batch_id)
+    assert batch["paused"] is not None and batch["paused"]["reason"] == "daily_quota"
+    assert batch["cost_usd"] == 0 and batch["cost_unknown_attempts"] == 1  # known cost stays known
+    me = accounts.me(deps, ALICE)
+    assert me["unknown_cost_today_usd"] > 0.0000001 and me["spend_today_usd"] == me["unknown_cost_today_usd"]
+    assert me["key"]["unknown_cost_today_usd"] == me["unknown_cost_today_usd"]

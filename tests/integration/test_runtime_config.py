@@ -89,6 +89,13 @@ def test_a_patched_setting_applies_here_at_once_and_in_another_process_on_its_ne
         ("BATCH_ENABLED", "maybe"),
         ("BATCH_MAX_BODY_MB", 32),
         ("BATCH_MAX_REQUESTS", [1]),
+        # What would stop every batch request: an upstream call longer than a worker lives.
+        ("BATCH_UPSTREAM_TIMEOUT_SECONDS", 1000),
+        ("BATCH_UPSTREAM_TIMEOUT_SECONDS", 895),
+        # A receiver's deadline past the webhook function's life.
+        ("BATCH_WEBHOOK_TIMEOUT_SECONDS", 60),
+        # A rate so low its Retry-After is hours away.
+        ("BATCH_API_RATE_PER_KEY", 0.001),
     ],
 )
 def test_a_bad_value_is_400_and_changes_nothing(deps: Deps, name: str, value: Any) -> None:
@@ -211,3 +218,11 @@ def test_batch_model_concurrency_0_pauses_batch_work_on_models_without_a_cap_of_
     assert call("DELETE", "/admin/config/BATCH_MODEL_CONCURRENCY")[0] == 200
     walk(deps, batch_id)
     assert call("GET", f"/v1/batches/{batch_id}", ALICE)[1]["request_counts"]["completed"] == 3
+
+
+def test_no_request_rate_keeps_an_administrator_from_the_admin_routes(deps: Deps) -> None:
+    assert call("PATCH", "/admin/config/BATCH_API_RATE_PER_KEY", body={"value": 0.1})[0] == 200
+    answers = [call("GET", "/v1/batches", ALICE)[0] for _ in range(3)]
+    assert 429 in answers  # the user is held to it
+    assert [call("GET", "/admin/config")[0] for _ in range(5)] == [200] * 5
+    assert call("DELETE", "/admin/config/BATCH_API_RATE_PER_KEY")[0] == 200

@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from batchgw.api import batches, webhooks
@@ -85,8 +84,7 @@ def test_a_batch_end_is_announced_once_and_the_openai_sdk_verifies_the_delivery(
     lifecycle.finalize(deps, batch_id)  # the step retried: no second event
     (event,) = queued_events(deps)
     assert deps.batches.get_record(batch_id).event_pending is False  # type: ignore[union-attr]
-    with httpx.Client() as http:
-        assert deliver(deps, event, http=http) is None
+    assert deliver(deps, event) is None
     (headers, body, _) = receiver.at(HOOK)[0]
     unwrapped = openai.OpenAI(api_key="x").webhooks.unwrap(body, headers, secret=secret)
     assert (unwrapped.type, unwrapped.data.id) == ("batch.cancelled", batch_id)
@@ -99,8 +97,7 @@ def test_a_batch_end_is_announced_once_and_the_openai_sdk_verifies_the_delivery(
     }
     (listed,) = webhooks.list_events(deps, ALICE)["data"]
     assert listed["id"] == event.event_id and listed["attempts"] == 1 and listed["delivered_at"] is not None
-    with httpx.Client() as http:
-        assert deliver(deps, event, http=http) is None  # a duplicate message: not sent again
+    assert deliver(deps, event) is None  # a duplicate message: not sent again
     assert len(receiver.at(HOOK)) == 1
 
 
@@ -116,10 +113,9 @@ def test_a_failing_receiver_gets_the_same_webhook_id_until_it_answers_2xx(
     ended_batch(deps)
     (event,) = queued_events(deps)
     receiver.plans[HOOK] = [500, 503]
-    with httpx.Client() as http:
-        assert deliver(deps, event, http=http) == Later(5)
-        assert deliver(deps, event, http=http) == Later(30)
-        assert deliver(deps, event, http=http) is None
+    assert deliver(deps, event) == Later(5)
+    assert deliver(deps, event) == Later(30)
+    assert deliver(deps, event) is None
     assert [h["webhook-id"] for h, _, _ in receiver.at(HOOK)] == [event.event_id] * 3
     (listed,) = webhooks.list_events(deps, ALICE)["data"]
     assert listed["attempts"] == 3 and listed["last_status"] == 200
@@ -130,8 +126,7 @@ def test_410_disables_the_endpoint_until_it_is_saved_again(deps: Deps, receiver:
     ended_batch(deps)
     (event,) = queued_events(deps)
     receiver.plans[HOOK] = [410]
-    with httpx.Client() as http:
-        assert deliver(deps, event, http=http) is None
+    assert deliver(deps, event) is None
     shown = webhooks.get_webhook(deps, ALICE)
     assert shown["enabled"] is False and "410" in shown["disabled_reason"]
     ended_batch(deps)
@@ -146,16 +141,15 @@ def test_three_timeouts_suspend_the_endpoint_and_it_recovers(
     ended_batch(deps)
     (event,) = queued_events(deps)
     receiver.plans[HOOK] = ["hang", "hang", "hang"]
-    with httpx.Client() as http:
-        assert deliver(deps, event, http=http) == Later(5)
-        assert deliver(deps, event, http=http) == Later(30)
-        assert deliver(deps, event, http=http) == Later(600)  # suspended
-        assert webhooks.get_webhook(deps, ALICE)["suspended_until"] is not None
-        seen = len(receiver.at(HOOK))
-        waiting = deliver(deps, event, http=http)
-        assert isinstance(waiting, Later) and waiting.seconds > 590 and len(receiver.at(HOOK)) == seen
-        clock.advance(601)
-        assert deliver(deps, event, http=http) is None  # it recovered
+    assert deliver(deps, event) == Later(5)
+    assert deliver(deps, event) == Later(30)
+    assert deliver(deps, event) == Later(600)  # suspended
+    assert webhooks.get_webhook(deps, ALICE)["suspended_until"] is not None
+    seen = len(receiver.at(HOOK))
+    waiting = deliver(deps, event)
+    assert isinstance(waiting, Later) and waiting.seconds > 590 and len(receiver.at(HOOK)) == seen
+    clock.advance(601)
+    assert deliver(deps, event) is None  # it recovered
     assert webhooks.get_webhook(deps, ALICE)["suspended_until"] is None
 
 
@@ -199,8 +193,7 @@ def test_after_a_rotation_deliveries_verify_with_the_old_secret_and_the_new(
     new = webhooks.put_webhook(deps, ALICE, {"url": receiver.url(HOOK), "rotate_secret": True})["secret"]
     ended_batch(deps)
     (event,) = queued_events(deps)
-    with httpx.Client() as http:
-        assert deliver(deps, event, http=http) is None
+    assert deliver(deps, event) is None
     (headers, body, _) = receiver.at(HOOK)[0]
     client = openai.OpenAI(api_key="x")
     for secret in (old, new):

@@ -65,6 +65,8 @@ REFUSED_URLS = [
     "https://[::ffff:127.0.0.1]/",  # IPv4-mapped
     "https://[::ffff:169.254.169.254]/",
     "https://[::127.0.0.1]/",  # IPv4-compatible
+    "https://[::ffff:0:127.0.0.1]/",  # IPv4-translated: a SIIT translator reaches 127.0.0.1
+    "https://[::ffff:0:a9fe:a9fe]/",  # ... and the metadata address
     "https://[64:ff9b::10.0.0.1]/",  # NAT64
     "https://[64:ff9b:1::a00:1]/",  # local-use NAT64
     "https://[2002:a00:1::1]/",  # 6to4 of 10.0.0.1

@@ -10,7 +10,9 @@ from batchgw.outbound import Answer, safe_post
 PUBLIC = "93.184.216.34"
 
 
-def client(answer: httpx.Response | None = None, seen: list[httpx.Request] | None = None) -> httpx.Client:
+def client(
+    answer: httpx.Response | None = None, seen: list[httpx.Request] | None = None
+) -> httpx.MockTransport:
     def handle(request: httpx.Request) -> httpx.Response:
         if seen is not None:
             seen.append(request)
@@ -24,19 +26,19 @@ def client(answer: httpx.Response | None = None, seen: list[httpx.Request] | Non
             return httpx.Response(302, headers={"location": "/loop"})
         return answer or httpx.Response(200)
 
-    return httpx.Client(transport=httpx.MockTransport(handle))
+    return httpx.MockTransport(handle)
 
 
-def post(http: httpx.Client, url: str, resolve: dict[str, list[str]] | None = None) -> Answer:
+def post(transport: httpx.MockTransport, url: str, resolve: dict[str, list[str]] | None = None) -> Answer:
     names = resolve or {"hooks.example.com": [PUBLIC]}
     return safe_post(
-        http,
         url,
         {"webhook-id": "evt_1"},
         b"{}",
         timeout=5,
         allow_private=False,
         resolve=lambda h, p: names.get(h, []),
+        transport=transport,
     )
 
 
@@ -73,9 +75,53 @@ def test_every_redirect_is_checked_again() -> None:
 
 
 def test_retry_after_and_timeouts_are_reported() -> None:
-    slow = httpx.Client(
-        transport=httpx.MockTransport(lambda r: (_ for _ in ()).throw(httpx.ReadTimeout("slow")))
-    )
+    slow = httpx.MockTransport(lambda r: (_ for _ in ()).throw(httpx.ReadTimeout("slow")))
     assert post(slow, "https://hooks.example.com/").timed_out
     busy = post(client(httpx.Response(503, headers={"retry-after": "120"})), "https://hooks.example.com/")
     assert (busy.status, busy.retry_after) == (503, 120.0)
+
+
+def test_a_stalling_or_flooding_receiver_holds_a_delivery_no_longer_than_its_deadline() -> None:
+    """Answering 200 then trickling the body, sending a huge body, or never finishing its
+    headers: the exchange ends at its deadline, judged on the status line where there is one."""
+    import asyncio
+    import time
+
+    class Trickle(httpx.AsyncByteStream):
+        async def __aiter__(self):  # type: ignore[no-untyped-def]
+            for _ in range(100):
+                await asyncio.sleep(0.2)
+                yield b"x"
+
+    class Flood(httpx.AsyncByteStream):
+        def __init__(self) -> None:
+            self.sent = 0
+
+        async def __aiter__(self):  # type: ignore[no-untyped-def]
+            while self.sent < 64 * 1024 * 1024:
+                self.sent += 1024 * 1024
+                yield b"x" * (1024 * 1024)
+
+    async def stalled(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(30)  # never answers within the deadline
+        return httpx.Response(200)
+
+    flood = Flood()
+    for handler, status in (
+        (lambda r: httpx.Response(200, stream=Trickle()), 200),
+        (lambda r: httpx.Response(200, stream=flood), 200),
+        (stalled, None),
+    ):
+        started = time.monotonic()
+        answer = safe_post(
+            "https://hooks.example.com/",
+            {},
+            b"{}",
+            timeout=1,
+            allow_private=False,
+            resolve=lambda h, p: [PUBLIC],
+            transport=httpx.MockTransport(handler),
+        )
+        assert time.monotonic() - started < 1.5
+        assert answer.status == status and answer.timed_out is (status is None)
+    assert flood.sent <= 1024 * 1024  # the huge answer's body was not read

@@ -7,8 +7,8 @@ an endpoint's test event (``api.webhook_endpoints``) the same way.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -33,7 +33,14 @@ class Answer:
     error: str | None = None
 
 
-def post_event(deps: Deps, hook: Webhook, event_id: str, event: dict[str, Any], http: httpx.Client) -> Answer:
+def post_event(
+    deps: Deps,
+    hook: Webhook,
+    event_id: str,
+    event: dict[str, Any],
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Answer:
     """POST ``event`` to ``hook``, signed with its secret (and, during a rotation's overlap,
     its previous one too)."""
     now = deps.clock()
@@ -51,18 +58,17 @@ def post_event(deps: Deps, hook: Webhook, event_id: str, event: dict[str, Any], 
     }
     settings = deps.settings
     return safe_post(
-        http,
         hook.url,
         headers,
         body,
         timeout=settings.batch_webhook_timeout_seconds,
         allow_private=settings.batch_webhook_allow_private_targets,
         resolve=deps.resolve,
+        transport=transport,
     )
 
 
 def safe_post(
-    http: httpx.Client,
     url: str,
     headers: dict[str, str],
     body: bytes,
@@ -70,52 +76,75 @@ def safe_post(
     timeout: float,
     allow_private: bool,
     resolve: Resolver,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Answer:
     """POST ``body`` to ``url``, reaching only addresses the rules allow: the host is resolved
     once per hop, every address checked, and the connection made to a checked address with
     TLS still verifying the name. Redirects are followed by hand (at most MAX_REDIRECTS, each
-    re-checked, https kept). The whole exchange has ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    for _ in range(MAX_REDIRECTS + 1):
-        try:
-            target = check_url(url, allow_private=allow_private)
-            addresses = (
-                [target.literal]
-                if target.literal is not None
-                else check_addresses(
-                    target.host, resolve(target.host, target.port), allow_private=allow_private
+    re-checked, https kept).
+
+    The whole exchange has ``timeout`` seconds, whatever the receiver does: the answer is
+    judged on its status line and its body is never read (a receiver that trickles it, or
+    sends gigabytes, holds nothing), and a receiver that stalls anywhere (connecting, reading
+    the request, trickling its headers) is cut off at the deadline, its connection closed.
+    """
+    try:
+        return asyncio.run(_post(url, headers, body, timeout, allow_private, resolve, transport))
+    except TimeoutError:
+        return Answer(None, timed_out=True, error="timed out")
+
+
+async def _post(
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    timeout: float,
+    allow_private: bool,
+    resolve: Resolver,
+    transport: httpx.AsyncBaseTransport | None,
+) -> Answer:
+    async with asyncio.timeout(timeout), httpx.AsyncClient(transport=transport, trust_env=False) as http:
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                target = check_url(url, allow_private=allow_private)
+                addresses = (
+                    [target.literal]
+                    if target.literal is not None
+                    else check_addresses(
+                        target.host, resolve(target.host, target.port), allow_private=allow_private
+                    )
                 )
+            except Refused as exc:
+                return Answer(None, error=f"refused: {exc}")
+            address = addresses[0]
+            parts = urlsplit(target.url)
+            literal = f"[{address}]" if address.version == 6 else str(address)
+            pinned = urlunsplit(
+                (target.scheme, f"{literal}:{target.port}", parts.path or "/", parts.query, "")
             )
-        except Refused as exc:
-            return Answer(None, error=f"refused: {exc}")
-        address = addresses[0]
-        parts = urlsplit(target.url)
-        literal = f"[{address}]" if address.version == 6 else str(address)
-        pinned = urlunsplit((target.scheme, f"{literal}:{target.port}", parts.path or "/", parts.query, ""))
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return Answer(None, timed_out=True, error="timed out")
-        host_header = target.host if parts.port is None else f"{target.host}:{target.port}"
-        try:
-            response = http.post(
+            host_header = target.host if parts.port is None else f"{target.host}:{target.port}"
+            request = http.build_request(
+                "POST",
                 pinned,
                 content=body,
                 headers={**headers, "host": host_header},
-                timeout=httpx.Timeout(left),
+                timeout=httpx.Timeout(timeout),
                 extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
-                follow_redirects=False,
             )
-        except httpx.TimeoutException:
-            return Answer(None, timed_out=True, error="timed out")
-        except httpx.HTTPError as exc:
-            return Answer(None, error=f"{type(exc).__name__}: {exc}"[:300])
-        location = response.headers.get("location")
-        if response.status_code in _REDIRECTS and location:
-            url = urljoin(target.url, location)
-            if target.scheme == "https" and not url.lower().startswith("https://"):
-                return Answer(response.status_code, error="a redirect left https")
-            continue
-        return Answer(response.status_code, retry_after=_retry_after(response.headers.get("retry-after")))
+            try:
+                response = await http.send(request, stream=True, follow_redirects=False)
+            except httpx.TimeoutException:
+                return Answer(None, timed_out=True, error="timed out")
+            except httpx.HTTPError as exc:
+                return Answer(None, error=f"{type(exc).__name__}: {exc}"[:300])
+            await response.aclose()  # judged on its status line: the body is not read
+            location = response.headers.get("location")
+            if response.status_code in _REDIRECTS and location:
+                url = urljoin(target.url, location)
+                if target.scheme == "https" and not url.lower().startswith("https://"):
+                    return Answer(response.status_code, error="a redirect left https")
+                continue
+            return Answer(response.status_code, retry_after=_retry_after(response.headers.get("retry-after")))
     return Answer(None, error=f"more than {MAX_REDIRECTS} redirects")
 
 

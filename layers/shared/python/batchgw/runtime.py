@@ -78,6 +78,17 @@ class LiveConfig:
     def due(self) -> bool:
         return self._monotonic() - self._read_at >= self.base.runtime_refresh_seconds
 
+    @property
+    def accounts_version(self) -> int:
+        """How many changes administrators made to accounts, as last read."""
+        return self.overrides.accounts_version
+
+    def note_accounts_changed(self) -> None:
+        """An administrator changed an account here: count it for every other process, and
+        read it back (this process forgets its cached keys at its next look)."""
+        self._store.note_accounts_changed()
+        self.refresh(force=True)
+
     def refresh(self, *, force: bool = False) -> None:
         """Read the stored overrides again if what this process has is too old (or ``force``)."""
         if not force and not self.due():

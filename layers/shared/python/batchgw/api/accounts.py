@@ -9,18 +9,22 @@ stored as integer nano-dollars.
 
 from __future__ import annotations
 
+import functools
 import secrets
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from batchgw.api import batches, files
 from batchgw.api.auth import forget_keys
 from batchgw.api.ids import new_id
+from batchgw.api.params import MAX_UNIX_SECONDS
 from batchgw.deps import Deps
 from batchgw.domain import money
 from batchgw.domain.accounts import KeyRecord, UserRecord, UserStatus
-from batchgw.domain.errors import BadRequest, Forbidden, NotFound
+from batchgw.domain.errors import ApiError, BadRequest, Forbidden, NotFound
 from batchgw.domain.principal import ROLES, Principal, hash_key
+from batchgw.domain.spend import Spend
 from batchgw.storage.spend import Payer
 
 USER_PREFIX = "user_"
@@ -28,6 +32,31 @@ KEY_PREFIX = "key_"
 SECRET_PREFIX = "sk-"
 VISIBLE_PREFIX_CHARS = 12
 _MAX_TEXT = 200
+
+
+def _changes_accounts(change: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """An administrator's change to an account: once it is written (or failed part way), this
+    process forgets its cached keys, and every other one at its next read of the runtime
+    overrides (``LiveConfig.note_accounts_changed``): a revoked key, a suspended, demoted or
+    deleted user is refused everywhere within BATCHGW_RUNTIME_REFRESH_SECONDS."""
+
+    def spread(deps: Deps) -> None:
+        forget_keys()
+        deps.live.note_accounts_changed()
+
+    @functools.wraps(change)
+    def changed(deps: Deps, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            done = change(deps, *args, **kwargs)
+        except ApiError:
+            raise  # refused before anything was written
+        except Exception:
+            spread(deps)  # it may have been written in part
+            raise
+        spread(deps)
+        return done
+
+    return changed
 
 
 def require_admin(principal: Principal) -> None:
@@ -133,8 +162,8 @@ def _time(body: dict[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BadRequest(f"'{name}' must be unix seconds, or null.", param=name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UNIX_SECONDS:
+        raise BadRequest(f"'{name}' must be unix seconds (up to the year 9999), or null.", param=name)
     return value
 
 
@@ -176,9 +205,9 @@ def get_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
     return user_object(_visible_user(deps, user_id))
 
 
+@_changes_accounts
 def update_user(deps: Deps, principal: Principal, user_id: str, body: Any) -> dict[str, Any]:
     require_admin(principal)
-    forget_keys()
     body = _object(body)
     _only(body, {"name", "email", "role", "status", "daily_quota_usd", "monthly_quota_usd"})
     _visible_user(deps, user_id)
@@ -207,24 +236,36 @@ def update_user(deps: Deps, principal: Principal, user_id: str, body: Any) -> di
     return user_object(changed)
 
 
+@_changes_accounts
 def delete_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
     """Delete a user: their keys are revoked and the account reads as gone at once; their
-    batches (purged in the background), files and Idempotency-Keys are deleted."""
+    files, Idempotency-Keys and webhook are deleted, and their batches purged in the
+    background. A batch with requests running under a live lease is cancelled instead and
+    kept until they end, so what they cost is still recorded (``batches_pending``): the
+    same DELETE again (it may be repeated, whatever failed part way) removes it then."""
     require_admin(principal)
-    forget_keys()
-    _visible_user(deps, user_id)
-    now = int(deps.clock())
+    user = deps.accounts.user(user_id)
+    if user is None:
+        raise NotFound(f"No user '{user_id}'.", code="user_not_found")
+    now = deps.clock()
     _, keys = deps.accounts.account(user_id)
     for key in keys:
         if key.revoked_at is None:
-            deps.accounts.change_key(user_id, key.id, {"revoked_at": now})
-    deps.accounts.change_user(user_id, {"status": UserStatus.DELETED.value})
+            deps.accounts.change_key(user_id, key.id, {"revoked_at": int(now)})
+    if user.status is not UserStatus.DELETED:
+        deps.accounts.change_user(user_id, {"status": UserStatus.DELETED.value})
+    pending = []
     for batch in batches.batches_of(deps, user_id):
+        if deps.batches.runs_live(batch.id, deps.clock()):
+            if not batch.status.is_final:
+                batches.cancel_batch(deps, principal, batch.id)
+            pending.append(batch.id)
+            continue
         batches.remove(deps, batch)
     files.delete_all_of(deps, user_id)
     deps.idempotency.delete_all_of(user_id)
     deps.webhooks.delete_all(user_id)
-    return {"id": user_id, "object": "user.deleted", "deleted": True}
+    return {"id": user_id, "object": "user.deleted", "deleted": True, "batches_pending": pending}
 
 
 def me(deps: Deps, principal: Principal) -> dict[str, Any]:
@@ -237,8 +278,7 @@ def me(deps: Deps, principal: Principal) -> dict[str, Any]:
     user_spend, key_spend = deps.spend.read(Payer(user.id, key.id), deps.clock())
     return {
         **user_object(user),
-        "spend_today_usd": money.usd_float(user_spend.today),
-        "spend_month_usd": money.usd_float(user_spend.month),
+        **_spent(user_spend),
         "key": {
             "id": key.id,
             "prefix": key.prefix,
@@ -246,10 +286,20 @@ def me(deps: Deps, principal: Principal) -> dict[str, Any]:
             "expires_at": key.expires_at,
             "daily_budget_usd": _usd(key.daily_budget_nano),
             "monthly_budget_usd": _usd(key.monthly_budget_nano),
-            "spend_today_usd": money.usd_float(key_spend.today),
-            "spend_month_usd": money.usd_float(key_spend.month),
+            **_spent(key_spend),
         },
         "keys": [key_object(k) for k in keys],
+    }
+
+
+def _spent(spend: Spend) -> dict[str, float]:
+    """What counts against quotas and budgets today and this month: known costs, and each
+    attempt of unknown cost at the most it could have cost (``unknown_cost_*``, part of it)."""
+    return {
+        "spend_today_usd": money.usd_float(spend.today),
+        "spend_month_usd": money.usd_float(spend.month),
+        "unknown_cost_today_usd": money.usd_float(spend.unknown_today),
+        "unknown_cost_month_usd": money.usd_float(spend.unknown_month),
     }
 
 
@@ -303,9 +353,9 @@ def _visible_key(deps: Deps, key_id: str) -> KeyRecord:
     return key
 
 
+@_changes_accounts
 def update_key(deps: Deps, principal: Principal, key_id: str, body: Any) -> dict[str, Any]:
     require_admin(principal)
-    forget_keys()
     body = _object(body)
     _only(body, {"name", "expires_at", "daily_budget_usd", "monthly_budget_usd"})
     key = _visible_key(deps, key_id)
@@ -325,9 +375,9 @@ def update_key(deps: Deps, principal: Principal, key_id: str, body: Any) -> dict
     return key_object(changed)
 
 
+@_changes_accounts
 def revoke_key(deps: Deps, principal: Principal, key_id: str) -> dict[str, Any]:
     require_admin(principal)
-    forget_keys()
     key = _visible_key(deps, key_id)
     if key.revoked_at is not None:
         return key_object(key)
@@ -336,11 +386,11 @@ def revoke_key(deps: Deps, principal: Principal, key_id: str) -> dict[str, Any]:
     return key_object(revoked)
 
 
+@_changes_accounts
 def regenerate_key(deps: Deps, principal: Principal, key_id: str) -> dict[str, Any]:
     """A new secret in place of the key: the old key is revoked (batches it created fail)
     and a new one with its name, expiry and budgets is made."""
     require_admin(principal)
-    forget_keys()
     old = _visible_key(deps, key_id)
     if old.revoked_at is None:
         deps.accounts.change_key(old.user_id, old.id, {"revoked_at": int(deps.clock())})

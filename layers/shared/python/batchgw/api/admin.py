@@ -21,7 +21,7 @@ from batchgw.api.batches import batches_of, every_batch, list_every_batch, visib
 from batchgw.api.params import Params, aware_time_ms, fitted_page, int_param, last
 from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
-from batchgw.domain import money
+from batchgw.domain import codec, money
 from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.batch import CountedBatch, Tally
 from batchgw.domain.errors import BadRequest, NotFound
@@ -29,6 +29,11 @@ from batchgw.domain.principal import Principal
 from batchgw.domain.states import UNFINISHED_STATUSES
 
 # --- runtime settings ---------------------------------------------------------------------------
+
+
+# The largest cap a model may be given (DynamoDB numbers, and any real server, are far below
+# what a client may write).
+MAX_MODEL_CAP = 100_000
 
 
 def list_config(deps: Deps, principal: Principal) -> dict[str, Any]:
@@ -72,9 +77,12 @@ def set_model(deps: Deps, principal: Principal, model_id: str, body: Any) -> dic
     if not isinstance(body, dict) or set(body) != {"max_concurrency"}:
         raise BadRequest('Send {"max_concurrency": <n or null>}.', param="max_concurrency")
     cap = body["max_concurrency"]
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= MAX_MODEL_CAP
+    ):
         raise BadRequest(
-            "max_concurrency must be a whole number, 0 or more, or null.", param="max_concurrency"
+            f"max_concurrency must be a whole number from 0 to {MAX_MODEL_CAP:,}, or null.",
+            param="max_concurrency",
         )
     deps.live.set_model_cap(model_id, cap, by=principal.user_id, now=deps.clock())
     return _model_object(deps, model_id, _queued_per_model(deps))
@@ -205,7 +213,7 @@ def attempts(deps: Deps, principal: Principal, batch_id: str, params: Params) ->
         raise BadRequest("'start_time' must be earlier than 'end_time'.", param="start_time")
     status = last(params, "status")
     outcome = status_code = None
-    if status is not None and status.isdigit():
+    if status is not None and codec.decimal(status, most_digits=3) is not None:
         status_code = int(status)
     elif status is not None and status in _OUTCOMES:
         outcome = status
@@ -216,9 +224,11 @@ def attempts(deps: Deps, principal: Principal, batch_id: str, params: Params) ->
     after = last(params, "after")
     before_key = None
     if after:
-        if not after.startswith(_ATTEMPT_PREFIX) or not after[len(_ATTEMPT_PREFIX) :].isdigit():
+        before_key = (
+            codec.decimal(after.removeprefix(_ATTEMPT_PREFIX)) if after.startswith(_ATTEMPT_PREFIX) else None
+        )
+        if before_key is None:
             raise BadRequest("'after' must be an attempt id from this list.", param="after")
-        before_key = int(after[len(_ATTEMPT_PREFIX) :])
     found, more = deps.requests.attempts(
         batch_id,
         limit=limit,

@@ -25,7 +25,7 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
 
     def call() -> tuple[Deps, Any]:
         deps = get_deps()
-        return deps, caller(deps, app)
+        return deps, caller(deps, app, admin_plane=True)
 
     # --- users and keys ---------------------------------------------------------------------
 

@@ -54,10 +54,12 @@ _known_keys = _KeyCache()
 _unknown_keys = _KeyCache()
 
 
-def authenticate(deps: Deps, authorization: str | None) -> Principal:
+def authenticate(deps: Deps, authorization: str | None, *, admin_plane: bool = False) -> Principal:
     """The principal behind ``Authorization: Bearer <key>``, once it took its turn of the
     key's request rate: 401 when missing or unknown, 403 when its account is suspended,
-    429 ``rate_limited`` (with ``Retry-After``) over BATCH_API_RATE_PER_KEY.
+    429 ``rate_limited`` (with ``Retry-After``) over BATCH_API_RATE_PER_KEY. On the admin
+    routes (``admin_plane``) an administrator's key takes no turn: no value of the setting
+    keeps an administrator from changing it back.
 
     What a key names is cached per process for BATCH_OWNER_CACHE_SECONDS (a change made
     through this process's admin API applies at once); that a key does not exist, for
@@ -65,7 +67,8 @@ def authenticate(deps: Deps, authorization: str | None) -> Principal:
     key in that time, and never touches any key's request rate.
     """
     principal = _identify(deps, authorization)
-    _take_turn(deps, principal)
+    if not (admin_plane and principal.is_admin):
+        _take_turn(deps, principal)
     return principal
 
 
@@ -73,6 +76,21 @@ def forget_keys() -> None:
     """Drop what this process cached of keys (after an administrator changed an account)."""
     _known_keys.clear()
     _unknown_keys.clear()
+
+
+# The accounts version (``LiveConfig.accounts_version``) the cached keys were read under.
+_cached_under: list[int] = [0]
+
+
+def _forget_if_accounts_changed(deps: Deps) -> None:
+    """An administrator changed an account anywhere (the admin function is another process on
+    AWS): what this process cached of keys may be stale; forget it. So a revoked key, or a
+    suspended or demoted user, is refused everywhere within a refresh of the runtime
+    overrides (BATCHGW_RUNTIME_REFRESH_SECONDS), whatever BATCH_OWNER_CACHE_SECONDS says."""
+    version = deps.live.accounts_version
+    if version != _cached_under[0]:
+        forget_keys()
+        _cached_under[0] = version
 
 
 def cached_keys() -> tuple[int, int]:
@@ -90,6 +108,7 @@ def _identify(deps: Deps, authorization: str | None) -> Principal:
     digest = hash_key(authorization[7:].strip())
     now = deps.clock()
     settings = deps.settings
+    _forget_if_accounts_changed(deps)
     remembered = _known_keys.get(digest, now) or _unknown_keys.get(digest, now)
     if remembered is None:
         found = deps.accounts.by_hash(digest)

@@ -51,6 +51,8 @@ from batchgw.validation.jsonbody import parse_json
 FILE_CREATE_KEYS = {"input_file_id", "endpoint", "completion_window", "metadata"}
 _STATUS_NAMES = frozenset(s.value for s in BatchStatus)
 BATCH_PREFIX = "batch_"
+# A status-filtered list reads at most about this many of each owner's batches per page.
+LIST_READ_MOST = 1000
 
 
 # --- create ------------------------------------------------------------------------------
@@ -428,8 +430,9 @@ def every_batch(deps: Deps, statuses: Sequence[str] = ()) -> Iterator[BatchRecor
 
 def list_batches(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
     """The caller's batches, newest first, filtered by status and creation time."""
-    found, has_more = _listed(deps, principal, params, [principal.user_id])
-    return fitted_page([batch_object(batch, deps.clock()) for batch in found], has_more=has_more)
+    found, has_more, read_to = _listed(deps, principal, params, [principal.user_id])
+    page = fitted_page([batch_object(batch, deps.clock()) for batch in found], has_more=has_more)
+    return _with_read_to(page, read_to)
 
 
 def list_every_batch(
@@ -437,9 +440,17 @@ def list_every_batch(
 ) -> dict[str, Any]:
     """The batches of ``owners`` (an administrator's list), newest first, with the same
     filters; each batch says whose it is (``user_id``)."""
-    found, has_more = _listed(deps, principal, params, owners)
+    found, has_more, read_to = _listed(deps, principal, params, owners)
     data = [{**batch_object(batch, deps.clock()), "user_id": batch.record.owner} for batch in found]
-    return fitted_page(data, has_more=has_more)
+    return _with_read_to(fitted_page(data, has_more=has_more), read_to)
+
+
+def _with_read_to(page: dict[str, Any], read_to: str | None) -> dict[str, Any]:
+    """A status-filtered page that stopped at its read bound (``LIST_READ_MOST``) says where
+    the next one goes on (``next_after``: pass it as ``after``), even when it holds none."""
+    if read_to is not None and page["has_more"]:
+        page["next_after"] = page["last_id"] or read_to
+    return page
 
 
 def after_cursor(deps: Deps, principal: Principal, after: str | None) -> str | None:
@@ -459,7 +470,9 @@ def after_cursor(deps: Deps, principal: Principal, after: str | None) -> str | N
 
 def _listed(
     deps: Deps, principal: Principal, params: Params, owners: Sequence[str]
-) -> tuple[list[CountedBatch], bool]:
+) -> tuple[list[CountedBatch], bool, str | None]:
+    """The page of batches, whether more follow, and (a status filter having stopped at its
+    read bound) the id of the batch its read stopped at."""
     limit = int_param(params, "limit", default=20, low=1, high=100)
     statuses = [s for value in params.get("status", []) for s in value.split(",") if s]
     unknown = [s for s in statuses if s not in _STATUS_NAMES]
@@ -469,18 +482,29 @@ def _listed(
     created_after, created_before = time_range(params, "created_after", "created_before")
     records: list[BatchRecord] = []
     has_more = False
+    stops: list[str] = []
     for owner in owners:  # each owner's newest ``limit``, merged (an owner index per user)
-        found, more = deps.batches.list_for_owner(
+        page = deps.batches.owner_page(
             owner,
             limit=limit,
             before_key=before_key,
             created_after=created_after,
             created_before=created_before,
             statuses=statuses,
+            most_read=LIST_READ_MOST,
         )
-        records += found
-        has_more = has_more or more
+        records += page.records
+        has_more = has_more or page.more
+        if page.read_to is not None:
+            stops.append(page.read_to)
+    read_to = None
+    if stops:
+        # An owner whose read stopped may have matches older than where it stopped: only what
+        # is newer than the newest such stop is sure to be in order.
+        cut = max(stops)
+        records = [record for record in records if record.created_key > cut]
+        read_to = cut.partition("#")[2]
     records.sort(key=lambda r: r.created_key, reverse=True)
     has_more = has_more or len(records) > limit
     counted = (deps.batches.get(record.id) for record in records[:limit])
-    return [batch for batch in counted if batch is not None], has_more
+    return [batch for batch in counted if batch is not None], has_more, read_to

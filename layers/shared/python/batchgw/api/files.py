@@ -9,6 +9,7 @@ expiry) in the files table. Files up to the API's payload limit come through
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -115,6 +116,43 @@ def new_input_file(deps: Deps, principal: Principal, filename: str, data: bytes)
     # An empty file is taken: a batch made from it fails validation with ``empty_file``.
     record = _input_record(deps, principal, filename, len(data), sha256=hashlib.sha256(data).hexdigest())
     deps.blobs.put(file_key(record.id), data, "application/jsonl")
+    return _counted(deps, record)
+
+
+def streamed_input_file(
+    deps: Deps,
+    principal: Principal,
+    filename: str,
+    size: int,
+    chunks: Iterable[bytes],
+    *,
+    md5: str | None = None,
+) -> FileRecord:
+    """``new_input_file`` of ``size`` bytes that come as ``chunks``, streamed to S3 (in parts
+    when large) and hashed on the way: memory holds a chunk, never the file. With ``md5``,
+    bytes whose MD5 differs are removed again and refused (400)."""
+    settings = deps.settings
+    if size > settings.max_file_bytes:
+        raise PayloadTooLarge(f"The file is larger than {settings.batch_max_file_mb:g} MiB.")
+    record = _input_record(deps, principal, filename, size)
+    sha256, md5_seen = hashlib.sha256(), hashlib.md5()
+
+    def hashed() -> Iterator[bytes]:
+        for chunk in chunks:
+            sha256.update(chunk)
+            md5_seen.update(chunk)
+            yield chunk
+
+    deps.blobs.put_chunks(file_key(record.id), hashed(), "application/jsonl")
+    if md5 and md5_seen.hexdigest() != md5.lower():
+        deps.blobs.delete(file_key(record.id))
+        raise BadRequest("The parts do not match the given md5.", param="md5")
+    return _counted(deps, replace(record, sha256=sha256.hexdigest()))
+
+
+def _counted(deps: Deps, record: FileRecord) -> FileRecord:
+    """Store the record of a file whose bytes are stored, counted against its owner's
+    storage limit in the same write (429 over it, the bytes removed again)."""
     refused = deps.files.create_counted(record, limit=_storage_limit(deps), now=deps.clock())
     if refused is not None:
         deps.blobs.delete(file_key(record.id))

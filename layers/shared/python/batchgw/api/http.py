@@ -123,14 +123,15 @@ def params(app: APIGatewayHttpResolver) -> dict[str, list[str]]:
     return {name: value.split(",") if name == "status" else [value] for name, value in raw.items()}
 
 
-def caller(deps: Deps, app: APIGatewayHttpResolver) -> Principal:
+def caller(deps: Deps, app: APIGatewayHttpResolver, *, admin_plane: bool = False) -> Principal:
     """The caller, by its API key (401 without a usable one); without one, by its console
-    session's cookie (``auth.session_caller``)."""
+    session's cookie (``auth.session_caller``). On the admin routes (``admin_plane``) an
+    administrator's key is not held to the per-key request rate."""
     event = app.current_event
     authorization = event.headers.get("authorization")
     token = None if authorization else cookie(app, auth.SESSION_COOKIE)
     if token is None:
-        return auth.authenticate(deps, authorization)
+        return auth.authenticate(deps, authorization, admin_plane=admin_plane)
     method = event.request_context.http.method
     return auth.session_caller(deps, token, method=method, csrf=event.headers.get(auth.CSRF_HEADER))
 

@@ -3,7 +3,6 @@ into one batch input file (``/v1/uploads``, as OpenAI's)."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -14,7 +13,7 @@ from batchgw.api.files import (
     count_upload,
     declared_file,
     multipart_file,
-    new_input_file,
+    streamed_input_file,
 )
 from batchgw.api.shapes import file_object, upload_object
 from batchgw.deps import Deps
@@ -121,11 +120,11 @@ def complete_upload(deps: Deps, principal: Principal, upload_id: str, body: Any)
         raise BadRequest(
             f"The parts hold {total} bytes; the upload declared {record['bytes']}.", param="part_ids"
         )
-    data = b"".join(_read_parts(deps, (str(parts[p]["key"]) for p in part_ids)))
     md5 = body.get("md5")
-    if isinstance(md5, str) and md5 and hashlib.md5(data).hexdigest() != md5.lower():
-        raise BadRequest("The parts do not match the given md5.", param="md5")
-    file = new_input_file(deps, principal, str(record["filename"]), data)
+    chunks = _read_parts(deps, (str(parts[p]["key"]) for p in part_ids))
+    file = streamed_input_file(
+        deps, principal, str(record["filename"]), total, chunks, md5=md5 if isinstance(md5, str) else None
+    )
     if not deps.control.transition(
         _upload_pk(upload_id),
         UPLOAD_SK,
@@ -139,6 +138,7 @@ def complete_upload(deps: Deps, principal: Principal, upload_id: str, body: Any)
 
 
 def _read_parts(deps: Deps, keys: Iterable[str]) -> Iterator[bytes]:
+    """The parts' bytes in order, a part at a time (each at most BATCH_MAX_BODY_MB)."""
     for key in keys:
         yield deps.blobs.get(key)
 

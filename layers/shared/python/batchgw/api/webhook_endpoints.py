@@ -143,7 +143,12 @@ def rotate_secret(deps: Deps, principal: Principal, endpoint_id: str, body: Any)
 
 
 def send_test(
-    deps: Deps, principal: Principal, endpoint_id: str, body: Any, *, http: httpx.Client | None = None
+    deps: Deps,
+    principal: Principal,
+    endpoint_id: str,
+    body: Any,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> dict[str, Any]:
     """POST /v1/webhook_endpoints/{id}/test: one sample event of ``event_type`` (its data names
     no real batch), signed and sent now; the status the endpoint answered."""
@@ -162,8 +167,7 @@ def send_test(
         "created_at": int(deps.clock()),
         "data": {"id": "batch_test"},
     }
-    with httpx.Client() if http is None else _kept(http) as client:
-        answer = post_event(deps, hook, event_id, event, client)
+    answer = post_event(deps, hook, event_id, event, transport=transport)
     if answer.status is None:
         raise BadRequest(
             f"The webhook endpoint did not answer the test event: {answer.error}.", code="webhook_test_failed"
@@ -175,19 +179,6 @@ def send_test(
         "status_code": answer.status,
         "success": True,
     }
-
-
-class _kept:
-    """A client the caller owns, used as a context without closing it."""
-
-    def __init__(self, http: httpx.Client) -> None:
-        self._http = http
-
-    def __enter__(self) -> httpx.Client:
-        return self._http
-
-    def __exit__(self, *_: object) -> None:
-        return None
 
 
 def endpoint_object(hook: Webhook, *, secret: str | None = None) -> dict[str, Any]:

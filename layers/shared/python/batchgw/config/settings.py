@@ -30,6 +30,17 @@ PLATFORM_MAX_BODY_MB = 4.4
 # prepare's) is longer. The workflow's retries that wait for running work outlast the two
 # together (``tests/infra/test_stack.py`` holds them to it).
 MAX_LIFE_SECONDS = 900
+# What a worker invocation keeps beside its longest upstream call: the chain's margin to hand
+# itself on (``run.chain``'s SEGMENT_MARGIN_SECONDS, 5 s), a claim, a slot and the record of
+# the answer.
+WORKER_SPARE_SECONDS = 10
+# The webhook function's Lambda timeout (``infra``), and what a delivery leaves of it beside
+# the receiver's deadline: reading the endpoint, signing, recording the attempt.
+WEBHOOK_FUNCTION_SECONDS = 30
+WEBHOOK_SPARE_SECONDS = 5
+# The least request rate a key may be held to (0 aside: unlimited): below it a Retry-After
+# would be hours, and the bucket's numbers would leave DynamoDB's range.
+MIN_API_RATE_PER_KEY = 0.1
 
 
 class Settings(BaseModel):
@@ -500,6 +511,15 @@ class Settings(BaseModel):
     def webhook_retry_schedule(self) -> tuple[float, ...]:
         return tuple(float(part) for part in self.batch_webhook_retry_schedule_seconds.split(","))
 
+    @field_validator("batch_api_rate_per_key")
+    @classmethod
+    def _a_usable_rate(cls, value: float) -> float:
+        if 0 < value < MIN_API_RATE_PER_KEY:
+            raise ValueError(
+                f"must be 0 (unlimited) or at least {MIN_API_RATE_PER_KEY:g} requests per second"
+            )
+        return value
+
     @field_validator("batch_min_role")
     @classmethod
     def _known_role(cls, value: str) -> str:
@@ -601,14 +621,39 @@ def with_overrides(base: Settings, overrides: Mapping[str, str]) -> tuple[Settin
             refused[name] = "not a runtime setting"
             continue
         try:
-            Settings.model_validate({**values, **applied, name: text})
+            candidate = Settings.model_validate({**values, **applied, name: text})
         except ValidationError as exc:
             refused[name] = "; ".join(str(error["msg"]) for error in exc.errors())
+            continue
+        broken = [rule for rule in deployed_rules(candidate) if rule not in deployed_rules(base)]
+        if broken:
+            refused[name] = broken[0]
             continue
         applied[name] = text
     if not applied:
         return base, refused
     return Settings.model_validate({**values, **applied}), refused
+
+
+def deployed_rules(settings: Settings) -> list[str]:
+    """The rules ``settings`` break that hold the deployment together, in words: what the
+    stack asserts when it is built (``infra``), checked again for every runtime override (an
+    override may not break one; a deployment's own values are the stack's to check)."""
+    broken = []
+    spare = settings.batch_worker_timeout_seconds - settings.batch_upstream_timeout_seconds
+    if spare < WORKER_SPARE_SECONDS:
+        upstream, worker = settings.batch_upstream_timeout_seconds, settings.batch_worker_timeout_seconds
+        broken.append(
+            f"BATCH_UPSTREAM_TIMEOUT_SECONDS ({upstream:g}) must stay at least {WORKER_SPARE_SECONDS} s "
+            f"below the worker's timeout ({worker:g} s): no request could start"
+        )
+    most = WEBHOOK_FUNCTION_SECONDS - WEBHOOK_SPARE_SECONDS
+    if settings.batch_webhook_timeout_seconds > most:
+        broken.append(
+            f"BATCH_WEBHOOK_TIMEOUT_SECONDS must be at most {most} s: the webhook function lives "
+            f"{WEBHOOK_FUNCTION_SECONDS} s and records each attempt after it"
+        )
+    return broken
 
 
 def check_override(base: Settings, name: str, value: Any) -> str:

@@ -4,8 +4,8 @@ Pure: a URL and the addresses its host resolved to go in, a reason to refuse (or
 comes out. The caller resolves once, checks every address here, and connects to a checked
 address (``run.webhooks``); the same rules apply when a URL is saved and on every redirect.
 
-``ipaddress``'s ``is_global`` alone is not enough: it passes IPv4-mapped and NAT64, 6to4
-and Teredo forms that wrap a private IPv4, and it knows nothing of the cloud metadata
+``ipaddress``'s ``is_global`` alone is not enough: it passes IPv4-mapped, IPv4-translated,
+NAT64, 6to4 and Teredo forms that wrap a private IPv4, and it knows nothing of the cloud metadata
 addresses. Every IPv6 form that carries an IPv4 is unwrapped and that IPv4 checked too.
 """
 
@@ -53,6 +53,8 @@ _NETWORKS = tuple((ipaddress.ip_network(net), why) for net, why in _FORBIDDEN)
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 _SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
 _COMPATIBLE = ipaddress.ip_network("::/96")  # the deprecated IPv4-compatible form ::a.b.c.d
+# The IPv4-translated form ::ffff:0:a.b.c.d (RFC 2765): a SIIT translator turns it into a.b.c.d.
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 _INTEGER_HOST = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$", re.IGNORECASE)
 
 
@@ -71,7 +73,8 @@ def forbidden(address: IPAddress) -> str | None:
 
 
 def _wrapped_ipv4(address: IPAddress) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address carries: mapped, compatible, NAT64, 6to4, Teredo."""
+    """The IPv4 addresses an IPv6 address carries: mapped, translated, compatible, NAT64,
+    6to4, Teredo."""
     if not isinstance(address, ipaddress.IPv6Address):
         return []
     found = []
@@ -81,7 +84,8 @@ def _wrapped_ipv4(address: IPAddress) -> list[ipaddress.IPv4Address]:
         found.append(address.sixtofour)
     if address.teredo is not None:
         found.extend(address.teredo)  # (server, client)
-    if any(address in net for net in _NAT64) or (address in _COMPATIBLE and int(address) > 1):
+    embedded = (*_NAT64, _TRANSLATED)
+    if any(address in net for net in embedded) or (address in _COMPATIBLE and int(address) > 1):
         found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
     return found
 

@@ -36,3 +36,16 @@ def plain(value: Any) -> Any:
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value
+
+
+# The most digits a number a client writes may have where a count or a position is meant.
+MAX_DECIMAL_DIGITS = 18
+
+
+def decimal(text: str, *, most_digits: int = MAX_DECIMAL_DIGITS) -> int | None:
+    """``text`` as a non-negative integer when it is ASCII decimal digits only, at most
+    ``most_digits`` of them (None otherwise): ``str.isdigit`` also takes "²" and other
+    scripts' digits, which ``int`` refuses or reads, and any length."""
+    if not 0 < len(text) <= most_digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)

@@ -41,8 +41,7 @@ def request_index(batch_id: str, public_id: str) -> int | None:
     prefix = f"{_ID_PREFIX}{batch_id.removeprefix('batch_')}_"
     if not public_id.startswith(prefix):
         return None
-    tail = public_id[len(prefix) :]
-    return int(tail) if tail.isdigit() else None
+    return codec.decimal(public_id[len(prefix) :])
 
 
 @dataclass(frozen=True, slots=True)

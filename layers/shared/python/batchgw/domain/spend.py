@@ -63,11 +63,18 @@ def next_month(now: float) -> int:
 @dataclass(frozen=True, slots=True)
 class Spend:
     """What one user or key was charged today and this month, and what its requests still
-    running may cost (their reservations), in nano-dollars."""
+    running may cost (their reservations), in nano-dollars.
+
+    ``today`` and ``month`` count, beside the known costs, each attempt whose cost is unknown
+    (its answer was lost, too large or never came) at what it could have cost at most, its
+    reservation: the upstream may bill it in full. ``unknown_today`` and ``unknown_month``
+    say how much of them that is."""
 
     today: int = 0
     month: int = 0
     reserved: int = 0
+    unknown_today: int = 0
+    unknown_month: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from batchgw.domain import codec
+
 FILE_BUCKET_SECONDS = 3600
 BUCKET_PREFIX = "f"  # a bucket's attribute: f<hour>, hours since the epoch
 HELD_PREFIX = "held:"  # a batch's attribute: held:<batch id>, the requests it charged
@@ -106,6 +108,6 @@ class Usage:
             buckets={
                 int(name[len(BUCKET_PREFIX) :]): int(value)
                 for name, value in item.items()
-                if name.startswith(BUCKET_PREFIX) and name[len(BUCKET_PREFIX) :].isdigit()
+                if name.startswith(BUCKET_PREFIX) and codec.decimal(name[len(BUCKET_PREFIX) :]) is not None
             },
         )

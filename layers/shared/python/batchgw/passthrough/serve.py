@@ -24,7 +24,7 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest, ServiceUnavailable, TooManyRequests
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
-from batchgw.domain.spend import refusal
+from batchgw.domain.spend import refusal, reservation_tokens
 from batchgw.observability import logger, metrics
 from batchgw.passthrough.answers import MESSAGES, Reply, of_outcome
 from batchgw.passthrough.load import in_flight
@@ -93,6 +93,11 @@ async def serve(
     if outcome.usage_known and spec.price is not None:
         cost = spec.price.cost_nano(outcome.input_tokens, outcome.output_tokens)
         await _charge(deps, payer, cost)
+    elif outcome.route is not None and spec.price is not None:
+        # Its cost is unknown (the answer was lost, too large or never came): it counts
+        # against the caller's quotas at the most it could have cost.
+        most = reservation_tokens(body, endpoint, model_max_output=spec.max_output_tokens)
+        await _charge(deps, payer, 0, unknown=spec.price.cost_nano(*most))
     reply = of_outcome(endpoint, outcome)
     _record(principal, endpoint, spec.id, outcome, reply, latency_ms=latency_ms, cost_nano=cost)
     return reply
@@ -121,12 +126,18 @@ def _body_param(param: str | None) -> str | None:
     return param.removeprefix("body.")
 
 
-async def _charge(deps: Deps, payer: Payer, cost: int) -> None:
-    """Charge the request's cost, once. A charge that cannot be written is logged, loudly:
-    the caller has their answer, and the model ran."""
+async def _charge(deps: Deps, payer: Payer, cost: int, *, unknown: int = 0) -> None:
+    """Charge the request's cost (or, ``unknown``, the most an attempt of unknown cost could
+    have cost), once. A charge that cannot be written is logged, loudly: the caller has their
+    answer, and the model ran."""
     try:
         await asyncio.to_thread(
-            deps.spend.charge, payer, cost, now=deps.clock(), shard=random.randrange(SPEND_SHARDS)
+            deps.spend.charge,
+            payer,
+            cost,
+            now=deps.clock(),
+            shard=random.randrange(SPEND_SHARDS),
+            unknown_nano=unknown,
         )
     except Exception:
         logger.exception(

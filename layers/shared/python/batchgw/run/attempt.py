@@ -114,9 +114,11 @@ async def settle(
     *,
     started: float,
     guard: RunGuard | None = None,
+    reserved: int = 0,
 ) -> Settled:
     """Decide what becomes of a request that ran, and store it (an end with ``guard``'s
-    check that the batch still runs: ``Settled.runs``)."""
+    check that the batch still runs: ``Settled.runs``). ``reserved`` is what the request
+    could cost at most: an attempt whose cost is unknown is charged that, apart."""
     now = deps.clock()
     await _judge_model(deps, batch, held, outcome, now)
     if outcome.route is not None:  # an upstream answered (or kept silent): what it says of its load
@@ -137,10 +139,12 @@ async def settle(
     log = _log_entry(deps, held, outcome, decision, started=started, now=now)
     _measure(batch, held, outcome, decision, started=started, now=now)
     if isinstance(decision, Retry):
-        return await _schedule_retry(deps, batch, held, decision, log=log)
+        return await _schedule_retry(deps, batch, held, decision, log=log, reserved=reserved)
     if decision.results_full:
         await io(deps.batches.mark_results_full, batch.id)
-    return await end(deps, batch, held, decision, outcome=outcome, started=started, log=log, guard=guard)
+    return await end(
+        deps, batch, held, decision, outcome=outcome, started=started, log=log, guard=guard, reserved=reserved
+    )
 
 
 def _measure(
@@ -214,7 +218,13 @@ async def _judge_model(
 
 
 async def _schedule_retry(
-    deps: Deps, batch: BatchRecord, held: RequestRecord, retry: Retry, *, log: dict[str, Any] | None = None
+    deps: Deps,
+    batch: BatchRecord,
+    held: RequestRecord,
+    retry: Retry,
+    *,
+    log: dict[str, Any] | None = None,
+    reserved: int = 0,
 ) -> Settled:
     scheduled = await io(
         deps.requests.schedule_retry,
@@ -225,7 +235,7 @@ async def _schedule_retry(
         uses_attempt=retry.uses_attempt,
         shard=batch.shard_of(held.index),
         charge=retry.charge,
-        charges=[*_charges(deps, batch, held, retry.charge), *([log] if log else [])],
+        charges=[*_charges(deps, batch, held, retry.charge, reserved), *([log] if log else [])],
     )
     if scheduled is Scheduled.LOST:
         return Settled(After.STOP)
@@ -235,7 +245,8 @@ async def _schedule_retry(
         reason = await read_verdict(deps, batch.id)
         if reason is Verdict.GONE:
             return Settled(After.STOP)
-        return await end(deps, batch, held, stopped_retry(reason, retry, held), called=True, log=log)
+        decision = stopped_retry(reason, retry, held)
+        return await end(deps, batch, held, decision, called=True, log=log, reserved=reserved)
     if retry.pause_model_until is None:
         return Settled(After.NEXT, retry_at=retry.next_at)
     deps.health.note_pause(held.model, retry.pause_model_until)
@@ -254,6 +265,7 @@ async def end(
     called: bool = False,
     log: dict[str, Any] | None = None,
     guard: RunGuard | None = None,
+    reserved: int = 0,
 ) -> Settled:
     """Record a request's end and count it; the chain stops if the lease was lost.
 
@@ -278,7 +290,7 @@ async def end(
         end=ending,
         tally=decision.tally,
         called=called or outcome is not None,
-        charges=[*_charges(deps, batch, held, decision.tally), *([log] if log else [])],
+        charges=[*_charges(deps, batch, held, decision.tally, reserved), *([log] if log else [])],
         guard=guard,
     )
     if recorded is Recorded.LEASE_LOST:
@@ -305,12 +317,21 @@ async def end(
     return Settled(After.NEXT, runs=recorded is Recorded.RUNS)
 
 
-def _charges(deps: Deps, batch: BatchRecord, held: RequestRecord, tally: Tally) -> list[dict[str, Any]]:
+def _charges(
+    deps: Deps, batch: BatchRecord, held: RequestRecord, tally: Tally, reserved: int
+) -> list[dict[str, Any]]:
     """The updates that charge what ``tally`` counts of the attempt's cost to the batch's
-    owner and key, for the transaction that records it."""
+    owner and key, for the transaction that records it: an attempt of unknown cost at
+    ``reserved``, the most it could have cost (it counts against quotas and budgets, not in
+    the batch's known cost)."""
     payer = Payer(batch.owner, batch.key_id)
+    unknown = reserved * tally.cost_unknown
     return deps.spend.charge_actions(
-        payer, tally.cost_nano, now=deps.clock(), shard=spend_shard(batch.id, held.index)
+        payer,
+        tally.cost_nano,
+        now=deps.clock(),
+        shard=spend_shard(batch.id, held.index),
+        unknown_nano=unknown,
     )
 
 

@@ -671,7 +671,13 @@ class ChainRun:
             renewal.cancel()
         generation = self.message.generation if isinstance(self.message, ChainMessage) else None
         settled = await attempt.settle(
-            deps, self.batch, held, outcome, started=started, guard=RunGuard(generation)
+            deps,
+            self.batch,
+            held,
+            outcome,
+            started=started,
+            guard=RunGuard(generation),
+            reserved=self.owner_gate.reserved,
         )
         # The batch still runs, as its shard said in the write; else read it before the next.
         self.verdict = Verdict.RUN if settled.runs else None

@@ -39,6 +39,7 @@ _ANY_KEY = KeyRecord(id="", user_id="", key_hash="", prefix="")
 _TAKE_TRIES = 4  # reads and takes when other requests keep changing the reservations
 
 _accounts: dict[str, tuple[float, UserRecord | None, list[KeyRecord]]] = {}
+_read_under: list[int] = [0]  # the accounts version they were read under
 
 
 def forget_accounts() -> None:
@@ -49,6 +50,10 @@ def forget_accounts() -> None:
 async def account_of(deps: Deps, user_id: str) -> tuple[UserRecord | None, list[KeyRecord]]:
     """The owner's account, as read at most ``BATCH_OWNER_CACHE_SECONDS`` ago."""
     now = deps.clock()
+    version = deps.live.accounts_version
+    if version != _read_under[0]:  # an administrator changed an account: read them afresh
+        _accounts.clear()
+        _read_under[0] = version
     cached = _accounts.get(user_id)
     if cached is None or cached[0] <= now:
         user, keys = await io(deps.accounts.account, user_id)
@@ -79,9 +84,9 @@ class OwnerGate:
         user, keys = await account_of(deps, batch.owner)
         key = _ANY_KEY if batch.key_id is None else next((k for k in keys if k.id == batch.key_id), None)
         limited = user is not None and key is not None and needs_spend(user, key)
-        body, reserve = None, 0
-        if limited:
-            body, reserve = await self._reservation(held)
+        # What the request may cost at most: held against the owner's quotas while it runs,
+        # and charged at its end if its cost is never known (``reserved``).
+        body, reserve = await self._reservation(held)
         for _ in range(_TAKE_TRIES):
             now = deps.clock()
             user_spend, key_spend, slots = Spend(), Spend(), None
@@ -107,6 +112,11 @@ class OwnerGate:
             if taken is UserTake.FULL:
                 return Admission(self._slot_wait(now), body)
         return Admission(self._slot_wait(deps.clock()), body)
+
+    @property
+    def reserved(self) -> int:
+        """What the request this chain holds a slot for may cost at most (nano-dollars)."""
+        return 0 if self._held is None else self._held.reserved
 
     async def release(self) -> None:
         """Let go of the owner's slot (and the reservation it carries)."""

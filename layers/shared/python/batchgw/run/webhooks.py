@@ -40,7 +40,9 @@ class Later:
     seconds: float
 
 
-def deliver(deps: Deps, message: EventMessage, *, http: httpx.Client) -> Later | None:
+def deliver(
+    deps: Deps, message: EventMessage, *, transport: httpx.AsyncBaseTransport | None = None
+) -> Later | None:
     """Try one event once (None: done with it, delivered or not; Later: try again then)."""
     now = deps.clock()
     hook = deps.webhooks.get(message.user_id)
@@ -61,7 +63,7 @@ def deliver(deps: Deps, message: EventMessage, *, http: httpx.Client) -> Later |
     if hook.suspended_until is not None and hook.suspended_until > now:
         _record(deps, message, replace(record, next_attempt_at=hook.suspended_until), now)
         return Later(hook.suspended_until - now)
-    answer = _post_event(deps, hook, message, http)
+    answer = _post_event(deps, hook, message, transport)
     record = replace(record, attempts=record.attempts + 1, last_status=answer.status, last_error=answer.error)
     now = deps.clock()
     if answer.status is not None and 200 <= answer.status < 300:
@@ -122,6 +124,8 @@ def _record(deps: Deps, message: EventMessage, record: Delivery, now: float) -> 
     deps.webhooks.record(message.user_id, message.created_at, record, now=now)
 
 
-def _post_event(deps: Deps, hook: Webhook, message: EventMessage, http: httpx.Client) -> Answer:
+def _post_event(
+    deps: Deps, hook: Webhook, message: EventMessage, transport: httpx.AsyncBaseTransport | None
+) -> Answer:
     body = event_body(message.event_id, message.type, message.created_at // 1000, message.batch_id)
-    return post_event(deps, hook, message.event_id, body, http)
+    return post_event(deps, hook, message.event_id, body, transport=transport)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from batchgw.domain.batch import (
@@ -80,6 +81,17 @@ def _shards_clause(record: BatchRecord) -> tuple[str, dict[str, str], dict[str, 
     if record.shards is None:
         return shards_unset, {"#shards": "shards"}, {}
     return shards_are, {"#shards": "shards"}, {":shards": record.shards}
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerPage:
+    """A page of an owner's batches, newest first, and whether more follow. ``read_to`` is
+    set when the page stopped at its read bound before it was full: the owner-index key of
+    the last batch read, where the next page goes on (the cursor a batch id makes)."""
+
+    records: list[BatchRecord]
+    more: bool
+    read_to: str | None = None
 
 
 class ParentChanged(Exception):
@@ -142,12 +154,38 @@ class BatchStore:
         created_after: int | None = None,
         created_before: int | None = None,
         statuses: Sequence[str] = (),
+        most_read: int | None = None,
     ) -> tuple[list[BatchRecord], bool]:
         """The owner's batches newest first: at most ``limit`` records, and whether more follow.
 
         ``before_key`` is a cursor (an owner-index key; the list starts after it);
         ``created_after`` / ``created_before`` are exclusive bounds in unix seconds.
         """
+        page = self.owner_page(
+            owner,
+            limit=limit,
+            before_key=before_key,
+            created_after=created_after,
+            created_before=created_before,
+            statuses=statuses,
+            most_read=most_read,
+        )
+        return page.records, page.more
+
+    def owner_page(
+        self,
+        owner: str,
+        *,
+        limit: int,
+        before_key: str | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+        statuses: Sequence[str] = (),
+        most_read: int | None = None,
+    ) -> OwnerPage:
+        """``list_for_owner``'s page; with ``most_read``, a status filter reads at most about
+        that many of the owner's batches (DynamoDB reads every batch the filter drops): a
+        page that stops there says where the next one goes on (``OwnerPage.read_to``)."""
         names = {"#o": "owner", "#k": "created_key"}
         values: dict[str, Any] = {":o": owner}
         upper = before_key
@@ -178,16 +216,25 @@ class BatchStore:
             values.update(status_values)
         request["ExpressionAttributeNames"] = names
         request["ExpressionAttributeValues"] = to_item(values)
+        step = min(200, most_read or 200) if statuses else limit + 1
         found: list[BatchRecord] = []
-        for raw in self._table.query(limit=200 if statuses else limit + 1, **request):
-            item = from_item(raw)
-            # BETWEEN is inclusive: keep the exclusive upper bound of a cursor.
-            if upper is not None and item["created_key"] >= upper:
-                continue
-            found.append(BatchRecord.from_item(item))
-            if len(found) > limit:
-                break
-        return found[:limit], len(found) > limit
+        start: dict[str, Any] | None = None
+        read = 0
+        while True:
+            items, start = self._table.query_step(limit=step, start=start, **request)
+            read += step
+            for raw in items:
+                item = from_item(raw)
+                # BETWEEN is inclusive: keep the exclusive upper bound of a cursor.
+                if upper is not None and item["created_key"] >= upper:
+                    continue
+                found.append(BatchRecord.from_item(item))
+                if len(found) > limit:
+                    return OwnerPage(found[:limit], True)
+            if start is None:
+                return OwnerPage(found, False)
+            if most_read is not None and statuses and read >= most_read:
+                return OwnerPage(found, True, read_to=str(from_item(start)["created_key"]))
 
     # --- the record's life --------------------------------------------------------------------
 

@@ -1,13 +1,14 @@
 """Runtime overrides in the control table, all under one partition so that one Query reads
-them: ``setting#<NAME>`` (value as text), ``model#<id>`` (a model's cap) and
-``route#<model>#<route>`` (whether batch work may use the route)."""
+them: ``setting#<NAME>`` (value as text), ``model#<id>`` (a model's cap),
+``route#<model>#<route>`` (whether batch work may use the route) and ``accounts`` (how many
+changes administrators made to accounts: ``Overrides.accounts_version``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from batchgw.domain.runtime import Overrides
-from batchgw.storage.dynamo import Table, from_item
+from batchgw.storage.dynamo import Table, Update, from_item
 
 PARTITION = "runtime"
 
@@ -34,10 +35,18 @@ class RuntimeStore:
                 found.settings[rest] = str(item["value"])
             elif kind == "model":
                 found.caps[rest] = int(item["cap"])
+            elif kind == "accounts":
+                found.accounts_version = int(item.get("version", 0))
             elif kind == "route":
                 model, _, route = rest.rpartition("#")
                 found.routes[(model, route)] = bool(item["allowed"])
         return found
+
+    def note_accounts_changed(self) -> None:
+        """Count one more change to accounts (every process forgets its cached keys)."""
+        self._table.update(
+            self._key("accounts"), Update(add={"version": 1}), failure="could not count an account change"
+        )
 
     def set_setting(self, name: str, text: str, *, by: str, now: float) -> None:
         self._put(f"setting#{name}", {"value": text, "updated_by": by, "updated_at": int(now)})

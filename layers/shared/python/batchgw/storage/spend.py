@@ -41,6 +41,8 @@ from batchgw.storage.dynamo import Table, Update, from_item
 
 SPEND_SHARDS = 8
 MONTH = "mo"
+# Beside each counter, the part of it that attempts of unknown cost hold at their reservation.
+UNKNOWN = "x"
 _KEEP_SECONDS = 400 * 86400  # a month's counters outlive it by about a year (then TTL)
 
 
@@ -75,24 +77,33 @@ class SpendStore:
     def __init__(self, client: Any, table: str) -> None:
         self._table = Table(client, table)
 
-    def charge_actions(self, payer: Payer, nano: int, *, now: float, shard: int) -> list[dict[str, Any]]:
-        """The transaction action that charges ``nano`` to the payer's day and month."""
-        if nano <= 0:
+    def charge_actions(
+        self, payer: Payer, nano: int, *, now: float, shard: int, unknown_nano: int = 0
+    ) -> list[dict[str, Any]]:
+        """The transaction action that charges ``nano`` to the payer's day and month, and
+        ``unknown_nano`` (what attempts of unknown cost could have cost) both there and apart."""
+        if nano <= 0 and unknown_nano <= 0:
             return []
-        key, charge = self._charge(payer, nano, now, shard)
+        key, charge = self._charge(payer, nano, unknown_nano, now, shard)
         return [{"Update": charge.request(self._table.name, key)}]
 
-    def charge(self, payer: Payer, nano: int, *, now: float, shard: int) -> None:
-        """Charge ``nano`` to the payer's day and month, on its own (one UpdateItem)."""
-        if nano > 0:
-            key, charge = self._charge(payer, nano, now, shard)
+    def charge(self, payer: Payer, nano: int, *, now: float, shard: int, unknown_nano: int = 0) -> None:
+        """Charge ``nano`` (and ``unknown_nano``) to the payer's day and month, on its own (one
+        UpdateItem)."""
+        if nano > 0 or unknown_nano > 0:
+            key, charge = self._charge(payer, nano, unknown_nano, now, shard)
             self._table.update(key, charge, failure=f"could not charge {payer.user_id}")
 
     @staticmethod
-    def _charge(payer: Payer, nano: int, now: float, shard: int) -> tuple[dict[str, Any], Update]:
+    def _charge(
+        payer: Payer, nano: int, unknown: int, now: float, shard: int
+    ) -> tuple[dict[str, Any], Update]:
         month, day = month_of(now), day_of(now)
+        added = {MONTH: max(0, nano) + max(0, unknown), day: max(0, nano) + max(0, unknown)}
+        if unknown > 0:
+            added |= {UNKNOWN + MONTH: unknown, UNKNOWN + day: unknown}
         charge = Update(
-            add={MONTH: nano, day: nano},
+            add=added,
             extra_set=["#ttl = if_not_exists(#ttl, :ttl)"],
             names={"#ttl": "ttl"},
             values={":ttl": next_month(now) + _KEEP_SECONDS},
@@ -103,9 +114,17 @@ class SpendStore:
     def total(items: Sequence[dict[str, Any]], now: float) -> Spend:
         """What the items read add up to, today and this month."""
         day = day_of(now)
-        today = sum(int(from_item(raw).get(day, 0)) for raw in items)
-        month = sum(int(from_item(raw).get(MONTH, 0)) for raw in items)
-        return Spend(today=today, month=month)
+        plain = [from_item(raw) for raw in items]
+
+        def summed(name: str) -> int:
+            return sum(int(item.get(name, 0)) for item in plain)
+
+        return Spend(
+            today=summed(day),
+            month=summed(MONTH),
+            unknown_today=summed(UNKNOWN + day),
+            unknown_month=summed(UNKNOWN + MONTH),
+        )
 
     def read(self, payer: Payer, now: float) -> tuple[Spend, Spend]:
         """What the user and the key were charged today and this month (one Query)."""
