@@ -145,31 +145,10 @@ class BatchStore:
             )
         ]
 
-    def list_for_owner(
-        self,
-        owner: str,
-        *,
-        limit: int,
-        before_key: str | None = None,
-        created_after: int | None = None,
-        created_before: int | None = None,
-        statuses: Sequence[str] = (),
-        most_read: int | None = None,
-    ) -> tuple[list[BatchRecord], bool]:
-        """The owner's batches newest first: at most ``limit`` records, and whether more follow.
-
-        ``before_key`` is a cursor (an owner-index key; the list starts after it);
-        ``created_after`` / ``created_before`` are exclusive bounds in unix seconds.
-        """
-        page = self.owner_page(
-            owner,
-            limit=limit,
-            before_key=before_key,
-            created_after=created_after,
-            created_before=created_before,
-            statuses=statuses,
-            most_read=most_read,
-        )
+    def list_for_owner(self, owner: str, *, limit: int, **filters: Any) -> tuple[list[BatchRecord], bool]:
+        """The owner's batches newest first: at most ``limit`` records, and whether more
+        follow (``owner_page``'s, with the same filters)."""
+        page = self.owner_page(owner, limit=limit, **filters)
         return page.records, page.more
 
     def owner_page(
@@ -183,9 +162,13 @@ class BatchStore:
         statuses: Sequence[str] = (),
         most_read: int | None = None,
     ) -> OwnerPage:
-        """``list_for_owner``'s page; with ``most_read``, a status filter reads at most about
-        that many of the owner's batches (DynamoDB reads every batch the filter drops): a
-        page that stops there says where the next one goes on (``OwnerPage.read_to``)."""
+        """The owner's batches newest first: at most ``limit`` records, and whether more follow.
+
+        ``before_key`` is a cursor (an owner-index key; the list starts after it);
+        ``created_after`` / ``created_before`` are exclusive bounds in unix seconds. With
+        ``most_read``, a status filter reads at most about that many of the owner's batches
+        (DynamoDB reads every batch the filter drops): a page that stops there says where
+        the next one goes on (``OwnerPage.read_to``)."""
         names = {"#o": "owner", "#k": "created_key"}
         values: dict[str, Any] = {":o": owner}
         upper = before_key
