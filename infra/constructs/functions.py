@@ -261,10 +261,12 @@ class Functions(Construct):
         # The worker delays work it cannot run yet (retry backoff, a full model).
         queues.work.grant(self.worker, "sqs:ChangeMessageVisibility")
         # The api seals a new webhook secret; only the function that signs deliveries opens one.
-        storage.webhook_key.grant(self.api, "kms:Encrypt", "kms:Decrypt")
+        storage.webhook_key.grant(self.api, "kms:Encrypt")
         storage.webhook_key.grant(self.webhooks, "kms:Decrypt")
         # A batch's end is announced by the workflow's steps; a waiting event stays invisible.
         queues.webhooks.grant_send_messages(self.lifecycle)
+        # ...and an endpoint's test event by the api, sent (and signed) by the webhook function.
+        queues.webhooks.grant_send_messages(self.api)
         queues.webhooks.grant(self.webhooks, "sqs:ChangeMessageVisibility")
 
     @staticmethod

@@ -635,6 +635,8 @@ class Chaos:
             "total": self.config.requests,
             "completed": statuses["completed"],
             "failed": statuses["failed"] + statuses["expired"],
+            "expired": statuses["expired"],
+            "cancelled": statuses["cancelled"],
         }
         if counts != expected:
             violations.append(f"{batch_id}: request_counts {counts}, results say {expected}")

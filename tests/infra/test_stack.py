@@ -490,8 +490,20 @@ def test_functions_know_the_state_machine_arn_from_its_fixed_name(
 
 
 def test_api_function_cannot_consume_or_feed_the_work_queue(synth: Synth, functions: dict[str, Any]) -> None:
-    actions = synth.actions(functions["api"])
-    assert not {a for a in actions if a.startswith("sqs:")}
+    """Its only queue is the webhook queue, and only to send to it (an endpoint's test event,
+    which the webhook function signs and sends)."""
+    webhooks = {"Fn::GetAtt": [synth.id(synth.stack.queues.webhooks), "Arn"]}
+    queued = [
+        (action, resource)
+        for action, resource in synth.statements(functions["api"])
+        if action.startswith("sqs:")
+    ]
+    assert queued and all(resource == webhooks for _, resource in queued), queued
+    assert {action for action, _ in queued} <= {
+        "sqs:SendMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl",
+    }
 
 
 def test_only_the_api_and_admin_functions_start_executions(synth: Synth, functions: dict[str, Any]) -> None:

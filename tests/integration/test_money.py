@@ -80,7 +80,10 @@ def test_the_owners_and_keys_spend_is_what_the_batch_cost_to_the_nano_dollar(sim
 
     batch = deps.batches.get(batch_id)
     assert batch is not None and batch.counts.left == 0
-    assert batch.counts.cost_unknown_attempts == 1  # the killed worker's attempt: not charged
+    assert batch.counts.cost_unknown_attempts == 1  # the killed worker's attempt: of unknown cost
     user, key = deps.spend.read(Payer(ALICE.user_id, ALICE.key_id), clock())
-    assert user.today == user.month == key.today == key.month == batch.counts.cost_nano
+    # It counts against quotas at the most it could have cost, apart from the known cost.
+    assert user.unknown_today == user.unknown_month == key.unknown_month > 0
+    known = user.month - user.unknown_month
+    assert known == user.today - user.unknown_today == key.month - key.unknown_month == batch.counts.cost_nano
     assert batch.counts.cost_nano == 500_000 + 4 * 5500  # the billed retry, then four answers

@@ -5,10 +5,16 @@ address rules when the URL is saved, deletion with the user."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from batchgw.deps import Deps
+from batchgw.domain.webhooks import EventMessage
+from batchgw.run.webhooks import deliver
+from batchgw.storage.aws import get_clients
 
 from functions.admin import handler as admin
 from functions.api import handler as api
@@ -211,16 +217,54 @@ def test_another_id_is_404_and_a_rotation_without_overlap_drops_the_old_secret(d
     )
 
 
-def test_a_test_event_no_endpoint_answers_is_a_clear_400(deps: Deps) -> None:
+@contextmanager
+def webhook_function(deps: Deps) -> Iterator[list[EventMessage]]:
+    """The webhook function, polling its queue in a thread as Lambda's poller would: every
+    event it took, in order."""
+    taken: list[EventMessage] = []
+    stop = threading.Event()
+    sqs = get_clients().sqs
+
+    def poll() -> None:
+        while not stop.is_set():
+            got = sqs.receive_message(
+                QueueUrl=deps.settings.webhook_queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0
+            )
+            for message in got.get("Messages", []):
+                event = EventMessage.decode(message["Body"])
+                taken.append(event)
+                deliver(deps, event)
+                sqs.delete_message(
+                    QueueUrl=deps.settings.webhook_queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield taken
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_test_event_goes_through_the_webhook_function_and_no_answer_is_a_clear_400(deps: Deps) -> None:
+    """The api may seal a secret, never open one: the test event is queued for the webhook
+    function, which signs and sends it; the api waits for what the endpoint answered."""
     _, made = call("POST", "/v1/webhook_endpoints", body=ENDPOINT)
     NAMES["hooks.example.com"] = []  # the name no longer resolves
     try:
-        status, answer = call(
-            "POST", f"/v1/webhook_endpoints/{made['id']}/test", body={"event_type": "batch.failed"}
-        )
+        with webhook_function(deps) as taken:
+            status, answer = call(
+                "POST", f"/v1/webhook_endpoints/{made['id']}/test", body={"event_type": "batch.failed"}
+            )
     finally:
         NAMES["hooks.example.com"] = ["93.184.216.34"]
     assert status == 400 and answer["error"]["code"] == "webhook_test_failed", answer
+    assert "refused" in answer["error"]["message"]
+    (event,) = taken
+    assert event.test and event.type == "batch.failed" and event.batch_id == "batch_test"
+    assert deps.webhooks.get("user-alice").timeouts_in_row == 0  # type: ignore[union-attr]  # health untouched
     status, answer = call(
         "POST", f"/v1/webhook_endpoints/{made['id']}/test", body={"event_type": "eval.run.failed"}
     )

@@ -199,6 +199,7 @@ def _route_object(deps: Deps, spec: ModelSpec, route: Route) -> dict[str, Any]:
 
 _OUTCOMES = ("success", "failed", "retry", "queued")
 _ATTEMPT_PREFIX = "att_"
+ATTEMPT_KEY_DIGITS = 38  # an attempt's key is a number DynamoDB stores: 38 digits at most
 
 
 def attempts(deps: Deps, principal: Principal, batch_id: str, params: Params) -> dict[str, Any]:
@@ -225,7 +226,9 @@ def attempts(deps: Deps, principal: Principal, batch_id: str, params: Params) ->
     before_key = None
     if after:
         before_key = (
-            codec.decimal(after.removeprefix(_ATTEMPT_PREFIX)) if after.startswith(_ATTEMPT_PREFIX) else None
+            codec.decimal(after.removeprefix(_ATTEMPT_PREFIX), most_digits=ATTEMPT_KEY_DIGITS)
+            if after.startswith(_ATTEMPT_PREFIX)
+            else None
         )
         if before_key is None:
             raise BadRequest("'after' must be an attempt id from this list.", param="after")

@@ -6,9 +6,10 @@ manages it. Creating one when it exists answers 409 (update or delete it instead
 endpoint is sent the batch events it names (``event_types``: ``batch.completed``,
 ``batch.failed``, ``batch.expired``, ``batch.cancelled``; the spec's routes name all four).
 Its signing secret is shown when it is made and when it is rotated; a rotation may keep the
-old one signing for 24 hours. A test sends one sample event, signed as deliveries are and
-through the same address rules, and answers the status the endpoint gave (400
-``webhook_test_failed`` when it gave none: the endpoint is the caller's to fix).
+old one signing for 24 hours. A test sends one sample event through the webhook function
+(the api may seal a secret, never open one), signed as deliveries are and through the same
+address rules, and answers the status the endpoint gave (400 ``webhook_test_failed`` when it
+gave none: the endpoint is the caller's to fix).
 
 Making, changing, rotating and testing need BATCH_MIN_ROLE; reading, listing and deleting
 do not (as for the spec's routes).
@@ -17,9 +18,8 @@ do not (as for the spec's routes).
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
-
-import httpx
 
 from batchgw.api.auth import require_role
 from batchgw.api.webhooks import checked_url
@@ -32,13 +32,18 @@ from batchgw.domain.webhooks import (
     EVENT_PREFIX,
     ROTATION_OVERLAP_SECONDS,
     SECRET_BYTES,
+    EventMessage,
     hint_of,
     new_secret,
 )
-from batchgw.outbound import post_event
 from batchgw.storage.webhooks import Webhook
 
 MAX_NAME_CHARS = 256
+# How long a test waits for the webhook function's answer: the receiver's deadline and this
+# much for the queue's hops, at most TEST_WAIT_MOST (the api answers within 29 s).
+TEST_HOPS_SECONDS = 5.0
+TEST_WAIT_MOST = 25.0
+TEST_POLL_SECONDS = 0.1
 _CREATE_KEYS = frozenset({"url", "name", "event_types"})
 
 
@@ -142,16 +147,11 @@ def rotate_secret(deps: Deps, principal: Principal, endpoint_id: str, body: Any)
     return endpoint_object(_own(deps, principal, endpoint_id), secret=shown)
 
 
-def send_test(
-    deps: Deps,
-    principal: Principal,
-    endpoint_id: str,
-    body: Any,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> dict[str, Any]:
+def send_test(deps: Deps, principal: Principal, endpoint_id: str, body: Any) -> dict[str, Any]:
     """POST /v1/webhook_endpoints/{id}/test: one sample event of ``event_type`` (its data names
-    no real batch), signed and sent now; the status the endpoint answered."""
+    no real batch), sent now by the webhook function as it sends every event (only it may
+    open a signing secret), behind the user's earlier events; the status the endpoint
+    answered, waited for here (400 ``webhook_test_failed`` when it gave none in time)."""
     require_role(deps, principal, "test a batch webhook")
     hook = _own(deps, principal, endpoint_id)
     if not isinstance(body, dict) or set(body) - {"event_type"}:
@@ -159,24 +159,41 @@ def send_test(
     event_type = body.get("event_type")
     if event_type not in BATCH_EVENT_TYPES:
         raise BadRequest(f"'event_type' must be one of {', '.join(BATCH_EVENT_TYPES)}.", param="event_type")
-    event_id = f"{EVENT_PREFIX}test_{secrets.token_hex(12)}"
-    event = {
-        "id": event_id,
-        "object": "event",
-        "type": event_type,
-        "created_at": int(deps.clock()),
-        "data": {"id": "batch_test"},
-    }
-    answer = post_event(deps, hook, event_id, event, transport=transport)
-    if answer.status is None:
+    created_ms = int(deps.clock() * 1000)
+    event = EventMessage(
+        f"{EVENT_PREFIX}test_{secrets.token_hex(12)}",
+        principal.user_id,
+        "batch_test",
+        event_type,
+        created_ms,
+        test=True,
+    )
+    deps.events.send(event)
+    # The receiver's deadline, and the queue's hop to the webhook function and back.
+    waited = time.monotonic() + min(
+        deps.settings.batch_webhook_timeout_seconds + TEST_HOPS_SECONDS, TEST_WAIT_MOST
+    )
+    while True:
+        record = deps.webhooks.delivery(principal.user_id, created_ms, event.event_id)
+        if record is not None and (record.attempts or record.last_error):
+            break
+        if time.monotonic() >= waited:
+            raise BadRequest(
+                "The test event was not sent in time (the webhook function is busy with your earlier "
+                "events); it is sent when its turn comes: see GET /v1/batch_webhook/events.",
+                code="webhook_test_failed",
+            )
+        time.sleep(TEST_POLL_SECONDS)
+    if record.last_status is None:
         raise BadRequest(
-            f"The webhook endpoint did not answer the test event: {answer.error}.", code="webhook_test_failed"
+            f"The webhook endpoint did not answer the test event: {record.last_error}.",
+            code="webhook_test_failed",
         )
     return {
         "object": "webhook_endpoint.test",
         "webhook_endpoint_id": hook.id,
         "event_type": event_type,
-        "status_code": answer.status,
+        "status_code": record.last_status,
         "success": True,
     }
 

@@ -81,6 +81,9 @@ class EventMessage:
     batch_id: str
     type: str
     created_at: int  # ms: when the batch ended (also the delivery record's place)
+    # A sample event an endpoint's owner asked for (``api.webhook_endpoints``): sent once,
+    # whatever its event types, suspension or state, and never tried again.
+    test: bool = False
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -51,6 +51,9 @@ def deliver(
     )
     if record.delivered_at is not None:
         return None  # a duplicate of a delivered event
+    if message.test:
+        _test(deps, hook, message, record, transport)
+        return None
     if hook is None or not hook.enabled or message.type not in hook.event_types:
         if hook is None:
             why = "no webhook"
@@ -88,6 +91,28 @@ def deliver(
     delay = max(schedule[min(record.attempts, len(schedule)) - 1], answer.retry_after or 0.0, wait)
     _record(deps, message, replace(record, next_attempt_at=now + delay), now)
     return Later(delay)
+
+
+def _test(
+    deps: Deps,
+    hook: Webhook | None,
+    message: EventMessage,
+    record: Delivery,
+    transport: httpx.AsyncBaseTransport | None,
+) -> None:
+    """A sample event: sent once to the endpoint as it is (event types, a suspension or a
+    410 aside), its answer recorded for the api waiting on it; the endpoint's health is not
+    touched, and it is never tried again."""
+    if record.attempts:
+        return  # a redelivered message: the test was sent
+    if hook is None:
+        _record(deps, message, replace(record, last_error="no webhook"), deps.clock())
+        return
+    answer = _post_event(deps, hook, message, transport)
+    record = replace(record, attempts=1, last_status=answer.status, last_error=answer.error)
+    if answer.status is not None and 200 <= answer.status < 300:
+        record = replace(record, delivered_at=deps.clock())
+    _record(deps, message, record, deps.clock())
 
 
 def _after_failure(deps: Deps, hook: Webhook, answer: Answer, now: float) -> float:
