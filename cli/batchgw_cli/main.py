@@ -339,6 +339,9 @@ def preflight(
     ] = None,
     model: Annotated[str | None, typer.Option(help="One model for every request.")] = None,
     keep_file: Annotated[bool, typer.Option(help="Keep the uploaded file (its id is printed).")] = False,
+    anthropic_version: Annotated[
+        str, typer.Option(help="The anthropic-version a Messages file is checked under.")
+    ] = "2023-06-01",
 ) -> None:
     """Check FILE on the server: its problems by line, and what it may cost.
 
@@ -348,6 +351,15 @@ def preflight(
     c = _ctx(ctx)
     if not file.is_file():
         raise CliError(f"no such file: {file}", code="file_not_found")
+    target = endpoint or _endpoint_or_none(file)
+    if target in DIRECT_CHECKED:
+        # The server's file check covers Chat and Embeddings; other targets are checked as
+        # direct requests, as a create takes them.
+        answer = _preflight_direct(c, file, target, anthropic_version)
+        _print(c, answer, lambda: _show_preflight(answer, None))
+        if not answer["valid"]:
+            raise typer.Exit(1)
+        return
     made = c.api.json(
         "POST", "/files", files={"file": (file.name, file.read_bytes())}, data={"purpose": "batch"}
     )
@@ -364,6 +376,31 @@ def preflight(
     _print(c, answer, lambda: _show_preflight(answer, made["id"] if keep_file else None))
     if not answer["valid"]:
         raise typer.Exit(1)
+
+
+DIRECT_CHECKED = ("/v1/responses", "/v1/messages")
+
+
+def _endpoint_or_none(file: Path) -> str | None:
+    try:
+        return submitting.endpoint_of(file)
+    except CliError:
+        return None
+
+
+def _preflight_direct(c: Context, file: Path, target: str, anthropic_version: str) -> dict[str, Any]:
+    """A Responses or Messages file checked as the direct requests of a create (up to the
+    API's body limit): the first problem, and the cost bounds."""
+    requests = []
+    for number, raw in enumerate(file.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            requests.append(json.loads(raw))
+        except ValueError:
+            raise CliError(f"line {number} is not JSON", code="invalid_json") from None
+    headers = {"anthropic-version": anthropic_version} if target == "/v1/messages" else {}
+    return dict(c.api.json("POST", "/batches/preflight", json={"requests": requests}, headers=headers))
 
 
 def _show_preflight(answer: dict[str, Any], file_id: str | None) -> None:

@@ -206,6 +206,28 @@ def test_preflight_reports_problems_by_line_and_the_cost_bounds(env: dict[str, s
     assert "5" in cli(env, "preflight", str(bad)).stdout
 
 
+def test_preflight_of_a_messages_or_responses_file_checks_its_requests_as_a_create_would(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    messages = tmp_path / "messages.jsonl"
+    line = {
+        "custom_id": "m0",
+        "method": "POST",
+        "url": "/v1/messages",
+        "body": {"model": "sim-claude", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
+    }
+    messages.write_text(json.dumps(line) + "\n")
+    checked = cli(env, "--json", "preflight", str(messages))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    cost = json.loads(checked.stdout)["cost"]
+    assert [(m["model"], m["output_tokens_most"]) for m in cost["models"]] == [("sim-claude", 50)]
+    responses = tmp_path / "responses.jsonl"
+    bad = {"custom_id": "r0", "method": "POST", "url": "/v1/responses", "body": {"model": "sim-chat"}}
+    responses.write_text(json.dumps(bad) + "\n")
+    refused = cli(env, "--json", "preflight", str(responses))
+    assert refused.returncode == 1 and json.loads(refused.stdout)["problems"], refused.stdout
+
+
 def test_retry_runs_what_failed_as_a_child_and_downloads_merged_results(
     env: dict[str, str], tmp_path: Path
 ) -> None:

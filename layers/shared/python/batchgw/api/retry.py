@@ -67,7 +67,7 @@ def retry_batch(
     def create(creating: Creating) -> dict[str, Any]:
         require_role(deps, principal, "create batches")
         parent = _own_ended(deps, principal, batch_id)
-        opening = _opening(deps, principal, parent, codes, window, metadata if "metadata" in body else None)
+        opening = _opening(deps, principal, parent, codes, window, metadata)
         try:
             return open_batch(deps, principal, creating, opening)
         except ParentChanged:
