@@ -120,7 +120,9 @@ def test_reservations_make_a_request_wait_without_pausing_the_batch(
 ) -> None:
     # One request may cost up to its 16,384 output tokens ($0.0246): more than the quota.
     user = Account(quotas, daily_quota_usd=0.01)
-    first = user.api.create([chat("slow", f"hello [[sim latency_ms=3000 tag={user.id}]]")]).json()
+    first = user.api.create(
+        [chat("slow", f"hello [[sim latency_ms=2000 tag={user.id}]]")]
+    ).json()  # within the 3 s deadline
     wait_for(
         lambda: sim_of.get("/_sim/stats").json()["tags"].get(user.id, {}).get("in_flight") == 1,
         timeout=20,
@@ -131,7 +133,8 @@ def test_reservations_make_a_request_wait_without_pausing_the_batch(
     waiting = user.api.batch(second["id"])
     assert waiting["paused"] is None and waiting["request_counts"]["completed"] == 0
     assert user.api.wait_final(second["id"], timeout=30)["status"] == "completed"
-    assert user.api.wait_final(first["id"])["status"] == "completed"
+    ended = user.api.wait_final(first["id"])
+    assert ended["status"] == "completed" and ended["request_counts"]["completed"] == 1  # of known cost
 
 
 def test_a_lowered_role_pauses_the_batch_until_it_is_raised(quotas: LocalStack) -> None:

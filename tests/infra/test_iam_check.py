@@ -44,12 +44,12 @@ def test_a_call_the_role_does_not_allow_is_reported_with_the_function_and_the_ac
     roles: dict[str, Any],
 ) -> None:
     calls = {
-        "batchgw-api": {"dynamodb.GetItem", "sqs.SendMessageBatch"},  # the api never feeds the queue
+        "batchgw-api": {"dynamodb.GetItem", "sqs.ReceiveMessage"},  # the api never consumes a queue
         "batchgw-worker": {"sfn.SendTaskSuccess", "sfn.StopExecution"},  # only the api stops executions
         "batchgw-lifecycle": {"s3.ListObjectsV2"},
     }
     assert missing_permissions(calls, roles) == [
-        "batchgw-api: sqs.SendMessageBatch needs sqs:SendMessage, which its role does not allow",
+        "batchgw-api: sqs.ReceiveMessage needs sqs:ReceiveMessage, which its role does not allow",
         "batchgw-worker: sfn.StopExecution needs states:StopExecution, which its role does not allow",
     ]
 
