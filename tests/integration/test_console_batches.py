@@ -5,6 +5,7 @@ its stored requests the canonical ones)."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 from typing import Any
@@ -48,10 +49,13 @@ def call(
     monkeypatch.setattr(handler, "get_deps", lambda: deps)
     event = http_event(method, path, body=body, query=query, key=key, headers=headers)
     answer = handler.handler(event, LambdaContext())  # type: ignore[arg-type]
+    text = answer["body"]
+    if answer.get("isBase64Encoded"):  # a file's content
+        text = base64.b64decode(text).decode()
     try:
-        return answer["statusCode"], json.loads(answer["body"]) if answer["body"] else None
+        return answer["statusCode"], json.loads(text) if text else None
     except ValueError:  # not one JSON document (a JSONL file's content)
-        return answer["statusCode"], answer["body"]
+        return answer["statusCode"], text
 
 
 def chat(custom_id: str, model: str = "sim-chat", **fields: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ both ways, once per Idempotency-Key; nothing that succeeded runs again; and
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from typing import Any
 
@@ -19,10 +18,10 @@ from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage import batches as storage_batches
 
-from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps, receive_all
-from tests.support import FakeClock, LambdaContext, http_event, spec_counts
+from tests.integration.test_console_batches import call
+from tests.support import FakeClock, spec_counts
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -36,30 +35,6 @@ FAILS_ALWAYS = "[[sim status=400]]"
 @pytest.fixture
 def deps(sim: Simulator) -> Deps:
     return make_deps(sim, FakeClock())
-
-
-def call(
-    deps: Deps,
-    monkeypatch: pytest.MonkeyPatch,
-    method: str,
-    path: str,
-    *,
-    body: Any = None,
-    query: str = "",
-    key: str = "sk-local-alice",
-    headers: dict[str, str] | None = None,
-) -> tuple[int, Any]:
-    monkeypatch.setattr(api, "get_deps", lambda: deps)
-    answer = api.handler(
-        http_event(method, path, body=body, query=query, key=key, headers=headers), LambdaContext()
-    )  # type: ignore[arg-type]
-    body = answer["body"]
-    if answer.get("isBase64Encoded"):
-        body = base64.b64decode(body).decode()
-    try:
-        return answer["statusCode"], json.loads(body) if body else None
-    except ValueError:  # a JSONL document
-        return answer["statusCode"], body
 
 
 def chat(custom_id: str, text: str) -> dict[str, Any]:
