@@ -62,9 +62,11 @@ OBJECT_WRITE_ACTIONS = [
     "s3:AbortMultipartUpload",
 ]
 OBJECT_DELETE_ACTIONS = ["s3:DeleteObject"]
-# The functions that list the bucket: both delete a batch's objects by prefix, and HeadObject
-# answers 404, not 403, for a missing key (a presigned upload not made yet, a result file's
-# part) only with ListBucket, which has no per-key resource. Keys are ids; no content is listed.
+# The functions that list the bucket: both delete a batch's objects by prefix, and read whether
+# an object exists (a presigned upload not made yet, a result file's part) as a listing of its
+# key. ListBucket has no per-key resource: an ``s3:prefix`` condition holds each to the key
+# prefixes it touches. (HeadObject of a missing key would answer 403 under that condition, not
+# 404: nothing heads an object.) Keys are ids; no content is listed.
 LISTS_BUCKET = (resources.API, resources.LIFECYCLE)
 
 # What a function may do with a table's items (DynamoDB authorizes each item of a transaction
@@ -325,7 +327,10 @@ class Functions(Construct):
         for actions, objects in by_actions.items():
             self._allow(function, list(actions), objects)
         if name in LISTS_BUCKET:
-            self._allow(function, ["s3:ListBucket"], [bucket.bucket_arn])
+            listed = sorted(f"{p}*" for p, access in resources.DATA_PREFIXES.items() if access.touches(name))
+            self._allow(
+                function, ["s3:ListBucket"], [bucket.bucket_arn], {"StringLike": {"s3:prefix": listed}}
+            )
 
     def _acknowledge(self, storage: Storage, workflow_name: str) -> None:
         """The cdk-nag findings on the functions that stand, each with its reason."""

@@ -7,6 +7,7 @@ month boundaries happen during the test.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -201,6 +202,70 @@ def test_a_user_sees_their_own_profile_and_keys_never_anothers(quotas: LocalStac
     assert other.api.http.get("/me").json()["id"] == other.id
     own_key = user.api.http.headers["Authorization"].removeprefix("Bearer ")
     assert root(quotas, own_key).get(f"/admin/users/{other.id}/keys").status_code == 403
+
+
+def test_a_batchs_copy_of_its_input_counts_toward_storage_until_the_batch_is_deleted(
+    quotas: LocalStack,
+) -> None:
+    """Creating and cancelling batches from one file cannot store copies without bound: each
+    copy counts against BATCH_FILES_MAX_TOTAL_MB_PER_USER until its batch is deleted."""
+    admin = root(quotas, "sk-local-admin")
+    limit = 1024 * 1024
+    admin.patch("/admin/config/BATCH_FILES_MAX_TOTAL_MB_PER_USER", json={"value": 1}).raise_for_status()
+    try:
+        user = Account(quotas)
+        wait_for(
+            lambda: user.api.http.get("/me").json()["stored_input_limit_bytes"] == limit,
+            timeout=10,
+            what="the lowered storage limit",
+        )
+        text = "x" * 99_000
+        lines = [
+            json.dumps(
+                {
+                    "custom_id": f"c-{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": text}]},
+                }
+            )
+            for i in range(3)
+        ]
+        data = ("\n".join(lines) + "\n").encode()  # about 300 KB
+        file_id = (
+            user.api.http.post("/files", files={"file": ("in.jsonl", data)}, data={"purpose": "batch"})
+            .raise_for_status()
+            .json()["id"]
+        )
+
+        def create() -> httpx.Response:
+            return user.api.http.post(
+                "/batches",
+                json={
+                    "input_file_id": file_id,
+                    "endpoint": "/v1/chat/completions",
+                    "completion_window": "24h",
+                },
+            )
+
+        first = create().raise_for_status().json()
+        user.api.http.post(f"/batches/{first['id']}/cancel").raise_for_status()
+        assert user.api.http.get("/me").json()["stored_input_bytes"] == 2 * len(data)
+        second = create().raise_for_status().json()  # the file and two copies: 900 KB
+        user.api.http.post(f"/batches/{second['id']}/cancel").raise_for_status()
+
+        refused = create()  # a third copy would pass 1 MiB
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "file_storage_limit"
+        assert user.api.http.get("/me").json()["stored_input_bytes"] == 3 * len(data)
+        assert len(user.api.http.get("/batches").json()["data"]) == 2  # nothing stored
+
+        user.api.wait_final(first["id"])
+        assert user.api.http.delete(f"/batches/{first['id']}").status_code == 200  # frees its copy
+        assert user.api.http.get("/me").json()["stored_input_bytes"] == 2 * len(data)
+        assert create().status_code == 200
+    finally:
+        admin.delete("/admin/config/BATCH_FILES_MAX_TOTAL_MB_PER_USER").raise_for_status()
 
 
 # --- Idempotency-Key ------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ partition of every item, the bucket and the key prefix of every object, the queu
 machine, the key). This module turns each into the IAM requests it makes (action, resource ARN,
 ``dynamodb:LeadingKeys``) and evaluates them against the role policies of the synthesized
 template: actions with IAM wildcards, ``Resource`` ARNs resolved from the template's
-intrinsics, and the ``ForAllValues:StringLike`` condition on leading keys. A condition it does
-not model never counts as allowing.
+intrinsics, the ``ForAllValues:StringLike`` condition on leading keys and the ``StringLike``
+one on a listing's ``s3:prefix``. A condition it does not model never counts as allowing.
 
 Both sides are brought to the same canonical ARNs, named by the logical ids of
 ``batchgw.config.resources`` (``arn:aws:dynamodb:<region>:<account>:table/Control``), so the
@@ -106,6 +106,7 @@ class Request:
     action: str
     resource: str | None = None
     leading_key: str | None = None
+    prefix: str | None = None  # a listing's ``s3:prefix`` (None: a listing of the whole bucket)
 
     def allowed_by(self, statements: Iterable[Mapping[str, Any]]) -> bool:
         """Whether some statement allows it and none denies it."""
@@ -119,6 +120,13 @@ class Request:
     def _conditions_hold(self, statement: Mapping[str, Any]) -> bool:
         for operator, entries in statement.get("Condition", {}).items():
             for key, values in entries.items():
+                if (operator, key) == ("StringLike", "s3:prefix"):
+                    # No prefix in the request: the key is absent and StringLike fails, as on AWS.
+                    if self.prefix is None or not any(
+                        fnmatchcase(self.prefix, str(v)) for v in _as_list(values)
+                    ):
+                        return False
+                    continue
                 if operator != "ForAllValues:StringLike" or key != "dynamodb:LeadingKeys":
                     return False  # not modelled here: never counted as allowing
                 if self.leading_key is None:
@@ -190,7 +198,16 @@ class LocalNames:
         else:
             actions = iam_actions(touch.operation)
         leading = self._kind(touch.key) if service == "dynamodb" and touch.key else None
-        return [Request(action, self._resource(service, action, touch), leading) for action in actions]
+        prefix = self._kind(touch.key) if service == "s3" and touch.key else None
+        return [
+            Request(
+                action,
+                self._resource(service, action, touch),
+                leading,
+                prefix if action == "s3:ListBucket" else None,
+            )
+            for action in actions
+        ]
 
     @staticmethod
     def _kind(kind: str) -> str:
@@ -313,6 +330,12 @@ def _described(request: Request) -> str:
         text += f" on {request.resource.replace(ANY_TEXT, '*')}"
     if request.leading_key is not None:
         text += f" for partition {request.leading_key.replace(ANY_TEXT, '*')}"
+    if request.action == "s3:ListBucket":
+        text += (
+            " of the whole bucket"
+            if request.prefix is None
+            else f" under {request.prefix.replace(ANY_TEXT, '*')}"
+        )
     return text
 
 

@@ -46,10 +46,19 @@ def test_a_call_the_role_does_not_allow_is_reported_with_the_function_and_the_ac
     calls = {
         "batchgw-api": {"dynamodb.GetItem", "sqs.ReceiveMessage"},  # the api never consumes a queue
         "batchgw-worker": {"sfn.SendTaskSuccess", "sfn.StopExecution"},  # only the api stops executions
-        "batchgw-lifecycle": {"s3.ListObjectsV2"},
+        # a batch's objects listed to delete them; never the whole bucket, nor another prefix
+        "batchgw-lifecycle": {
+            Touch("s3.ListObjectsV2", "", DATA, "inputs/*"),
+            Touch("s3.ListObjectsV2", "", DATA, "uploads/*"),
+            "s3.ListObjectsV2",
+        },
     }
     assert missing_permissions(calls, roles) == [
         "batchgw-api: sqs.ReceiveMessage needs sqs:ReceiveMessage, which its role does not allow",
+        "batchgw-lifecycle: s3.ListObjectsV2 needs s3:ListBucket of the whole bucket, which its role does "
+        "not allow",
+        "batchgw-lifecycle: s3.ListObjectsV2 needs s3:ListBucket on arn:aws:s3:::Data under uploads/*, "
+        "which its role does not allow",
         "batchgw-worker: sfn.StopExecution needs states:StopExecution, which its role does not allow",
     ]
 
@@ -88,7 +97,7 @@ def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, A
             Touch("s3.CopyObject", "source", DATA, "incoming/*"),
             Touch("s3.CopyObject", "", DATA, "files/*"),
             Touch("s3.GetObject", "", DATA, "bodies/*"),  # a result's body
-            Touch("s3.HeadObject", "", DATA, "incoming/*"),
+            Touch("s3.ListObjectsV2", "", DATA, "incoming/*"),  # whether an upload arrived
             Touch("s3.ListObjectsV2", "", DATA, "exports/*"),
             Touch("s3.CompleteMultipartUpload", "", DATA, "uploads/*"),
             Touch("sfn.StartExecution", "", "batchgw-batch"),

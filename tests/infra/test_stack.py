@@ -637,7 +637,12 @@ def test_each_role_touches_only_its_key_prefixes_of_the_bucket(synth: Synth, rol
         assert all(
             r == bucket or r.startswith(tuple(f"{bucket}/{p}" for p in declared)) for r in object_resources
         )
-        assert _may(statements, ("s3:ListBucket",), bucket) == (name in ("api", "lifecycle"))
+        # ... and list it only under the prefixes it touches, never the whole bucket
+        assert not Request("s3:ListBucket", bucket).allowed_by(statements)
+        for prefix, access in resources.DATA_PREFIXES.items():
+            listing = Request("s3:ListBucket", bucket, prefix=f"{prefix}{ANY_TEXT}")
+            assert listing.allowed_by(statements) == (name in ("api", "lifecycle") and access.touches(name))
+        assert not Request("s3:ListBucket", bucket, prefix=f"elsewhere/{ANY_TEXT}").allowed_by(statements)
     assert not any(
         _may(roles["worker"], ("s3:GetObject",), f"{bucket}/{p}{ANY_TEXT}") for p in ("files/", "inputs/")
     )

@@ -265,6 +265,34 @@ def test_an_expired_files_bytes_leave_the_count_with_its_hour_and_are_not_releas
     assert usage.file_bytes == 0 and sum(usage.buckets.values()) == 0
 
 
+def test_a_batchs_input_copy_counts_until_its_record_is_deleted_once_or_its_backstop_hour_passes(
+    sim: Simulator,
+) -> None:
+    clock = FakeClock(1_800_000_000.0 + 600)
+    deps = make_deps(sim, clock, BATCH_RETENTION_DAYS="1")
+    deleted = create(deps, ALICE, 3)["id"]
+    kept = create(deps, ALICE, 2)["id"]
+    copies = {b: deps.batches.get_record(b) for b in (deleted, kept)}
+    sizes = {b: r.input_bytes for b, r in copies.items() if r is not None}
+    assert min(sizes.values()) > 0
+    assert deps.usage.read(ALICE.user_id).file_bytes == sum(sizes.values())
+
+    at_once(2, lambda: batches.delete_batch(deps, ALICE, deleted))
+    lifecycle.purge(deps, deleted)
+    assert deps.usage.read(ALICE.user_id).file_bytes == sizes[kept]
+
+    # The kept batch's record outlives its backstop (its workflow died): the copy's bytes
+    # leave the count with that hour, and deleting the record later takes nothing off again.
+    record = copies[kept]
+    assert record is not None and record.input_until is not None
+    clock.now = record.input_until + FILE_BUCKET_SECONDS
+    upload(deps, 100)
+    assert deps.usage.read(ALICE.user_id).file_bytes == 100
+    lifecycle.fail(deps, kept)
+    batches.delete_batch(deps, ALICE, kept)
+    assert deps.usage.read(ALICE.user_id).file_bytes == 100
+
+
 def test_the_usage_record_keeps_one_bucket_per_hour_of_retention_at_most(sim: Simulator) -> None:
     clock = FakeClock()
     retention_hours = 6

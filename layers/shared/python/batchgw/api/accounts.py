@@ -269,16 +269,21 @@ def delete_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any
 
 
 def me(deps: Deps, principal: Principal) -> dict[str, Any]:
-    """GET /v1/me: the caller's profile, role, quotas and spend, the key they called with
+    """GET /v1/me: the caller's profile, role, quotas and spend, their stored inputs' bytes
+    against their limit, the key they called with
     (its budgets and spend) and every key of theirs (prefix only)."""
     user, keys = deps.accounts.account(principal.user_id)
     key = next((k for k in keys if k.id == principal.key_id), None)
     if user is None or key is None:
         raise NotFound("No such user.", code="user_not_found")
-    user_spend, key_spend = deps.spend.read(Payer(user.id, key.id), deps.clock())
+    now = deps.clock()
+    user_spend, key_spend = deps.spend.read(Payer(user.id, key.id), now)
     return {
         **user_object(user),
         **_spent(user_spend),
+        # Input files and the batches' copies of their inputs (``domain.usage``).
+        "stored_input_bytes": deps.usage.read(user.id).live_file_bytes(now),
+        "stored_input_limit_bytes": files.storage_limit(deps),
         "key": {
             "id": key.id,
             "prefix": key.prefix,

@@ -7,12 +7,12 @@ any). Create stores the request and starts the workflow; it never calls a model.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from batchgw.api import idempotency
 from batchgw.api.auth import require_role
-from batchgw.api.files import LARGER_INPUTS, batch_input_file
+from batchgw.api.files import LARGER_INPUTS, batch_input_file, storage_limit, storage_refusal
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
@@ -29,7 +29,7 @@ from batchgw.domain.errors import (
     StorageError,
     TooManyRequests,
 )
-from batchgw.domain.files import file_key
+from batchgw.domain.files import FileRecord, file_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.spend import refusal
 from batchgw.domain.states import BatchStatus
@@ -175,15 +175,25 @@ def _file_opening(
     window = check_completion_window(body.get("completion_window"), required=True)
     anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
     metadata = check_metadata(body.get("metadata"))
-    file_id = batch_input_file(deps, principal, body.get("input_file_id")).id
+    file = batch_input_file(deps, principal, body.get("input_file_id"))
     # The batch keeps its own copy: deleting the input file later does not affect it.
     return Opening(
         endpoint=endpoint,
         window=window,
         metadata=metadata,
         anthropic_version=anthropic_version,
-        input=FileInput(file_id, write=lambda key: deps.blobs.copy(file_key(file_id), key)),
+        input=copied_file(deps, file),
     )
+
+
+def copied_file(deps: Deps, file: FileRecord) -> FileInput:
+    """The input of a batch made from ``file``: a server-side copy of its bytes."""
+
+    def write(key: str) -> int:
+        deps.blobs.copy(file_key(file.id), key)
+        return file.bytes
+
+    return FileInput(file.id, write=write)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +210,11 @@ class InlineInput:
 @dataclass(frozen=True, slots=True)
 class FileInput:
     """A JSONL file of the caller (``file_id``): ``write`` writes the batch's own copy of it
-    to the key it is given; the workflow validates that copy in the background."""
+    to the key it is given, and says how many bytes that copy takes; the workflow validates
+    that copy in the background."""
 
     file_id: str
-    write: Callable[[str], None]
+    write: Callable[[str], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,10 +276,12 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
             codec.dumps({"custom_id": custom_id, "model": model, "body": body}).encode()
             for custom_id, model, body in given.requests
         ]
-        deps.blobs.put_lines_gz(own_input_key(record), lines)
+        size = deps.blobs.put_lines_gz(own_input_key(record), lines)
     else:
-        given.write(own_input_key(record))
-    return _store_and_start(deps, record)
+        size = given.write(own_input_key(record))
+    # The copy counts as the owner's input-file bytes until the record is deleted, at the
+    # latest until its backstop (``domain.usage``).
+    return _store_and_start(deps, replace(record, input_bytes=size, input_until=record.ttl))
 
 
 def _window(deps: Deps, asked: str | None) -> tuple[str, float | None]:
@@ -287,9 +300,12 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
     one, its input removed), and start its workflow; if the workflow cannot start, nothing
     is left behind (no batch counting against the user's limits) and the caller may retry."""
     settings = deps.settings
-    refused = deps.batches.create(
-        record, UsageLimits(settings.batch_max_active_per_user, settings.batch_max_queued_requests_per_user)
+    limits = UsageLimits(
+        settings.batch_max_active_per_user,
+        settings.batch_max_queued_requests_per_user,
+        storage_limit(deps),
     )
+    refused = deps.batches.create(record, limits, now=deps.clock())
     if refused is not None:
         deps.blobs.delete(own_input_key(record))
         raise _over_limit(deps, refused)
@@ -316,6 +332,8 @@ def _check_routes(deps: Deps, models: Sequence[str]) -> None:
 def _over_limit(deps: Deps, refused: OverLimit) -> TooManyRequests:
     """The 429 for a batch its owner's unfinished batches or requests leave no room for."""
     settings = deps.settings
+    if refused.limit == "file_bytes":
+        return storage_refusal(deps, refused)
     if refused.limit == "batches":
         return TooManyRequests(
             f"You have {refused.count} unfinished batches, the most allowed "

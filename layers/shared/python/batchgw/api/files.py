@@ -89,20 +89,18 @@ def _input_record(
     )
 
 
-def _storage_limit(deps: Deps) -> int:
+def storage_limit(deps: Deps) -> int:
     """BATCH_FILES_MAX_TOTAL_MB_PER_USER, in bytes."""
     return int(deps.settings.batch_files_max_total_mb_per_user * 1024 * 1024)
 
 
-def _check_room(deps: Deps, refused: OverLimit | None, message: str | None = None) -> None:
-    """429 when storing a file was refused: the user's input files would go over
-    BATCH_FILES_MAX_TOTAL_MB_PER_USER."""
-    if refused is None:
-        return
-    raise TooManyRequests(
-        message
-        or f"Your input files would take {refused.count} bytes, over the limit of "
-        f"{deps.settings.batch_files_max_total_mb_per_user:g} MiB; delete some first.",
+def storage_refusal(deps: Deps, refused: OverLimit) -> TooManyRequests:
+    """The 429 for a write the user's stored inputs leave no room for: their input files and
+    their batches' copies of their inputs would go over BATCH_FILES_MAX_TOTAL_MB_PER_USER."""
+    return TooManyRequests(
+        f"Your input files and the copies of their inputs your batches keep would take "
+        f"{refused.count} bytes, over the limit of {deps.settings.batch_files_max_total_mb_per_user:g} "
+        "MiB; delete some files, or batches that have ended, first.",
         code="file_storage_limit",
     )
 
@@ -153,10 +151,10 @@ def streamed_input_file(
 def _counted(deps: Deps, record: FileRecord) -> FileRecord:
     """Store the record of a file whose bytes are stored, counted against its owner's
     storage limit in the same write (429 over it, the bytes removed again)."""
-    refused = deps.files.create_counted(record, limit=_storage_limit(deps), now=deps.clock())
+    refused = deps.files.create_counted(record, limit=storage_limit(deps), now=deps.clock())
     if refused is not None:
         deps.blobs.delete(file_key(record.id))
-    _check_room(deps, refused)
+        raise storage_refusal(deps, refused)
     return replace(record, counted=True)
 
 
@@ -396,11 +394,11 @@ def complete_presigned(deps: Deps, principal: Principal, file_id: str) -> dict[s
         record,
         digest.hexdigest(),
         ttl=record.expires_at + 86400,
-        limit=_storage_limit(deps),
+        limit=storage_limit(deps),
         now=deps.clock(),
     )
     if refused is not None:
         deps.blobs.delete(file_key(file_id))
-    _check_room(deps, refused, "Your input files would exceed your storage limit; delete some first.")
+        raise storage_refusal(deps, refused)
     deps.blobs.delete(incoming_key(file_id))
     return file_object(record)

@@ -23,14 +23,21 @@ from typing import Any
 from batchgw import inputs
 from batchgw.api import files, idempotency
 from batchgw.api.auth import require_role
-from batchgw.api.batches import Creating, FileInput, InlineInput, Opening, create_once, open_batch
+from batchgw.api.batches import (
+    Creating,
+    FileInput,
+    InlineInput,
+    Opening,
+    copied_file,
+    create_once,
+    open_batch,
+)
 from batchgw.api.params import Download
 from batchgw.api.results import stored_download
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.errors import BadRequest, Conflict, NotFound
-from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.storage.batches import MAX_CHILDREN, ParentChanged
@@ -186,7 +193,7 @@ def _opening(
     if parent.input_method == "file":
         data = b"".join(jsonl_lines(parent, iter(requests)))
         made = files.new_input_file(deps, principal, files.plain_filename(f"{parent.id} retry.jsonl"), data)
-        given = FileInput(made.id, write=lambda key: deps.blobs.copy(file_key(made.id), key))
+        given = copied_file(deps, made)
     return Opening(
         endpoint=parent.endpoint,
         window=window,

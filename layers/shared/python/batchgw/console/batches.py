@@ -235,9 +235,9 @@ def submit(
                 param="check",
             )
 
-        def write(key: str) -> None:
+        def write(key: str) -> int:
             lines = stored_lines(checked.lines, checked.report, checked.choices, limits=checked.limits)
-            deps.blobs.put_chunks(key, lines)
+            return deps.blobs.put_chunks(key, lines)
 
         assert checked.report.endpoint is not None
         opening = api_batches.Opening(

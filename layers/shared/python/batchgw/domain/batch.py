@@ -90,6 +90,11 @@ class BatchRecord:
     retention_seconds: int | None = None
     input_method: InputMethod = "inline"
     input_file_id: str | None = None
+    # Its own copy of its input, in bytes as stored, counted in its owner's input-file bytes
+    # until its record is deleted, or at the latest until the hour of ``input_until``
+    # (``domain.usage``). 0: not counted (a batch stored before copies were).
+    input_bytes: int = 0
+    input_until: int | None = None
     total: int = 0
     models: tuple[str, ...] = ()
     # Set by prepare: how many counter shards and chains the batch has.
@@ -216,6 +221,8 @@ class BatchRecord:
             retention_seconds=num("retention_seconds"),
             input_method="file" if item.get("input_method") == "file" else "inline",
             input_file_id=item.get("input_file_id"),
+            input_bytes=int(item.get("input_bytes", 0)),
+            input_until=num("input_until"),
             total=int(item.get("total", 0)),
             models=tuple(item.get("models") or ()),
             shards=num("shards"),

@@ -5,6 +5,11 @@ The record changes only in the transaction that makes the change it counts (a ba
 created or ended, a file stored or deleted), under a condition that keeps it within the
 limit, so two calls racing at a limit cannot both pass.
 
+A batch's own copy of its input (a file batch's copy of its file, an inline batch's
+requests as stored) counts as input-file bytes too, from the write that creates the batch to
+the one that deletes its record (its purge, or its owner's delete), in the hour its record may
+vanish in at the latest (``BatchRecord.input_until``), as if it were a file expiring then.
+
 Input files leave the count when they expire, with no write of their own: their bytes are
 kept per *expiry hour* (the hour at or after the file's ``expires_at``), and an hour that
 has passed is dropped (its bytes taken off the total) by the next write that finds it. A
@@ -50,6 +55,7 @@ class UsageLimits:
 
     max_batches: int  # BATCH_MAX_ACTIVE_PER_USER
     max_requests: int  # BATCH_MAX_QUEUED_REQUESTS_PER_USER
+    max_file_bytes: int | None = None  # BATCH_FILES_MAX_TOTAL_MB_PER_USER, for a batch's input copy
 
 
 @dataclass(frozen=True, slots=True)

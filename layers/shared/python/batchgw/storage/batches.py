@@ -46,7 +46,7 @@ from batchgw.domain.batch import (
 from batchgw.domain.errors import StorageError
 from batchgw.domain.files import RESULT_KINDS, result_file_id
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
-from batchgw.domain.usage import OverLimit, Usage, UsageLimits
+from batchgw.domain.usage import OverLimit, Usage, UsageLimits, current_hour, file_bucket
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
 from batchgw.storage.files import FileStore
 from batchgw.storage.usage import UsageStore
@@ -221,13 +221,14 @@ class BatchStore:
 
     # --- the record's life --------------------------------------------------------------------
 
-    def create(self, record: BatchRecord, limits: UsageLimits) -> OverLimit | None:
+    def create(self, record: BatchRecord, limits: UsageLimits, *, now: float) -> OverLimit | None:
         """Store a new batch's record and count it in its owner's usage, in one transaction:
         one unfinished batch more, and its requests (a file batch's are counted once its file
-        is read: ``charge_requests``). OverLimit, with nothing stored, when that would take
-        the owner over ``limits``. A retry's child batch is listed on its parent in the same
-        transaction: ParentChanged, with nothing stored, when the parent is gone, is no
-        longer its owner's, or lists ``MAX_CHILDREN`` already."""
+        is read: ``charge_requests``), and its input copy's ``input_bytes`` as input-file bytes
+        until its ``input_until`` (``domain.usage``). OverLimit, with nothing stored, when that
+        would take the owner over ``limits``. A retry's child batch is listed on its parent in
+        the same transaction: ParentChanged, with nothing stored, when the parent is gone, is
+        no longer its owner's, or lists ``MAX_CHILDREN`` already."""
         put = {
             "Put": {
                 "TableName": self._table.name,
@@ -238,7 +239,15 @@ class BatchStore:
         also = [] if record.parent_batch_id is None else [self._list_child(record.parent_batch_id, record)]
         try:
             return self._charge(
-                record.id, record.owner, put, batches=1, requests=record.total, limits=limits, also=also
+                record.id,
+                record.owner,
+                put,
+                batches=1,
+                requests=record.total,
+                limits=limits,
+                also=also,
+                copy=record if record.input_bytes else None,
+                now=now,
             )
         except _RecordChanged:
             raise StorageError(f"batch {record.id} exists already") from None
@@ -601,18 +610,25 @@ class BatchStore:
         requests: int,
         limits: UsageLimits,
         also: Sequence[dict[str, Any]] = (),
+        copy: BatchRecord | None = None,
+        now: float = 0.0,
     ) -> OverLimit | None:
         """Run ``action`` (a conditional write of batch ``batch_id``'s record) and ``also``
         (writes of other items) with ``batches`` and ``requests`` charged to ``owner``'s
-        usage, in one transaction. OverLimit when the owner would go over ``limits``,
-        counting as ended the requests that ended in the batches their usage holds (see
-        ``storage.usage``); raises _RecordChanged when ``action``'s own condition did not
-        hold, ParentChanged when one of ``also`` did not."""
+        usage, in one transaction, and ``copy``'s input copy with them (at ``now``, after
+        dropping the owner's expired file hours). OverLimit when the owner would go over
+        ``limits``, counting as ended the requests that ended in the batches their usage
+        holds (see ``storage.usage``); raises _RecordChanged when ``action``'s own condition
+        did not hold, ParentChanged when one of ``also`` did not."""
         read: tuple[Usage, int] | None = None  # the usage as read, and the requests ended of it
+        most_bytes = 0
+        if copy is not None:
+            assert limits.max_file_bytes is not None and copy.input_until is not None
+            most_bytes = limits.max_file_bytes - copy.input_bytes
         for _ in range(_USAGE_TRIES):
             ended = 0 if read is None else read[1]
             most_requests = limits.max_requests - requests + ended
-            if most_requests >= 0:
+            if most_requests >= 0 and most_bytes >= 0:
                 charge = UsageStore.charge_batch(
                     batch_id,
                     batches=batches,
@@ -621,6 +637,12 @@ class BatchStore:
                     most_requests=most_requests,
                     releases=None if read is None else read[0].releases,
                 )
+                if copy is not None:
+                    assert copy.input_until is not None
+                    bytes_charge = UsageStore.charge_file(
+                        size=copy.input_bytes, expires_at=copy.input_until, most_bytes=most_bytes, now=now
+                    )
+                    charge = UsageStore.joined(charge, bytes_charge)
                 cancelled = self._table.transact(
                     [action, *also, self._usage.action(owner, charge)], failure=f"could not count {batch_id}"
                 )
@@ -640,6 +662,13 @@ class BatchStore:
             unfinished = usage.requests - ended_now
             if unfinished + requests > limits.max_requests:
                 return OverLimit("requests", unfinished + requests)
+            if copy is not None:
+                if usage.drop_due(now):
+                    self._usage.drop_due_hours(owner, usage, now)
+                    read = None
+                    continue
+                if most_bytes < 0 or usage.file_bytes > most_bytes:
+                    return OverLimit("file_bytes", usage.file_bytes + copy.input_bytes)
             read = (usage, ended_now)
         raise StorageError(f"the usage of {owner} kept changing")
 
@@ -671,11 +700,16 @@ class BatchStore:
         its result files in the same transaction (they read as not found from then on, and
         one its finalize had yet to record is never written: ``FileStore.tombstone_actions``);
         an unfinished batch's count in its owner's usage is released, and its counter shards
-        halted, in that transaction too. False when there was no record to remove."""
+        halted, in that transaction too, as is its input copy's count (unless that hour was
+        dropped already: its bytes left the count then). False when there was no record to
+        remove."""
+        copy_counted = True  # until a try finds its hour dropped
         for _ in range(_USAGE_TRIES):
             record = self.get_record(batch_id)
             if record is None:
                 return False
+            copy_counted = copy_counted and _copy_counted(record, now)
+            usage: Update | None = None
             tombstones = self._files.tombstone_actions(_result_files(record), owner=record.owner, now=now)
             conditions = [batch_exists]
             names: dict[str, str] = {}
@@ -688,14 +722,18 @@ class BatchStore:
                 values |= {":status": record.status.value, ":total": record.total}
                 actions += self._shard_marks(record, halt=True)
                 if record.charged:
-                    actions.append(
-                        self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total))
-                    )
+                    usage = UsageStore.release_batch(batch_id, record.total)
             else:
                 # Its status stays final; only its result files (read with it) must not move.
                 conditions.append(status_is)
                 names["#status"] = "status"
                 values[":status"] = record.status.value
+            if copy_counted:
+                assert record.input_until is not None
+                copy = UsageStore.release_file(size=record.input_bytes, expires_at=record.input_until)
+                usage = copy if usage is None else UsageStore.joined(usage, copy)
+            if usage is not None:
+                actions.append(self._usage.action(record.owner, usage))
             delete: dict[str, Any] = {
                 "TableName": self._table.name,
                 "Key": self._key(batch_id),
@@ -711,8 +749,11 @@ class BatchStore:
                 ):
                     return True
                 continue  # gone meanwhile: read again
-            if self._table.transact([{"Delete": delete}, *actions, *tombstones], failure=failure) is None:
+            cancelled = self._table.transact([{"Delete": delete}, *actions, *tombstones], failure=failure)
+            if cancelled is None:
                 return True
+            if copy_counted and cancelled.failed(len(actions)):
+                copy_counted = False  # its hour was dropped meanwhile: nothing left to release
         raise StorageError(f"batch {batch_id} kept changing while it was deleted")
 
     def delete_all(self, batch_id: str, *, now: float) -> None:
@@ -859,6 +900,16 @@ class BatchStore:
             failure=f"could not finish shard {shard} of {batch_id}",
         )
         return cancelled is None
+
+
+def _copy_counted(record: BatchRecord, now: float) -> bool:
+    """Whether the batch's input copy may still count in its owner's usage: it was counted,
+    and its hour has not passed (once it has, the hour is dropped, the copy's bytes with it)."""
+    return (
+        bool(record.input_bytes)
+        and record.input_until is not None
+        and (file_bucket(record.input_until) > current_hour(now))
+    )
 
 
 def _result_files(record: BatchRecord) -> list[str]:

@@ -148,8 +148,11 @@ class BlobStore:
         except ClientError as exc:
             raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
 
-    def put_lines_gz(self, key: str, lines: list[bytes]) -> None:
-        self.put(key, gzip.compress(b"\n".join(lines) + b"\n", compresslevel=1), "application/gzip")
+    def put_lines_gz(self, key: str, lines: list[bytes]) -> int:
+        """Store ``lines`` as one gzipped JSONL object: the bytes it takes."""
+        data = gzip.compress(b"\n".join(lines) + b"\n", compresslevel=1)
+        self.put(key, data, "application/gzip")
+        return len(data)
 
     def iter_lines_gz(self, key: str) -> Iterator[bytes]:
         """The lines of a gzipped JSONL object, streamed (bounded memory)."""
@@ -163,9 +166,18 @@ class BlobStore:
                 if line:
                     yield line
 
-    def put_chunks(self, key: str, chunks: Iterable[bytes], content_type: str = "application/jsonl") -> None:
-        """Upload the concatenation of ``chunks``, streamed (multipart when large)."""
-        self.put_stream(key, io.BufferedReader(_Reader(chunks)), content_type)
+    def put_chunks(self, key: str, chunks: Iterable[bytes], content_type: str = "application/jsonl") -> int:
+        """Upload the concatenation of ``chunks``, streamed (multipart when large): its bytes."""
+        size = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal size
+            for chunk in chunks:
+                size += len(chunk)
+                yield chunk
+
+        self.put_stream(key, io.BufferedReader(_Reader(counted())), content_type)
+        return size
 
     def put_stream(self, key: str, stream: IO[bytes], content_type: str = "application/jsonl") -> None:
         """Upload a file object of any size (multipart when large)."""
@@ -229,13 +241,7 @@ class BlobStore:
             raise StorageError(f"could not copy s3://{self._bucket}/{source}") from exc
 
     def exists(self, key: str) -> bool:
-        try:
-            self._s3.head_object(Bucket=self._bucket, Key=key)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return False
-            raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
-        return True
+        return self.size(key) is not None
 
     def presigned_put(self, key: str, size: int, expires_in: int = 3600) -> Presigned:
         """A URL that uploads exactly ``size`` bytes to ``key``, valid for ``expires_in``
@@ -249,12 +255,15 @@ class BlobStore:
         return Presigned(str(url), seconds)
 
     def size(self, key: str) -> int | None:
+        """The object's size, None when there is none: read as a listing of ``key`` as a
+        prefix (its first entry is ``key`` itself when that exists), so the roles list the
+        bucket only under their own prefixes (``s3:prefix``) and a missing key is never a 403."""
         try:
-            return int(self._s3.head_object(Bucket=self._bucket, Key=key)["ContentLength"])
+            page = self._s3.list_objects_v2(Bucket=self._bucket, Prefix=key, MaxKeys=1)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return None
             raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
+        found = page.get("Contents") or []
+        return int(found[0]["Size"]) if found and found[0]["Key"] == key else None
 
     def load_body(self, packed: bytes | None, ref: str | None) -> Any:
         """A body kept packed in its record, or in S3 under ``ref``; None when neither."""

@@ -113,6 +113,19 @@ class UsageStore:
     # --- input files ---------------------------------------------------------------------------
 
     @staticmethod
+    def joined(first: Update, second: Update) -> Update:
+        """Two changes of the record (a batch's and its input copy's) as one update, both
+        conditions holding: a transaction writes an item once."""
+        return Update(
+            add={**first.add, **second.add},
+            remove=[*first.remove, *second.remove],
+            extra_set=[*first.extra_set, *second.extra_set],
+            condition=" AND ".join(c for c in (first.condition, second.condition) if c) or None,
+            names={**first.names, **second.names},
+            values={**first.values, **second.values},
+        )
+
+    @staticmethod
     def charge_file(*, size: int, expires_at: int, most_bytes: int, now: float) -> Update:
         """Count ``size`` more bytes of input files, in the file's expiry hour, if the record
         holds at most ``most_bytes`` and no expired hour is left to drop (one is dropped
