@@ -44,6 +44,7 @@ from batchgw.validation.create import (
     check_anthropic_version,
     check_completion_window,
     check_metadata,
+    reruns_of,
     validate_create,
 )
 from batchgw.validation.jsonbody import parse_json
@@ -237,6 +238,8 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
     given = opening.input
     if isinstance(given, InlineInput):
         _check_routes(deps, given.models)
+    else:
+        check_file_batches(deps)
     _check_spend(deps, principal)
     batch_id = creating.batch_id
     clock_now = deps.clock()
@@ -264,6 +267,7 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
         models=given.models if isinstance(given, InlineInput) else (),
         idempotency_key=creating.idempotency_key,
         parent_batch_id=opening.parent_batch_id,
+        reruns=reruns_of(opening.metadata),
         ttl=backstop_ttl(
             now=clock_now,
             expires_at=expires_at,
@@ -282,6 +286,17 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
     # The copy counts as the owner's input-file bytes until the record is deleted, at the
     # latest until its backstop (``domain.usage``).
     return _store_and_start(deps, replace(record, input_bytes=size, input_until=record.ttl))
+
+
+def check_file_batches(deps: Deps) -> None:
+    """400 ``batch_files_disabled`` while the operator allows no batch of an input file."""
+    if not deps.settings.batch_files_enabled:
+        raise BadRequest(
+            "Batches from input files are turned off here (BATCH_FILES_ENABLED); send the requests "
+            "in the create call instead.",
+            param="input_file_id",
+            code="batch_files_disabled",
+        )
 
 
 def _window(deps: Deps, asked: str | None) -> tuple[str, float | None]:

@@ -31,7 +31,7 @@ from batchgw.api.shapes import file_object
 from batchgw.config.settings import MULTIPART_FRAMING_BYTES
 from batchgw.deps import Deps
 from batchgw.domain.batch import created_key
-from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, TooManyRequests
+from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, StorageError, TooManyRequests
 from batchgw.domain.files import FilePurpose, FileRecord, file_key, incoming_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.usage import OverLimit
@@ -290,30 +290,36 @@ def list_files(deps: Deps, principal: Principal, params: Params) -> dict[str, An
 
 
 def delete_file(deps: Deps, principal: Principal, file_id: str) -> dict[str, Any]:
-    """Delete for good; a batch already created from it keeps its own copy."""
+    """Delete for good; a batch already created from it keeps its own copy. The record is
+    tombstoned first (the file reads as not found from then on), then its bytes go: a
+    download meanwhile answers 404, never the error of bytes half gone. (Bytes a crash leaves
+    behind go with the bucket's expiry of the prefix.)"""
     record = visible_file(deps, principal, file_id)
-    deps.blobs.delete(file_key(file_id))
     deps.files.delete_counted(record, ttl=int(deps.clock()) + 30 * 86400)
+    deps.blobs.delete(file_key(file_id))
     return {"id": record.id, "object": "file", "deleted": True}
 
 
 def delete_all_of(deps: Deps, owner: str) -> None:
-    """Delete every file of ``owner`` (a deleted user's)."""
+    """Delete every file of ``owner`` (a deleted user's), each as ``delete_file`` does."""
     ttl = int(deps.clock()) + 30 * 86400
     for record in deps.files.for_owner(owner):
-        deps.blobs.delete(file_key(record.id))
         deps.files.delete_counted(record, ttl=ttl)
+        deps.blobs.delete(file_key(record.id))
 
 
 def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
-    """The file's bytes inline when small, else a presigned URL; with its SHA-256."""
+    """The file's bytes inline when small, else a presigned URL; with its SHA-256. A file
+    whose bytes went meanwhile (a delete or purge between the two reads) is not found."""
     record = visible_file(deps, principal, file_id)
     if binary_out_bytes(record.bytes) <= ANSWER_LIMIT:
-        return Download(
-            body=deps.blobs.get(file_key(file_id)),
-            content_type="application/octet-stream",
-            sha256=record.sha256,
-        )
+        try:
+            body = deps.blobs.get(file_key(file_id))
+        except StorageError:
+            if deps.blobs.exists(file_key(file_id)):
+                raise
+            raise NotFound(f"No such file: '{file_id}'.", code="file_not_found") from None
+        return Download(body=body, content_type="application/octet-stream", sha256=record.sha256)
     return Download(location=deps.blobs.presigned_get(file_key(file_id)).url, sha256=record.sha256)
 
 

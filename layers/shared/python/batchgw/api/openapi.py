@@ -169,6 +169,16 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                         "requests": {"type": "array", "items": _REQUEST_LINE, "minItems": 1},
                         "metadata": _METADATA,
                         "completion_window": _WINDOW,
+                        "endpoint": {
+                            "type": "string",
+                            "enum": list(ENDPOINTS),
+                            "description": "Each request's url when it gives none (it may not give another).",
+                        },
+                        "model": {
+                            "type": "string",
+                            "minLength": 1,
+                            "description": "Each body's model when it gives none (it may not give another).",
+                        },
                     },
                 },
                 {

@@ -28,6 +28,7 @@ from batchgw.api.batches import (
     FileInput,
     InlineInput,
     Opening,
+    check_file_batches,
     copied_file,
     create_once,
     open_batch,
@@ -191,6 +192,7 @@ def _opening(
         window = parent.completion_window
     given: InlineInput | FileInput = InlineInput(requests)
     if parent.input_method == "file":
+        check_file_batches(deps)  # before its input file is made
         data = b"".join(jsonl_lines(parent, iter(requests)))
         made = files.new_input_file(deps, principal, files.plain_filename(f"{parent.id} retry.jsonl"), data)
         given = copied_file(deps, made)

@@ -41,6 +41,7 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
             "output_tokens": counts.output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": counts.input_tokens + counts.output_tokens,
+            "cost": money.usd_float(counts.cost_nano),  # as Merge Gateway's guide names it
         },
         "anthropic_version": record.anthropic_version,
         "cost_usd": money.usd_float(counts.cost_nano),

@@ -57,6 +57,14 @@ class Settings(BaseModel):
             "request starts; stored batches are kept"
         ),
     )
+    batch_files_enabled: bool = Field(
+        True,
+        alias="BATCH_FILES_ENABLED",
+        description=(
+            "Batches may be made from uploaded input files. Off: such a create (API, console or a "
+            "retry of a file batch) answers 400 batch_files_disabled; batches of direct requests run"
+        ),
+    )
     batch_min_role: str = Field(
         "internal",
         alias="BATCH_MIN_ROLE",

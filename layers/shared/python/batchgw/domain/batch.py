@@ -149,6 +149,7 @@ class BatchRecord:
     # parent lists its children, oldest first (``api.retry``).
     parent_batch_id: str | None = None
     retry_batch_ids: tuple[str, ...] = ()
+    reruns: int = 0  # times a request that failed for good runs again (``omg_retries``)
 
     @property
     def prepared(self) -> bool:
@@ -254,6 +255,7 @@ class BatchRecord:
             charged=bool(item.get("charged")),
             parent_batch_id=item.get("parent_batch_id"),
             retry_batch_ids=tuple(str(i) for i in item.get("retry_batch_ids") or ()),
+            reruns=int(item.get("reruns", 0)),
         )
 
     def to_item(self) -> dict[str, Any]:

@@ -140,11 +140,13 @@ def decide(
     price: PriceList | None,
     stored_bytes: int = 0,
     rng: random.Random | None = None,
+    reruns: int = 0,
 ) -> Decision:
     """What becomes of ``request`` after an attempt that came back as ``outcome``.
 
     ``request.attempts`` counts the tries made so far, this one included;
-    ``stored_bytes`` is what the batch's responses are known to take already.
+    ``stored_bytes`` is what the batch's responses are known to take already; ``reruns``:
+    a request that fails for good runs again while it has had at most that many tries.
     """
     cost = 0  # nano-dollars
     if price is not None and outcome.usage_known:
@@ -155,7 +157,8 @@ def decide(
         cost_nano=cost,
         cost_unknown=request.lost,
     )
-    if outcome.kind in ("retry", "queued"):
+    rerun = outcome.kind == "failed" and request.attempts <= reruns
+    if outcome.kind in ("retry", "queued") or rerun:
         retry = _retry(outcome, request.attempts, settings, now=now, expires_at=expires_at, rng=rng)
         if retry is None:  # no more tries: it ends with this error, this attempt charged now
             return _failed(_error_of(outcome), _unknown_if(charge, outcome), cost)

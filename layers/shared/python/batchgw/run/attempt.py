@@ -135,6 +135,7 @@ async def settle(
         expires_at=batch.expires_at,
         price=deps.catalog.models[held.model].price,
         stored_bytes=deps.stored.known(batch.id),
+        reruns=batch.reruns,
     )
     log = _log_entry(deps, held, outcome, decision, started=started, now=now)
     _measure(batch, held, outcome, decision, started=started, now=now)

@@ -216,8 +216,10 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     if errors:
         now = deps.clock()
         whole_batch = errors[0]["code"] in ("queued_request_limit", "batch_route_unavailable")
-        error = {
+        error = {  # as OMG's guide shows it (spec 001): with its type, and the file as its param
+            "type": "invalid_request_error",
             "code": errors[0]["code"] if whole_batch else "invalid_batch_input",
+            "param": "input_file_id",
             "message": errors[0]["message"]
             if whole_batch
             else f"The input file has {len(errors)}{'' if report.complete else '+'} problem(s), listed in "
@@ -642,13 +644,14 @@ def purge(deps: Deps, batch_id: str) -> dict[str, Any]:
         )
     for kind in RESULT_KINDS:
         # A DELETE tombstoned the batch's result files as it removed the record (they read
-        # as not found from then on); their bytes go now, tombstoned or not.
+        # as not found from then on); a purge at the end of retention tombstones them now,
+        # before their bytes go, so a download meanwhile finds no file rather than no bytes.
         file_id = result_file_id(batch_id, kind)
         record = deps.files.get(file_id)
         if record is not None:
-            deps.blobs.delete(file_key(file_id))
             if not record.deleted:
                 deps.files.mark_deleted(file_id, ttl=int(deps.clock()) + 30 * 86400)
+            deps.blobs.delete(file_key(file_id))
     deps.requests.delete_all(batch_id)
     deps.batches.delete_all(batch_id, now=deps.clock())
     deps.blobs.delete_batch(batch_id)

@@ -44,7 +44,7 @@ def validate_chat_body(body: Any) -> str:
     """Check one ``/v1/chat/completions`` body and return the model name it asks for.
 
     Raises RequestInvalid (code ``invalid_body``, or ``unsupported_feature`` for
-    ``stream: true``) with ``param`` the dotted path of the first offending field.
+    ``stream: true`` and web search) with ``param`` the dotted path of the first offending field.
     """
     if not isinstance(body, dict):
         fail(None, "body must be a JSON object")
@@ -53,6 +53,13 @@ def validate_chat_body(body: Any) -> str:
     for index, message in enumerate(check_messages(body.get("messages"))):
         _check_message(message, f"messages[{index}]")
     check_stream(body.get("stream"))
+    if body.get("web_search_options") is not None:
+        fail(
+            "web_search_options",
+            "web_search_options: web search is not supported; the gateway's models answer from "
+            "the request alone",
+            "unsupported_feature",
+        )
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         fail("stream_options", "stream_options must be an object")

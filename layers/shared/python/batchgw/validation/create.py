@@ -43,7 +43,17 @@ VERSIONED_BODY_VALIDATORS: dict[str, Callable[[Any, str], str]] = {
 }
 
 _REQUEST_FIELDS = frozenset({"custom_id", "method", "url", "body"})
-_CREATE_FIELDS = frozenset({"requests", "metadata", "completion_window"})
+# Options of another gateway's guide (spec 001), given in ``metadata``: its values each takes.
+# ``omg_mode``: where the batch runs (``auto`` runs here too, no provider-run route existing
+# yet); ``omg_retries``: how many times a request that failed for good runs again.
+GATEWAY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "omg_mode": ("auto", "gateway"),
+    "omg_retries": ("0", "1", "2"),
+}
+
+# ``endpoint`` and ``model``: the create shape of Merge Gateway's guide (spec 003), defaults
+# for every request's url and body model (``_with_batch_defaults``).
+_CREATE_FIELDS = frozenset({"requests", "metadata", "completion_window", "endpoint", "model"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +115,8 @@ def validate_create(
             param="requests",
         )
 
-    target = _target_of(items[0])
+    batch_endpoint, batch_model = _batch_defaults(body)
+    target = batch_endpoint or _target_of(items[0])
     if target in ENDPOINTS:  # otherwise the first request is refused for its url below
         anthropic_version = check_anthropic_version(target, anthropic_version, settings=settings)
 
@@ -114,6 +125,7 @@ def validate_create(
     endpoint: str | None = None
     for index, item in enumerate(items):
         try:
+            item = _with_batch_defaults(item, batch_endpoint, batch_model)
             request = plan_request(
                 item, endpoint=endpoint, catalog=catalog, role=role, anthropic_version=anthropic_version
             )
@@ -382,7 +394,18 @@ def check_metadata(metadata: Any) -> dict[str, str] | None:
                 f"metadata['{key}'] is longer than {METADATA_VALUE_MAX_CHARS} characters",
                 param=f"metadata.{key}",
             )
+        allowed = GATEWAY_OPTIONS.get(key)
+        if allowed is not None and value not in allowed:
+            raise BadRequest(
+                f"metadata['{key}'] must be one of {', '.join(allowed)}; got {shown(value)}",
+                param=f"metadata.{key}",
+            )
     return metadata
+
+
+def reruns_of(metadata: dict[str, str] | None) -> int:
+    """How many times a request that failed for good runs again: ``omg_retries`` (0-2)."""
+    return int((metadata or {}).get("omg_retries", "0"))
 
 
 def _check_create_fields(body: dict[str, Any]) -> None:
@@ -396,11 +419,49 @@ def _check_create_fields(body: dict[str, Any]) -> None:
         )
     for key in body:
         if key not in _CREATE_FIELDS:
-            hint = ""
-            if key == "endpoint":
-                hint = "; a batch of direct requests takes its endpoint from the requests' url"
-            raise BadRequest(f"Unknown field '{key}'{hint}", param=key)
+            raise BadRequest(f"Unknown field '{key}'", param=key)
     check_completion_window(body.get("completion_window"), required=False)
+
+
+def _batch_defaults(body: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The create's ``endpoint`` and ``model`` (None each when not given), checked."""
+    endpoint, model = body.get("endpoint"), body.get("model")
+    if endpoint is not None and endpoint not in ENDPOINTS:
+        raise BadRequest(
+            f"endpoint must be one of {', '.join(ENDPOINTS)}; got {shown(endpoint)}",
+            param="endpoint",
+            code="unsupported_batch_endpoint",
+        )
+    if model is not None and (not isinstance(model, str) or not model):
+        raise BadRequest("model must be a model name", param="model")
+    return endpoint, model
+
+
+def _with_batch_defaults(item: Any, endpoint: str | None, model: str | None) -> Any:
+    """A request with the create's ``endpoint`` as its url and ``model`` as its body's model
+    when it names none; one that names another is refused (``invalid_url``, ``invalid_body``:
+    Merge Gateway's ``batch_model_mismatch``)."""
+    if not isinstance(item, dict) or (endpoint is None and model is None):
+        return item
+    item = dict(item)
+    if endpoint is not None:
+        url = item.setdefault("url", endpoint)
+        if url != endpoint:
+            raise RequestInvalid(
+                "invalid_url",
+                f"url {shown(url)} differs from the batch's endpoint '{endpoint}'",
+                param="url",
+            )
+    body = item.get("body")
+    if model is not None and isinstance(body, dict):
+        body = item["body"] = {"model": model, **body}
+        if body["model"] != model:
+            raise RequestInvalid(
+                "invalid_body",
+                f"body.model {shown(body['model'])} differs from the batch's model '{model}'",
+                param="body.model",
+            )
+    return item
 
 
 def check_completion_window(window: Any, *, required: bool) -> str | None:
