@@ -90,6 +90,12 @@ several tokens per directive and several directives are allowed, later values wi
                        learns its size only by reading it.
     ``hang``           never answer: hold the connection until the client goes away or
                        the server stops.
+    ``cached=N``       report N of the answer's input tokens (at most all of them) as served
+                       from a prompt cache, as each API says it: chat's
+                       ``usage.prompt_tokens_details.cached_tokens``, Responses'
+                       ``usage.input_tokens_details.cached_tokens``, Messages'
+                       ``usage.cache_read_input_tokens`` (its ``input_tokens`` then the rest,
+                       as Anthropic counts). Embeddings report none. Not for use with ``bytes``.
     ``tag=NAME``       count the request under NAME too: ``/_sim/stats`` then also answers
                        ``"tags": {NAME: {"requests", "in_flight", "max_in_flight"}}`` (how
                        many requests of one user, say, were ever in flight at once).
@@ -258,6 +264,7 @@ class Directives:
     trickle_ms: float = 0.0
     retry_after: str | None = None
     bytes: int | None = None
+    cached: int | None = None
     tag: str | None = None
     flags: frozenset[str] = field(default_factory=frozenset)
 
@@ -307,7 +314,16 @@ def parse_directives(texts: Iterable[str]) -> Directives:
                     flags.add(key)
                 else:
                     raise RequestError(f"unknown sim directive {token!r}")
-    unknown = set(values) - {"status", "fail", "latency_ms", "trickle_ms", "retry_after", "bytes", "tag"}
+    unknown = set(values) - {
+        "status",
+        "fail",
+        "latency_ms",
+        "trickle_ms",
+        "retry_after",
+        "bytes",
+        "tag",
+        "cached",
+    }
     if unknown:
         raise RequestError(f"unknown sim directive {sorted(unknown)[0]!r}")
     status = None
@@ -322,6 +338,7 @@ def parse_directives(texts: Iterable[str]) -> Directives:
         trickle_ms=_ms_value("trickle_ms", values),
         retry_after=values.get("retry_after") or None,
         bytes=_int_value("bytes", values["bytes"], 0) if "bytes" in values else None,
+        cached=_int_value("cached", values["cached"], 0) if "cached" in values else None,
         tag=values.get("tag") or None,
         flags=frozenset(flags),
     )
@@ -480,6 +497,24 @@ def _padded(obj: JsonObject) -> Callable[[str], JsonObject]:
 
 def _json_len(char: str) -> int:
     return len(json.dumps(char)) - 2
+
+
+def _with_cached(answer: bytes, endpoint: Endpoint, cached: int) -> bytes:
+    """``answer`` with ``cached`` of its input tokens (at most all) reported as read from a
+    prompt cache, in the endpoint's own words."""
+    body = json.loads(answer)
+    usage = body.get("usage")
+    if not isinstance(usage, dict) or endpoint is Endpoint.EMBEDDINGS:
+        return answer
+    if endpoint is Endpoint.CHAT:
+        usage["prompt_tokens_details"] = {"cached_tokens": min(cached, usage["prompt_tokens"])}
+    elif endpoint is Endpoint.RESPONSES:
+        usage["input_tokens_details"] = {"cached_tokens": min(cached, usage["input_tokens"])}
+    else:  # Anthropic counts cache reads apart from input_tokens
+        read = min(cached, usage["input_tokens"])
+        usage["input_tokens"] -= read
+        usage["cache_read_input_tokens"] = read
+    return json.dumps(body).encode()
 
 
 def fit_to_size(draft: Draft, size: int | None) -> bytes:
@@ -1019,6 +1054,8 @@ class SimulatorCore:
             return error_reply(400, str(exc), anthropic=anthropic)
         status = directives.status if directives.status is not None and directives.status < 300 else 200
         answer = fit_to_size(draft, directives.bytes)
+        if directives.cached is not None:
+            answer = _with_cached(answer, endpoint, directives.cached)
         if failing:  # the normal answer, usage and all, broken on purpose
             broken = json.loads(answer)
             if "nan" in directives.flags:

@@ -312,4 +312,8 @@ def _totals(batches: list[CountedBatch]) -> dict[str, Any]:
         "cost_unknown_attempts": total.cost_unknown,
         "input_tokens": total.input_tokens,
         "output_tokens": total.output_tokens,
+        # Of the input tokens, those read from a prompt cache, in the batches that record them;
+        # a batch stored before they were recorded counts apart, never as zero.
+        "cached_tokens": Tally.total(b.counts for b in batches if b.record.cache_recorded).cached_tokens,
+        "cache_unrecorded_batches": sum(not b.record.cache_recorded for b in batches),
     }

@@ -268,6 +268,7 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
         idempotency_key=creating.idempotency_key,
         parent_batch_id=opening.parent_batch_id,
         reruns=reruns_of(opening.metadata),
+        cache_recorded=True,
         ttl=backstop_ttl(
             now=clock_now,
             expires_at=expires_at,
@@ -474,8 +475,20 @@ def list_every_batch(
     """The batches of ``owners`` (an administrator's list), newest first, with the same
     filters; each batch says whose it is (``user_id``)."""
     found, has_more, read_to = _listed(deps, principal, params, owners)
-    data = [{**batch_object(batch, deps.clock()), "user_id": batch.record.owner} for batch in found]
+    data = [_admin_batch_object(batch, deps.clock()) for batch in found]
     return _with_read_to(fitted_page(data, has_more=has_more), read_to)
+
+
+def _admin_batch_object(batch: CountedBatch, now: float) -> dict[str, Any]:
+    """The batch object with whose it is, and its cached input tokens as the admin Batches
+    tab shows them: null for a batch stored before they were recorded."""
+    shown = batch_object(batch, now)
+    cached = batch.counts.cached_tokens if batch.record.cache_recorded else None
+    return {
+        **shown,
+        "user_id": batch.record.owner,
+        "usage": {**shown["usage"], "cached_input_tokens": cached},
+    }
 
 
 def _with_read_to(page: dict[str, Any], read_to: str | None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
         "metadata": record.metadata,
         "usage": {
             "input_tokens": counts.input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": counts.cached_tokens},
             "output_tokens": counts.output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": counts.input_tokens + counts.output_tokens,

@@ -150,6 +150,8 @@ class BatchRecord:
     parent_batch_id: str | None = None
     retry_batch_ids: tuple[str, ...] = ()
     reruns: int = 0  # times a request that failed for good runs again (``omg_retries``)
+    # Its counters count cached input tokens (False: stored before they were recorded).
+    cache_recorded: bool = False
 
     @property
     def prepared(self) -> bool:
@@ -256,6 +258,7 @@ class BatchRecord:
             parent_batch_id=item.get("parent_batch_id"),
             retry_batch_ids=tuple(str(i) for i in item.get("retry_batch_ids") or ()),
             reruns=int(item.get("reruns", 0)),
+            cache_recorded=bool(item.get("cache_recorded")),
         )
 
     def to_item(self) -> dict[str, Any]:
@@ -282,6 +285,7 @@ SHARD_COUNTERS = {
     "expired": "expired",
     "input_tokens": "in_tok",
     "output_tokens": "out_tok",
+    "cached_tokens": "cache_tok",
     "cost_nano": "cost_nano",
     "cost_unknown": "cost_unknown",
     "stored_bytes": "stored_bytes",
@@ -298,6 +302,7 @@ class Tally:
     expired: int = 0  # of ``failed``: requests that never started before the window closed
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0  # of the input tokens: those the upstream read from a prompt cache
     cost_nano: int = 0
     cost_unknown: int = 0  # attempts whose cost is unknown (timed out, or lost with a worker)
     stored_bytes: int = 0  # packed bytes of the responses stored

@@ -154,6 +154,7 @@ def decide(
     charge = Tally(
         input_tokens=outcome.input_tokens,
         output_tokens=outcome.output_tokens,
+        cached_tokens=outcome.cached_tokens,
         cost_nano=cost,
         cost_unknown=request.lost,
     )
@@ -167,6 +168,7 @@ def decide(
         attempt = Tally(
             input_tokens=outcome.input_tokens,
             output_tokens=outcome.output_tokens,
+            cached_tokens=outcome.cached_tokens,
             cost_nano=cost,
             cost_unknown=0 if outcome.usage_known else 1,
         )

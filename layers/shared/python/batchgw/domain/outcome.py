@@ -21,6 +21,7 @@ class Outcome:
     retry_after: float | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0  # of the input tokens: read from the upstream's prompt cache
     usage_known: bool = True
     # The route that answered (or was tried last), and those that refused the connection
     # before it; ``unreachable``: nothing was sent (the connection could not be made).

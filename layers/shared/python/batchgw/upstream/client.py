@@ -193,16 +193,31 @@ class Malformed(ValueError):
     """A 2xx answer that is JSON but not what the endpoint answers."""
 
 
-def _usage(body: dict[str, Any]) -> tuple[int, int]:
-    """(input, output) tokens from the answer's ``usage`` (zeros without one)."""
+def _usage(body: dict[str, Any]) -> tuple[int, int, int]:
+    """(input, output, cached input) tokens from the answer's ``usage`` (zeros without one).
+    Anthropic counts its prompt-cache reads and writes apart from ``input_tokens``: they are
+    input all the same."""
     usage = body.get("usage")
     if usage is None:
-        return 0, 0
+        return 0, 0, 0
     if not isinstance(usage, dict):
         raise Malformed("its usage is not an object")
     if "prompt_tokens" in usage:  # chat completions, embeddings
-        return _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
-    return _tokens(usage, "input_tokens"), _tokens(usage, "output_tokens")
+        cached = _tokens(_details(usage, "prompt_tokens_details"), "cached_tokens")
+        return _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens"), cached
+    read = _tokens(usage, "cache_read_input_tokens")
+    written = _tokens(usage, "cache_creation_input_tokens")
+    cached = read or _tokens(_details(usage, "input_tokens_details"), "cached_tokens")
+    return _tokens(usage, "input_tokens") + read + written, _tokens(usage, "output_tokens"), cached
+
+
+def _details(usage: dict[str, Any], name: str) -> dict[str, Any]:
+    value = usage.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Malformed(f"usage.{name} is not an object")
+    return value
 
 
 def _tokens(usage: dict[str, Any], name: str) -> int:
@@ -516,11 +531,12 @@ def _bad_answer(message: str, request_id: str | None, content: bytes = b"") -> O
         usage_known=tokens is not None,
         input_tokens=tokens[0] if tokens else 0,
         output_tokens=tokens[1] if tokens else 0,
+        cached_tokens=tokens[2] if tokens else 0,
         error={"code": "upstream_error", "status": 502, "message": message},
     )
 
 
-def _lenient_usage(content: bytes) -> tuple[int, int] | None:
+def _lenient_usage(content: bytes) -> tuple[int, int, int] | None:
     """The usage of an answer refused for being invalid JSON, read leniently; None if not."""
     try:
         body = json.loads(content.decode("utf-8", errors="replace"))
@@ -552,7 +568,7 @@ def classify(
         if not isinstance(body, dict):
             return _bad_answer("the upstream answer is not a JSON object", request_id)
         try:
-            prompt, completion = _usage(body)
+            prompt, completion, cached = _usage(body)
         except Malformed as exc:
             return _bad_answer(f"the upstream answer is malformed: {exc}", request_id)
         body_id = body.get("id")
@@ -565,6 +581,7 @@ def classify(
             request_id=rid,
             input_tokens=prompt,
             output_tokens=completion,
+            cached_tokens=cached,
         )
     message, code = _error_message(content, status)
     if status in (401, 403):

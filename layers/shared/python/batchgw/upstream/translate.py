@@ -199,11 +199,17 @@ def chat_to_message(
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        "usage": {
-            "input_tokens": int(usage.get("prompt_tokens") or 0),
-            "output_tokens": int(usage.get("completion_tokens") or 0),
-        },
+        "usage": _messages_usage(usage),
     }
+
+
+def _messages_usage(usage: dict[str, Any]) -> dict[str, int]:
+    """A chat answer's usage in Anthropic's words: prompt-cache reads apart from the input."""
+    prompt = int(usage.get("prompt_tokens") or 0)
+    details = usage.get("prompt_tokens_details")
+    cached = min(prompt, int(details.get("cached_tokens") or 0)) if isinstance(details, dict) else 0
+    counted = {"input_tokens": prompt - cached, "output_tokens": int(usage.get("completion_tokens") or 0)}
+    return counted | ({"cache_read_input_tokens": cached} if cached else {})
 
 
 def _chat_text(content: Any) -> str:
