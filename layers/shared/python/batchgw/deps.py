@@ -18,6 +18,7 @@ from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
 from batchgw.runtime import Backpressure, BatchShares, LiveConfig, SlotRoom
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.adaptive import AdaptiveStore
+from batchgw.storage.audit import AuditLog
 from batchgw.storage.aws import LazyClient, get_clients
 from batchgw.storage.batches import BatchStore
 from batchgw.storage.blobs import BlobStore, UrlSigning
@@ -63,6 +64,7 @@ class Deps:
     rates: RateLimiter  # each API key's request rate
     webhooks: WebhookStore
     sessions: SessionStore
+    audit: AuditLog
     events: EventQueue  # batch events for the webhook function
     sealer: Sealer  # webhook secrets at rest
     resolve: Resolver  # names to addresses (a webhook's host)
@@ -125,6 +127,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         rates=RateLimiter(clients.dynamodb, settings.control_table),
         webhooks=WebhookStore(clients.dynamodb, settings.control_table),
         sessions=SessionStore(clients.dynamodb, settings.control_table),
+        audit=AuditLog(clients.dynamodb, settings.control_table),
         events=EventQueue(sqs, settings.webhook_queue_url),
         sealer=KmsSealer(clients, settings.webhook_key_id),
         resolve=resolve,

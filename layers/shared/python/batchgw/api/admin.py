@@ -14,19 +14,34 @@ in the control table and applies in this process at once, in every other within
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from batchgw import inputs
 from batchgw.api.accounts import require_admin
 from batchgw.api.batches import batches_of, every_batch, list_every_batch, visible_batch
-from batchgw.api.params import Params, aware_time_ms, fitted_page, int_param, last
+from batchgw.api.params import (
+    ANSWER_LIMIT,
+    Params,
+    aware_time_ms,
+    fitted_page,
+    int_param,
+    last,
+    list_page,
+    text_out_bytes,
+)
 from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain import codec, money
 from batchgw.domain.attempts import AttemptEntry
-from batchgw.domain.batch import CountedBatch, Tally
-from batchgw.domain.errors import BadRequest, NotFound
+from batchgw.domain.batch import BatchRecord, CountedBatch, Tally
+from batchgw.domain.decisions import not_run_error
+from batchgw.domain.errors import BadRequest, Forbidden, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.domain.states import UNFINISHED_STATUSES
+from batchgw.domain.request import RequestRecord, request_index
+from batchgw.domain.results import result_line
+from batchgw.domain.states import UNFINISHED_STATUSES, RequestStatus
+from batchgw.storage.audit import ENTRY_ID, AuditEntry
 
 # --- runtime settings ---------------------------------------------------------------------------
 
@@ -317,3 +332,113 @@ def _totals(batches: list[CountedBatch]) -> dict[str, Any]:
         "cached_tokens": Tally.total(b.counts for b in batches if b.record.cache_recorded).cached_tokens,
         "cache_unrecorded_batches": sum(not b.record.cache_recorded for b in batches),
     }
+
+
+# --- a batch's prompts, and the audit of who read them ------------------------------------------
+
+PROMPTS_READ = "batch.requests.read"
+# An entry larger than this shows its request and answer as a note (the page must fit Lambda's
+# answer; the output file has them whole).
+_PROMPT_ENTRY_MOST_BYTES = ANSWER_LIMIT // 4
+
+
+def batch_requests(deps: Deps, principal: Principal, batch_id: str, params: Params) -> dict[str, Any]:
+    """GET /admin/batch/jobs/{id}/requests: the batch's stored requests with their answers, a
+    page at a time (``limit`` 1-100, 20; ``after``), in submission order. 403 where prompts are
+    not kept (DB_STORE_FULL_CONTENT off). Each page read is audited against the batch's owner
+    (``batch.requests.read``) before it is answered."""
+    require_admin(principal)
+    if not deps.settings.db_store_full_content:
+        raise Forbidden(
+            "Prompts are not kept on this gateway (DB_STORE_FULL_CONTENT is off).", code="prompts_not_stored"
+        )
+    record = visible_batch(deps, principal, batch_id).record
+    limit = int_param(params, "limit", default=20, low=1, high=100)
+    after = last(params, "after")
+    after_index = -1
+    if after:
+        found = request_index(record.id, after)
+        if found is None:
+            raise BadRequest(f"'after' names no request of this batch: '{after}'.", param="after")
+        after_index = found
+    wanted: list[tuple[int, str, str, Any]] = []
+    for index, (custom_id, model, body) in enumerate(inputs.requests_of(deps, record)):
+        if index <= after_index:
+            continue
+        wanted.append((index, custom_id, model, body))
+        if len(wanted) > limit:
+            break
+    more = len(wanted) > limit
+    wanted = wanted[:limit]
+    stored: dict[int, RequestRecord] = {}
+    if wanted and record.prepared:
+        step, _ = deps.requests.results_step(record.id, after_index=after_index, limit=len(wanted))
+        stored = {request.index: request for request in step}
+    page = fitted_page(
+        [_prompt_entry(deps, record, *entry, stored.get(entry[0])) for entry in wanted], has_more=more
+    )
+    if page["data"]:
+        shown = page["data"]
+        deps.audit.record(
+            record.owner,
+            AuditEntry(
+                action=PROMPTS_READ,
+                actor=principal.user_id,
+                key_id=principal.key_id,
+                target=record.id,
+                detail=f"requests {shown[0]['custom_id']!r} to {shown[-1]['custom_id']!r} ({len(shown)})",
+                at=deps.clock(),
+            ),
+        )
+    return page
+
+
+def _prompt_entry(
+    deps: Deps,
+    record: BatchRecord,
+    index: int,
+    custom_id: str,
+    model: str,
+    body: Any,
+    stored: RequestRecord | None,
+) -> dict[str, Any]:
+    """One request of a batch as Prompts shows it: what was sent, and what came back."""
+    if stored is None:  # not written yet (or never: its batch failed first)
+        request = RequestRecord(record.id, index, custom_id, model=model)
+        if record.status.is_final:
+            request = replace(request, status=RequestStatus.FAILED, error=not_run_error("batch_failed"))
+        stored = request
+    line = result_line(stored, deps.blobs.load_body(stored.response_packed, stored.response_ref))
+    entry = {**line, "model": model, "status": stored.status.value, "request": {"body": body}}
+    if text_out_bytes(codec.dumps(entry)) > _PROMPT_ENTRY_MOST_BYTES:
+        note = {"too_large_to_show": True, "see": "the batch's output and error files"}
+        entry = {**entry, "request": note, "response": None if line["response"] is None else note}
+    return entry
+
+
+def audit_log(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """GET /admin/audit?user=: what administrators read of ``user``'s content, newest first
+    (``limit`` 1-100, 20; ``after``: the last entry's id of the page before)."""
+    require_admin(principal)
+    user = last(params, "user")
+    if not user:
+        raise BadRequest("'user' is required: whose content was read.", param="user")
+    limit = int_param(params, "limit", default=20, low=1, high=100)
+    after = last(params, "after")
+    if after is not None and not ENTRY_ID.fullmatch(after):
+        raise BadRequest("'after' must be an entry id from this list.", param="after")
+    entries, next_id = deps.audit.entries(user, limit=limit, before=after)
+    data = [
+        {
+            "id": entry_id,
+            "object": "audit.entry",
+            "action": entry.action,
+            "actor": entry.actor,
+            "key_id": entry.key_id,
+            "target": entry.target,
+            "detail": entry.detail,
+            "at": int(entry.at),
+        }
+        for entry_id, entry in entries
+    ]
+    return {**list_page(data, has_more=next_id is not None)}

@@ -119,6 +119,14 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     def batch_summary() -> Response[Any]:
         return json_response(200, admin.summary(*call(), params(app)))
 
+    @app.get("/admin/batch/jobs/<batch_id>/requests")
+    def batch_requests(batch_id: str) -> Response[Any]:
+        return json_response(200, admin.batch_requests(*call(), batch_id, params(app)))
+
+    @app.get("/admin/audit")
+    def audit_log() -> Response[Any]:
+        return json_response(200, admin.audit_log(*call(), params(app)))
+
     @app.get("/admin/batch/jobs/<batch_id>/attempts")
     def batch_attempts(batch_id: str) -> Response[Any]:
         return json_response(200, admin.attempts(*call(), batch_id, params(app)))

@@ -113,6 +113,15 @@ QUERY: dict[tuple[str, str], list[dict[str, Any]]] = {
 _LIST_FILTERS = QUERY[("get", "/v1/batches")]
 QUERY[("get", "/admin/batch/jobs")] = [*_LIST_FILTERS, _query("user", {"type": "string"}, "only this user's")]
 QUERY[("get", "/admin/batch/summary")] = [_query("user", {"type": "string"}, "only this user")]
+QUERY[("get", "/admin/batch/jobs/{batch_id}/requests")] = [
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "requests per page (20)"),
+    _query("after", {"type": "string"}, "the last request id of the previous page"),
+]
+QUERY[("get", "/admin/audit")] = [
+    _query("user", {"type": "string"}, "whose content was read (required)"),
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "entries per page (20)"),
+    _query("after", {"type": "string"}, "the last entry id of the previous page"),
+]
 QUERY[("get", "/admin/batch/jobs/{batch_id}/attempts")] = [
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "attempts per page (100)"),
     _query("after", {"type": "string"}, "the last attempt id of the previous page"),

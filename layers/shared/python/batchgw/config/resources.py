@@ -249,16 +249,19 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # admin function too, for the Admin Batches tab's calls to /admin/...
     "session#*": access(read=(ADMIN,), write=(API,)),
     "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
+    # storage.audit: administrators' reads of a user's content, recorded as they read
+    "audit#*": access(write=(ADMIN,)),
 }
 
 # The data bucket's key prefixes (``storage.blobs``, ``domain.files``). Presigned URLs act with
 # the role of the function that signs them (the api's).
 DATA_PREFIXES: dict[str, Access] = {
     # a batch's requests as sent (and its copy of an input file), read back for its results
-    "inputs/": access(write=(API, LIFECYCLE)),
+    # (and by the admin's Prompts)
+    "inputs/": access(read=(ADMIN,), write=(API, LIFECYCLE)),
     # request and response bodies too large for their item; a batch whose start failed is
     # cleaned up by the api
-    "bodies/": access(read=(API,), write=(WORKER, LIFECYCLE), delete=(API,)),
+    "bodies/": access(read=(API, ADMIN), write=(WORKER, LIFECYCLE), delete=(API,)),
     # result pages and a batch's output.jsonl
     "exports/": access(write=(API, LIFECYCLE)),
     # files: uploaded inputs and result files; a deleted user's are deleted by the admin

@@ -57,6 +57,14 @@ class Settings(BaseModel):
             "request starts; stored batches are kept"
         ),
     )
+    db_store_full_content: bool = Field(
+        True,
+        alias="DB_STORE_FULL_CONTENT",
+        description=(
+            "Administrators may open a batch's stored requests and answers (GET "
+            "/admin/batch/jobs/{batch_id}/requests, each read audited); off: that route answers 403"
+        ),
+    )
     batch_files_enabled: bool = Field(
         True,
         alias="BATCH_FILES_ENABLED",
