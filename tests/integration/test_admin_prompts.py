@@ -3,6 +3,7 @@ read audited against the batch's owner before it is answered; 403 where prompts 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -78,7 +79,9 @@ def test_a_file_batchs_requests_are_read_from_its_own_copy(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deps = make_deps(sim, FakeClock())
-    line = b'{"custom_id": "f-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "sim-chat", "messages": [{"role": "user", "content": "from a file"}]}}\n'
+    request = {"model": "sim-chat", "messages": [{"role": "user", "content": "from a file"}]}
+    line = json.dumps({"custom_id": "f-1", "method": "POST", "url": "/v1/chat/completions", "body": request})
+    line = line.encode() + b"\n"
     file_id = files.new_input_file(deps, ALICE, "in.jsonl", line).id
     body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     batch_id = started(deps, monkeypatch, body, 1)

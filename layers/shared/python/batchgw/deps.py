@@ -29,6 +29,7 @@ from batchgw.storage.idempotency import IdempotencyStore
 from batchgw.storage.interactive import InteractiveLoadStore
 from batchgw.storage.queue import EventQueue, WorkQueue
 from batchgw.storage.ratelimit import RateLimiter
+from batchgw.storage.reqlog import RequestLog
 from batchgw.storage.requests import RequestStore
 from batchgw.storage.runtime import RuntimeStore
 from batchgw.storage.sealer import KmsSealer
@@ -65,6 +66,7 @@ class Deps:
     webhooks: WebhookStore
     sessions: SessionStore
     audit: AuditLog
+    reqlog: RequestLog
     events: EventQueue  # batch events for the webhook function
     sealer: Sealer  # webhook secrets at rest
     resolve: Resolver  # names to addresses (a webhook's host)
@@ -128,6 +130,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         webhooks=WebhookStore(clients.dynamodb, settings.control_table),
         sessions=SessionStore(clients.dynamodb, settings.control_table),
         audit=AuditLog(clients.dynamodb, settings.control_table),
+        reqlog=RequestLog(clients.dynamodb, settings.control_table),
         events=EventQueue(sqs, settings.webhook_queue_url),
         sealer=KmsSealer(clients, settings.webhook_key_id),
         resolve=resolve,

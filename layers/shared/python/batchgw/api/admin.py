@@ -33,7 +33,7 @@ from batchgw.api.params import (
 from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain import codec, money
-from batchgw.domain.attempts import AttemptEntry
+from batchgw.domain.attempts import AttemptEntry, log_key
 from batchgw.domain.batch import BatchRecord, CountedBatch, Tally
 from batchgw.domain.decisions import not_run_error
 from batchgw.domain.errors import BadRequest, Forbidden, NotFound
@@ -42,6 +42,9 @@ from batchgw.domain.request import RequestRecord, request_index
 from batchgw.domain.results import result_line
 from batchgw.domain.states import UNFINISHED_STATUSES, RequestStatus
 from batchgw.storage.audit import ENTRY_ID, AuditEntry
+from batchgw.storage.reqlog import ENTRY_ID as LOG_ENTRY_ID
+from batchgw.storage.reqlog import HOUR_SECONDS, SOURCES, HourCounts, Source
+from batchgw.storage.reqlog import entry_id as log_entry_id
 
 # --- runtime settings ---------------------------------------------------------------------------
 
@@ -442,3 +445,129 @@ def audit_log(deps: Deps, principal: Principal, params: Params) -> dict[str, Any
         for entry_id, entry in entries
     ]
     return {**list_page(data, has_more=next_id is not None)}
+
+
+# --- the request log across batches, and request volume ---------------------------------------
+
+LOOKBACK_SECONDS = 86400  # a list or count without a start_time looks back a day
+MOST_LOOKBACK_SECONDS = 90 * 86400  # a start_time may reach back this far, no further
+
+
+def request_log(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """GET /admin/requests: every upstream call of ``source`` (``interactive``, the default, or
+    ``batch``; ``batch_id``: one batch's), newest first, ended in [``start_time``, ``end_time``)
+    (timezone-aware; a day back by default, at most 90 days), ``limit`` 1-1000 (100), ``after``."""
+    require_admin(principal)
+    source = _source(params)
+    batch_id = last(params, "batch_id")
+    if batch_id is not None and source != "batch":
+        raise BadRequest("'batch_id' lists a batch's requests: use it with source=batch.", param="batch_id")
+    limit = int_param(params, "limit", default=100, low=1, high=1000)
+    start_ms, end_ms = _time_range(deps, params)
+    after = last(params, "after")
+    if after is not None and not LOG_ENTRY_ID.fullmatch(after):
+        raise BadRequest("'after' must be a request id from this list.", param="after")
+    if batch_id is not None:
+        visible_batch(deps, principal, batch_id)
+        before_key = None if after is None else _batch_log_key(after)
+        found, more = deps.requests.attempts(
+            batch_id, limit=limit, start_ms=start_ms, end_ms=end_ms, before_key=before_key
+        )
+        entries = [(log_entry_id(entry), entry) for _, entry in found]
+    else:
+        entries, more = deps.reqlog.page(source, start_ms=start_ms, end_ms=end_ms, before=after, limit=limit)
+    data = [_request_object(entry_id, source, entry) for entry_id, entry in entries]
+    return fitted_page(data, has_more=more)
+
+
+def request_metrics(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """GET /admin/request-metrics: request counts of ``source`` per ``interval`` (``hour``, the
+    default, or ``day``, UTC) in [``start_time``, ``end_time``), every bar with the batch
+    worker's requests in it (``batch_request_count``, ``batch_error_count``) whatever the
+    source, and the window's totals. An error is a call that did not succeed."""
+    require_admin(principal)
+    source = _source(params)
+    interval = last(params, "interval") or "hour"
+    if interval not in _INTERVALS:
+        raise BadRequest(f"'interval' must be one of {', '.join(_INTERVALS)}.", param="interval")
+    step = _INTERVALS[interval]
+    start_ms, end_ms = _time_range(deps, params)
+    first = start_ms // 1000 // step * step
+    hours = deps.reqlog.hours(first // HOUR_SECONDS, (end_ms - 1) // 1000 // HOUR_SECONDS)
+    in_bar: dict[int, list[HourCounts]] = {}
+    for hour, counted in hours.items():
+        in_bar.setdefault((hour * HOUR_SECONDS - first) // step, []).append(counted)
+    bars = []
+    for number, bar_start in enumerate(range(first, (end_ms - 1) // 1000 + 1, step)):
+        counts = in_bar.get(number, [])
+        own = sum(c.batch if source == "batch" else c.interactive for c in counts)
+        own_errors = sum(c.batch_errors if source == "batch" else c.interactive_errors for c in counts)
+        bars.append(
+            {
+                "start_time": bar_start,
+                "end_time": bar_start + step,
+                "request_count": own,
+                "error_count": own_errors,
+                "batch_request_count": sum(c.batch for c in counts),
+                "batch_error_count": sum(c.batch_errors for c in counts),
+            }
+        )
+    return {
+        "object": "request_metrics",
+        "source": source,
+        "interval": interval,
+        "start_time": start_ms / 1000,
+        "end_time": end_ms / 1000,
+        "data": bars,
+        "requests": sum(bar["request_count"] for bar in bars),
+        "error_requests": sum(bar["error_count"] for bar in bars),
+        "batch_requests": sum(bar["batch_request_count"] for bar in bars),
+        "batch_error_requests": sum(bar["batch_error_count"] for bar in bars),
+    }
+
+
+_INTERVALS = {"hour": HOUR_SECONDS, "day": 24 * HOUR_SECONDS}
+
+
+def _source(params: Params) -> Source:
+    source = last(params, "source") or "interactive"
+    if source not in SOURCES:
+        raise BadRequest(f"'source' must be one of {', '.join(SOURCES)}.", param="source")
+    return "batch" if source == "batch" else "interactive"
+
+
+def _time_range(deps: Deps, params: Params) -> tuple[int, int]:
+    """[start, end) in ms: ``end_time`` (just after now by default), ``start_time`` (a day
+    before it by default, at most 90 days before now)."""
+    now_ms = round(deps.clock() * 1000)
+    end_ms = aware_time_ms(params, "end_time") or now_ms + 1  # what ended by now
+    start_ms = aware_time_ms(params, "start_time")
+    if start_ms is None:
+        start_ms = end_ms - LOOKBACK_SECONDS * 1000
+    if start_ms < now_ms - MOST_LOOKBACK_SECONDS * 1000:
+        raise BadRequest("'start_time' reaches back at most 90 days.", param="start_time")
+    if start_ms >= end_ms:
+        raise BadRequest("'start_time' must be earlier than 'end_time'.", param="start_time")
+    return start_ms, end_ms
+
+
+def _batch_log_key(entry_id: str) -> int:
+    """A batch's log key of the entry ``entry_id`` names (``storage.reqlog.entry_id``)."""
+    parts = entry_id.split("#")
+    index = codec.decimal(parts[2], most_digits=9) if len(parts) == 4 else None
+    if index is None:
+        raise BadRequest("'after' must be a request id from this list.", param="after")
+    return log_key(int(parts[0]), int(index))
+
+
+def _request_object(entry_id: str, source: Source, entry: AttemptEntry) -> dict[str, Any]:
+    shown = _attempt_object(0, entry)
+    return {
+        **shown,
+        "id": entry_id,
+        "object": "request",
+        "source": source,
+        "user_id": entry.user_id,
+        "batch_id": entry.batch_id or None,
+        "request_index": entry.index if entry.batch_id else None,
+    }

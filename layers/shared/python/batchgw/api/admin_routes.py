@@ -123,6 +123,14 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     def batch_requests(batch_id: str) -> Response[Any]:
         return json_response(200, admin.batch_requests(*call(), batch_id, params(app)))
 
+    @app.get("/admin/requests")
+    def request_log() -> Response[Any]:
+        return json_response(200, admin.request_log(*call(), params(app)))
+
+    @app.get("/admin/request-metrics")
+    def request_metrics() -> Response[Any]:
+        return json_response(200, admin.request_metrics(*call(), params(app)))
+
     @app.get("/admin/audit")
     def audit_log() -> Response[Any]:
         return json_response(200, admin.audit_log(*call(), params(app)))

@@ -117,6 +117,23 @@ QUERY[("get", "/admin/batch/jobs/{batch_id}/requests")] = [
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "requests per page (20)"),
     _query("after", {"type": "string"}, "the last request id of the previous page"),
 ]
+_SOURCE = _query("source", {"type": "string", "enum": ["interactive", "batch"]}, "whose calls (interactive)")
+_WINDOW_QUERY = [
+    _query("start_time", _TIME, "from this time, inclusive (a day back; at most 90 days)"),
+    _query("end_time", _TIME, "to this time, exclusive (now)"),
+]
+QUERY[("get", "/admin/requests")] = [
+    _SOURCE,
+    _query("batch_id", {"type": "string"}, "one batch's calls (with source=batch)"),
+    *_WINDOW_QUERY,
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "requests per page (100)"),
+    _query("after", {"type": "string"}, "the last request id of the previous page"),
+]
+QUERY[("get", "/admin/request-metrics")] = [
+    _SOURCE,
+    *_WINDOW_QUERY,
+    _query("interval", {"type": "string", "enum": ["hour", "day"]}, "each bar's length (hour)"),
+]
 QUERY[("get", "/admin/audit")] = [
     _query("user", {"type": "string"}, "whose content was read (required)"),
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "entries per page (20)"),

@@ -251,6 +251,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
     # storage.audit: administrators' reads of a user's content, recorded as they read
     "audit#*": access(write=(ADMIN,)),
+    # storage.reqlog: every upstream call, batch or interactive, and their counts per hour
+    "rlog#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE)),
+    "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE)),
 }
 
 # The data bucket's key prefixes (``storage.blobs``, ``domain.files``). Presigned URLs act with

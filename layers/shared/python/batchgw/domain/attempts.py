@@ -38,6 +38,7 @@ class AttemptEntry:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_nano: int | None = None  # None: unknown (the answer was lost)
+    user_id: str | None = None  # whose request it was
 
     @property
     def key(self) -> int:
@@ -71,4 +72,5 @@ class AttemptEntry:
             input_tokens=int(item.get("input_tokens", 0)),
             output_tokens=int(item.get("output_tokens", 0)),
             cost_nano=num("cost_nano"),
+            user_id=item.get("user_id"),
         )

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 from typing import Any
 
 from batchgw.deps import Deps
+from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.errors import BadRequest, ServiceUnavailable, TooManyRequests
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
@@ -100,7 +102,37 @@ async def serve(
         await _charge(deps, payer, 0, unknown=spec.price.cost_nano(*most))
     reply = of_outcome(endpoint, outcome)
     _record(principal, endpoint, spec.id, outcome, reply, latency_ms=latency_ms, cost_nano=cost)
+    entry = AttemptEntry(
+        batch_id="",
+        index=0,
+        custom_id=outcome.request_id or f"ireq_{secrets.token_hex(12)}",
+        model=spec.id,
+        attempt=1,
+        outcome=outcome.kind,
+        ended_at=deps.clock(),
+        latency_ms=latency_ms,
+        route=outcome.route,
+        refused_routes=outcome.refused_routes,
+        status_code=outcome.status_code,
+        error_code=None if outcome.error is None else outcome.error.get("code"),
+        input_tokens=outcome.input_tokens,
+        output_tokens=outcome.output_tokens,
+        cost_nano=cost,
+        user_id=principal.user_id,
+    )
+    await _log(deps, entry)
     return reply
+
+
+async def _log(deps: Deps, entry: AttemptEntry) -> None:
+    """Keep the request in the request log and its counts (``storage.reqlog``). One that
+    cannot be kept is logged: the caller has their answer."""
+    ttl = int(entry.ended_at + deps.settings.batch_attempt_log_retention_days * 86400)
+    try:
+        await asyncio.to_thread(deps.reqlog.log, "interactive", entry, ttl=ttl)
+        await asyncio.to_thread(deps.reqlog.count, "interactive", [entry])
+    except Exception:
+        logger.exception("interactive request not logged", extra={"user_id": entry.user_id})
 
 
 def _version(endpoint: str, header: str | None) -> str | None:

@@ -137,7 +137,7 @@ async def settle(
         stored_bytes=deps.stored.known(batch.id),
         reruns=batch.reruns,
     )
-    log = _log_entry(deps, held, outcome, decision, started=started, now=now)
+    log = _log_entry(deps, batch, held, outcome, decision, started=started, now=now)
     _measure(batch, held, outcome, decision, started=started, now=now)
     if isinstance(decision, Retry):
         return await _schedule_retry(deps, batch, held, decision, log=log, reserved=reserved)
@@ -170,9 +170,16 @@ def _measure(
 
 
 def _log_entry(
-    deps: Deps, held: RequestRecord, outcome: Outcome, decision: End | Retry, *, started: float, now: float
-) -> dict[str, Any] | None:
-    """The request log's write for the attempt that produced ``outcome`` (None when no call
+    deps: Deps,
+    batch: BatchRecord,
+    held: RequestRecord,
+    outcome: Outcome,
+    decision: End | Retry,
+    *,
+    started: float,
+    now: float,
+) -> AttemptEntry | None:
+    """The request log's entry of the attempt that produced ``outcome`` (None when no call
     was made: no route could take it)."""
     if outcome.route is None:
         return None
@@ -194,9 +201,29 @@ def _log_entry(
         input_tokens=outcome.input_tokens,
         output_tokens=outcome.output_tokens,
         cost_nano=cost if outcome.usage_known else None,
+        user_id=batch.owner,
     )
-    ttl = int(now + deps.settings.batch_attempt_log_retention_days * 86400)
-    return deps.requests.log_action(entry, ttl=ttl)
+    return entry
+
+
+def _log_writes(deps: Deps, entry: AttemptEntry | None) -> list[dict[str, Any]]:
+    """The writes that log ``entry`` in its batch's log and in the log across batches, for
+    the transaction that records its attempt (so it is logged exactly when its outcome is)."""
+    if entry is None:
+        return []
+    ttl = int(entry.ended_at + deps.settings.batch_attempt_log_retention_days * 86400)
+    return [deps.requests.log_action(entry, ttl=ttl), deps.reqlog.entry_action("batch", entry, ttl=ttl)]
+
+
+async def _count(deps: Deps, entry: AttemptEntry | None) -> None:
+    """Add a recorded attempt to the request volume counts (apart from its transaction: see
+    ``storage.reqlog``); one that cannot be added is logged, and the request goes on."""
+    if entry is None:
+        return
+    try:
+        await io(deps.reqlog.count, "batch", [entry])
+    except Exception:
+        logger.exception("request not counted", extra={"batch_id": entry.batch_id, "index": entry.index})
 
 
 async def _judge_model(
@@ -224,7 +251,7 @@ async def _schedule_retry(
     held: RequestRecord,
     retry: Retry,
     *,
-    log: dict[str, Any] | None = None,
+    log: AttemptEntry | None = None,
     reserved: int = 0,
 ) -> Settled:
     scheduled = await io(
@@ -236,7 +263,7 @@ async def _schedule_retry(
         uses_attempt=retry.uses_attempt,
         shard=batch.shard_of(held.index),
         charge=retry.charge,
-        charges=[*_charges(deps, batch, held, retry.charge, reserved), *([log] if log else [])],
+        charges=[*_charges(deps, batch, held, retry.charge, reserved), *_log_writes(deps, log)],
     )
     if scheduled is Scheduled.LOST:
         return Settled(After.STOP)
@@ -248,6 +275,7 @@ async def _schedule_retry(
             return Settled(After.STOP)
         decision = stopped_retry(reason, retry, held)
         return await end(deps, batch, held, decision, called=True, log=log, reserved=reserved)
+    await _count(deps, log)
     if retry.pause_model_until is None:
         return Settled(After.NEXT, retry_at=retry.next_at)
     deps.health.note_pause(held.model, retry.pause_model_until)
@@ -264,7 +292,7 @@ async def end(
     outcome: Outcome | None = None,
     started: float | None = None,
     called: bool = False,
-    log: dict[str, Any] | None = None,
+    log: AttemptEntry | None = None,
     guard: RunGuard | None = None,
     reserved: int = 0,
 ) -> Settled:
@@ -291,12 +319,13 @@ async def end(
         end=ending,
         tally=decision.tally,
         called=called or outcome is not None,
-        charges=[*_charges(deps, batch, held, decision.tally, reserved), *([log] if log else [])],
+        charges=[*_charges(deps, batch, held, decision.tally, reserved), *_log_writes(deps, log)],
         guard=guard,
     )
     if recorded is Recorded.LEASE_LOST:
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
         return Settled(After.STOP)
+    await _count(deps, log)
     metrics.ended(decision.status.value, model=held.model)
     # A success is counted by the metrics and logged in the request log: its line here (half
     # a KB a request, CloudWatch's ingestion priced per GB) is for debugging only.
