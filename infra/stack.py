@@ -69,6 +69,7 @@ class BatchGwStack(Stack):
             queues=self.queues.queues,
             dead_letter_queues=self.queues.dead_letter_queues,
             state_machine=self.workflow.state_machine,
+            models=tuple(self.layers.catalog.models),
         )
 
         CfnOutput(self, "ApiBaseUrl", value=f"{self.api.url}v1", description="the OpenAI SDK's base_url")

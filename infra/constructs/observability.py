@@ -42,6 +42,7 @@ class Observability(Construct):
         queues: dict[str, sqs.Queue],
         dead_letter_queues: dict[str, sqs.Queue],
         state_machine: sfn.StateMachine,
+        models: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         # Not KMS-encrypted: CloudWatch cannot publish to a topic under the AWS-managed
@@ -76,13 +77,15 @@ class Observability(Construct):
             threshold=OLDEST_MESSAGE_ALARM_SECONDS,
             evaluation_periods=2,
         )
-        self._alarm(
-            "ModelWaitingForCapacity",
-            _custom("ModelWaitingForCapacity", "Maximum", period=Duration.minutes(10)),
-            "Batch model waiting for capacity: a model with queued batch requests has served none for "
-            "BATCH_QUEUED_ALERT_HOURS (the worker's log names it; the dashboard shows which). Resolved "
-            "when it serves one.",
-        )
+        # One alert per model, as the spec's is: the worker writes the metric per model only
+        # (dimensions service and model), so each model of the catalog has its own alarm.
+        for number, model in enumerate(sorted(models)):
+            self._alarm(
+                f"ModelWaitingForCapacity{number}",
+                _custom("ModelWaitingForCapacity", "Maximum", period=Duration.minutes(10), model=model),
+                f"Batch model waiting for capacity: {model} has had queued batch requests and served "
+                "none for BATCH_QUEUED_ALERT_HOURS. Resolved when it serves one.",
+            )
 
         dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
         dashboard.add_widgets(
@@ -210,10 +213,14 @@ def _graph(title: str, metrics: Sequence[cloudwatch.IMetric]) -> cloudwatch.Grap
     return cloudwatch.GraphWidget(title=title, left=list(metrics), width=8)
 
 
-def _custom(name: str, statistic: str, *, period: Duration = PERIOD) -> cloudwatch.Metric:
-    """A metric the functions write (EMF), across every model."""
+def _custom(
+    name: str, statistic: str, *, period: Duration = PERIOD, model: str | None = None
+) -> cloudwatch.Metric:
+    """A metric the functions write (EMF): without a model, what they write with the service
+    alone; with one, what they write for that model."""
+    dimensions = SERVICE if model is None else {**SERVICE, "model": model}
     return cloudwatch.Metric(
-        namespace=NAMESPACE, metric_name=name, dimensions_map=SERVICE, statistic=statistic, period=period
+        namespace=NAMESPACE, metric_name=name, dimensions_map=dimensions, statistic=statistic, period=period
     )
 
 

@@ -851,10 +851,17 @@ def test_alarms_fire_on_an_old_work_message_and_a_model_waiting_for_capacity(syn
     queue_name = {"Name": "QueueName", "Value": {"Fn::GetAtt": [synth.id(work), "QueueName"]}}
     alarm = _alarm_on(synth, "ApproximateAgeOfOldestMessage", queue_name, threshold=3600)
     assert alarm["EvaluationPeriods"] == 2
-    waiting = _alarm_on(synth, "ModelWaitingForCapacity", {"Name": "service", "Value": "batchgw"})
-    assert waiting["Namespace"] == "batchgw" and waiting["Statistic"] == "Maximum"
-    assert "BATCH_QUEUED_ALERT_HOURS" in waiting["AlarmDescription"]
-    assert waiting["TreatMissingData"] == "notBreaching"  # no unfinished batch: nothing to report
+    # one alarm per model, on the dimensions the worker writes the metric with
+    for model in synth.stack.layers.catalog.models:
+        waiting = _alarm_on(synth, "ModelWaitingForCapacity", {"Name": "model", "Value": model})
+        assert {"Name": "service", "Value": "batchgw"} in waiting["Dimensions"] and len(
+            waiting["Dimensions"]
+        ) == 2
+        assert waiting["Namespace"] == "batchgw" and waiting["Statistic"] == "Maximum"
+        assert (
+            "BATCH_QUEUED_ALERT_HOURS" in waiting["AlarmDescription"] and model in waiting["AlarmDescription"]
+        )
+        assert waiting["TreatMissingData"] == "notBreaching"  # no unfinished batch: nothing to report
 
 
 def test_dashboard_shows_api_worker_queues_and_workflow(synth: Synth) -> None:
