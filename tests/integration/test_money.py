@@ -87,3 +87,53 @@ def test_the_owners_and_keys_spend_is_what_the_batch_cost_to_the_nano_dollar(sim
     known = user.month - user.unknown_month
     assert known == user.today - user.unknown_today == key.month - key.unknown_month == batch.counts.cost_nano
     assert batch.counts.cost_nano == 500_000 + 4 * 5500  # the billed retry, then four answers
+
+
+def _most(deps, batch_id: str, index: int) -> int:  # type: ignore[no-untyped-def]
+    """What request ``index`` could cost at most: what an attempt of unknown cost is charged."""
+    from batchgw.run.owner import priced
+
+    stored = deps.requests.get(batch_id, index)
+    return priced(deps, "/v1/chat/completions", stored)[1]
+
+
+def test_a_lost_attempt_of_a_request_ended_by_the_reconciler_counts_against_quotas_at_its_most(
+    sim: Simulator,
+) -> None:
+    from batchgw.run import lifecycle, reconcile
+
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    most = _most(deps, batch_id, 0)
+    claim(deps, batch_id, 0, owner="a worker that dies")
+    batches.cancel_batch(deps, ALICE, batch_id)
+    lifecycle.cancel(deps, batch_id)
+    clock.advance(61)
+    reconcile.reconcile(deps, batch_id)  # ends the abandoned request
+    user, key = deps.spend.read(Payer(ALICE.user_id, ALICE.key_id), clock())
+    assert most > 0 and (user.unknown_today, key.unknown_today) == (most, most)
+    assert user.today == most  # it counts toward pausing and budgets
+    assert batches.get_batch(deps, ALICE, batch_id)["cost_usd"] == 0  # not a known cost
+
+
+def test_lost_attempts_of_a_request_ended_unrun_for_losing_its_workers_count_at_their_most(
+    sim: Simulator,
+) -> None:
+    from batchgw.domain.decisions import MAX_LOST_ATTEMPTS
+
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = prepared(deps, 1)
+    receive_all(deps)
+    most = _most(deps, batch_id, 0)
+    for _ in range(MAX_LOST_ATTEMPTS + 1):  # each worker dies mid-request
+        claim(deps, batch_id, 0, owner="a worker that dies")
+        clock.advance(61)
+    asyncio.run(run_message(deps, ChainMessage(batch_id, 0, 0, 1), owner="w", deadline=clock() + 900))
+    batch = batches.get_batch(deps, ALICE, batch_id)
+    assert batch["request_counts"]["failed"] == 1  # ended without another call
+    user, _ = deps.spend.read(Payer(ALICE.user_id, ALICE.key_id), clock())
+    lost = batch["cost_unknown_attempts"]
+    assert lost == MAX_LOST_ATTEMPTS + 1 and most > 0 and user.unknown_today == lost * most

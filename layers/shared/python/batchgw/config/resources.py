@@ -232,8 +232,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
     "uslots#*": access(write=(WORKER,)),
     # storage.spend: charged in the attempt's own transaction (an interactive request's on
-    # its own), read for quotas and /v1/me
-    "spend#*": access(read=(API,), write=(WORKER, INTERACTIVE)),
+    # its own; the lost attempts of a request the reconciler ends, in its end), read for
+    # quotas and /v1/me
+    "spend#*": access(read=(API,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
     # storage.webhooks: a user's endpoint and its delivery log
     "webhook#*": access(read=(LIFECYCLE,), write=(API, ADMIN, WEBHOOKS)),
     "whevents#*": access(read=(API,), write=(ADMIN, WEBHOOKS)),

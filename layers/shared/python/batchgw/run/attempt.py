@@ -24,6 +24,7 @@ from batchgw.domain.states import RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
 from batchgw.run.aio import io
+from batchgw.run.owner import priced
 from batchgw.storage.blobs import body_key
 from batchgw.storage.requests import Recorded, Released, RunGuard, Scheduled
 from batchgw.storage.spend import Payer
@@ -304,6 +305,10 @@ async def end(
     ``guard``: check in the same write that the batch still runs (``Settled.runs``).
     """
     now = deps.clock()
+    if outcome is None and not reserved and decision.tally.cost_unknown:
+        # Attempts lost with their workers, ended without another call: each counts at the
+        # most it could have cost, as an attempt of unknown cost does.
+        reserved = (await io(priced, deps, batch.endpoint, held))[1]
     ending = RequestEnd(status=decision.status, ended_at=now, error=decision.error)
     if outcome is not None:
         ending = await _ran(deps, batch, held, decision, outcome, now)

@@ -29,11 +29,14 @@ from batchgw.domain.webhooks import EventMessage
 from batchgw.inputs import input_lines
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
+from batchgw.run.owner import priced
 from batchgw.run.prepare_lease import PrepareLease
 from batchgw.run.result_files import write_results
 from batchgw.storage.blobs import body_key
 from batchgw.storage.dynamo import timestamp
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
+from batchgw.storage.spend import Payer
+from batchgw.storage.spend import shard_of as spend_shard
 from batchgw.storage.workflow import Next, step
 from batchgw.validation.file import report_object, validate_file
 
@@ -415,14 +418,26 @@ def lease_ran_out(request: RequestRecord, now: float) -> bool:
 
 
 def end_abandoned(deps: Deps, batch: BatchRecord, request: RequestRecord, now: float) -> bool:
-    """End a request whose worker is gone, in a batch that stopped (no worker takes it over)."""
+    """End a request whose worker is gone, in a batch that stopped (no worker takes it over).
+    Its lost attempts are charged to its owner and key at the most each could have cost, as
+    any attempt of unknown cost is."""
     decision = abandoned(batch, request)
+    stored = deps.requests.get(batch.id, request.index)  # with its body, to price it
+    most = priced(deps, batch.endpoint, stored or request)[1]
+    charges = deps.spend.charge_actions(
+        Payer(batch.owner, batch.key_id),
+        0,
+        now=now,
+        shard=spend_shard(batch.id, request.index),
+        unknown_nano=most * decision.tally.cost_unknown,
+    )
     ended = deps.requests.end_abandoned(
         request,
         now=now,
         shard=batch.shard_of(request.index),
         end=RequestEnd(decision.status, ended_at=now, error=decision.error),
         tally=decision.tally,
+        charges=charges,
     )
     if ended:
         metrics.ended(decision.status.value, model=request.model)

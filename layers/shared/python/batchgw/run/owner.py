@@ -128,17 +128,7 @@ class OwnerGate:
 
     async def _reservation(self, held: RequestRecord) -> tuple[Any, int]:
         """The request's body and what it may cost at most."""
-        deps = self._deps
-        spec = deps.catalog.models[held.model]
-        try:
-            body = await io(deps.blobs.load_body, held.request_packed, held.request_ref)
-        except Exception:  # its call reads it again and fails as the request's outcome
-            logger.warning("could not read a request to price it", exc_info=True)
-            body = None
-        input_tokens, output_tokens = reservation_tokens(
-            body, self._batch.endpoint, model_max_output=spec.max_output_tokens
-        )
-        return body, spec.price.cost_nano(input_tokens, output_tokens) if spec.price else 0
+        return await io(priced, self._deps, self._batch.endpoint, held)
 
     async def _spent(self, now: float) -> tuple[Spend, Spend, UserSlots]:
         """What the owner and the key spent and have reserved (besides this chain's own
@@ -186,3 +176,19 @@ class OwnerGate:
         """The owner has as many requests running as their role allows: ask again shortly."""
         wait = self._deps.settings.batch_slot_wait_seconds * (1 + random.random())
         return Standing(Judgement.WAIT, check_at=now + wait)
+
+
+def priced(deps: Deps, endpoint: str, request: RequestRecord) -> tuple[Any, int]:
+    """``request``'s body (None when it cannot be read) and what it may cost at most, in
+    nano-dollars (0 for a model no longer configured, or without a price): what a running
+    attempt reserves, and what an attempt of unknown cost is charged."""
+    spec = deps.catalog.models.get(request.model)
+    try:
+        body = deps.blobs.load_body(request.request_packed, request.request_ref)
+    except Exception:  # its call reads it again and fails as the request's outcome
+        logger.warning("could not read a request to price it", exc_info=True)
+        body = None
+    if spec is None or spec.price is None:
+        return body, 0
+    input_tokens, output_tokens = reservation_tokens(body, endpoint, model_max_output=spec.max_output_tokens)
+    return body, spec.price.cost_nano(input_tokens, output_tokens)

@@ -286,11 +286,19 @@ class RequestStore:
         return recorded
 
     def end_abandoned(
-        self, request: RequestRecord, *, now: float, shard: int, end: RequestEnd, tally: Tally
+        self,
+        request: RequestRecord,
+        *,
+        now: float,
+        shard: int,
+        end: RequestEnd,
+        tally: Tally,
+        charges: Sequence[dict[str, Any]] = (),
     ) -> bool:
-        """End a running request whose lease ran out (its worker is gone), counting it: for
-        a batch that stopped, where no worker will take it over. False if a worker claimed
-        or ended it meanwhile."""
+        """End a running request whose lease ran out (its worker is gone), counting it (and
+        ``charges``, its lost attempts' charge to its owner, in the same transaction): for a
+        batch that stopped, where no worker will take it over. False if a worker claimed or
+        ended it meanwhile."""
         abandoned = Update(
             set=end.stored_fields(),
             extra_set=["lost = if_not_exists(lost, :zero) + :one"],
@@ -306,7 +314,7 @@ class RequestStore:
             },
         ).request(self._table.name, self._key(request.batch_id, request.index))
         return (
-            self._end_and_count(request.batch_id, request.index, abandoned, shard, tally)
+            self._end_and_count(request.batch_id, request.index, abandoned, shard, tally, charges)
             is not Recorded.LEASE_LOST
         )
 
