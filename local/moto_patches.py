@@ -66,6 +66,13 @@ on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 1
    places, and the names and values moto found (a failed parse is moto's, and is not
    kept; the test holds outcomes, errors included, to moto's).
 
+13. A query on a table's own key reads its partition. moto's Query gathers its candidates
+   from every item of the table (``Table.all_items``, sorted), then keeps those of the
+   partition asked for: a query costs time in proportion to everything the table holds, so
+   the control table's many small partitions (each user's spend, the model slots, the
+   settings), read on every request, slowed as a request log grew beside them. Here a query
+   without an index sees its partition's items alone; what it does with them is moto's (the
+   test holds the two to the same answers).
 ``apply()`` is idempotent; the moto server process and the in-process test fixtures call it.
 """
 
@@ -100,6 +107,7 @@ from moto.dynamodb.exceptions import (
 )
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
@@ -125,6 +133,7 @@ MOTOS_FIND_CLAUSES = Node.find_clauses
 MOTOS_VALIDATOR_INIT = UpdateExpressionValidator.__init__
 MOTOS_VALIDATE = UpdateExpressionValidator.validate
 MOTOS_CONDITION_PARSE = ConditionExpressionParser.parse
+MOTOS_QUERY = Table.query
 ITEM_SIZE_LIMIT = 405000  # moto's (``LimitedSizeDict``): DynamoDB's 400 KB, as measured
 _LOCK = threading.RLock()
 _EXPRESSIONS_KEPT = 1024
@@ -144,6 +153,7 @@ def apply() -> None:
 
     DynamoHandler.call_action = call_action  # type: ignore[method-assign]
     DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
+    Table.query = partition_query  # type: ignore[method-assign]
     DynamoHandler.parse_parameters = parse_parameters  # type: ignore[method-assign,assignment]
     UpdateExpressionParser.make = staticmethod(  # type: ignore[method-assign,assignment]
         functools.lru_cache(maxsize=_EXPRESSIONS_KEPT)(UpdateExpressionParser.make)
@@ -534,3 +544,56 @@ def _bound(node: Any, values: dict[str, Any]) -> Any:
         elif isinstance(value, list | tuple):
             setattr(copied, name, type(value)(_bound(inner, values) for inner in value))
     return copied
+
+
+# --- 13. a query reads its partition -------------------------------------------------------------
+
+
+class _Partition:
+    """A table as a query on its own key sees it: its items are the partition's alone;
+    everything else is the table's."""
+
+    def __init__(self, table: Table, hash_key: DynamoType) -> None:
+        self._table = table
+        self._hash_key = hash_key
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+    def all_items(self) -> list[Item]:
+        found = self._table.items.get(self._hash_key)
+        if found is None:
+            return []
+        if isinstance(found, Item):
+            return [found]
+        return list(found.values())
+
+
+def partition_query(
+    self: Table,
+    hash_key: DynamoType | None,
+    range_comparison: str | None,
+    range_objs: list[DynamoType],
+    limit: int,
+    exclusive_start_key: dict[str, Any],
+    scan_index_forward: bool,
+    projection_expressions: list[list[str]] | None,
+    index_name: str | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """moto's ``Table.query``; without an index, over the partition of ``hash_key`` alone."""
+    seen: Any = self if index_name or hash_key is None else _Partition(self, hash_key)
+    return MOTOS_QUERY(
+        seen,
+        hash_key,
+        range_comparison,
+        range_objs,
+        limit,
+        exclusive_start_key,
+        scan_index_forward,
+        projection_expressions,
+        index_name,
+        *args,
+        **kwargs,
+    )

@@ -617,3 +617,68 @@ def test_a_kept_condition_decides_each_time_on_that_calls_values(
         decided.append(outcomes[0])
     refused = "ConditionalCheckFailedException"
     assert decided == ["updated", refused, refused, "updated"] * 2
+
+
+# --- 13. a query reads its partition ---------------------------------------------------------
+
+
+QUERIES: list[dict[str, Any]] = [
+    {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "b"}}},
+    {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "nobody"}}},
+    {
+        "KeyConditionExpression": "pk = :p AND sk BETWEEN :lo AND :hi",
+        "ExpressionAttributeValues": {":p": {"S": "b"}, ":lo": {"S": "k03"}, ":hi": {"S": "k07"}},
+        "ScanIndexForward": False,
+    },
+    {
+        "KeyConditionExpression": "pk = :p AND begins_with(sk, :x)",
+        "ExpressionAttributeValues": {":p": {"S": "a"}, ":x": {"S": "k1"}},
+    },
+    {
+        "KeyConditionExpression": "pk = :p",
+        "FilterExpression": "n > :three",
+        "ProjectionExpression": "sk, n",
+        "ExpressionAttributeValues": {":p": {"S": "c"}, ":three": {"N": "3"}},
+        "Limit": 4,
+    },
+    {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "a"}}, "Limit": 3},
+]
+
+
+def test_a_query_over_its_partition_alone_answers_what_motos_query_over_every_item_answers(
+    mocked: Any,
+) -> None:
+    mocked.create_table(
+        TableName="parts",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for pk in "abc":
+        for n in range(12):
+            item = {"pk": {"S": pk}, "sk": {"S": f"k{n:02d}"}, "n": {"N": str(n)}}
+            mocked.put_item(TableName="parts", Item=item)
+
+    def pages(query: dict[str, Any]) -> list[Any]:
+        answers, start = [], None
+        while True:
+            answer = mocked.query(
+                TableName="parts", **query, **({"ExclusiveStartKey": start} if start else {})
+            )
+            answers.append((answer["Items"], answer["Count"], answer.get("LastEvaluatedKey")))
+            start = answer.get("LastEvaluatedKey")
+            if start is None:
+                return answers
+
+    patched = [pages(query) for query in QUERIES]
+    assert moto_patches.Table.query is moto_patches.partition_query  # type: ignore[comparison-overlap]
+    moto_patches.Table.query = moto_patches.MOTOS_QUERY  # type: ignore[method-assign]
+    try:
+        theirs = [pages(query) for query in QUERIES]
+    finally:
+        moto_patches.Table.query = moto_patches.partition_query  # type: ignore[method-assign]
+    assert patched == theirs
+    assert [len(p[0][0]) for p in patched] == [12, 0, 5, 2, 0, 3]  # a limit counts what a filter drops

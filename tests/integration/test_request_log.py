@@ -176,3 +176,24 @@ def test_a_bad_filter_is_refused_naming_it(
 ) -> None:
     status, error = call(deps, monkeypatch, "GET", path, query=query, key=ADMIN)
     assert (status, error["error"]["param"]) == (400, param)
+
+
+def test_counts_a_flush_could_not_write_are_written_by_the_next_one(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = batch_of(deps, monkeypatch, ["a", "b"])
+    real = deps.reqlog._table.update
+    failing = {"left": 1}
+
+    def update(*args: Any, **kwargs: Any) -> Any:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise RuntimeError("throttled")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deps.reqlog._table, "update", update)
+    run(deps, RequestMessage(batch_id, 0))  # its run's flush fails: the count waits
+    assert deps.reqlog.waiting
+    run(deps, RequestMessage(batch_id, 1))
+    window = f"source=batch&start_time={START}&end_time={START + HOUR}"
+    assert admin_get(deps, monkeypatch, "/admin/request-metrics", window)["batch_requests"] == 2

@@ -130,7 +130,7 @@ async def _log(deps: Deps, entry: AttemptEntry) -> None:
     ttl = int(entry.ended_at + deps.settings.batch_attempt_log_retention_days * 86400)
     try:
         await asyncio.to_thread(deps.reqlog.log, "interactive", entry, ttl=ttl)
-        await asyncio.to_thread(deps.reqlog.count, "interactive", [entry])
+        await asyncio.to_thread(deps.reqlog.count, "interactive", [entry], deps.clock())
     except Exception:
         logger.exception("interactive request not logged", extra={"user_id": entry.user_id})
 

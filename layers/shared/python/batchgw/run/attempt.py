@@ -217,14 +217,10 @@ def _log_writes(deps: Deps, entry: AttemptEntry | None) -> list[dict[str, Any]]:
 
 
 async def _count(deps: Deps, entry: AttemptEntry | None) -> None:
-    """Add a recorded attempt to the request volume counts (apart from its transaction: see
-    ``storage.reqlog``); one that cannot be added is logged, and the request goes on."""
-    if entry is None:
-        return
-    try:
-        await io(deps.reqlog.count, "batch", [entry])
-    except Exception:
-        logger.exception("request not counted", extra={"batch_id": entry.batch_id, "index": entry.index})
+    """Note a recorded attempt in the request volume counts, written with the process's next
+    flush (apart from its transaction: see ``storage.reqlog``)."""
+    if entry is not None:
+        deps.reqlog.note("batch", entry)
 
 
 async def _judge_model(

@@ -158,11 +158,23 @@ async def run_message(
     finally:
         if receipt:
             _Invisible.of_this_loop(deps).discard(receipt)
+        await flush_counts(deps)
     if stopped.finished:
         # Normally the last record woke the workflow; this covers a worker that died
         # between recording the last request and waking it (its message came back to us).
         await io(completion.settle, deps, batch.id)
         await io(completion.wake_if_done, deps, batch.id)
+
+
+async def flush_counts(deps: Deps) -> None:
+    """Write the request counts this process noted (``storage.reqlog``); counts that cannot be
+    written wait for the next flush, and the work goes on."""
+    if not deps.reqlog.waiting:
+        return
+    try:
+        await io(deps.reqlog.flush, deps.clock())
+    except Exception:
+        logger.warning("request counts not written yet", exc_info=True)
 
 
 def slot_wait(base: float, full: int, *, yielded: bool = False) -> float:
@@ -477,6 +489,8 @@ class ChainRun:
             await io(self.deps.live.refresh)
         if metrics.due():
             metrics.flush()
+        if self.deps.reqlog.due(now):
+            await flush_counts(self.deps)
         settings = self.deps.settings
         if self.batch.window_closed(now):
             return Stopped(Why.WINDOW_CLOSED)  # no new request starts

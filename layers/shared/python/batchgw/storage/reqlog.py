@@ -10,16 +10,19 @@ Every upstream call is one entry, whatever batch made it, or none (an interactiv
   batch's log is); an interactive request's once it is answered.
 
 Counts per hour: ``pk`` ``rmetrics#<shard>``, ``sk`` the hour (hours since the epoch),
-``b`` / ``be`` (batch requests, of them errors) and ``i`` / ``ie`` (interactive). Added to
-after the entry is written, outside its transaction (a counter every worker adds to would
-make transactions conflict): a count lost to a crash between the two is a count, never a
-request or a charge. A range of hours is ``SHARDS`` queries.
+``b`` / ``be`` (batch requests, of them errors) and ``i`` / ``ie`` (interactive). Not in
+the entry's transaction (a counter every worker adds to would make transactions conflict):
+each process adds up what it recorded (``note``) and writes the sums at most every
+``FLUSH_SECONDS`` and when a run ends (``flush``), one write per hour and source, not one
+per request. A count lost to a crash before its flush is a count, never a request or a
+charge. A range of hours is ``SHARDS`` queries.
 """
 
 from __future__ import annotations
 
 import random
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,6 +34,7 @@ Source = Literal["batch", "interactive"]
 SOURCES: tuple[Source, ...] = ("batch", "interactive")
 SHARDS = 4
 HOUR_SECONDS = 3600
+FLUSH_SECONDS = 5.0  # a process writes the counts it noted at most this often (and as a run ends)
 _COUNTERS = {"batch": ("b", "be"), "interactive": ("i", "ie")}
 # An entry's id in the list (its sort key): ended ms, then what made it.
 ENTRY_ID = re.compile(r"[0-9]{15}#[!-~]{1,300}")
@@ -57,6 +61,9 @@ def is_error(entry: AttemptEntry) -> bool:
 class RequestLog:
     def __init__(self, client: Any, table: str) -> None:
         self._table = Table(client, table)
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[Source, int], list[int]] = {}  # (source, hour): [requests, errors]
+        self._flushed_at = 0.0
 
     @staticmethod
     def _pk(source: Source, shard: int) -> str:
@@ -76,20 +83,49 @@ class RequestLog:
         """Log ``entry`` on its own (an interactive request's)."""
         self._table.client.put_item(**self.entry_action(source, entry, ttl=ttl)["Put"])
 
-    def count(self, source: Source, entries: Iterable[AttemptEntry]) -> None:
-        """Add ``entries`` (ended requests of ``source``) to their hours' counts."""
-        by_hour: dict[int, list[int]] = {}
-        for entry in entries:
-            counts = by_hour.setdefault(int(entry.ended_at // HOUR_SECONDS), [0, 0])
+    def note(self, source: Source, entry: AttemptEntry) -> None:
+        """Count ``entry`` (an ended call of ``source``), to be written with the next flush."""
+        with self._lock:
+            counts = self._pending.setdefault((source, int(entry.ended_at // HOUR_SECONDS)), [0, 0])
             counts[0] += 1
             counts[1] += int(is_error(entry))
-        requests, errors = _COUNTERS[source]
-        for hour, (n, failed) in by_hour.items():
-            self._table.update(
-                {"pk": {"S": f"rmetrics#{random.randrange(SHARDS)}"}, "sk": {"S": f"{hour:09d}"}},
-                Update(add={requests: n, errors: failed}),
-                failure="could not count requests",
-            )
+
+    @property
+    def waiting(self) -> bool:
+        """Whether counts were noted that are not written yet."""
+        return bool(self._pending)
+
+    def due(self, now: float) -> bool:
+        """Whether counts wait, and the last flush was ``FLUSH_SECONDS`` ago or more."""
+        return self.waiting and now - self._flushed_at >= FLUSH_SECONDS
+
+    def flush(self, now: float) -> None:
+        """Write the counts noted since the last flush: an addition per hour and source, to
+        one of its shards. One that cannot be written is kept for the next flush."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            self._flushed_at = now
+        for done, ((source, hour), (n, failed)) in enumerate(pending.items()):
+            requests, errors = _COUNTERS[source]
+            try:
+                self._table.update(
+                    {"pk": {"S": f"rmetrics#{random.randrange(SHARDS)}"}, "sk": {"S": f"{hour:09d}"}},
+                    Update(add={requests: n, errors: failed}),
+                    failure="could not count requests",
+                )
+            except Exception:
+                with self._lock:  # this one and those not tried yet wait for the next flush
+                    for key, (more, more_failed) in list(pending.items())[done:]:
+                        counts = self._pending.setdefault(key, [0, 0])
+                        counts[0] += more
+                        counts[1] += more_failed
+                raise
+
+    def count(self, source: Source, entries: Iterable[AttemptEntry], now: float) -> None:
+        """Note ``entries`` and write them now (an interactive request's, as it is answered)."""
+        for entry in entries:
+            self.note(source, entry)
+        self.flush(now)
 
     def hours(self, first: int, last: int) -> dict[int, HourCounts]:
         """The counts of each hour from ``first`` to ``last`` (inclusive) that has any."""
