@@ -17,6 +17,11 @@ there. ``POST /_sim/listeners/backup`` with ``{"up": false}`` closes it (connect
 refused, as a route that is down refuses them) and ``{"up": true}`` opens it again; the
 stats count each listener's requests under ``"routes"``.
 
+Provider batch APIs
+    OpenAI's ``/v1/files`` and ``/v1/batches`` and Anthropic's ``/v1/messages/batches``, each
+    line answered as the request alone would be, with controls to hold, advance, partly
+    complete, fail or expire a batch and to make submits fail (``local.sim_batches``).
+
 Models
     ``sim-chat`` (chat completions and Responses), ``sim-embed`` (embeddings),
     ``sim-claude`` (Anthropic Messages), ``sim-chat-only`` (chat completions only).
@@ -130,6 +135,7 @@ from socketserver import TCPServer
 from types import TracebackType
 from typing import Any, Self
 
+from local.sim_batches import ProviderBatches
 from local.sim_capacity import Capacity, Latencies, prometheus, source_of
 
 DEFAULT_PORT = 8081
@@ -896,11 +902,30 @@ class SimulatorCore:
         self.stopping = threading.Event()
         # Set by ``Simulator`` when it has a backup listener: open (True) or close it.
         self.switch_backup: Callable[[bool], None] | None = None
+        self.provider_batches = ProviderBatches(self._line_answer)
 
     def reset(self) -> None:
         self.stats.reset()
         self.attempts.clear()
         self.latencies.clear()
+        self.provider_batches.reset()
+
+    def _line_answer(self, url: str, body: JsonObject, headers: Mapping[str, str]) -> tuple[int, Any] | None:
+        """A provider batch's line, answered as the same request sent alone would be (a hang
+        gives up at once: nobody waits on the line)."""
+        anthropic = url == Endpoint.MESSAGES.value
+        model = body.get("model")
+        if not isinstance(model, str) or model not in MODELS:
+            return 404, json.loads(
+                error_reply(404, f"the model {model!r} does not exist", anthropic=anthropic).body
+            )
+        reply = self._model_request(Endpoint(url), model, body, headers, lambda: True)
+        if reply is None:
+            return None
+        try:
+            return reply.status, json.loads(reply.body)
+        except ValueError:
+            return 502, {"error": {"message": "the answer was not JSON"}}
 
     def snapshot(self) -> JsonObject:
         """``/_sim/stats``: the counts, and per model its queue and latencies by source."""
@@ -936,6 +961,12 @@ class SimulatorCore:
             return _json_reply(200, {"status": "ok"})
         if path == f"/_sim/listeners/{BACKUP}":
             return self._switch_backup(method, raw)
+        provided = self.provider_batches.handle(method, path, headers, raw)
+        if provided is not None:
+            status, answer = provided
+            if isinstance(answer, bytes):
+                return Reply(status, answer, content_type="application/jsonl")
+            return _json_reply(status, answer)
         try:
             endpoint = Endpoint(path)
         except ValueError:
