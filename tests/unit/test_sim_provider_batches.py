@@ -142,7 +142,7 @@ def test_an_anthropic_message_batch_ends_with_each_lines_result_and_cancel_marks
         status == 200 and batch["processing_status"] == "in_progress" and batch["id"].startswith("msgbatch_")
     )
     call(core, "POST", f"/_sim/provider-batches/{batch['id']}", {"action": "partial", "lines": 2})
-    status, early = call(
+    status, _ = call(
         core, "GET", f"/v1/messages/batches/{batch['id']}/results", anthropic_version="2023-06-01"
     )
     assert status == 400  # results only once it ended
