@@ -30,6 +30,7 @@ from batchgw.api.params import (
     list_page,
     text_out_bytes,
 )
+from batchgw.api.results import index_after
 from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain import codec, money
@@ -38,7 +39,7 @@ from batchgw.domain.batch import BatchRecord, CountedBatch, Tally
 from batchgw.domain.decisions import not_run_error
 from batchgw.domain.errors import BadRequest, Forbidden, NotFound
 from batchgw.domain.principal import Principal
-from batchgw.domain.request import RequestRecord, request_index
+from batchgw.domain.request import RequestRecord
 from batchgw.domain.results import result_line
 from batchgw.domain.states import UNFINISHED_STATUSES, RequestStatus
 from batchgw.storage.audit import ENTRY_ID, AuditEntry
@@ -357,13 +358,7 @@ def batch_requests(deps: Deps, principal: Principal, batch_id: str, params: Para
         )
     record = visible_batch(deps, principal, batch_id).record
     limit = int_param(params, "limit", default=20, low=1, high=100)
-    after = last(params, "after")
-    after_index = -1
-    if after:
-        found = request_index(record.id, after)
-        if found is None:
-            raise BadRequest(f"'after' names no request of this batch: '{after}'.", param="after")
-        after_index = found
+    after_index = index_after(record, params)
     wanted: list[tuple[int, str, str, Any]] = []
     for index, (custom_id, model, body) in enumerate(inputs.requests_of(deps, record)):
         if index <= after_index:

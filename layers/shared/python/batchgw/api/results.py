@@ -40,16 +40,22 @@ def results_page(
     to fit alone is answered as a redirect to the page, written to S3."""
     record = visible_batch(deps, principal, batch_id).record
     limit = int_param(params, "limit", default=100, low=1, high=1000)
-    after = last(params, "after")
-    after_index = -1
-    if after:
-        found = request_index(record.id, after)
-        if found is None:
-            raise BadRequest(f"'after' names no request of this batch: '{after}'.", param="after")
-        after_index = found
+    after_index = index_after(record, params)
     if record.prepared or record.status.is_final:
         return _stored_page(deps, record, after_index=after_index, limit=limit)
     return _unwritten_page(deps, record, _Page(), after_index=after_index, limit=limit)
+
+
+def index_after(record: BatchRecord, params: Params) -> int:
+    """The index a page of the batch's requests goes on after: the request ``after`` names
+    (-1 without one; 400 when it names none of the batch's)."""
+    after = last(params, "after")
+    if not after:
+        return -1
+    found = request_index(record.id, after)
+    if found is None:
+        raise BadRequest(f"'after' names no request of this batch: '{after}'.", param="after")
+    return found
 
 
 def _stored_page(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from batchgw.domain.outcome import Outcome
+
 # An entry's place in its batch's log: when it ended (ms) then the request's index, so the
 # log reads in time order and a time range is one key range.
 _INDEX_SPAN = 10**6  # more than a batch's requests; keys stay below 2**63
@@ -39,6 +41,44 @@ class AttemptEntry:
     output_tokens: int = 0
     cost_nano: int | None = None  # None: unknown (the answer was lost)
     user_id: str | None = None  # whose request it was
+
+    @classmethod
+    def of_call(
+        cls,
+        outcome: Outcome,
+        *,
+        batch_id: str,
+        index: int,
+        custom_id: str,
+        model: str,
+        attempt: int,
+        ended_at: float,
+        latency_ms: int,
+        cost_nano: int | None,
+        user_id: str,
+        worker: str | None = None,
+    ) -> AttemptEntry:
+        """The entry of one upstream call that came back as ``outcome`` (``cost_nano``: what
+        it cost, None when unknown)."""
+        return cls(
+            batch_id=batch_id,
+            index=index,
+            custom_id=custom_id,
+            model=model,
+            attempt=attempt,
+            outcome=outcome.kind,
+            ended_at=ended_at,
+            latency_ms=latency_ms,
+            worker=worker,
+            route=outcome.route,
+            refused_routes=outcome.refused_routes,
+            status_code=outcome.status_code,
+            error_code=None if outcome.error is None else outcome.error.get("code"),
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            cost_nano=cost_nano,
+            user_id=user_id,
+        )
 
     @property
     def key(self) -> int:

@@ -102,21 +102,15 @@ async def serve(
         await _charge(deps, payer, 0, unknown=spec.price.cost_nano(*most))
     reply = of_outcome(endpoint, outcome)
     _record(principal, endpoint, spec.id, outcome, reply, latency_ms=latency_ms, cost_nano=cost)
-    entry = AttemptEntry(
+    entry = AttemptEntry.of_call(
+        outcome,
         batch_id="",
         index=0,
         custom_id=outcome.request_id or f"ireq_{secrets.token_hex(12)}",
         model=spec.id,
         attempt=1,
-        outcome=outcome.kind,
         ended_at=deps.clock(),
         latency_ms=latency_ms,
-        route=outcome.route,
-        refused_routes=outcome.refused_routes,
-        status_code=outcome.status_code,
-        error_code=None if outcome.error is None else outcome.error.get("code"),
-        input_tokens=outcome.input_tokens,
-        output_tokens=outcome.output_tokens,
         cost_nano=cost,
         user_id=principal.user_id,
     )

@@ -185,24 +185,18 @@ def _log_entry(
     if outcome.route is None:
         return None
     cost = (decision.charge if isinstance(decision, Retry) else decision.tally).cost_nano  # this attempt's
-    entry = AttemptEntry(
+    entry = AttemptEntry.of_call(
+        outcome,
         batch_id=held.batch_id,
         index=held.index,
         custom_id=held.custom_id,
         model=held.model,
         attempt=held.attempts,
-        outcome=outcome.kind,
         ended_at=now,
         latency_ms=max(0, round((now - started) * 1000)),
-        worker=held.lease_owner,
-        route=outcome.route,
-        refused_routes=outcome.refused_routes,
-        status_code=outcome.status_code,
-        error_code=None if outcome.error is None else outcome.error.get("code"),
-        input_tokens=outcome.input_tokens,
-        output_tokens=outcome.output_tokens,
         cost_nano=cost if outcome.usage_known else None,
         user_id=batch.owner,
+        worker=held.lease_owner,
     )
     return entry
 
