@@ -7,9 +7,13 @@ import asyncio
 
 import pytest
 from batchgw.api import batches
+from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage
+from batchgw.domain.decisions import MAX_LOST_ATTEMPTS
 from batchgw.domain.outcome import Outcome
+from batchgw.run import lifecycle, reconcile
 from batchgw.run.chain import run_message
+from batchgw.run.owner import priced
 from batchgw.storage.requests import RequestStore
 from batchgw.storage.spend import Payer
 
@@ -89,24 +93,22 @@ def test_the_owners_and_keys_spend_is_what_the_batch_cost_to_the_nano_dollar(sim
     assert batch.counts.cost_nano == 500_000 + 4 * 5500  # the billed retry, then four answers
 
 
-def _most(deps, batch_id: str, index: int) -> int:  # type: ignore[no-untyped-def]
-    """What request ``index`` could cost at most: what an attempt of unknown cost is charged."""
-    from batchgw.run.owner import priced
-
-    stored = deps.requests.get(batch_id, index)
-    return priced(deps, "/v1/chat/completions", stored)[1]
+def _priced_batch(sim: Simulator, n: int) -> tuple[Deps, FakeClock, str, int]:
+    """A prepared batch of ``n`` requests, and what its first could cost at most: what an
+    attempt of it whose cost is unknown is charged."""
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    batch_id = prepared(deps, n)
+    receive_all(deps)
+    stored = deps.requests.get(batch_id, 0)
+    assert stored is not None
+    return deps, clock, batch_id, priced(deps, "/v1/chat/completions", stored)[1]
 
 
 def test_a_lost_attempt_of_a_request_ended_by_the_reconciler_counts_against_quotas_at_its_most(
     sim: Simulator,
 ) -> None:
-    from batchgw.run import lifecycle, reconcile
-
-    clock = FakeClock()
-    deps = make_deps(sim, clock)
-    batch_id = prepared(deps, 2)
-    receive_all(deps)
-    most = _most(deps, batch_id, 0)
+    deps, clock, batch_id, most = _priced_batch(sim, 2)
     claim(deps, batch_id, 0, owner="a worker that dies")
     batches.cancel_batch(deps, ALICE, batch_id)
     lifecycle.cancel(deps, batch_id)
@@ -121,13 +123,7 @@ def test_a_lost_attempt_of_a_request_ended_by_the_reconciler_counts_against_quot
 def test_lost_attempts_of_a_request_ended_unrun_for_losing_its_workers_count_at_their_most(
     sim: Simulator,
 ) -> None:
-    from batchgw.domain.decisions import MAX_LOST_ATTEMPTS
-
-    clock = FakeClock()
-    deps = make_deps(sim, clock)
-    batch_id = prepared(deps, 1)
-    receive_all(deps)
-    most = _most(deps, batch_id, 0)
+    deps, clock, batch_id, most = _priced_batch(sim, 1)
     for _ in range(MAX_LOST_ATTEMPTS + 1):  # each worker dies mid-request
         claim(deps, batch_id, 0, owner="a worker that dies")
         clock.advance(61)

@@ -14,7 +14,7 @@ in the control table and applies in this process at once, in every other within
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from batchgw import inputs
@@ -427,19 +427,10 @@ def audit_log(deps: Deps, principal: Principal, params: Params) -> dict[str, Any
         raise BadRequest("'after' must be an entry id from this list.", param="after")
     entries, next_id = deps.audit.entries(user, limit=limit, before=after)
     data = [
-        {
-            "id": entry_id,
-            "object": "audit.entry",
-            "action": entry.action,
-            "actor": entry.actor,
-            "key_id": entry.key_id,
-            "target": entry.target,
-            "detail": entry.detail,
-            "at": int(entry.at),
-        }
+        {"id": entry_id, "object": "audit.entry", **asdict(entry), "at": int(entry.at)}
         for entry_id, entry in entries
     ]
-    return {**list_page(data, has_more=next_id is not None)}
+    return list_page(data, has_more=next_id is not None)
 
 
 # --- the request log across batches, and request volume ---------------------------------------
