@@ -407,18 +407,20 @@ def test_a_run_mark_is_renewed_while_its_call_outlasts_a_lease(sim: Simulator) -
 def test_a_status_filtered_list_reads_a_bounded_number_of_batches_and_says_where_to_go_on(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One cancelled batch under 45 newer ones in progress: a status filter reads at most
-    LIST_READ_MOST of them per page (20 here), answers what it found (nothing, at first)
-    with ``has_more`` and ``next_after``, and following ``next_after`` finds the batch."""
+    """Cancelled batches among 46 in progress: a status filter reads at most LIST_READ_MOST
+    of them per page (20 here), answers what it found with ``has_more`` and ``next_after``,
+    and following ``next_after`` finds every one -- also the batch a read stopped on (the
+    20th and 40th read) and the batch just after it."""
     from batchgw.api import batches as batches_api
 
     monkeypatch.setattr(batches_api, "LIST_READ_MOST", 20)
     deps = make_deps(sim, FakeClock(), BATCH_MAX_ACTIVE_PER_USER="100")
     body = json.dumps({"requests": [chat_request("a", "hi")]}).encode()
-    oldest = batches_api.create_batch(deps, ALICE, body)["id"]
-    batches_api.cancel_batch(deps, ALICE, oldest)
-    for _ in range(45):
-        batches_api.create_batch(deps, ALICE, body)
+    created = [batches_api.create_batch(deps, ALICE, body)["id"] for _ in range(46)]
+    newest_first = sorted(created, key=lambda i: deps.batches.get_record(i).created_key, reverse=True)
+    cancelled = [newest_first[i] for i in (19, 20, 39, 45)]
+    for batch_id in cancelled:
+        batches_api.cancel_batch(deps, ALICE, batch_id)
     found, pages, after = [], 0, None
     while True:
         params = {"status": ["cancelling,cancelled"], **({"after": [after]} if after else {})}
@@ -429,4 +431,4 @@ def test_a_status_filtered_list_reads_a_bounded_number_of_batches_and_says_where
             break
         after = page.get("next_after") or page["last_id"]
         assert pages < 10
-    assert found == [oldest] and pages >= 3  # 46 batches, 20 read per page
+    assert found == cancelled and pages >= 3  # 46 batches, 20 read per page

@@ -546,9 +546,10 @@ def _listed(
     read_to = None
     if stops:
         # An owner whose read stopped may have matches older than where it stopped: only what
-        # is newer than the newest such stop is sure to be in order.
+        # is at or newer than the newest such stop (the last batch it read) is sure to be in
+        # order; the next page goes on after it.
         cut = max(stops)
-        records = [record for record in records if record.created_key > cut]
+        records = [record for record in records if record.created_key >= cut]
         read_to = cut.partition("#")[2]
     records.sort(key=lambda r: r.created_key, reverse=True)
     has_more = has_more or len(records) > limit
