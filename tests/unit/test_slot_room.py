@@ -74,3 +74,13 @@ def test_a_model_whose_share_is_all_held_has_no_room() -> None:
     slot_room.take("m")
     clock.now += ROOM_READ_SECONDS
     assert not slot_room.take("m")
+
+
+def test_a_slot_given_by_a_chain_that_ended_is_room_at_once_and_only_for_a_moment() -> None:
+    slot_room, clock, reads = room([16])  # every slot held, as the reads see it
+    slot_room.give("m")
+    assert slot_room.take("m")  # no read needed to confirm it
+    assert not slot_room.take("m")  # handed out once
+    slot_room.give("m")
+    clock.now += ROOM_READ_SECONDS  # not taken in time: another chain may hold it by now
+    assert not slot_room.take("m")

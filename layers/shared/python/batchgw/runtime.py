@@ -399,6 +399,7 @@ class SlotRoom:
         self._lock = threading.Lock()
         self._read: dict[str, tuple[float, int]] = {}  # model: (read at, room then)
         self._left: dict[str, int] = {}  # model: room of the last two reads not handed out yet
+        self._given: dict[str, list[float]] = {}  # model: when chains that ended gave their slots
 
     def due(self, model: str) -> bool:
         """Whether ``take`` reads the table now (else it answers at once)."""
@@ -408,12 +409,24 @@ class SlotRoom:
     def take(self, model: str) -> bool:
         """One unit of ``model``'s room, if there is one left: True once per unit."""
         with self._lock:
+            given = [at for at in self._given.pop(model, []) if self._clock() - at < ROOM_READ_SECONDS]
+            if given:
+                self._given[model] = given[1:]
+                return True
             if self.due(model):
                 self._look(model)
             if self._left.get(model, 0) <= 0:
                 return False
             self._left[model] -= 1
             return True
+
+    def give(self, model: str) -> None:
+        """One unit of ``model``'s room, from a chain of this process that ended for good
+        with its slot in hand: its slot is free for a split at once, not from the reads that
+        confirm it two reads later. Taken once, before any read's room; not taken within
+        ``ROOM_READ_SECONDS``, it is left to the reads (another chain may hold it by then)."""
+        with self._lock:
+            self._given.setdefault(model, []).append(self._clock())
 
     def _look(self, model: str) -> None:
         now = self._clock()
