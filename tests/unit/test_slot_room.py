@@ -77,7 +77,7 @@ def test_a_model_whose_share_is_all_held_has_no_room() -> None:
 
 
 def test_a_slot_given_by_a_chain_that_ended_is_room_at_once_and_only_for_a_moment() -> None:
-    slot_room, clock, reads = room([16])  # every slot held, as the reads see it
+    slot_room, clock, _ = room([16])  # every slot held, as the reads see it
     slot_room.give("m")
     assert slot_room.take("m")  # no read needed to confirm it
     assert not slot_room.take("m")  # handed out once
