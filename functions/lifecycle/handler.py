@@ -1,5 +1,5 @@
 """Lifecycle function: the workflow's steps (prepare, park, reconcile, expire, cancel,
-finalize, fail, purge)."""
+finalize, fail, purge, and the provider step of a batch run on its provider's batch service)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import Deps, get_deps
 from batchgw.observability import logger, metrics, new_tracer
+from batchgw.provider.executor import provider_step
 from batchgw.run import lifecycle, reconcile
 
 STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
@@ -22,6 +23,7 @@ STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
         deps, event["batch_id"], lifecycle.cause_of(event.get("error"))
     ),
     "purge": lambda deps, event: lifecycle.purge(deps, event["batch_id"]),
+    "provider": lambda deps, event: provider_step(deps, event["batch_id"]),
 }
 
 

@@ -27,6 +27,7 @@ from batchgw.storage.dns import Resolver, resolve
 from batchgw.storage.files import FileStore
 from batchgw.storage.idempotency import IdempotencyStore
 from batchgw.storage.interactive import InteractiveLoadStore
+from batchgw.storage.provider import ProviderParts
 from batchgw.storage.queue import EventQueue, WorkQueue
 from batchgw.storage.ratelimit import RateLimiter
 from batchgw.storage.reqlog import RequestLog
@@ -50,6 +51,7 @@ class Deps:
     interactive: InteractiveLoadStore  # the interactive load reports
     catalog: Catalog
     batches: BatchStore
+    provider_parts: ProviderParts  # the parts of batches run on a provider's batch service
     requests: RequestStore
     slots: SlotStore
     blobs: BlobStore
@@ -105,6 +107,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         interactive=interactive,
         catalog=catalog,
         batches=BatchStore(clients.dynamodb, settings.batches_table, usage, files),
+        provider_parts=ProviderParts(clients.dynamodb, settings.batches_table),
         requests=RequestStore(clients.dynamodb, settings.requests_table, settings.batches_table),
         slots=slots,
         blobs=BlobStore(

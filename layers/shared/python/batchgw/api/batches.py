@@ -16,13 +16,14 @@ from batchgw.api.files import LARGER_INPUTS, batch_input_file, storage_limit, st
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
-from batchgw.config.catalog import ENDPOINTS
+from batchgw.config.catalog import ENDPOINTS, execution_of
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
 from batchgw.domain.errors import (
     BadRequest,
     Conflict,
+    Forbidden,
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
@@ -30,6 +31,7 @@ from batchgw.domain.errors import (
     TooManyRequests,
 )
 from batchgw.domain.files import FileRecord, file_key
+from batchgw.domain.modes import PROVIDER_WINDOW, Mode
 from batchgw.domain.principal import Principal
 from batchgw.domain.spend import refusal
 from batchgw.domain.states import BatchStatus
@@ -44,12 +46,13 @@ from batchgw.validation.create import (
     check_anthropic_version,
     check_completion_window,
     check_metadata,
+    requested_mode,
     reruns_of,
     validate_create,
 )
 from batchgw.validation.jsonbody import parse_json
 
-FILE_CREATE_KEYS = {"input_file_id", "endpoint", "completion_window", "metadata"}
+FILE_CREATE_KEYS = {"input_file_id", "endpoint", "completion_window", "metadata", "execution_mode"}
 _STATUS_NAMES = frozenset(s.value for s in BatchStatus)
 BATCH_PREFIX = "batch_"
 # A status-filtered list reads at most about this many of each owner's batches per page.
@@ -152,6 +155,7 @@ def _create(
         metadata=plan.metadata,
         anthropic_version=anthropic_version,
         input=requests,
+        mode=plan.mode,
     )
     return open_batch(deps, principal, creating, opening)
 
@@ -176,6 +180,9 @@ def _file_opening(
     window = check_completion_window(body.get("completion_window"), required=True)
     anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
     metadata = check_metadata(body.get("metadata"))
+    mode = requested_mode(body.get("execution_mode"), metadata)
+    if mode is Mode.PROVIDER and window != PROVIDER_WINDOW:
+        raise batch_not_supported(endpoint, (), window or "")
     file = batch_input_file(deps, principal, body.get("input_file_id"))
     # The batch keeps its own copy: deleting the input file later does not affect it.
     return Opening(
@@ -184,6 +191,7 @@ def _file_opening(
         metadata=metadata,
         anthropic_version=anthropic_version,
         input=copied_file(deps, file),
+        mode=mode,
     )
 
 
@@ -230,21 +238,29 @@ class Opening:
     input: InlineInput | FileInput
     anthropic_version: str | None = None
     parent_batch_id: str | None = None
+    mode: Mode = Mode.GATEWAY  # where its creator asked it to run (``domain.modes``)
 
 
 def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Opening) -> dict[str, Any]:
     """Store the batch ``opening`` describes as ``creating`` says, with its own copy of its
     input, and start its workflow: the batch object."""
     given = opening.input
+    label, seconds = _window(deps, opening.window)
+    choice, prices = None, None
     if isinstance(given, InlineInput):
-        _check_routes(deps, given.models)
+        choice, prices = execution_of(
+            deps.catalog, opening.mode, endpoint=opening.endpoint, models=given.models, window=label
+        )
+        if choice is None:
+            raise batch_not_supported(opening.endpoint, given.models, label)
+        if choice.mode is Mode.GATEWAY:
+            _check_routes(deps, given.models)
     else:
         check_file_batches(deps)
     _check_spend(deps, principal)
     batch_id = creating.batch_id
     clock_now = deps.clock()
     now = int(clock_now)
-    label, seconds = _window(deps, opening.window)
     expires_at = None if seconds is None else int(now + seconds)
     settings = deps.settings
     record = BatchRecord(
@@ -269,6 +285,10 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
         parent_batch_id=opening.parent_batch_id,
         reruns=reruns_of(opening.metadata),
         cache_recorded=True,
+        mode_requested=opening.mode.value,
+        execution_mode=None if choice is None else choice.mode.value,
+        mode_reason=None if choice is None else choice.reason.value,
+        batch_prices=prices,
         ttl=backstop_ttl(
             now=clock_now,
             expires_at=expires_at,
@@ -332,6 +352,20 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
         deps.blobs.delete_batch(record.id)
         raise ServiceUnavailable("The batch could not be started; nothing was stored. Try again.") from exc
     return batch_object(CountedBatch(record), deps.clock())
+
+
+def batch_not_supported(endpoint: str, models: Sequence[str], window: str) -> Forbidden:
+    """The 403 of a batch asked to run on its provider's batch service that may not."""
+    if window != PROVIDER_WINDOW:
+        why = f"only a {PROVIDER_WINDOW} completion window runs on a provider's batch service"
+    else:
+        named = ", ".join(repr(m) for m in models) or "its models"
+        why = f"no route of {named} has a batch price for {endpoint}"
+    return Forbidden(
+        f"The batch cannot run in execution_mode 'provider': {why}.",
+        param="execution_mode",
+        code="batch_not_supported",
+    )
 
 
 def _check_routes(deps: Deps, models: Sequence[str]) -> None:

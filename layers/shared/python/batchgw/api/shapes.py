@@ -52,6 +52,11 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
         "eta": _eta(batch, now),
         "parent_batch_id": record.parent_batch_id,
         "retry_batch_ids": list(record.retry_batch_ids),
+        # Where it runs (gateway or provider; null until a file batch's input was read),
+        # as asked (execution_mode_requested), and why.
+        "execution_mode": record.execution_mode,
+        "execution_mode_requested": record.mode_requested,
+        "execution_mode_reason": record.mode_reason,
     }
 
 

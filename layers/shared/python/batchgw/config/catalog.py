@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
@@ -20,9 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from batchgw.domain import money
 from batchgw.domain.errors import BadRequest
+from batchgw.domain.modes import Mode, ModeChoice, choose_mode
 
 Endpoint = Literal["/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"]
 ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
+
+# What each protocol's batch service runs (OpenAI's /v1/batches; Anthropic's message batches).
+PROVIDER_BATCH_ENDPOINTS: dict[str, tuple[str, ...]] = {
+    "openai": ("/v1/chat/completions", "/v1/embeddings", "/v1/responses"),
+    "anthropic": ("/v1/messages",),
+}
 
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>[^}]*))?\}")
 
@@ -42,6 +50,17 @@ def expand_env(text: str, environ: dict[str, str] | None = None) -> str:
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "0.0.0.0", "host.docker.internal"})
 
 
+class Price(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: Decimal = Field(ge=0)
+    output_per_mtok: Decimal = Field(ge=0)
+
+    def cost_nano(self, input_tokens: int, output_tokens: int) -> int:
+        """The cost in billionths of a dollar: integer counters add up exactly."""
+        return money.cost_nano(self.input_per_mtok, self.output_per_mtok, input_tokens, output_tokens)
+
+
 class Route(BaseModel):
     """One way to reach a model. Batch work runs only on batch-allowed routes: by default the
     local ones (the gateway's own servers, never a cloud provider's quota or money), unless an
@@ -58,6 +77,21 @@ class Route(BaseModel):
     upstream_model: str | None = None  # the name the upstream knows; defaults to the model id
     api_key_env: str | None = None  # environment variable holding the key (local stack)
     api_key_secret: str | None = None  # Secrets Manager secret id holding the key (AWS)
+    # The provider's own batch service may run batches of this route's model (OpenAI's
+    # files + batches, Anthropic's message batches, as ``protocol`` says), at its batch
+    # price: ``batch_price``, or the model's price times ``batch_discount``. Never on a
+    # route the gateway runs itself.
+    batch_api: bool = False
+    batch_price: Price | None = None
+    batch_discount: Decimal | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _batch_api_off_its_own_servers(self) -> Route:
+        if self.batch_api and self.deployment_type == "self_hosted":
+            raise ValueError(f"route {self.id!r}: batch_api is for a provider's API, not a self-hosted route")
+        if self.batch_price is not None and self.batch_discount is not None:
+            raise ValueError(f"route {self.id!r}: give batch_price or batch_discount, not both")
+        return self
 
     @property
     def local(self) -> bool:
@@ -70,17 +104,6 @@ class Route(BaseModel):
     @property
     def serves_traffic(self) -> bool:
         return self.enabled and self.weight > 0
-
-
-class Price(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    input_per_mtok: Decimal = Field(ge=0)
-    output_per_mtok: Decimal = Field(ge=0)
-
-    def cost_nano(self, input_tokens: int, output_tokens: int) -> int:
-        """The cost in billionths of a dollar: integer counters add up exactly."""
-        return money.cost_nano(self.input_per_mtok, self.output_per_mtok, input_tokens, output_tokens)
 
 
 class ModelSpec(BaseModel):
@@ -134,6 +157,29 @@ class ModelSpec(BaseModel):
     def embeddings_only(self) -> bool:
         """An embedding model's backends follow their locality; they have no per-route choice."""
         return self.endpoints == ["/v1/embeddings"]
+
+    def provider_batch_route(self, endpoint: str) -> Route | None:
+        """The route whose provider's batch service may run this model's ``endpoint`` at a
+        batch price (the first such, enabled, not on the gateway's own servers); None:
+        none may (``batch_not_supported``)."""
+        native = PROVIDER_BATCH_ENDPOINTS.get(self.protocol, ())
+        if endpoint not in native or endpoint not in self.endpoints:
+            return None
+        for route in self.routes:
+            if route.enabled and route.batch_api and not route.local and self.batch_price_on(route):
+                return route
+        return None
+
+    def batch_price_on(self, route: Route) -> Price | None:
+        """What a request costs on ``route``'s batch service (None: it has no batch price)."""
+        if route.batch_price is not None:
+            return route.batch_price
+        if route.batch_discount is None or self.price is None:
+            return None
+        return Price(
+            input_per_mtok=self.price.input_per_mtok * route.batch_discount,
+            output_per_mtok=self.price.output_per_mtok * route.batch_discount,
+        )
 
     def translates(self, endpoint: str) -> bool:
         """Whether a request for ``endpoint`` runs here as a translated chat completion:
@@ -190,3 +236,43 @@ def load_catalog(path: str | Path, environ: dict[str, str] | None = None) -> Cat
 @lru_cache(maxsize=4)
 def get_catalog(path: str) -> Catalog:
     return load_catalog(path)
+
+
+def execution_of(
+    catalog: Catalog, requested: Mode, *, endpoint: str, models: Sequence[str], window: str
+) -> tuple[ModeChoice | None, dict[str, list[str]] | None]:
+    """Where a batch of ``models`` on ``endpoint`` runs (``domain.modes.choose_mode``), and,
+    run on the provider, each model's batch price, fixed now ({model: [input, output]}
+    dollars per million tokens). (None, None): it asked for the provider and may not."""
+    prices: dict[str, list[str]] = {}
+    cheaper = True
+    for model in models:
+        spec = catalog.models.get(model)
+        route = None if spec is None else spec.provider_batch_route(endpoint)
+        price = None if spec is None or route is None else spec.batch_price_on(route)
+        if spec is None or price is None:
+            prices = {}
+            break
+        standard = spec.price
+        cheaper = cheaper and standard is not None and _cheaper(price, standard)
+        prices[model] = [str(price.input_per_mtok), str(price.output_per_mtok)]
+    eligible = bool(models) and len(prices) == len(models)
+    choice = choose_mode(requested, eligible=eligible, window=window, cheaper=cheaper)
+    if choice is None:
+        return None, None
+    return choice, prices if choice.mode is Mode.PROVIDER else None
+
+
+def _cheaper(batch: Price, standard: Price) -> bool:
+    """Whether ``batch`` costs less than ``standard``: no rate above it, one below."""
+    rates = (batch.input_per_mtok, batch.output_per_mtok)
+    standard_rates = (standard.input_per_mtok, standard.output_per_mtok)
+    return all(b <= s for b, s in zip(rates, standard_rates, strict=True)) and rates != standard_rates
+
+
+def price_of(prices: dict[str, list[str]] | None, model: str) -> Price | None:
+    """A model's batch price as a provider-run batch fixed it (None: none fixed)."""
+    fixed = (prices or {}).get(model)
+    if fixed is None:
+        return None
+    return Price(input_per_mtok=Decimal(fixed[0]), output_per_mtok=Decimal(fixed[1]))

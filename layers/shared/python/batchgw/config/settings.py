@@ -334,6 +334,22 @@ class Settings(BaseModel):
     # abandoned requests, re-sends lost work, settles counters): a batch ends within about
     # one lease plus this after its last request could have ended, whatever failed (a
     # stopping batch is looked at again once its running requests' leases run out).
+    # A batch run on its provider's batch service is polled 1 s after its submit, then twice
+    # as long each time, up to this (a day of polls stays within a workflow's history).
+    batch_provider_poll_max_seconds: int = Field(
+        120,
+        ge=1,
+        le=3600,
+        alias="BATCH_PROVIDER_POLL_MAX_SECONDS",
+        description="The longest wait between two polls of a provider-run batch",
+    )
+    # An operator's lower limit on the lines of one provider batch (None: the provider's).
+    batch_provider_max_lines: int | None = Field(
+        None,
+        ge=1,
+        alias="BATCH_PROVIDER_MAX_LINES",
+        description="The most requests one provider batch takes (default: the provider's own limit)",
+    )
     batch_reconcile_seconds: float = Field(
         300,
         ge=1,

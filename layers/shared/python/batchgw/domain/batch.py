@@ -152,6 +152,19 @@ class BatchRecord:
     reruns: int = 0  # times a request that failed for good runs again (``omg_retries``)
     # Its counters count cached input tokens (False: stored before they were recorded).
     cache_recorded: bool = False
+    # Where it runs (``domain.modes``): as its creator asked (gateway, provider or auto),
+    # where it was decided to run (None: not decided yet, a file batch before its input was
+    # read; gateway), and why; a provider-run batch's batch price per model, fixed then
+    # ({model: [input, output] dollars per million tokens}).
+    mode_requested: str = "gateway"
+    execution_mode: str | None = None
+    mode_reason: str | None = None
+    batch_prices: dict[str, list[str]] | None = None
+
+    @property
+    def on_provider(self) -> bool:
+        """Whether its requests run on its provider's batch service, not on the gateway's chains."""
+        return self.execution_mode == "provider"
 
     @property
     def prepared(self) -> bool:
@@ -259,6 +272,10 @@ class BatchRecord:
             retry_batch_ids=tuple(str(i) for i in item.get("retry_batch_ids") or ()),
             reruns=int(item.get("reruns", 0)),
             cache_recorded=bool(item.get("cache_recorded")),
+            mode_requested=str(item.get("mode_requested", "gateway")),
+            execution_mode=item.get("execution_mode"),
+            mode_reason=item.get("mode_reason"),
+            batch_prices=codec.plain(item.get("batch_prices")),
         )
 
     def to_item(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from batchgw.config.catalog import Price
 from batchgw.deps import Deps
 from batchgw.domain.adaptive import signal_of
 from batchgw.domain.attempts import AttemptEntry
@@ -116,13 +117,20 @@ async def settle(
     started: float,
     guard: RunGuard | None = None,
     reserved: int = 0,
+    batch_price: Price | None = None,
 ) -> Settled:
     """Decide what becomes of a request that ran, and store it (an end with ``guard``'s
     check that the batch still runs: ``Settled.runs``). ``reserved`` is what the request
-    could cost at most: an attempt whose cost is unknown is charged that, apart."""
+    could cost at most: an attempt whose cost is unknown is charged that, apart.
+
+    ``batch_price``: the request ran on its provider's batch service, at that price. Its
+    answer says nothing of the model's health or load here, and it is not tried again here.
+    """
     now = deps.clock()
-    await _judge_model(deps, batch, held, outcome, now)
-    if outcome.route is not None:  # an upstream answered (or kept silent): what it says of its load
+    on_provider = batch_price is not None
+    if not on_provider:
+        await _judge_model(deps, batch, held, outcome, now)
+    if outcome.route is not None and not on_provider:  # what an upstream's answer says of its load
         error_code = None if outcome.error is None else outcome.error.get("code")
         signal = signal_of(outcome.kind, outcome.status_code, error_code)
         to_do = deps.backpressure.note(held.model, signal, max(0.0, (now - started) * 1000))
@@ -134,9 +142,9 @@ async def settle(
         deps.settings,
         now=now,
         expires_at=batch.expires_at,
-        price=deps.catalog.models[held.model].price,
+        price=batch_price if on_provider else deps.catalog.models[held.model].price,
         stored_bytes=deps.stored.known(batch.id),
-        reruns=batch.reruns,
+        reruns=0 if on_provider else batch.reruns,
     )
     log = _log_entry(deps, batch, held, outcome, decision, started=started, now=now)
     _measure(batch, held, outcome, decision, started=started, now=now)

@@ -16,12 +16,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from batchgw import inputs
+from batchgw.config.catalog import execution_of
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
 from batchgw.domain.chains import ChainMessage
 from batchgw.domain.decisions import abandoned, not_run_error
 from batchgw.domain.files import RESULT_KINDS, file_key, result_file_id
+from batchgw.domain.modes import Mode
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
@@ -76,6 +78,8 @@ def prepare(deps: Deps, batch_id: str) -> dict[str, Any]:
     if written is None:
         return step(Next.FINALIZE)
     batch = written
+    if batch.on_provider:
+        return step(Next.PROVIDER)  # its provider's batch service runs it, cancelled or not
     if batch.status is BatchStatus.CANCELLING:
         return step(Next.CANCEL)
     if batch.status is not BatchStatus.IN_PROGRESS:
@@ -131,11 +135,24 @@ def _start(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         if current is None:
             return None
         batch = current
-    if batch.status is BatchStatus.IN_PROGRESS:
+    if batch.status is BatchStatus.IN_PROGRESS and not batch.on_provider:
         chains = batch.chains or 1
         deps.queue.send_many([ChainMessage(batch.id, c, c, chains, batch.generation) for c in range(chains)])
         logger.info("batch started", extra={"batch_id": batch.id, "total": batch.total, "chains": chains})
     return batch
+
+
+def run_on_gateway(deps: Deps, batch_id: str, *, reason: str) -> dict[str, Any]:
+    """Run on the gateway's chains a batch that was to run on its provider's batch service
+    (an ``auto`` batch the provider refused before it took any of it): its chains start,
+    and the workflow parks as for any batch. When it no longer runs in provider mode, or no
+    longer runs at all, the provider step routes it again (``Next.PROVIDER``)."""
+    batch = deps.batches.run_on_gateway(batch_id, reason=reason)
+    if batch is None:
+        return step(Next.PROVIDER)
+    logger.info("batch runs on the gateway after all", extra={"batch_id": batch_id, "reason": reason})
+    started = _start(deps, batch)
+    return step(Next.FINALIZE) if started is None else park_step(deps, started)
 
 
 def park_step(deps: Deps, batch: BatchRecord, *, leases_end: float | None = None) -> dict[str, Any]:
@@ -182,8 +199,27 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         anthropic_version=batch.anthropic_version,
     )
     errors: list[dict[str, Any]] = list(report.errors)
-    unroutable = [model for model in sorted(report.models) if not deps.live.batch_routes(model)]
-    if report.ok and unroutable:
+    models = sorted(report.models)
+    choice, prices = execution_of(
+        deps.catalog,
+        Mode(batch.mode_requested),
+        endpoint=batch.endpoint,
+        models=models,
+        window=batch.completion_window,
+    )
+    on_gateway = choice is not None and choice.mode is Mode.GATEWAY
+    unroutable = [model for model in models if on_gateway and not deps.live.batch_routes(model)]
+    if report.ok and choice is None:
+        errors = [
+            {
+                "code": "batch_not_supported",
+                "line": None,
+                "param": "execution_mode",
+                "message": f"The batch cannot run in execution_mode 'provider': no route of "
+                f"{', '.join(models)} has a batch price for {batch.endpoint}.",
+            }
+        ]
+    elif report.ok and unroutable:
         errors = [
             {
                 "code": "batch_route_unavailable",
@@ -199,7 +235,12 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         counted = deps.batches.charge_requests(
             batch,
             total=report.total,
-            models=sorted(report.models),
+            models=models,
+            mode={
+                "execution_mode": None if choice is None else choice.mode.value,
+                "mode_reason": None if choice is None else choice.reason.value,
+                "batch_prices": prices,
+            },
             limits=UsageLimits(
                 settings.batch_max_active_per_user, settings.batch_max_queued_requests_per_user
             ),
@@ -218,7 +259,11 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         ]
     if errors:
         now = deps.clock()
-        whole_batch = errors[0]["code"] in ("queued_request_limit", "batch_route_unavailable")
+        whole_batch = errors[0]["code"] in (
+            "queued_request_limit",
+            "batch_route_unavailable",
+            "batch_not_supported",
+        )
         error = {  # as OMG's guide shows it (spec 001): with its type, and the file as its param
             "type": "invalid_request_error",
             "code": errors[0]["code"] if whole_batch else "invalid_batch_input",

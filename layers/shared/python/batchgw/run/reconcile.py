@@ -56,6 +56,8 @@ def reconcile(deps: Deps, batch_id: str) -> dict[str, Any]:
     now = deps.clock()
     if record.status.is_final or record.status in (BatchStatus.VALIDATING, BatchStatus.FINALIZING):
         return step(Next.FINALIZE)
+    if record.on_provider:
+        return step(Next.PROVIDER)  # no chain runs it: its provider step looks after it
     if record.window_closed(now) and not record.expiring:
         return step(Next.EXPIRE)
     if (record.status is BatchStatus.CANCELLING or record.owner_failed) and not record.cancel_swept:

@@ -276,14 +276,15 @@ class BatchStore:
         models: Sequence[str],
         limits: UsageLimits,
         from_statuses: Iterable[BatchStatus],
+        mode: Mapping[str, Any] | None = None,
     ) -> BatchRecord | OverLimit | None:
         """A file batch's requests, once its file is read: set its ``total`` and ``models``
         and count the requests in its owner's usage, in one transaction, if its status is
         still one of ``from_statuses``. The record after (also when an earlier try counted
         them already), OverLimit with nothing changed, or None when the status changed (or
-        the batch is gone)."""
+        the batch is gone). ``mode``: where it runs, decided with its models, set with them."""
         statuses = list(from_statuses)
-        fields = {"total": total, "models": list(models)}
+        fields = {"total": total, "models": list(models), **(mode or {})}
         if not batch.charged:
             return self._change(batch.id, fields, from_statuses=statuses)
         update = self._update(fields, statuses, extra=[(total_is, {"#total": "total"}, {":total": 0})])
@@ -366,6 +367,20 @@ class BatchStore:
         on (halts)."""
         expirable = [BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING]
         return self._change(batch_id, {"expiring": True}, from_statuses=expirable, halt=True)
+
+    def run_on_gateway(self, batch_id: str, *, reason: str) -> BatchRecord | None:
+        """An ``auto`` batch its provider refused runs on the gateway's chains after all, if it
+        is still in progress and was to run on the provider (no halt: it goes on)."""
+        update = self._update(
+            {"execution_mode": "gateway", "mode_reason": reason, "batch_prices": None},
+            [BatchStatus.IN_PROGRESS],
+            (),
+            extra=[("#em = :provider", {"#em": "execution_mode"}, {":provider": "provider"})],
+        )
+        after, _ = self._table.update_returning(
+            self._key(batch_id), update, failure=f"could not update {batch_id}"
+        )
+        return None if after is None else BatchRecord.from_item(after)
 
     def mark_results_full(self, batch_id: str) -> BatchRecord | None:
         """The batch's results reached their storage limit: no request starts from now on

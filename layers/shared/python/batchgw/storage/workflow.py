@@ -23,6 +23,8 @@ class Next(StrEnum):
     EXPIRE = "expire"
     CANCEL = "cancel"
     FINALIZE = "finalize"
+    # Submit to, poll or collect from its provider's batch service, after ``wait_seconds``.
+    PROVIDER = "provider"
 
 
 def step(next_state: Next, wait_seconds: int = 0) -> dict[str, Any]:

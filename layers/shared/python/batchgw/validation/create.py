@@ -14,6 +14,7 @@ from typing import Any
 from batchgw.config.catalog import ENDPOINTS, Catalog, ModelSpec
 from batchgw.config.settings import Settings
 from batchgw.domain.errors import BadRequest
+from batchgw.domain.modes import MODES, Mode
 from batchgw.validation import RequestInvalid, join_param, shown
 from batchgw.validation.chat import validate_chat_body
 from batchgw.validation.embeddings import validate_embeddings_body
@@ -44,8 +45,8 @@ VERSIONED_BODY_VALIDATORS: dict[str, Callable[[Any, str], str]] = {
 
 _REQUEST_FIELDS = frozenset({"custom_id", "method", "url", "body"})
 # Options of another gateway's guide (spec 001), given in ``metadata``: its values each takes.
-# ``omg_mode``: where the batch runs (``auto`` runs here too, no provider-run route existing
-# yet); ``omg_retries``: how many times a request that failed for good runs again.
+# ``omg_mode``: where the batch runs (``execution_mode``'s alias: ``domain.modes``);
+# ``omg_retries``: how many times a request that failed for good runs again.
 GATEWAY_OPTIONS: dict[str, tuple[str, ...]] = {
     "omg_mode": ("auto", "gateway"),
     "omg_retries": ("0", "1", "2"),
@@ -53,7 +54,9 @@ GATEWAY_OPTIONS: dict[str, tuple[str, ...]] = {
 
 # ``endpoint`` and ``model``: the create shape of Merge Gateway's guide (spec 003), defaults
 # for every request's url and body model (``_with_batch_defaults``).
-_CREATE_FIELDS = frozenset({"requests", "metadata", "completion_window", "endpoint", "model"})
+_CREATE_FIELDS = frozenset(
+    {"requests", "metadata", "completion_window", "endpoint", "model", "execution_mode"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class CreatePlan:
     requests: list[PlannedRequest]
     metadata: dict[str, str] | None
     completion_window: str | None = None  # None: the gateway's own (BATCH_COMPLETION_WINDOW_HOURS)
+    mode: Mode = Mode.GATEWAY  # where its creator asked it to run (``execution_mode``)
 
 
 def validate_create(
@@ -148,6 +152,7 @@ def validate_create(
         requests=planned,
         metadata=metadata,
         completion_window=body.get("completion_window"),
+        mode=requested_mode(body.get("execution_mode"), metadata),
     )
 
 
@@ -401,6 +406,26 @@ def check_metadata(metadata: Any) -> dict[str, str] | None:
                 param=f"metadata.{key}",
             )
     return metadata
+
+
+def requested_mode(execution_mode: Any, metadata: dict[str, str] | None) -> Mode:
+    """Where the creator asks the batch to run: ``execution_mode`` (gateway, provider or
+    auto), or ``metadata.omg_mode`` (another gateway's name for it: auto or gateway), or
+    the gateway; the two given apart must agree."""
+    alias = (metadata or {}).get("omg_mode")
+    if execution_mode is None:
+        return Mode(alias) if alias is not None else Mode.GATEWAY
+    if execution_mode not in MODES:
+        raise BadRequest(
+            f"execution_mode must be one of {', '.join(MODES)}; got {shown(execution_mode)}",
+            param="execution_mode",
+        )
+    if alias is not None and alias != execution_mode:
+        raise BadRequest(
+            f"execution_mode '{execution_mode}' and metadata.omg_mode '{alias}' differ; give one",
+            param="execution_mode",
+        )
+    return Mode(execution_mode)
 
 
 def reruns_of(metadata: dict[str, str] | None) -> int:

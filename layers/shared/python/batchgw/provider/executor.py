@@ -1,0 +1,380 @@
+"""The provider step: a batch run on its provider's batch service, moved on by one step of
+its workflow each time (``Next.PROVIDER``), until it routes to cancel, expire or finalize
+like a batch the gateway ran.
+
+Each step plans the batch's parts once (``domain.provider.Planner``), then moves every part
+on: submits a planned part, finds again a part whose submit answer was lost, polls a
+submitted one (cancelling it at the provider when the batch stops), and collects one that
+ended: each of its lines ends one of our requests, at the batch price fixed when the batch
+was created, in the same write that records it (``run.attempt``). A step that dies anywhere
+is run again by the workflow: a part's every change is a conditional write on the part as
+read, a request already ended is skipped, and a submit whose answer was lost is looked up
+by its mark before it is sent again (OpenAI; Anthropic keeps no mark, see ``_recover``).
+
+Neither our ids nor the user's custom_ids reach the provider (``domain.provider.line_id``),
+and the provider's ids stay in the part: every message from it is scrubbed of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from batchgw.config.catalog import price_of
+from batchgw.deps import Deps
+from batchgw.domain.batch import BatchRecord, Tally
+from batchgw.domain.decisions import End, Verdict, not_run
+from batchgw.domain.modes import Mode, ModeReason
+from batchgw.domain.outcome import Outcome
+from batchgw.domain.provider import (
+    SUBMIT_RETRY_SECONDS,
+    LineResult,
+    Part,
+    PartStatus,
+    Planner,
+    line_id,
+    scrub_ids,
+)
+from batchgw.domain.request import RequestRecord, clean_message
+from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.observability import logger, metrics
+from batchgw.provider.services import BatchService, Polled, Refused
+from batchgw.run import attempt, lifecycle
+from batchgw.storage.requests import ClaimKind
+from batchgw.storage.workflow import Next, step
+from batchgw.upstream.client import classify
+
+# Requests recorded at once while a part is collected.
+COLLECT_CONCURRENCY = 16
+_STATUS_CODES = {"queue_full": "provider_batch_queue_full", "rate_limited": "provider_rate_limited"}
+
+
+def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Move the provider-run batch on; where its workflow goes next."""
+    batch = deps.batches.get_record(batch_id)
+    if batch is None or batch.status.is_final or batch.status is BatchStatus.FINALIZING:
+        return step(Next.FINALIZE)
+    if not batch.on_provider:
+        return lifecycle.park_step(deps, batch)  # it runs on the gateway's chains now
+    parts = deps.provider_parts.parts(batch_id)
+    if not parts:
+        deps.provider_parts.plan(batch_id, _plan(deps, batch))
+        parts = deps.provider_parts.parts(batch_id)
+    waits: list[int] = []
+    for part in parts:
+        if part.ended:
+            continue
+        moved = _move(deps, batch, part)
+        if isinstance(moved, dict):
+            return moved  # the batch runs on the gateway after all
+        if moved is not None:
+            waits.append(moved)
+    if waits:
+        return step(Next.PROVIDER, max(0, min(waits)))
+    return _finish(deps, batch_id)
+
+
+def _plan(deps: Deps, batch: BatchRecord) -> list[Part]:
+    routes = {}
+    for model in batch.models:
+        spec = deps.catalog.models[model]
+        route = spec.provider_batch_route(batch.endpoint)
+        if route is None:
+            raise ValueError(f"{batch.id}: model {model!r} has no provider batch route any more")
+        routes[model] = (route.id, route.protocol)
+    planner = Planner(routes, max_lines=deps.settings.batch_provider_max_lines)
+    for request in deps.requests.all(batch.id):
+        planner.add(request.index, request.model, len(request.request_packed or b"") or 1024)
+    return planner.done(batch.total)
+
+
+def _service(deps: Deps, batch: BatchRecord, part: Part) -> BatchService:
+    spec = deps.catalog.models[part.model]
+    route = next(r for r in spec.routes if r.id == part.route)
+    return BatchService(
+        route,
+        secret_ttl=deps.settings.batch_upstream_secret_ttl_seconds,
+        anthropic_version=batch.anthropic_version,
+    )
+
+
+def _stopping(batch: BatchRecord, now: float) -> bool:
+    return batch.stopping or batch.window_closed(now)
+
+
+def _move(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | None:
+    """Move ``part`` on: seconds until it is looked at again, the route of a batch that runs
+    on the gateway after all, or None when it ended."""
+    now = deps.clock()
+    if part.status is PartStatus.PLANNED:
+        if _stopping(batch, now):
+            _save(deps, batch, part.replace(status=PartStatus.SKIPPED))  # the stop's sweep ends its requests
+            return None
+        if part.retry_at is not None and part.retry_at > now:
+            return int(part.retry_at - now) + 1
+        return _submit(deps, batch, part)
+    if part.status is PartStatus.SUBMITTING:
+        return _recover(deps, batch, part)
+    return _poll(deps, batch, part)
+
+
+def _submit(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | None:
+    ref = uuid.uuid4().hex
+    marked = _save(deps, batch, part.replace(status=PartStatus.SUBMITTING, ref=ref, error=None))
+    if marked is None:
+        return 0  # another step moved it: look again
+    service = _service(deps, batch, marked)
+    try:
+        submitted = service.submit(list(_lines(deps, batch, marked)), endpoint=batch.endpoint, ref=ref)
+    except Refused as refused:
+        return _refused(deps, batch, marked, refused)
+    metrics.count("ProviderBatchesSubmitted", model=part.model)
+    logger.info(
+        "provider batch submitted",
+        extra={"batch_id": batch.id, "part": part.n, "lines": part.lines, "model": part.model},
+    )
+    _save(
+        deps,
+        batch,
+        marked.replace(
+            status=PartStatus.SUBMITTED,
+            provider_batch_id=submitted.batch_id,
+            provider_file_id=submitted.file_id,
+            submitted_at=deps.clock(),
+            polls=0,
+        ),
+    )
+    return 1
+
+
+def _lines(deps: Deps, batch: BatchRecord, part: Part) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The part's requests as the provider takes them: its own id for each, and the body
+    with the provider's name of the model."""
+    spec = deps.catalog.models[part.model]
+    route = next(r for r in spec.routes if r.id == part.route)
+    upstream = spec.upstream_model_on(route)
+    for request in _requests(deps, batch, part):
+        body = deps.blobs.load_body(request.request_packed, request.request_ref)
+        yield line_id(request.index), {**body, "model": upstream}
+
+
+def _requests(deps: Deps, batch: BatchRecord, part: Part) -> Iterator[RequestRecord]:
+    after = part.start - 1
+    while after < part.end - 1:
+        page, more = deps.requests.page(batch.id, after_index=after, limit=500)
+        for request in page:
+            if request.index >= part.end:
+                return
+            if request.model == part.model:
+                yield request
+        if not more or not page:
+            return
+        after = page[-1].index
+
+
+def _refused(deps: Deps, batch: BatchRecord, part: Part, refused: Refused) -> int | dict[str, Any] | None:
+    """A submit the provider refused: tried again later (queue full, rate limited), or,
+    for an ``auto`` batch the provider took nothing of, run on the gateway instead; a
+    submit it rejects fails the part's requests."""
+    message = clean_message(scrub_ids(refused.message, (part.provider_batch_id, part.provider_file_id)))
+    logger.warning(
+        "provider refused a batch",
+        extra={"batch_id": batch.id, "part": part.n, "code": refused.code, "reason": message},
+    )
+    if refused.later:
+        others = [p for p in deps.provider_parts.parts(batch.id) if p.n != part.n]
+        untouched = all(p.status in (PartStatus.PLANNED, PartStatus.SKIPPED) for p in others)
+        if batch.mode_requested == Mode.AUTO.value and untouched:
+            for other in [part, *others]:
+                if not other.ended:
+                    _save(deps, batch, other.replace(status=PartStatus.SKIPPED))
+            return lifecycle.run_on_gateway(deps, batch.id, reason=ModeReason.SUBMIT_FAILED.value)
+        wait = refused.retry_after or SUBMIT_RETRY_SECONDS
+        error = {"code": _STATUS_CODES[refused.code], "message": message}
+        _save(deps, batch, part.replace(status=PartStatus.PLANNED, retry_at=deps.clock() + wait, error=error))
+        return int(wait)
+    error = {"code": "provider_rejected", "message": f"the provider's batch service refused it: {message}"}
+    _end_left(deps, batch, part, End(RequestStatus.FAILED, Tally(failed=1), error={**error, "status": None}))
+    _save(deps, batch, part.replace(status=PartStatus.COLLECTED, error=error))
+    return None
+
+
+def _recover(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
+    """A part whose submit was sent and whose answer was lost with the step that sent it:
+    the provider batch it made, found by its mark (OpenAI's metadata), or a new submit when
+    there is none. Anthropic's batches keep no mark: its part is submitted again (the step
+    died between marking the part and recording the answer, a moment's window), and a
+    batch the lost submit made runs unclaimed: its lines end nothing here."""
+    service = _service(deps, batch, part)
+    found = service.find(part.ref) if part.ref else None
+    if found is None:
+        _save(deps, batch, part.replace(status=PartStatus.PLANNED, ref=None))
+        return 0
+    _save(
+        deps,
+        batch,
+        part.replace(
+            status=PartStatus.SUBMITTED,
+            provider_batch_id=found.batch_id,
+            provider_file_id=found.file_id,
+            submitted_at=deps.clock(),
+        ),
+    )
+    return 1
+
+
+def _poll(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
+    assert part.provider_batch_id is not None
+    service = _service(deps, batch, part)
+    polled = service.poll(part.provider_batch_id)
+    if not polled.ended:
+        if _stopping(batch, deps.clock()) and polled.status not in ("cancelling", "canceling"):
+            service.cancel(part.provider_batch_id)  # what it finished stays: collected when it ends
+        saved = _save(deps, batch, part.replace(polls=part.polls + 1, provider_status=polled.status))
+        return part.next_poll_seconds(deps.settings.batch_provider_poll_max_seconds) if saved else 0
+    asyncio.run(_collect(deps, batch, part, service, polled))
+    _save(deps, batch, part.replace(status=PartStatus.COLLECTED, provider_status=polled.status))
+    logger.info(
+        "provider batch collected",
+        extra={"batch_id": batch.id, "part": part.n, "provider_status": polled.status},
+    )
+    return None
+
+
+async def _collect(deps: Deps, batch: BatchRecord, part: Part, service: BatchService, polled: Polled) -> None:
+    """End the part's requests with its lines; a request with no line ends as the
+    provider left it (failed with it, expired by it, or as the batch's stop ends it)."""
+    assert part.provider_batch_id is not None
+    ids = (part.provider_batch_id, part.provider_file_id, polled.output_file_id, polled.error_file_id)
+    price = price_of(batch.batch_prices, part.model)
+    seen: set[int] = set()
+    gate = asyncio.Semaphore(COLLECT_CONCURRENCY)
+    tasks: list[asyncio.Task[None]] = []
+    for line in service.results(part.provider_batch_id, polled):
+        if not part.start <= line.index < part.end or line.unrun is not None:
+            continue
+        seen.add(line.index)
+        tasks.append(asyncio.create_task(_record(deps, batch, part, line, ids, price, gate)))
+    await asyncio.gather(*tasks)
+    end = _left_end(deps, batch, polled, ids)
+    for request in _requests(deps, batch, part):
+        if request.index not in seen and not request.status.is_terminal:
+            await _end_one(deps, batch, request, end)
+
+
+async def _record(
+    deps: Deps,
+    batch: BatchRecord,
+    part: Part,
+    line: LineResult,
+    ids: tuple[str | None, ...],
+    price: Any,
+    gate: asyncio.Semaphore,
+) -> None:
+    async with gate:
+        held = await _claim(deps, batch, line.index)
+        if held is None or held.model != part.model:
+            return
+        outcome = classify(batch.endpoint, line.status, line.content, {}, route=part.route)
+        if outcome.kind != "success":
+            # Not tried again here: a line that failed at the provider fails (``omg_retries``
+            # is not applied to provider-run batches).
+            outcome = _scrubbed(outcome.replace(kind="failed"), ids)
+        await attempt.settle(
+            deps,
+            batch,
+            held,
+            outcome.replace(request_id=None if outcome.request_id in ids else outcome.request_id),
+            started=part.submitted_at or deps.clock(),
+            batch_price=price,
+        )
+
+
+def _scrubbed(outcome: Outcome, ids: tuple[str | None, ...]) -> Outcome:
+    if outcome.error is None:
+        return outcome
+    message = scrub_ids(str(outcome.error.get("message", "")), ids)
+    return outcome.replace(error={**outcome.error, "message": message})
+
+
+def _left_end(deps: Deps, batch: BatchRecord, polled: Polled, ids: tuple[str | None, ...]) -> End | Verdict:
+    """How a request the provider batch left without an answer ends: with the provider's
+    failure of the whole batch, as the batch's stop ends it (a verdict), or expired by the
+    provider."""
+    if polled.status == "failed":
+        message = scrub_ids(str((polled.error or {}).get("message") or "no reason given"), ids)
+        error = {
+            "code": "provider_batch_failed",
+            "message": clean_message(f"the provider's batch service failed the batch: {message}"),
+            "status": None,
+        }
+        return End(RequestStatus.FAILED, Tally(failed=1), error=error)
+    fresh = deps.batches.get_record(batch.id) or batch
+    if fresh.status is BatchStatus.CANCELLING:
+        return Verdict.CANCELLED
+    if fresh.window_closed(deps.clock()) or fresh.expiring:
+        return Verdict.EXPIRED
+    error = {
+        "code": "provider_expired",
+        "message": "the provider's batch service did not run the request before its own window closed",
+        "status": None,
+    }
+    return End(RequestStatus.EXPIRED, Tally(failed=1, expired=1), error=error)
+
+
+def _end_left(deps: Deps, batch: BatchRecord, part: Part, end: End) -> None:
+    async def end_all() -> None:
+        for request in _requests(deps, batch, part):
+            if not request.status.is_terminal:
+                await _end_one(deps, batch, request, end)
+
+    asyncio.run(end_all())
+
+
+async def _end_one(deps: Deps, batch: BatchRecord, request: RequestRecord, end: End | Verdict) -> None:
+    held = await _claim(deps, batch, request.index)
+    if held is None:
+        return
+    decision = not_run(end, held, deps.settings) if isinstance(end, Verdict) else end
+    await attempt.end(deps, batch, held, decision)
+
+
+async def _claim(deps: Deps, batch: BatchRecord, index: int) -> RequestRecord | None:
+    """The request, held by this batch's provider step (a step that died after claiming it
+    holds it still: the same owner claims it again); None when it has ended."""
+    claim = await asyncio.to_thread(
+        deps.requests.claim,
+        batch.id,
+        index,
+        f"provider:{batch.id}",
+        deps.clock(),
+        deps.settings.batch_lease_seconds,
+    )
+    if claim.kind is ClaimKind.CLAIMED:
+        return claim.request
+    if claim.kind in (ClaimKind.ENDED, ClaimKind.MISSING):
+        return None
+    raise RuntimeError(f"{batch.id}/{index} is held elsewhere ({claim.kind}): the step is tried again")
+
+
+def _finish(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """Every part ended: the batch routes as a gateway-run one whose chains are done."""
+    batch = deps.batches.get_record(batch_id)
+    if batch is None:
+        return step(Next.FINALIZE)
+    if batch.status is BatchStatus.CANCELLING or batch.owner_failed:
+        return step(Next.CANCEL)
+    if batch.window_closed(deps.clock()) and not batch.expiring:
+        return step(Next.EXPIRE)
+    if batch.expiring:
+        lifecycle.sweep_stopped(deps, batch)
+    return step(Next.FINALIZE)
+
+
+def _save(deps: Deps, batch: BatchRecord, part: Part) -> Part | None:
+    saved = deps.provider_parts.save(batch.id, part)
+    if saved is None:
+        logger.warning("provider part changed meanwhile", extra={"batch_id": batch.id, "part": part.n})
+    return saved

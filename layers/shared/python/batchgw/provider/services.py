@@ -1,0 +1,204 @@
+"""The providers' batch services, as the provider step calls them: OpenAI's (a JSONL file
+uploaded with purpose ``batch``, then ``POST /batches``) and Anthropic's message batches
+(``POST /messages/batches`` with each request's ``params``). Blocking calls (the step runs
+in the lifecycle function), each within ``CALL_TIMEOUT_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from batchgw.config.catalog import Route
+from batchgw.domain.provider import LineResult, anthropic_line, openai_line
+from batchgw.upstream.client import KEYS, parse_retry_after
+
+CALL_TIMEOUT_SECONDS = 120.0
+# The metadata key our mark on an OpenAI batch goes under (``Part.ref``): how a submit whose
+# answer was lost is found again instead of being submitted twice.
+REF_KEY = "batchgw_ref"
+_ENDED = frozenset({"completed", "failed", "expired", "cancelled", "ended"})
+
+
+class Refused(Exception):
+    """The provider refused a submit: ``code`` queue_full or rate_limited (try again later)
+    or rejected (it will not take it)."""
+
+    def __init__(self, code: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def later(self) -> bool:
+        return self.code in ("queue_full", "rate_limited")
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    batch_id: str
+    file_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Polled:
+    status: str  # the provider's own word
+    ended: bool
+    error: dict[str, Any] | None = None  # why an OpenAI batch failed whole (its first error)
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+
+
+class BatchService:
+    """One route's batch service."""
+
+    def __init__(self, route: Route, *, secret_ttl: float, anthropic_version: str | None = None) -> None:
+        self.route = route
+        self._base = route.base_url.rstrip("/")
+        self._secret_ttl = secret_ttl
+        self._anthropic_version = anthropic_version or "2023-06-01"
+
+    @property
+    def _batches(self) -> str:
+        return "/messages/batches" if self.route.protocol == "anthropic" else "/batches"
+
+    def _headers(self) -> dict[str, str]:
+        key = KEYS.key(self.route, ttl=self._secret_ttl)
+        if self.route.protocol == "anthropic":
+            headers = {"anthropic-version": self._anthropic_version}
+            return {**headers, "x-api-key": key} if key else headers
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        with httpx.Client(timeout=CALL_TIMEOUT_SECONDS) as client:
+            return client.request(method, f"{self._base}{path}", headers=self._headers(), **kwargs)
+
+    # --- submit -----------------------------------------------------------------------------
+
+    def submit(self, lines: Sequence[tuple[str, dict[str, Any]]], *, endpoint: str, ref: str) -> Submitted:
+        """Submit ``lines`` (provider-side custom id, body with the provider's model name):
+        the provider's batch; raises Refused."""
+        if self.route.protocol == "anthropic":
+            requests = [{"custom_id": custom_id, "params": body} for custom_id, body in lines]
+            answer = self._call("POST", "/messages/batches", json={"requests": requests})
+            _refused(answer)
+            return Submitted(str(answer.json()["id"]))
+        data = "".join(
+            json.dumps({"custom_id": custom_id, "method": "POST", "url": endpoint, "body": body}) + "\n"
+            for custom_id, body in lines
+        ).encode()
+        upload = self._call(
+            "POST",
+            "/files",
+            files={"file": ("batch.jsonl", data, "application/jsonl")},
+            data={"purpose": "batch"},
+        )
+        _refused(upload)
+        file_id = str(upload.json()["id"])
+        created = self._call(
+            "POST",
+            "/batches",
+            json={
+                "input_file_id": file_id,
+                "endpoint": endpoint,
+                "completion_window": "24h",
+                "metadata": {REF_KEY: ref},
+            },
+        )
+        _refused(created)
+        batch = created.json()
+        polled = _openai_polled(batch)
+        if polled.status == "failed" and (polled.error or {}).get("code") == "batch_queue_full":
+            raise Refused("queue_full", str((polled.error or {}).get("message") or "batch queue full"))
+        return Submitted(str(batch["id"]), file_id)
+
+    def find(self, ref: str) -> Submitted | None:
+        """The batch a submit marked ``ref`` made, if the provider can say (OpenAI's metadata;
+        Anthropic keeps none: None)."""
+        if self.route.protocol == "anthropic":
+            return None
+        answer = self._call("GET", "/batches", params={"limit": 100})
+        answer.raise_for_status()
+        for batch in answer.json().get("data", []):
+            if (batch.get("metadata") or {}).get(REF_KEY) == ref:
+                return Submitted(str(batch["id"]), batch.get("input_file_id"))
+        return None
+
+    # --- poll, cancel, collect --------------------------------------------------------------
+
+    def poll(self, batch_id: str) -> Polled:
+        path = (
+            f"/messages/batches/{batch_id}" if self.route.protocol == "anthropic" else f"/batches/{batch_id}"
+        )
+        answer = self._call("GET", path)
+        answer.raise_for_status()
+        body = answer.json()
+        if self.route.protocol == "anthropic":
+            status = str(body.get("processing_status"))
+            return Polled(status, status in _ENDED)
+        return _openai_polled(body)
+
+    def cancel(self, batch_id: str) -> None:
+        answer = self._call("POST", f"{self._batches}/{batch_id}/cancel")
+        if answer.status_code >= 400 and answer.status_code != 409:  # 409: it ended meanwhile
+            answer.raise_for_status()
+
+    def results(self, batch_id: str, polled: Polled) -> Iterator[LineResult]:
+        """The ended batch's lines, as our requests' answers."""
+        if self.route.protocol == "anthropic":
+            yield from _lines(self._content(f"/messages/batches/{batch_id}/results"), anthropic_line)
+            return
+        for file_id in (polled.output_file_id, polled.error_file_id):
+            if file_id:
+                yield from _lines(self._content(f"/files/{file_id}/content"), openai_line)
+
+    def _content(self, path: str) -> bytes:
+        answer = self._call("GET", path)
+        answer.raise_for_status()
+        return answer.content
+
+
+def _openai_polled(batch: dict[str, Any]) -> Polled:
+    status = str(batch.get("status"))
+    errors = (batch.get("errors") or {}).get("data") or []
+    return Polled(
+        status,
+        status in _ENDED,
+        error=errors[0] if errors and isinstance(errors[0], dict) else None,
+        output_file_id=batch.get("output_file_id"),
+        error_file_id=batch.get("error_file_id"),
+    )
+
+
+def _refused(answer: httpx.Response) -> None:
+    if answer.status_code < 400:
+        return
+    try:
+        error = answer.json().get("error") or {}
+        message = str(error.get("message") or f"status {answer.status_code}")
+    except (ValueError, AttributeError):
+        message = f"status {answer.status_code}"
+    retry_after = parse_retry_after(answer.headers.get("retry-after"))
+    if answer.status_code == 429:
+        raise Refused("rate_limited", message, retry_after)
+    if answer.status_code in (503, 529) or answer.status_code >= 500:
+        raise Refused("queue_full", message, retry_after)
+    raise Refused("rejected", message)
+
+
+def _lines(content: bytes, read: Any) -> Iterator[LineResult]:
+    for raw in content.splitlines():
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        result = read(line) if isinstance(line, dict) else None
+        if result is not None:
+            yield result

@@ -1,0 +1,200 @@
+"""Batches run on the provider's own batch service (the simulator's OpenAI and Anthropic
+batch APIs), moved on by the workflow's provider step as the workflow would (moto, the
+simulator): where a batch runs and why, its lines' ends and costs at the batch price,
+cancel, the provider's failures, and a submit refused for its load."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from batchgw.api import batches
+from batchgw.deps import Deps
+from batchgw.domain.errors import ApiError
+from batchgw.domain.principal import Principal
+from batchgw.domain.states import RequestStatus
+from batchgw.provider.executor import provider_step
+from batchgw.run import lifecycle
+
+from local.simulator import Simulator
+from tests.integration.conftest import chat_request, make_deps, receive_all
+from tests.integration.test_owner_gate import walk
+from tests.support import FakeClock
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+
+
+def create(deps: Deps, requests: list[dict[str, Any]], mode: str | None, **extra: Any) -> dict[str, Any]:
+    body = {"requests": requests, **({"execution_mode": mode} if mode else {}), **extra}
+    return batches.create_batch(deps, ALICE, json.dumps(body).encode(), **_version(requests))
+
+
+def _version(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    messages = requests[0].get("url") == "/v1/messages"
+    return {"anthropic_version": "2023-06-01"} if messages else {}
+
+
+def control(sim: Simulator, path: str = "", **body: Any) -> Any:
+    answer = httpx.post(f"{sim.url}/_sim/provider-batches{path}", json=body)
+    answer.raise_for_status()
+    return answer.json()
+
+
+def provider_batches(sim: Simulator) -> list[dict[str, Any]]:
+    return httpx.get(f"{sim.url}/_sim/provider-batches").json()["batches"]
+
+
+def drive(deps: Deps, batch_id: str, *, steps: int = 20) -> dict[str, Any]:
+    """Run the workflow's steps from prepare until it leaves the provider step."""
+    routed = lifecycle.prepare(deps, batch_id)
+    for _ in range(steps):
+        if routed["next"] != "provider":
+            break
+        routed = provider_step(deps, batch_id)
+    if routed["next"] == "cancel":
+        routed = lifecycle.cancel(deps, batch_id)
+    if routed["next"] == "expire":
+        routed = lifecycle.expire(deps, batch_id)
+    return routed
+
+
+@pytest.fixture
+def deps(sim: Simulator) -> Deps:
+    return make_deps(sim, FakeClock())
+
+
+def test_a_provider_mode_batch_runs_on_the_providers_batch_service_at_the_batch_price(
+    deps: Deps, sim: Simulator
+) -> None:
+    requests = [chat_request(f"t-{i}", f"hello {i}") for i in range(5)]
+    created = create(deps, requests, "provider")
+    assert created["execution_mode"] == "provider" and created["execution_mode_reason"] == "requested"
+    routed = drive(deps, created["id"])
+    assert routed["next"] == "finalize"
+    assert receive_all(deps) == []  # no chain ran any of it here
+    [submitted] = provider_batches(sim)
+    assert submitted["status"] == "completed"
+    # Fresh provider-side ids: neither ours nor the user's custom_ids went to the provider.
+    assert submitted["custom_ids"] == [f"r{i}" for i in range(5)]
+    assert all(r.status is RequestStatus.SUCCEEDED for r in deps.requests.all(created["id"]))
+    lifecycle.finalize(deps, created["id"])
+    batch = deps.batches.get(created["id"])
+    assert batch is not None and batch.record.status.value == "completed"
+    # The same requests run by the gateway cost twice as much (sim-chat's batch discount: 0.5).
+    gateway = create(deps, requests, None)
+    lifecycle.prepare(deps, gateway["id"])
+    receive_all(deps)
+    walk(deps, gateway["id"])
+    ran_here = deps.batches.get(gateway["id"])
+    assert ran_here is not None and ran_here.counts.cost_nano > 0
+    assert batch.counts.cost_nano * 2 == ran_here.counts.cost_nano
+    assert batch.counts.input_tokens == ran_here.counts.input_tokens
+
+
+def test_auto_runs_on_the_provider_when_its_batch_price_is_lower_and_says_why(deps: Deps) -> None:
+    on_provider = create(deps, [chat_request("a", "hi")], "auto")
+    assert (on_provider["execution_mode"], on_provider["execution_mode_reason"]) == (
+        "provider",
+        "provider_batch_price_cheaper",
+    )
+    here = create(deps, [chat_request("a", "hi", model="sim-chat-only")], "auto")
+    assert (here["execution_mode"], here["execution_mode_reason"]) == ("gateway", "no_provider_batch_route")
+    longer = create(deps, [chat_request("a", "hi")], "auto", completion_window="48h")
+    assert (longer["execution_mode"], longer["execution_mode_reason"]) == ("gateway", "window_not_24h")
+    aliased = create(deps, [chat_request("a", "hi")], None, metadata={"omg_mode": "auto"})
+    assert aliased["execution_mode"] == "provider"
+
+
+def test_provider_mode_without_a_batch_priced_route_is_refused_with_batch_not_supported(deps: Deps) -> None:
+    with pytest.raises(ApiError) as refused:
+        create(deps, [chat_request("a", "hi", model="sim-chat-only")], "provider")
+    assert (refused.value.status, refused.value.code) == (403, "batch_not_supported")
+
+
+def test_an_anthropic_batch_runs_on_the_message_batches_api_and_errored_lines_fail(
+    deps: Deps, sim: Simulator
+) -> None:
+    requests = [
+        {
+            "custom_id": f"m-{i}",
+            "url": "/v1/messages",
+            "body": {
+                "model": "sim-claude",
+                "max_tokens": 50,
+                "messages": [{"role": "user", "content": "hi" if i else "hi [[sim status=400]]"}],
+            },
+        }
+        for i in range(3)
+    ]
+    created = create(deps, requests, "provider")
+    assert drive(deps, created["id"])["next"] == "finalize"
+    [submitted] = provider_batches(sim)
+    assert submitted["provider"] == "anthropic" and submitted["custom_ids"] == ["r0", "r1", "r2"]
+    ended = {r.custom_id: r for r in deps.requests.all(created["id"])}
+    assert ended["m-0"].status is RequestStatus.FAILED
+    assert ended["m-1"].status is ended["m-2"].status is RequestStatus.SUCCEEDED
+    assert submitted["id"] not in json.dumps(ended["m-0"].error)
+
+
+def test_a_cancel_cancels_the_provider_batch_and_keeps_what_finished(deps: Deps, sim: Simulator) -> None:
+    control(sim, auto_seconds=None)  # the provider holds every batch until told
+    created = create(deps, [chat_request(f"c-{i}", "hi") for i in range(4)], "provider")
+    routed = lifecycle.prepare(deps, created["id"])
+    routed = provider_step(deps, created["id"])  # submitted
+    assert routed["next"] == "provider"
+    [submitted] = provider_batches(sim)
+    control(sim, f"/{submitted['id']}", action="partial", lines=2)
+    batches.cancel_batch(deps, ALICE, created["id"])
+    routed = drive(deps, created["id"])
+    assert routed["next"] == "finalize"
+    [after] = provider_batches(sim)
+    assert after["status"] == "cancelled"
+    statuses = [r.status for r in deps.requests.all(created["id"])]
+    assert statuses == [RequestStatus.SUCCEEDED] * 2 + [RequestStatus.CANCELLED] * 2
+
+
+def test_a_full_provider_queue_is_tried_again_later_or_an_auto_batch_runs_here(
+    deps: Deps, sim: Simulator
+) -> None:
+    control(sim, submit_failure="queue_full")
+    asked = create(deps, [chat_request("q", "hi")], "provider")
+    lifecycle.prepare(deps, asked["id"])
+    routed = provider_step(deps, asked["id"])
+    assert routed["next"] == "provider" and routed["wait_seconds"] >= 30  # tried again later
+    [part] = deps.provider_parts.parts(asked["id"])
+    assert part.error is not None and part.error["code"] == "provider_batch_queue_full"
+    auto = create(deps, [chat_request("q", "hi")], "auto")
+    lifecycle.prepare(deps, auto["id"])
+    routed = provider_step(deps, auto["id"])
+    assert routed["next"] == "park"  # its chains run it
+    record = deps.batches.get_record(auto["id"])
+    assert record is not None
+    assert (record.execution_mode, record.mode_reason) == ("gateway", "provider_submit_failed")
+    assert receive_all(deps)  # the chains were sent
+
+
+def test_a_submit_whose_answer_was_lost_is_found_by_its_mark_not_sent_twice(
+    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.provider import services
+
+    created = create(deps, [chat_request("l", "hi")], "provider")
+    lifecycle.prepare(deps, created["id"])
+    real = services.BatchService.submit
+
+    def lost(self: Any, *args: Any, **kwargs: Any) -> Any:
+        real(self, *args, **kwargs)
+        raise httpx.ReadTimeout("the answer was lost")
+
+    monkeypatch.setattr(services.BatchService, "submit", lost)
+    with pytest.raises(httpx.ReadTimeout):
+        provider_step(deps, created["id"])
+    monkeypatch.setattr(services.BatchService, "submit", real)
+    assert drive(deps, created["id"])["next"] == "finalize"
+    assert len(provider_batches(sim)) == 1
+    [request] = deps.requests.all(created["id"])
+    assert request.status is RequestStatus.SUCCEEDED
