@@ -25,6 +25,12 @@ plus Lambda's START/END/REPORT lines; the plain-text lines of the local stack's 
 not write) are left out.
 X-Ray: each function's invocations sampled by the default rule at the run's throughput.
 
+The same workload runs twice: by the gateway's chains, and on the provider's batch service
+(``execution_mode`` provider: the simulator's OpenAI batch API, at sim-chat's batch price),
+each batch in its own window of the recording; both are printed side by side, each with the
+model's cost at the price its batch paid (``cost_by_mode``). The other keys are the
+gateway-run batch's.
+
 The tables bill on demand unless the operator provisions them (``infra.capacity``): the same
 usage is also priced as provisioned capacity used at the autoscaling target's utilization,
 and at the lowest utilization auto scaling lets stand (``provisioned_cost``).
@@ -136,9 +142,9 @@ def _body(text: str) -> dict[str, Any]:
     return {"model": MODEL, "messages": [{"role": "user", "content": text}]}
 
 
-def batch_payload(n: int, prefix: str) -> bytes:
+def batch_payload(n: int, prefix: str, mode: str = "gateway") -> bytes:
     lines = [{"custom_id": f"{prefix}-{i}", "body": _body(request_text(i))} for i in range(n)]
-    return json.dumps({"requests": lines}, separators=(",", ":")).encode()
+    return json.dumps({"requests": lines, "execution_mode": mode}, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -163,6 +169,8 @@ class CostRun:
     transition_note: str
     problems: list[str]
     peak_rss_mb: dict[str, float] = field(default_factory=dict)  # by role: the largest process's
+    mode: str = "gateway"  # where the batch ran (``execution_mode``)
+    model_cost_usd: float = 0.0  # what its requests cost at the model's price (the batch's usage.cost)
 
 
 def log_bytes(log_dir: Path) -> dict[str, int]:
@@ -185,17 +193,22 @@ def _wait_sim(sim: httpx.Client, n: int, deadline: float) -> None:
     raise TimeoutError(f"the simulator did not see {n} requests in time")
 
 
-def _run_batch(api: httpx.Client, sim: httpx.Client, n: int, prefix: str) -> tuple[str, int, list[str]]:
-    """One batch to its end and every result read; returns its id, the status polls made, and
-    what was wrong with it."""
+def _run_batch(
+    api: httpx.Client, sim: httpx.Client, n: int, prefix: str, mode: str = "gateway"
+) -> tuple[str, int, list[str], float]:
+    """One batch to its end and every result read; returns its id, the status polls made,
+    what was wrong with it, and what its requests cost at the model's price. A batch run on
+    the provider's batch service is polled from the start (the simulator answers its lines
+    at once, when the provider step first polls it)."""
     sim.post("/_sim/reset").raise_for_status()
     created = api.post(
-        "/batches", content=batch_payload(n, prefix), headers={"content-type": "application/json"}
+        "/batches", content=batch_payload(n, prefix, mode), headers={"content-type": "application/json"}
     )
     created.raise_for_status()
     batch_id = str(created.json()["id"])
     deadline = time.monotonic() + 60 + 4 * n * LATENCY_MS / 1000 / MODEL_CAP
-    _wait_sim(sim, n, deadline)
+    if mode == "gateway":
+        _wait_sim(sim, n, deadline)
     polls = 0
     while True:
         polls += 1
@@ -220,7 +233,9 @@ def _run_batch(api: httpx.Client, sim: httpx.Client, n: int, prefix: str) -> tup
     done = [r for r in results if r.get("status") == "completed"]
     if len(results) != n or len(done) != n:
         problems.append(f"{len(results)} results, {len(done)} completed, expected {n}")
-    return batch_id, polls, problems
+    if batch.get("execution_mode") != mode:
+        problems.append(f"batch ran in {batch.get('execution_mode')} mode, not {mode}")
+    return batch_id, polls, problems, float(batch["usage"]["cost"])
 
 
 def _transitions(env: Mapping[str, str], batch_id: str) -> tuple[int, str]:
@@ -253,9 +268,10 @@ def _transitions(env: Mapping[str, str], batch_id: str) -> tuple[int, str]:
     return len(entered) + later, f"{path} (+{later} after {entered[-1]}, on its success path)"
 
 
-def run_cost_workload(n: int, workers: int = 2) -> tuple[CostRun, Path, Path]:
-    """Run the workload on a fresh recorded stack; returns the run, the recording and the
-    invocation records' directory."""
+def run_cost_workload(n: int, workers: int = 2) -> tuple[list[CostRun], Path, Path]:
+    """Run the workload on a fresh recorded stack, once run by the gateway and once on the
+    provider's batch service (``execution_mode`` provider); returns the two runs, the
+    recording and the invocation records' directory."""
     work = Path(tempfile.mkdtemp(prefix="batchgw-cost-"))
     recording, invocations, logs = work / "moto-recording.jsonl", work / "invocations", work / "logs"
     invocations.mkdir()
@@ -267,51 +283,58 @@ def run_cost_workload(n: int, workers: int = 2) -> tuple[CostRun, Path, Path]:
         INVOCATIONS_DIR_ENV: str(invocations),
     }
     print(f"cost run: N={n}, 1 KB requests, 1 KB answers, {LATENCY_MS} ms; work dir {work}", flush=True)
+    runs: list[CostRun] = []
     with (
         LocalStack(0, 0, 0, env_overrides=overrides, workers=workers, log_dir=logs) as stack,
         api_client(stack.api_url) as api,
         httpx.Client(base_url=stack.sim_url, timeout=10) as sim,
     ):
         print(f"  warm-up batch of {WARMUP_REQUESTS}...", flush=True)
-        _, _, warm_problems = _run_batch(api, sim, WARMUP_REQUESTS, "w")
+        warm_problems = _run_batch(api, sim, WARMUP_REQUESTS, "w")[2]
         time.sleep(SETTLE_SECONDS)
-        first, start, logs_before = cost_replay.count_lines(recording), time.time(), log_bytes(logs)
-        print(f"  batch of {n}...", flush=True)
-        t0 = time.monotonic()
-        batch_id, polls, problems = _run_batch(api, sim, n, "c")
-        seconds = time.monotonic() - t0
-        time.sleep(SETTLE_SECONDS)
-        run = RunWindow(first, cost_replay.count_lines(recording), start, time.time(), {})
-        logs_mid = log_bytes(logs)
-        run.log_bytes = {k: logs_mid[k] - logs_before[k] for k in logs_mid}
-        for _ in range(CALIBRATION_POLLS):
-            api.get(f"/batches/{batch_id}").raise_for_status()
-        time.sleep(SETTLE_SECONDS)
-        logs_after = log_bytes(logs)
-        calibration = RunWindow(
-            run.end_line,
-            cost_replay.count_lines(recording),
-            run.end,
-            time.time(),
-            {k: logs_after[k] - logs_mid[k] for k in logs_after},
-        )
-        transitions, note = _transitions(stack.env, batch_id)
+        for mode, prefix in (("gateway", "c"), ("provider", "p")):
+            first, start, logs_before = cost_replay.count_lines(recording), time.time(), log_bytes(logs)
+            print(f"  batch of {n} ({mode} mode)...", flush=True)
+            t0 = time.monotonic()
+            batch_id, polls, problems, model_cost = _run_batch(api, sim, n, prefix, mode)
+            seconds = time.monotonic() - t0
+            time.sleep(SETTLE_SECONDS)
+            run = RunWindow(first, cost_replay.count_lines(recording), start, time.time(), {})
+            logs_mid = log_bytes(logs)
+            run.log_bytes = {k: logs_mid[k] - logs_before[k] for k in logs_mid}
+            for _ in range(CALIBRATION_POLLS):
+                api.get(f"/batches/{batch_id}").raise_for_status()
+            time.sleep(SETTLE_SECONDS)
+            logs_after = log_bytes(logs)
+            calibration = RunWindow(
+                run.end_line,
+                cost_replay.count_lines(recording),
+                run.end,
+                time.time(),
+                {k: logs_after[k] - logs_mid[k] for k in logs_after},
+            )
+            transitions, note = _transitions(stack.env, batch_id)
+            runs.append(
+                CostRun(
+                    n=n,
+                    batch_id=batch_id,
+                    seconds=seconds,
+                    create_payload_bytes=len(batch_payload(n, prefix, mode)),
+                    status_polls=polls,
+                    run=run,
+                    polls=calibration,
+                    transitions=transitions,
+                    transition_note=note,
+                    problems=[f"warm-up: {p}" for p in warm_problems] + problems,
+                    mode=mode,
+                    model_cost_usd=model_cost,
+                )
+            )
         peak = _peak_rss_by_role()
         stack.check()
-    cost_run = CostRun(
-        n=n,
-        batch_id=batch_id,
-        seconds=seconds,
-        create_payload_bytes=len(batch_payload(n, "c")),
-        status_polls=polls,
-        run=run,
-        polls=calibration,
-        transitions=transitions,
-        transition_note=note,
-        problems=[f"warm-up: {p}" for p in warm_problems] + problems,
-        peak_rss_mb=peak,
-    )
-    return cost_run, recording, invocations
+    for cost_run in runs:
+        cost_run.peak_rss_mb = peak
+    return runs, recording, invocations
 
 
 def _peak_rss_by_role() -> dict[str, float]:
@@ -640,14 +663,45 @@ def cost_result(measured: Measured) -> dict[str, Any]:
 
 
 def measure_cost(n: int = DEFAULT_N, workers: int = 2) -> dict[str, Any]:
-    """Run the named workload and return the cost keys (``cost_result``)."""
-    cost_run, recording, invocations = run_cost_workload(n, workers)
+    """Run the named workload in both modes and return the cost keys (``cost_result``, of
+    the gateway-run batch), with both modes side by side (``cost_by_mode``)."""
+    cost_runs, recording, invocations = run_cost_workload(n, workers)
     print("  replaying the recording...", flush=True)
-    measured = measure(cost_run, recording, invocations)
-    result = cost_result(measured)
-    print_breakdown(m.price(measured.usage), measured.figures)
+    measured = {run.mode: measure(run, recording, invocations) for run in cost_runs}
+    result = cost_result(measured["gateway"])
+    print_breakdown(m.price(measured["gateway"].usage), measured["gateway"].figures)
     print_provisioned(result["cost_provisioned"])
+    result["cost_by_mode"] = by_mode = {
+        run.mode: mode_cost(m.price(measured[run.mode].usage).total, run) for run in cost_runs
+    }
+    result["cost_measurements"]["problems"] = [
+        f"{run.mode}: {problem}" for run in cost_runs for problem in measured[run.mode].figures["problems"]
+    ]
+    print_modes(by_mode)
     return result
+
+
+def mode_cost(aws_per_million: float, run: CostRun) -> dict[str, Any]:
+    """One mode's cost per million requests: AWS's, the model's (at the price the batch paid:
+    the standard price on the gateway, the batch price on the provider), and both."""
+    model = run.model_cost_usd * 1_000_000 / run.n
+    return {
+        "aws_per_million_usd": round(aws_per_million, 4),
+        "model_per_million_usd": round(model, 4),
+        "total_per_million_usd": round(aws_per_million + model, 4),
+        "batch_seconds": round(run.seconds, 1),
+        "step_functions_transitions_per_batch": run.transitions,
+    }
+
+
+def print_modes(by_mode: Mapping[str, Mapping[str, Any]]) -> None:
+    print("\nper million requests, by where the batch ran (model cost at the price paid):")
+    print(f"  {'mode':<10}{'AWS':>12}{'model':>14}{'total':>14}{'batch s':>10}")
+    for mode, figures in by_mode.items():
+        print(
+            f"  {mode:<10}{figures['aws_per_million_usd']:>12.2f}{figures['model_per_million_usd']:>14.2f}"
+            f"{figures['total_per_million_usd']:>14.2f}{figures['batch_seconds']:>10.1f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

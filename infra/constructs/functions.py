@@ -106,6 +106,17 @@ def upstream_secret_ids(catalog: Catalog) -> list[str]:
     )
 
 
+def batch_service_secret_ids(catalog: Catalog) -> set[str]:
+    """Of those, the keys of routes whose provider's batch service runs batches (``batch_api``):
+    the lifecycle function's provider step calls them too."""
+    return {
+        r.api_key_secret
+        for m in catalog.models.values()
+        for r in m.routes
+        if r.api_key_secret is not None and r.batch_api
+    }
+
+
 class Functions(Construct):
     """The ``api``, ``admin``, ``worker``, ``lifecycle``, ``webhooks`` and ``interactive``
     functions, each granted
@@ -218,7 +229,9 @@ class Functions(Construct):
         )
         workflow = sfn.StateMachine.from_state_machine_arn(self, "Workflow", workflow_arn)
         self._grant(storage, queues, workflow)
-        self._grant_upstream_secrets(upstream_secret_ids(layers.catalog))
+        self._grant_upstream_secrets(
+            upstream_secret_ids(layers.catalog), batch_service_secret_ids(layers.catalog)
+        )
         self._acknowledge(storage, workflow_name)
 
     def _function(
@@ -374,7 +387,7 @@ class Functions(Construct):
                 },
             )
 
-    def _grant_upstream_secrets(self, secret_ids: list[str]) -> None:
+    def _grant_upstream_secrets(self, secret_ids: list[str], batch_services: set[str]) -> None:
         for number, secret_id in enumerate(secret_ids):
             construct_id = f"UpstreamKey{number}"
             secret: secretsmanager.ISecret
@@ -387,3 +400,5 @@ class Functions(Construct):
             # the two functions that call the upstreams
             secret.grant_read(self.worker)
             secret.grant_read(self.interactive)
+            if secret_id in batch_services:  # the provider step submits to its batch service
+                secret.grant_read(self.lifecycle)

@@ -191,10 +191,46 @@ def test_a_submit_whose_answer_was_lost_is_found_by_its_mark_not_sent_twice(
         raise httpx.ReadTimeout("the answer was lost")
 
     monkeypatch.setattr(services.BatchService, "submit", lost)
-    with pytest.raises(httpx.ReadTimeout):
-        provider_step(deps, created["id"])
+    assert provider_step(deps, created["id"])["next"] == "provider"  # looked at again
+    [part] = deps.provider_parts.parts(created["id"])
+    assert part.status.value == "submitting" and part.provider_batch_id is None
     monkeypatch.setattr(services.BatchService, "submit", real)
-    assert drive(deps, created["id"])["next"] == "finalize"
+    routed = provider_step(deps, created["id"])  # finds it by its mark
+    for _ in range(5):
+        if routed["next"] != "provider":
+            break
+        routed = provider_step(deps, created["id"])
+    assert routed["next"] == "finalize"
     assert len(provider_batches(sim)) == 1
     [request] = deps.requests.all(created["id"])
     assert request.status is RequestStatus.SUCCEEDED
+
+
+def test_the_admin_models_list_says_where_a_models_batches_may_run_on_a_provider(deps: Deps) -> None:
+    from batchgw.api import admin
+
+    admin_principal = Principal(user_id="user-admin", role="admin", key_id="key_local_admin")
+    models = {m["id"]: m for m in admin.list_models(deps, admin_principal)["data"]}
+    assert models["sim-chat"]["provider_batch"] == {
+        "route": "cloud",
+        "protocol": "openai",
+        "batch_endpoints": ["/v1/chat/completions", "/v1/responses"],
+        "batch_price": {"input_per_mtok": 0.25, "output_per_mtok": 0.75},
+    }
+    assert models["sim-claude"]["provider_batch"]["protocol"] == "anthropic"
+    assert models["sim-chat-only"]["provider_batch"] is None
+
+
+def test_a_provider_batch_that_could_cost_more_than_the_quota_leaves_is_refused_at_create(
+    deps: Deps, sim: Simulator
+) -> None:
+    from tests.integration.test_owner_gate import set_user
+
+    requests = [chat_request(f"b-{i}", "hi") for i in range(10)]  # up to 16,384 output tokens each
+    set_user(deps, "user-alice", daily_quota_usd=0.05)  # under 10 x 16,384 x $0.75 / M
+    with pytest.raises(ApiError) as refused:
+        create(deps, requests, "provider")
+    assert (refused.value.status, refused.value.code) == (429, "budget_exceeded")
+    assert provider_batches(sim) == []
+    set_user(deps, "user-alice", daily_quota_usd=1.0)
+    assert create(deps, requests, "provider")["execution_mode"] == "provider"

@@ -141,6 +141,27 @@ def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, A
             else deps.shares.adaptive(model, read=False).why,
             "reason": share.why.value,
         },
+        "provider_batch": _provider_batch(deps, model),
+    }
+
+
+def _provider_batch(deps: Deps, model: str) -> dict[str, Any] | None:
+    """Where the model's batches may run on a provider's batch service: the route, the
+    endpoints, and the batch price (None: nowhere)."""
+    spec = deps.catalog.models[model]
+    endpoints = [e for e in spec.endpoints if spec.provider_batch_route(e) is not None]
+    route = spec.provider_batch_route(endpoints[0]) if endpoints else None
+    price = None if route is None else spec.batch_price_on(route)
+    if route is None or price is None:
+        return None
+    return {
+        "route": route.id,
+        "protocol": route.protocol,
+        "batch_endpoints": endpoints,
+        "batch_price": {
+            "input_per_mtok": float(price.input_per_mtok),
+            "output_per_mtok": float(price.output_per_mtok),
+        },
     }
 
 

@@ -16,9 +16,9 @@ from batchgw.api.files import LARGER_INPUTS, batch_input_file, storage_limit, st
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
-from batchgw.config.catalog import ENDPOINTS, execution_of
+from batchgw.config.catalog import ENDPOINTS, execution_of, price_of
 from batchgw.deps import Deps
-from batchgw.domain import codec
+from batchgw.domain import codec, money
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
 from batchgw.domain.errors import (
     BadRequest,
@@ -33,13 +33,13 @@ from batchgw.domain.errors import (
 from batchgw.domain.files import FileRecord, file_key
 from batchgw.domain.modes import PROVIDER_WINDOW, Mode
 from batchgw.domain.principal import Principal
-from batchgw.domain.spend import refusal
+from batchgw.domain.spend import refusal, reservation_tokens
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.observability import logger
 from batchgw.storage.blobs import own_input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
-from batchgw.storage.spend import Payer, used_up_now
+from batchgw.storage.spend import Payer, room_now, used_up_now
 from batchgw.storage.workflow import Next
 from batchgw.validation.create import (
     COMPLETION_WINDOWS,
@@ -258,6 +258,8 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
     else:
         check_file_batches(deps)
     _check_spend(deps, principal)
+    if prices is not None and isinstance(given, InlineInput):
+        _check_most_cost(deps, principal, opening.endpoint, given, prices)
     batch_id = creating.batch_id
     clock_now = deps.clock()
     now = int(clock_now)
@@ -402,6 +404,31 @@ def _check_spend(deps: Deps, principal: Principal) -> None:
     reason = used_up_now(deps.accounts, deps.spend, Payer(principal.user_id, principal.key_id), deps.clock())
     if reason is not None:
         raise TooManyRequests(refusal(reason), code=f"{reason.value}_exceeded")
+
+
+def _check_most_cost(
+    deps: Deps, principal: Principal, endpoint: str, given: InlineInput, prices: dict[str, list[str]]
+) -> None:
+    """429 ``budget_exceeded`` when a batch run on its provider's batch service could cost
+    more, at its batch price, than the caller's quotas and budget leave: nothing here stops
+    its requests one by one once the provider has them (OMG's create-time check, spec 001)."""
+    room = room_now(deps.accounts, deps.spend, Payer(principal.user_id, principal.key_id), deps.clock())
+    if room is None:
+        return
+    most = 0
+    for _, model, body in given.requests:
+        price = price_of(prices, model)
+        assert price is not None
+        tokens = reservation_tokens(
+            body, endpoint, model_max_output=deps.catalog.models[model].max_output_tokens
+        )
+        most += price.cost_nano(*tokens)
+    if most > room:
+        raise TooManyRequests(
+            f"The batch could cost up to ${money.usd_float(most):.4f} at its batch price, more than your "
+            f"quotas and budget leave (${money.usd_float(room):.4f}).",
+            code="budget_exceeded",
+        )
 
 
 # --- read, cancel, delete ----------------------------------------------------------------

@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
+
 from batchgw.config.catalog import price_of
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord, Tally
@@ -115,9 +117,18 @@ def _move(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | 
         if part.retry_at is not None and part.retry_at > now:
             return int(part.retry_at - now) + 1
         return _submit(deps, batch, part)
-    if part.status is PartStatus.SUBMITTING:
-        return _recover(deps, batch, part)
-    return _poll(deps, batch, part)
+    try:
+        if part.status is PartStatus.SUBMITTING:
+            return _recover(deps, batch, part)
+        return _poll(deps, batch, part)
+    except httpx.HTTPError as exc:
+        # The provider could not be reached, or answered an error: looked at again later
+        # (the window's end stops it in the end), never failing the batch for a blip.
+        logger.warning(
+            "provider batch service unreachable",
+            extra={"batch_id": batch.id, "part": part.n, "error": type(exc).__name__},
+        )
+        return part.next_poll_seconds(deps.settings.batch_provider_poll_max_seconds)
 
 
 def _submit(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | None:
@@ -130,6 +141,10 @@ def _submit(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] 
         submitted = service.submit(list(_lines(deps, batch, marked)), endpoint=batch.endpoint, ref=ref)
     except Refused as refused:
         return _refused(deps, batch, marked, refused)
+    except httpx.HTTPError:
+        # Sent, perhaps: the next step looks for it by its mark before sending it again.
+        logger.warning("provider batch submit unanswered", extra={"batch_id": batch.id, "part": part.n})
+        return 1
     metrics.count("ProviderBatchesSubmitted", model=part.model)
     logger.info(
         "provider batch submitted",

@@ -1,0 +1,92 @@
+"""Provider-native batches through the unmodified OpenAI SDK on the local stack: a file batch
+in ``provider`` mode runs on the simulator's OpenAI and Anthropic batch APIs and ends with
+the same result lines as the same file run by the gateway, at the batch price, without a
+provider id in any answer or result file."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from local.run import LocalStack
+from tests.e2e.test_files import wait_batch, write
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def client(stack: LocalStack) -> OpenAI:
+    return OpenAI(base_url=stack.api_url, api_key="sk-local-alice", max_retries=0)
+
+
+def run_file(
+    client: OpenAI, path: Path, endpoint: str, mode: str
+) -> tuple[Any, list[dict[str, Any]], list[str]]:
+    upload = client.files.create(file=path.open("rb"), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id,
+        endpoint=endpoint,  # type: ignore[arg-type]
+        completion_window="24h",
+        extra_body={"execution_mode": mode},
+    )
+    done = wait_batch(client, batch.id)
+    assert done.status == "completed"
+    files = [client.files.content(f).text for f in (done.output_file_id, done.error_file_id) if f]
+    lines = [json.loads(x) for text in files for x in text.splitlines()]
+    return done, sorted(lines, key=lambda x: x["custom_id"]), files
+
+
+def comparable(line: dict[str, Any]) -> Any:
+    """A result line without what differs from run to run (ids, timestamps)."""
+    response = line["response"]
+    body = (
+        None
+        if response is None
+        else {k: v for k, v in response["body"].items() if k not in ("id", "created")}
+    )
+    return (
+        line["custom_id"],
+        None if response is None else response["status_code"],
+        body,
+        line["error"] and line["error"]["code"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "model"), [("/v1/chat/completions", "sim-chat"), ("/v1/messages", "sim-claude")]
+)
+def test_a_provider_mode_file_batch_ends_with_the_gateways_results_at_the_batch_price(
+    client: OpenAI, stack: LocalStack, tmp_path: Path, endpoint: str, model: str
+) -> None:
+    httpx.post(f"{stack.sim_url}/_sim/reset").raise_for_status()
+    extra = {"max_tokens": 40} if endpoint == "/v1/messages" else {}
+    lines = []
+    for i in range(5):
+        text = f"question {i}" + (" [[sim status=400]]" if i == 3 else "")
+        body = {"model": model, "messages": [{"role": "user", "content": text}], **extra}
+        lines.append(json.dumps({"custom_id": f"p-{i}", "method": "POST", "url": endpoint, "body": body}))
+    path = write(tmp_path, lines)
+    sdk = (
+        client
+        if endpoint != "/v1/messages"
+        else client.with_options(default_headers={"anthropic-version": "2023-06-01"})
+    )
+    on_provider, provider_lines, raw = run_file(sdk, path, endpoint, "provider")
+    here, gateway_lines, _ = run_file(sdk, path, endpoint, "gateway")
+    assert [comparable(x) for x in provider_lines] == [comparable(x) for x in gateway_lines]
+    shown = on_provider.model_dump()
+    assert shown["execution_mode"] == "provider" and here.model_dump()["execution_mode"] == "gateway"
+    assert shown["usage"]["input_tokens"] == here.model_dump()["usage"]["input_tokens"]
+    assert shown["usage"]["cost"] * 2 == pytest.approx(here.model_dump()["usage"]["cost"])
+    listed = httpx.get(f"{stack.sim_url}/_sim/provider-batches").json()
+    provider_ids = [b["id"] for b in listed["batches"]] + list(listed["files"])
+    assert provider_ids
+    seen = json.dumps(shown) + "".join(raw)
+    assert not [pid for pid in provider_ids if pid in seen]
+    assert not re.search(r'"r\d+"', "".join(raw))  # the provider-side custom ids stay there too
