@@ -126,6 +126,10 @@ class ChaosConfig:
     # Interactive load reporters: each reports 0-3 requests in flight on sim-chat every half
     # second (a 2 s ttl) until it dies at a random moment, never saying so.
     reporters: int = 0
+    # Of the batches, this many run on the provider's batch service (``execution_mode``
+    # provider, the simulator's OpenAI batch API): their workflow's provider step dies at
+    # AWS calls like any task, and duplicated chain messages reach them too.
+    provider_batches: int = 0
 
 
 @dataclass
@@ -140,6 +144,7 @@ class ChaosReport:
     throttled: int = 0
     reporters: int = 0  # interactive load reporters, every one of which died mid-run
     reports: int = 0  # the load reports they made
+    provider_batches: int = 0  # batches run on the provider's batch service
     statuses: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     upstream_seen: int = 0
@@ -194,7 +199,7 @@ class ChaosReport:
 
     def lines(self) -> list[str]:
         return [
-            f"batches {self.batches} ({dict(self.statuses)})",
+            f"batches {self.batches} ({dict(self.statuses)}; {self.provider_batches} on the provider)",
             f"requests {self.requests} ({dict(self.outcomes)})",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "
             f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}, "
@@ -422,7 +427,10 @@ class Chaos:
                 }
             )
         self.report.requests += len(requests)
-        resp = self.api.post("/batches", json={"requests": requests})
+        on_provider = number < self.config.provider_batches
+        self.report.provider_batches += on_provider
+        mode = {"execution_mode": "provider"} if on_provider else {}
+        resp = self.api.post("/batches", json={"requests": requests, **mode})
         resp.raise_for_status()
         batch_id = str(resp.json()["id"])
         self.created_at[batch_id] = time.time()
@@ -753,8 +761,9 @@ def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:
 def main(argv: list[str] | None = None) -> int:
     defaults = ChaosConfig()
     parser = argparse.ArgumentParser(description="A seeded chaos run on a local stack; prints the totals.")
-    for name in ("seed", "batches", "requests", "kills", "duplicates", "cancels", "workers", "reporters"):
-        parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
+    names = ("seed", "batches", "requests", "kills", "duplicates", "cancels", "workers", "reporters")
+    for name in (*names, "provider_batches"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--window-seconds", type=float, default=defaults.window_seconds)
     parser.add_argument("--reconcile-seconds", type=float, default=defaults.reconcile_seconds)
     parser.add_argument("--worker-timeout-seconds", type=float, default=defaults.worker_timeout_seconds)

@@ -63,8 +63,13 @@ def drive(deps: Deps, batch_id: str, *, steps: int = 20) -> dict[str, Any]:
 
 
 @pytest.fixture
-def deps(sim: Simulator) -> Deps:
-    return make_deps(sim, FakeClock())
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def deps(sim: Simulator, clock: FakeClock) -> Deps:
+    return make_deps(sim, clock)
 
 
 def test_a_provider_mode_batch_runs_on_the_providers_batch_service_at_the_batch_price(
@@ -234,3 +239,37 @@ def test_a_provider_batch_that_could_cost_more_than_the_quota_leaves_is_refused_
     assert provider_batches(sim) == []
     set_user(deps, "user-alice", daily_quota_usd=1.0)
     assert create(deps, requests, "provider")["execution_mode"] == "provider"
+
+
+def test_omg_retries_runs_a_line_the_provider_failed_again_in_a_new_provider_batch(
+    deps: Deps, sim: Simulator
+) -> None:
+    requests = [chat_request("ok", "hi"), chat_request("flaky", "hi [[sim status=400 fail=1]]")]
+    created = create(deps, requests, "provider", metadata={"omg_retries": "1"})
+    assert drive(deps, created["id"])["next"] == "finalize"
+    submitted = sorted(b["custom_ids"] for b in provider_batches(sim))
+    assert submitted == [["r0", "r1"], ["r1"]]  # the whole batch, then the line that failed
+    ended = {r.custom_id: r for r in deps.requests.all(created["id"])}
+    assert ended["flaky"].status is RequestStatus.SUCCEEDED and ended["flaky"].attempts == 2
+    assert ended["ok"].attempts == 1
+
+
+def test_a_window_that_closes_cancels_the_provider_batch_and_expires_what_it_did_not_run(
+    deps: Deps, sim: Simulator, clock: FakeClock
+) -> None:
+    control(sim, auto_seconds=None)
+    created = create(deps, [chat_request(f"w-{i}", "hi") for i in range(3)], "provider")
+    lifecycle.prepare(deps, created["id"])
+    assert provider_step(deps, created["id"])["next"] == "provider"  # submitted
+    [submitted] = provider_batches(sim)
+    control(sim, f"/{submitted['id']}", action="partial", lines=1)
+    clock.advance(24 * 3600 + 1)  # the batch's window closed
+    routed = drive(deps, created["id"])
+    assert routed["next"] == "finalize"
+    [after] = provider_batches(sim)
+    assert after["status"] == "cancelled"
+    statuses = [r.status for r in deps.requests.all(created["id"])]
+    assert statuses == [RequestStatus.SUCCEEDED, RequestStatus.EXPIRED, RequestStatus.EXPIRED]
+    lifecycle.finalize(deps, created["id"])
+    record = deps.batches.get_record(created["id"])
+    assert record is not None and record.status.value == "expired"

@@ -61,6 +61,7 @@ class Part:
     retry_at: float | None = None  # a refused submit's next try
     error: dict[str, Any] | None = None  # the last refusal (code, message), scrubbed
     version: int = 0  # of its stored item: each write is conditional on it
+    rerun: bool = False  # it runs again requests that failed (``omg_retries``): those waiting
 
     @property
     def ended(self) -> bool:
@@ -73,7 +74,7 @@ class Part:
         return replace(self, **changes)
 
     def to_item(self) -> dict[str, Any]:
-        return {k: v for k, v in _asdict(self).items() if v is not None and k != "version"}
+        return {k: v for k, v in _asdict(self).items() if v is not None and v is not False and k != "version"}
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Part:
@@ -94,6 +95,7 @@ class Part:
             retry_at=None if item.get("retry_at") is None else float(item["retry_at"]),
             error=item.get("error"),
             version=int(item.get("version", 0)),
+            rerun=bool(item.get("rerun")),
         )
 
 
@@ -105,10 +107,19 @@ class Planner:
     """Cuts a batch's requests, read in index order, into parts: per model, a part closes
     when one more line would take it past its provider's lines or bytes."""
 
-    def __init__(self, routes: Mapping[str, tuple[str, str]], *, max_lines: int | None = None) -> None:
+    def __init__(
+        self,
+        routes: Mapping[str, tuple[str, str]],
+        *,
+        max_lines: int | None = None,
+        first: int = 0,
+        rerun: bool = False,
+    ) -> None:
         self._routes = routes  # model: (route id, protocol)
         self._max_lines = max_lines  # an operator's lower limit (None: the provider's)
         self._open: dict[str, list[int]] = {}  # model: [start, lines, bytes, last index]
+        self._first = first  # the number of its first part
+        self._rerun = rerun  # its parts run requests again (``Part.rerun``)
         self.parts: list[Part] = []
 
     def add(self, index: int, model: str, size: int) -> None:
@@ -131,7 +142,8 @@ class Planner:
 
     def _close(self, model: str, *, end: int) -> None:
         start, lines, _, _ = self._open.pop(model)
-        self.parts.append(Part(len(self.parts), model, self._routes[model][0], start, end, lines))
+        n = self._first + len(self.parts)
+        self.parts.append(Part(n, model, self._routes[model][0], start, end, lines, rerun=self._rerun))
 
 
 def line_id(index: int) -> str:

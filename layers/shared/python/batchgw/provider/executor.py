@@ -75,21 +75,47 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
             waits.append(moved)
     if waits:
         return step(Next.PROVIDER, max(0, min(waits)))
+    if _planned_reruns(deps, batch, len(parts)):
+        return step(Next.PROVIDER)
     return _finish(deps, batch_id)
 
 
 def _plan(deps: Deps, batch: BatchRecord) -> list[Part]:
-    routes = {}
-    for model in batch.models:
-        spec = deps.catalog.models[model]
-        route = spec.provider_batch_route(batch.endpoint)
-        if route is None:
-            raise ValueError(f"{batch.id}: model {model!r} has no provider batch route any more")
-        routes[model] = (route.id, route.protocol)
-    planner = Planner(routes, max_lines=deps.settings.batch_provider_max_lines)
+    planner = Planner(_routes(deps, batch), max_lines=deps.settings.batch_provider_max_lines)
     for request in deps.requests.all(batch.id):
         planner.add(request.index, request.model, len(request.request_packed or b"") or 1024)
     return planner.done(batch.total)
+
+
+def _planned_reruns(deps: Deps, batch: BatchRecord, first: int) -> bool:
+    """Once every part ended: parts for the requests that failed and run again
+    (``omg_retries``: they wait, due at once), unless the batch stops; whether any."""
+    fresh = deps.batches.get_record(batch.id)
+    if fresh is None or _stopping(fresh, deps.clock()):
+        return False
+    waiting = [r for r in deps.requests.unfinished(batch.id) if r.status is RequestStatus.RETRY_WAIT]
+    if not waiting:
+        return False
+    planner = Planner(
+        _routes(deps, batch), max_lines=deps.settings.batch_provider_max_lines, first=first, rerun=True
+    )
+    for request in sorted(waiting, key=lambda r: r.index):
+        planner.add(request.index, request.model, 1024)
+    deps.provider_parts.add(batch.id, planner.done(batch.total))
+    logger.info(
+        "provider batch runs failed requests again", extra={"batch_id": batch.id, "requests": len(waiting)}
+    )
+    return True
+
+
+def _routes(deps: Deps, batch: BatchRecord) -> dict[str, tuple[str, str]]:
+    routes = {}
+    for model in batch.models:
+        route = deps.catalog.models[model].provider_batch_route(batch.endpoint)
+        if route is None:
+            raise ValueError(f"{batch.id}: model {model!r} has no provider batch route any more")
+        routes[model] = (route.id, route.protocol)
+    return routes
 
 
 def _service(deps: Deps, batch: BatchRecord, part: Part) -> BatchService:
@@ -182,6 +208,8 @@ def _requests(deps: Deps, batch: BatchRecord, part: Part) -> Iterator[RequestRec
         for request in page:
             if request.index >= part.end:
                 return
+            if part.rerun and request.status not in (RequestStatus.RETRY_WAIT, RequestStatus.RUNNING):
+                continue  # not one of those it runs again
             if request.model == part.model:
                 yield request
         if not more or not page:

@@ -9,7 +9,7 @@ and duration.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -124,7 +124,8 @@ async def settle(
     could cost at most: an attempt whose cost is unknown is charged that, apart.
 
     ``batch_price``: the request ran on its provider's batch service, at that price. Its
-    answer says nothing of the model's health or load here, and it is not tried again here.
+    answer says nothing of the model's health or load here; a request to run again
+    (``omg_retries``) is due at once, for the provider step's next submit.
     """
     now = deps.clock()
     on_provider = batch_price is not None
@@ -144,8 +145,11 @@ async def settle(
         expires_at=batch.expires_at,
         price=batch_price if on_provider else deps.catalog.models[held.model].price,
         stored_bytes=deps.stored.known(batch.id),
-        reruns=0 if on_provider else batch.reruns,
+        reruns=batch.reruns,
     )
+    if on_provider and isinstance(decision, Retry):
+        # Run again (``omg_retries``) in the provider batch the provider step submits next.
+        decision = replace(decision, next_at=now, pause_model_until=None)
     log = _log_entry(deps, batch, held, outcome, decision, started=started, now=now)
     _measure(batch, held, outcome, decision, started=started, now=now)
     if isinstance(decision, Retry):

@@ -154,6 +154,8 @@ async def run_message(
             return  # deleted, cancelled or ended: unstarted requests are the workflow's to settle
         if _superseded(message, batch):
             return  # the reconciler started a new generation of this batch's chains
+        if batch.on_provider:
+            return  # its provider's batch service runs it: a stray message runs nothing here
         run = ChainRun(deps, batch, message, owner=owner, deadline=deadline, taken_over=taken_over)
         stopped = await run.run()
     finally:

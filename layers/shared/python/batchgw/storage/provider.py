@@ -49,6 +49,18 @@ class ProviderParts:
                 return False
         return True
 
+    def add(self, batch_id: str, parts: Sequence[Part]) -> bool:
+        """Store parts planned after the first ones (those that run requests again): False
+        when another step stored its own in their place first (read those)."""
+        for part in parts:
+            if not self._table.put(
+                {"pk": batch_id, "sk": part_sk(part.n), "part": part.to_item(), "v": part.version},
+                condition="attribute_not_exists(pk)",
+                failure=f"could not plan {batch_id}",
+            ):
+                return False
+        return True
+
     def save(self, batch_id: str, part: Part) -> Part | None:
         """Store ``part`` over the version it was read at: the part as stored now, or None
         when it changed meanwhile (another step's write won)."""
