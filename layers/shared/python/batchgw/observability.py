@@ -49,7 +49,19 @@ UNITS: dict[str, MetricUnit] = {
     "ModelWaitingForCapacity": COUNT,
     "InteractiveRequests": COUNT,
     "InteractiveLatency": MS,
+    "ProviderBatchesSubmitted": COUNT,
 }
+
+
+def _known(name: str) -> bool:
+    """Whether ``name`` is a metric with a unit; one without is left out, and said (a metric
+    never stops the work it measures)."""
+    if name in UNITS:
+        return True
+    logger.warning("a metric without a unit is not written", extra={"metric": name})
+    return False
+
+
 # A request's end, as each RequestStatus value counts it.
 ENDED = {
     "succeeded": ["RequestsSucceeded"],
@@ -104,9 +116,10 @@ class MetricsBuffer:
                     emf.add_dimension(name, dim_value)
                 if start == 0:
                     for name, total in counts.get(dims, {}).items():
-                        emf.add_metric(name, UNITS[name], total)
+                        if _known(name):
+                            emf.add_metric(name, UNITS[name], total)
                 for name, items in series.items():
-                    for item in items[start : start + MAX_VALUES]:
+                    for item in items[start : start + MAX_VALUES] if _known(name) else ():
                         emf.add_metric(name, UNITS[name], item)
                 try:
                     document = dict(emf.serialize_metric_set())
