@@ -109,7 +109,7 @@ def _planned_reruns(deps: Deps, batch: BatchRecord, first: int) -> bool:
 
 
 def _routes(deps: Deps, batch: BatchRecord) -> dict[str, tuple[str, str]]:
-    routes = {}
+    routes: dict[str, tuple[str, str]] = {}
     for model in batch.models:
         route = deps.catalog.models[model].provider_batch_route(batch.endpoint)
         if route is None:
