@@ -139,6 +139,7 @@ from local.sim_batches import ProviderBatches
 from local.sim_capacity import Capacity, Latencies, prometheus, source_of
 
 DEFAULT_PORT = 8081
+PROVIDER_BATCH_ROUTE = "provider_batch"  # the route a provider batch's lines count under
 DEFAULT_BACKUP_PORT = 8083
 PRIMARY, BACKUP = "primary", "backup"  # the listeners, named as the routes that reach them
 DEFAULT_HOST = "127.0.0.1"
@@ -919,7 +920,10 @@ class SimulatorCore:
             return 404, json.loads(
                 error_reply(404, f"the model {model!r} does not exist", anthropic=anthropic).body
             )
-        reply = self._model_request(Endpoint(url), model, body, headers, lambda: True)
+        # Counted as the model's requests are (under the route ``provider_batch``): the
+        # provider ran it, as it runs one sent alone.
+        with self.stats.track(model, _tag_of(body), PROVIDER_BATCH_ROUTE):
+            reply = self._model_request(Endpoint(url), model, body, headers, lambda: True)
         if reply is None:
             return None
         try:

@@ -248,11 +248,14 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
     label, seconds = _window(deps, opening.window)
     choice, prices = None, None
     if isinstance(given, InlineInput):
+        # The window asked for: one left to the gateway's own runs on a provider as well (its
+        # end cancels the provider batch, as any window's end does).
+        asked = opening.window or PROVIDER_WINDOW
         choice, prices = execution_of(
-            deps.catalog, opening.mode, endpoint=opening.endpoint, models=given.models, window=label
+            deps.catalog, opening.mode, endpoint=opening.endpoint, models=given.models, window=asked
         )
         if choice is None:
-            raise batch_not_supported(opening.endpoint, given.models, label)
+            raise batch_not_supported(opening.endpoint, given.models, asked)
         if choice.mode is Mode.GATEWAY:
             _check_routes(deps, given.models)
     else:
