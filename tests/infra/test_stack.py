@@ -654,9 +654,11 @@ def test_no_function_reads_secrets_when_no_route_names_one(synth: Synth, functio
         assert not {a for a in synth.actions(function) if a.startswith("secretsmanager:")}
 
 
-def test_the_worker_and_interactive_functions_read_exactly_the_upstream_key_secrets_the_config_names(
+def test_the_functions_that_call_upstreams_read_exactly_the_upstream_key_secrets_the_config_names(
     tmp_path: Path,
 ) -> None:
+    """The worker and the interactive function read every route's key; the lifecycle only the
+    keys of routes whose provider's batch service runs batches (its provider step); no other."""
     config = json.loads((REPO_ROOT / "config" / "models.local.json").read_text())
     routes = [spec["route"] if "route" in spec else spec["routes"][-1] for spec in config["models"].values()]
     routes[0]["api_key_secret"] = "batchgw/openai"  # sim-chat's last route: every route's key is read
@@ -676,7 +678,14 @@ def test_the_worker_and_interactive_functions_read_exactly_the_upstream_key_secr
         assert len(reads) == 2
         assert any(":secret:batchgw/openai" in res for res in reads)
         assert any(res == json.dumps(routes[1]["api_key_secret"]) for res in reads)
-    for other in (functions.api, functions.admin, functions.lifecycle, functions.webhooks):
+    provider_step = [
+        json.dumps(res)
+        for action, res in synth.statements(functions.lifecycle)
+        if action == "secretsmanager:GetSecretValue"
+    ]
+    assert routes[0].get("batch_api") and not routes[1].get("batch_api")
+    assert len(provider_step) == 1 and ":secret:batchgw/openai" in provider_step[0]
+    for other in (functions.api, functions.admin, functions.webhooks):
         assert not {a for a in synth.actions(other) if a.startswith("secretsmanager:")}
 
 

@@ -100,7 +100,7 @@ def test_a_chain_gives_its_slot_to_a_waiting_chain_once_its_turn_is_up(sim: Simu
     the injected clock, a request per second) and resumes where it stopped, later."""
     clock = FakeClock()
     deps, batch_id, first = start(sim, clock, BATCH_INTERACTIVE_RESERVE="2")
-    deps.room.take = lambda model: False  # type: ignore[method-assign]  # no splits: one chain's turn
+    deps.room.take = lambda model, batch_id=None: False  # type: ignore[method-assign]  # no splits: one chain's turn
     sent = handing_on(deps)
     asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
     [resumed] = sent
@@ -114,7 +114,7 @@ def test_a_chain_gives_its_slot_to_a_waiting_chain_once_its_turn_is_up(sim: Simu
 def test_a_chain_with_a_slot_for_each_of_its_batchs_chains_keeps_it(sim: Simulator) -> None:
     clock = FakeClock()
     deps, _, first = start(sim, clock)
-    deps.room.take = lambda model: False  # type: ignore[method-assign]
+    deps.room.take = lambda model, batch_id=None: False  # type: ignore[method-assign]
     sent = handing_on(deps)
     asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
     assert sent == []  # ran its 20 requests to its end

@@ -149,9 +149,9 @@ def test_omg_retries_runs_a_request_that_failed_for_good_that_many_times_more(
         {"custom_id": "broken", "body": {**message("[[sim status=400]] b"), "model": "sim-chat"}},
     ]
     status, batch = create(
-        deps, monkeypatch, {"requests": requests, "metadata": {"omg_mode": "auto", "omg_retries": "2"}}
+        deps, monkeypatch, {"requests": requests, "metadata": {"omg_mode": "gateway", "omg_retries": "2"}}
     )
-    assert status == 200 and batch["metadata"] == {"omg_mode": "auto", "omg_retries": "2"}
+    assert status == 200 and batch["metadata"] == {"omg_mode": "gateway", "omg_retries": "2"}
     lifecycle.prepare(deps, batch["id"])
     receive_all(deps)
     for _ in range(4):  # the first tries, two reruns each, and a fourth round with nothing left

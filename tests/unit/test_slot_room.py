@@ -76,11 +76,12 @@ def test_a_model_whose_share_is_all_held_has_no_room() -> None:
     assert not slot_room.take("m")
 
 
-def test_a_slot_given_by_a_chain_that_ended_is_room_at_once_and_only_for_a_moment() -> None:
+def test_a_slot_given_by_a_chain_that_ended_is_room_for_its_batch_at_once_and_only_for_a_moment() -> None:
     slot_room, clock, _ = room([16])  # every slot held, as the reads see it
-    slot_room.give("m")
-    assert slot_room.take("m")  # no read needed to confirm it
-    assert not slot_room.take("m")  # handed out once
-    slot_room.give("m")
+    slot_room.give("m", "b1")
+    assert not slot_room.take("m", "b2")  # another batch's chains see it when the reads do
+    assert slot_room.take("m", "b1")  # no read needed to confirm it
+    assert not slot_room.take("m", "b1")  # handed out once
+    slot_room.give("m", "b1")
     clock.now += ROOM_READ_SECONDS  # not taken in time: another chain may hold it by now
-    assert not slot_room.take("m")
+    assert not slot_room.take("m", "b1")

@@ -399,19 +399,22 @@ class SlotRoom:
         self._lock = threading.Lock()
         self._read: dict[str, tuple[float, int]] = {}  # model: (read at, room then)
         self._left: dict[str, int] = {}  # model: room of the last two reads not handed out yet
-        self._given: dict[str, list[float]] = {}  # model: when chains that ended gave their slots
+        # (model, batch): when chains of the batch that ended gave their slots
+        self._given: dict[tuple[str, str], list[float]] = {}
 
     def due(self, model: str) -> bool:
         """Whether ``take`` reads the table now (else it answers at once)."""
         read = self._read.get(model)
         return read is None or self._clock() - read[0] >= ROOM_READ_SECONDS
 
-    def take(self, model: str) -> bool:
-        """One unit of ``model``'s room, if there is one left: True once per unit."""
+    def take(self, model: str, batch_id: str | None = None) -> bool:
+        """One unit of ``model``'s room, if there is one left (one a chain of ``batch_id``
+        gave first): True once per unit."""
         with self._lock:
-            given = [at for at in self._given.pop(model, []) if self._clock() - at < ROOM_READ_SECONDS]
+            key = (model, batch_id or "")
+            given = [at for at in self._given.pop(key, []) if self._clock() - at < ROOM_READ_SECONDS]
             if given:
-                self._given[model] = given[1:]
+                self._given[key] = given[1:]
                 return True
             if self.due(model):
                 self._look(model)
@@ -420,13 +423,15 @@ class SlotRoom:
             self._left[model] -= 1
             return True
 
-    def give(self, model: str) -> None:
-        """One unit of ``model``'s room, from a chain of this process that ended for good
-        with its slot in hand: its slot is free for a split at once, not from the reads that
-        confirm it two reads later. Taken once, before any read's room; not taken within
-        ``ROOM_READ_SECONDS``, it is left to the reads (another chain may hold it by then)."""
+    def give(self, model: str, batch_id: str) -> None:
+        """One unit of ``model``'s room, from a chain of batch ``batch_id`` in this process
+        that ended for good with its slot in hand: free at once for a split of another of
+        that batch's chains (the batch's end runs on as many chains as it had), not only
+        from the reads that confirm it two reads later. Taken once, before any read's room;
+        not taken within ``ROOM_READ_SECONDS``, it is left to the reads (another chain may
+        hold it by then)."""
         with self._lock:
-            self._given.setdefault(model, []).append(self._clock())
+            self._given.setdefault((model, batch_id), []).append(self._clock())
 
     def _look(self, model: str) -> None:
         now = self._clock()

@@ -343,7 +343,9 @@ class ChainRun:
             if self.retries and not stopped.finished:
                 await self._hand_off_retries()
             if stopped.finished and self.slot.model is not None:
-                self.deps.room.give(self.slot.model)  # another of its batch's chains splits into it
+                self.deps.room.give(
+                    self.slot.model, self.batch.id
+                )  # another of its batch's chains splits into it
             await self.slot.release()
             await self.owner_gate.release()
 
@@ -800,7 +802,8 @@ class ChainRun:
         if halves is None:
             return
         room = self.deps.room
-        if not (await io(room.take, model) if room.due(model) else room.take(model)):
+        batch_id = self.batch.id
+        if not (await io(room.take, model, batch_id) if room.due(model) else room.take(model, batch_id)):
             return
         wider, new = halves
         await self._send(new, after=0)
