@@ -92,30 +92,3 @@ def test_a_chain_whose_model_is_all_held_does_not_split(sim: Simulator) -> None:
     asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
     assert sent == []
     assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP
-
-
-def test_a_chain_gives_its_slot_to_a_waiting_chain_once_its_turn_is_up(sim: Simulator) -> None:
-    """Two of the model's four slots are reserved for interactive traffic: the batch's four
-    chains share two, so a chain hands its slot on after its turn (``turn_seconds``: 5 s of
-    the injected clock, a request per second) and resumes where it stopped, later."""
-    clock = FakeClock()
-    deps, batch_id, first = start(sim, clock, BATCH_INTERACTIVE_RESERVE="2")
-    deps.room.take = lambda model, batch_id=None: False  # type: ignore[method-assign]  # no splits: one chain's turn
-    sent = handing_on(deps)
-    asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
-    [resumed] = sent
-    assert isinstance(resumed, ChainMessage) and resumed.chain == first.chain
-    ran = sim.stats()["models"]["sim-chat"]["requests"]
-    assert 4 <= ran <= 7 and resumed.next_index == ran * CAP  # a turn of about 5 s, then handed on
-    done = [deps.requests.get(batch_id, i) for i in range(0, TOTAL, CAP)]
-    assert [r.status for r in done if r is not None].count(RequestStatus.SUCCEEDED) == ran
-
-
-def test_a_chain_with_a_slot_for_each_of_its_batchs_chains_keeps_it(sim: Simulator) -> None:
-    clock = FakeClock()
-    deps, _, first = start(sim, clock)
-    deps.room.take = lambda model, batch_id=None: False  # type: ignore[method-assign]
-    sent = handing_on(deps)
-    asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
-    assert sent == []  # ran its 20 requests to its end
-    assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP

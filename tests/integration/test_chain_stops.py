@@ -18,7 +18,7 @@ from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
-from batchgw.run import attempt, chain, lifecycle
+from batchgw.run import attempt, lifecycle
 from batchgw.run.chain import ChainRun, Why, run_message
 from batchgw.storage.slots import Hold
 
@@ -138,12 +138,6 @@ def yielded(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     return Case(message, [(message.resume_at(0, full=1), 2, 4)])
 
 
-def turn_given(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
-    _, message = prepared(deps, ["hello 0", "hello 1"])
-    mp.setattr(chain, "turn_seconds", lambda slots, chains: 0.0)  # its turn is up at once
-    return Case(message, [(message.resume_at(1, full=1), 2, 4)])
-
-
 def held_elsewhere(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     batch_id, message = prepared(deps, ["hello 0"])
     assert deps.requests.claim(batch_id, 0, "another", clock(), 60).request is not None
@@ -240,7 +234,6 @@ CASES: dict[Why, Setup] = {
     Why.MODEL_PAUSED: model_paused,
     Why.MODEL_FULL: model_full,
     Why.YIELDED: yielded,
-    Why.TURN_GIVEN: turn_given,
     Why.HELD_ELSEWHERE: held_elsewhere,
     Why.LEASE_LOST: lease_lost,
     Why.SUPERSEDED: superseded,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from batchgw.domain.chains import TURN_SECONDS, ChainMessage, RequestMessage, decode, turn_seconds
+from batchgw.domain.chains import ChainMessage, RequestMessage, decode
 
 
 def test_a_chain_message_comes_back_as_sent_with_its_generation_and_full_streak() -> None:
@@ -43,11 +43,3 @@ def test_a_chain_with_little_left_or_a_stride_at_its_widest_does_not_split() -> 
     assert ChainMessage("batch_1", 0, 0, 32).split(10_000, chains=16) is not None
     assert ChainMessage("batch_1", 0, 0, 128).split(10_000, chains=16) is not None
     assert ChainMessage("batch_1", 0, 0, 256).split(10_000, chains=16) is None  # 16 times the first
-
-
-def test_chains_take_turns_only_while_more_of_them_wait_than_their_model_has_slots() -> None:
-    assert turn_seconds(16, 16) is None  # every chain has a slot
-    assert turn_seconds(20, 16) is None
-    assert turn_seconds(0, 16) is None  # no chain has one: nothing to hand over
-    assert turn_seconds(5, 16) == TURN_SECONDS  # 11 wait: a turn each within about TURN_SECONDS
-    assert turn_seconds(15, 16) == 15 * TURN_SECONDS  # one waits: long turns, few hand-overs

@@ -33,29 +33,6 @@ SPLIT_MIN_REMAINING = 4
 MAX_SPLIT_FACTOR = 16
 
 
-# A chain holding one of its model's slots while more of its batch's chains wait than the
-# model has slots for gives its slot to a waiting one after about this long, times the
-# slots over the chains waiting (``turn_seconds``).
-TURN_SECONDS = 5.0
-
-
-def turn_seconds(slots: int, chains: int) -> float | None:
-    """How long a chain of a batch of ``chains`` chains holds one of its model's ``slots``
-    batch slots before it gives it to another of them (None: it keeps it, as every chain
-    has a slot, or none has).
-
-    Interactive traffic that takes most of a model leaves its slots to the few chains that
-    hold them when it comes: without turns, those few run the whole burst while the others
-    wait it out, and the batch's end runs on the few that fell behind, one request after
-    another, while the model has room. Taking turns keeps the chains abreast. A chain that
-    waits gets a turn in about ``TURN_SECONDS`` at most; with only a few chains waiting, a
-    turn is longer (handing a slot over leaves it empty a moment)."""
-    waiting = chains - slots
-    if slots <= 0 or waiting <= 0:
-        return None
-    return TURN_SECONDS * max(1.0, slots / waiting)
-
-
 @dataclass(frozen=True, slots=True)
 class ChainMessage:
     """Chain ``chain`` of a batch resumes at ``next_index``, stepping by ``stride``.

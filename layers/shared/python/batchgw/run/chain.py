@@ -47,7 +47,7 @@ from typing import Any
 
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
-from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, turn_seconds
+from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.decisions import MAX_LOST_ATTEMPTS, Verdict, too_often_lost, unknown_model, verdict
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.spend import Judgement, Standing
@@ -91,7 +91,6 @@ class Why(StrEnum):
     MODEL_PAUSED = "model paused"  # the chain resumes after the model's pause
     MODEL_FULL = "model full"  # no slot: the chain asks again later
     YIELDED = "yielded"  # interactive traffic, or the upstream's backpressure, takes its free slots
-    TURN_GIVEN = "turn given"  # more of its batch's chains wait than its model has slots: one's turn
     HELD_ELSEWHERE = "held by another worker"  # come back when its lease ends
     LEASE_LOST = "lease lost"  # another worker took the request over while it ran
     SUPERSEDED = "superseded"  # a newer generation of chains runs the batch
@@ -287,7 +286,6 @@ class ChainRun:
         self.body: Any = None  # the next request's body, when the owner's gate read it
         # The times in a row this chain found its model full (``ChainMessage.full``).
         self.full = message.full if isinstance(message, ChainMessage) else 0
-        self.turn_from: float | None = None  # since when this run has held a slot (``_turn_over``)
 
     async def run(self) -> Stopped:
         """Run until a step stops the chain; the stop, once acted on (``_stop``).
@@ -451,8 +449,6 @@ class ChainRun:
             if stopped := await self._run(held, target):
                 return stopped
             await self._split_if_room(held.model)
-            if stopped := await self._turn_over(held.model):
-                return stopped
 
     # --- the steps ----------------------------------------------------------------------------
 
@@ -559,8 +555,6 @@ class ChainRun:
         grant = await self.slot.hold(held.model)
         if grant.granted:
             self.full = 0
-            if self.turn_from is None:
-                self.turn_from = now
             return None
         await attempt.release(self.deps, self.batch, held)
         if grant.paused_until is not None:
@@ -812,17 +806,6 @@ class ChainRun:
             "chain split",
             extra={"batch_id": self.batch.id, "next_index": self.next_index, "stride": self.stride},
         )
-
-    async def _turn_over(self, model: str) -> Stopped | None:
-        """A stop that gives this chain's slot to another of its batch's chains, when more of
-        them wait than its model has batch slots and this run has held one long enough
-        (``domain.chains.turn_seconds``): it comes back as a chain that found its model full."""
-        if self.lone or self.turn_from is None or not self._has_next():
-            return None
-        period = turn_seconds((await share_of(self.deps, model)).slots, self.batch.chains or 1)
-        if period is None or self.deps.clock() - self.turn_from < period:
-            return None
-        return Stopped(Why.TURN_GIVEN, self._full_wait(yielded=True))
 
     # --- handing work on ----------------------------------------------------------------------
 
