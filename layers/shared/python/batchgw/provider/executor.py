@@ -42,7 +42,7 @@ from batchgw.domain.provider import (
 from batchgw.domain.request import RequestRecord, clean_message
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
-from batchgw.provider.services import BatchService, Polled, Refused
+from batchgw.provider.services import BatchService, Polled, Refused, Submitted
 from batchgw.run import attempt, lifecycle
 from batchgw.storage.requests import ClaimKind
 from batchgw.storage.workflow import Next, step
@@ -176,10 +176,15 @@ def _submit(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] 
         "provider batch submitted",
         extra={"batch_id": batch.id, "part": part.n, "lines": part.lines, "model": part.model},
     )
+    return _submitted(deps, batch, marked, submitted)
+
+
+def _submitted(deps: Deps, batch: BatchRecord, part: Part, submitted: Submitted) -> int:
+    """Record the provider batch ``part`` is (its first poll a second later)."""
     _save(
         deps,
         batch,
-        marked.replace(
+        part.replace(
             status=PartStatus.SUBMITTED,
             provider_batch_id=submitted.batch_id,
             provider_file_id=submitted.file_id,
@@ -255,17 +260,7 @@ def _recover(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
     if found is None:
         _save(deps, batch, part.replace(status=PartStatus.PLANNED, ref=None))
         return 0
-    _save(
-        deps,
-        batch,
-        part.replace(
-            status=PartStatus.SUBMITTED,
-            provider_batch_id=found.batch_id,
-            provider_file_id=found.file_id,
-            submitted_at=deps.clock(),
-        ),
-    )
-    return 1
+    return _submitted(deps, batch, part, found)
 
 
 def _poll(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
