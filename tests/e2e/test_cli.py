@@ -123,24 +123,31 @@ def test_the_same_submission_finds_the_same_batch_with_or_without_its_state(
 
 
 def test_an_interrupted_upload_resumes_where_its_parts_stopped(env: dict[str, str], tmp_path: Path) -> None:
-    source = write_jsonl(tmp_path / "parts.jsonl", 6000, text="x" * 200, prefix="p")  # ~2 MB
-    slow = {**env, "BATCHGW_PART_BYTES": str(64 * 1024)}  # ~30 parts
+    # ~6 MB in ~100 parts: the interrupt must come while parts are still going up, however
+    # fast the local stack takes them (at 30 parts, a warm stack took the rest first).
+    source = write_jsonl(tmp_path / "parts.jsonl", 18000, text="x" * 200, prefix="p")
+    slow = {**env, "BATCHGW_PART_BYTES": str(64 * 1024)}
+    total = -(-source.stat().st_size // (64 * 1024))
     states = Path(env["BATCHGW_CLI_STATE_DIR"]) / "submits"
+    earlier = set(states.glob("*.json")) if states.exists() else set()  # other tests' submissions
     running = subprocess.Popen(
         [SCRIPT, "submit", str(source)], env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
+    def this_submission() -> list[Path]:
+        return [path for path in states.glob("*.json") if path not in earlier] if states.exists() else []
+
     def parts_sent() -> int:
-        found = list(states.glob("*.json")) if states.exists() else []
+        found = this_submission()
         return len(json.loads(found[0].read_text())["parts"]) if found else 0
 
     wait_for(lambda: parts_sent() >= 3, timeout=60, interval=0.02, what="a few parts uploaded")
     running.send_signal(signal.SIGINT)
     _, stderr = running.communicate(timeout=30)
     assert running.returncode == 130 and "run the same command again" in stderr
-    (saved,) = states.glob("*.json")
+    (saved,) = this_submission()
     before = json.loads(saved.read_text())
-    assert before["upload_id"] and 3 <= len(before["parts"]) < 30 and before["batch_id"] is None
+    assert before["upload_id"] and 3 <= len(before["parts"]) < total and before["batch_id"] is None
 
     resumed = cli(slow, "submit", str(source))
     assert resumed.returncode == 0, resumed.stderr
@@ -149,7 +156,7 @@ def test_an_interrupted_upload_resumes_where_its_parts_stopped(env: dict[str, st
         after["upload_id"] == before["upload_id"]
         and after["parts"][: len(before["parts"])] == before["parts"]
     )
-    assert len(after["parts"]) == -(-source.stat().st_size // (64 * 1024))
+    assert len(after["parts"]) == total
     assert after["batch_id"] == resumed.stdout.strip()
 
 
