@@ -87,6 +87,8 @@ CHAOS_ENV = {
     "BATCH_MODEL_PAUSE_SECONDS": "1",
     "BATCH_MODEL_QUEUED_PAUSE_MAX_SECONDS": "1",
     "BATCH_MAX_ACTIVE_PER_USER": "1000",
+    # A provider-run batch learns of a cancel at its next poll: polled every 2 s at most here.
+    "BATCH_PROVIDER_POLL_MAX_SECONDS": "2",
 }
 FINAL = ("completed", "failed", "expired", "cancelled")
 TERMINAL = ("completed", "failed", "cancelled", "expired")

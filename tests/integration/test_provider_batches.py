@@ -273,3 +273,36 @@ def test_a_window_that_closes_cancels_the_provider_batch_and_expires_what_it_did
     lifecycle.finalize(deps, created["id"])
     record = deps.batches.get_record(created["id"])
     assert record is not None and record.status.value == "expired"
+
+
+def test_a_collect_that_dies_goes_on_from_the_lines_it_recorded(
+    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.provider import executor
+
+    created = create(deps, [chat_request(f"d-{i}", "hi") for i in range(25)], "provider")
+    lifecycle.prepare(deps, created["id"])
+    assert provider_step(deps, created["id"])["next"] == "provider"  # submitted
+    real, settled = executor.attempt.settle, [0]
+
+    async def dying(*args: Any, **kwargs: Any) -> Any:
+        settled[0] += 1
+        if settled[0] == 15:  # in the second chunk of ten
+            raise RuntimeError("the step died")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(executor.attempt, "settle", dying)
+    with pytest.raises(RuntimeError):
+        provider_step(deps, created["id"])
+    [part] = deps.provider_parts.parts(created["id"])
+    assert part.collected == 10
+    claims, real_claim = [0], deps.requests.claim
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        claims[0] += 1
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(deps.requests, "claim", counted)
+    assert provider_step(deps, created["id"])["next"] == "finalize"
+    assert claims[0] == 15  # the lines from the eleventh on, none before
+    assert all(r.status is RequestStatus.SUCCEEDED for r in deps.requests.all(created["id"]))

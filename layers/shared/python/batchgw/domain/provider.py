@@ -62,6 +62,7 @@ class Part:
     error: dict[str, Any] | None = None  # the last refusal (code, message), scrubbed
     version: int = 0  # of its stored item: each write is conditional on it
     rerun: bool = False  # it runs again requests that failed (``omg_retries``): those waiting
+    collected: int = 0  # of its ended batch's result lines, how many are recorded
 
     @property
     def ended(self) -> bool:
@@ -96,6 +97,7 @@ class Part:
             error=item.get("error"),
             version=int(item.get("version", 0)),
             rerun=bool(item.get("rerun")),
+            collected=int(item.get("collected", 0)),
         )
 
 

@@ -48,8 +48,8 @@ from batchgw.storage.requests import ClaimKind
 from batchgw.storage.workflow import Next, step
 from batchgw.upstream.client import classify
 
-# Requests recorded at once while a part is collected.
-COLLECT_CONCURRENCY = 16
+# Lines recorded at once while a part is collected, the part saying how far it got after each.
+COLLECT_CHUNK = 10
 _STATUS_CODES = {"queue_full": "provider_batch_queue_full", "rate_limited": "provider_rate_limited"}
 
 
@@ -272,7 +272,7 @@ def _poll(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
             service.cancel(part.provider_batch_id)  # what it finished stays: collected when it ends
         saved = _save(deps, batch, part.replace(polls=part.polls + 1, provider_status=polled.status))
         return part.next_poll_seconds(deps.settings.batch_provider_poll_max_seconds) if saved else 0
-    asyncio.run(_collect(deps, batch, part, service, polled))
+    part = asyncio.run(_collect(deps, batch, part, service, polled))
     _save(deps, batch, part.replace(status=PartStatus.COLLECTED, provider_status=polled.status))
     logger.info(
         "provider batch collected",
@@ -281,25 +281,35 @@ def _poll(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
     return None
 
 
-async def _collect(deps: Deps, batch: BatchRecord, part: Part, service: BatchService, polled: Polled) -> None:
-    """End the part's requests with its lines; a request with no line ends as the
-    provider left it (failed with it, expired by it, or as the batch's stop ends it)."""
+async def _collect(deps: Deps, batch: BatchRecord, part: Part, service: BatchService, polled: Polled) -> Part:
+    """End the part's requests with its lines, a chunk at a time, the part saying after each
+    how many lines are recorded (``Part.collected``: a step that dies goes on from there,
+    calling nothing for the lines before); then a request with no line ends as the provider
+    left it (failed with it, expired by it, or as the batch's stop ends it). The part after."""
     assert part.provider_batch_id is not None
     ids = (part.provider_batch_id, part.provider_file_id, polled.output_file_id, polled.error_file_id)
     price = price_of(batch.batch_prices, part.model)
     seen: set[int] = set()
-    gate = asyncio.Semaphore(COLLECT_CONCURRENCY)
-    tasks: list[asyncio.Task[None]] = []
-    for line in service.results(part.provider_batch_id, polled):
-        if not part.start <= line.index < part.end or line.unrun is not None:
-            continue
+    chunk: list[LineResult] = []
+    lines = [
+        line
+        for line in service.results(part.provider_batch_id, polled)
+        if part.start <= line.index < part.end and line.unrun is None
+    ]
+    for number, line in enumerate(lines, start=1):
         seen.add(line.index)
-        tasks.append(asyncio.create_task(_record(deps, batch, part, line, ids, price, gate)))
-    await asyncio.gather(*tasks)
+        if number <= part.collected:
+            continue  # recorded by an earlier step
+        chunk.append(line)
+        if len(chunk) == COLLECT_CHUNK or number == len(lines):
+            await asyncio.gather(*(_record(deps, batch, part, one, ids, price) for one in chunk))
+            chunk = []
+            part = _save(deps, batch, part.replace(collected=number)) or part
     end = _left_end(deps, batch, polled, ids)
     for request in _requests(deps, batch, part):
         if request.index not in seen and not request.status.is_terminal:
             await _end_one(deps, batch, request, end)
+    return part
 
 
 async def _record(
@@ -309,25 +319,23 @@ async def _record(
     line: LineResult,
     ids: tuple[str | None, ...],
     price: Any,
-    gate: asyncio.Semaphore,
 ) -> None:
-    async with gate:
-        held = await _claim(deps, batch, line.index)
-        if held is None or held.model != part.model:
-            return
-        outcome = classify(batch.endpoint, line.status, line.content, {}, route=part.route)
-        if outcome.kind != "success":
-            # Not tried again here: a line that failed at the provider fails (``omg_retries``
-            # is not applied to provider-run batches).
-            outcome = _scrubbed(outcome.replace(kind="failed"), ids)
-        await attempt.settle(
-            deps,
-            batch,
-            held,
-            outcome.replace(request_id=None if outcome.request_id in ids else outcome.request_id),
-            started=part.submitted_at or deps.clock(),
-            batch_price=price,
-        )
+    held = await _claim(deps, batch, line.index)
+    if held is None or held.model != part.model:
+        return
+    outcome = classify(batch.endpoint, line.status, line.content, {}, route=part.route)
+    if outcome.kind != "success":
+        # Not tried again here: a line the provider failed fails, or runs again in the next
+        # provider batch (``omg_retries``).
+        outcome = _scrubbed(outcome.replace(kind="failed"), ids)
+    await attempt.settle(
+        deps,
+        batch,
+        held,
+        outcome.replace(request_id=None if outcome.request_id in ids else outcome.request_id),
+        started=part.submitted_at or deps.clock(),
+        batch_price=price,
+    )
 
 
 def _scrubbed(outcome: Outcome, ids: tuple[str | None, ...]) -> Outcome:
