@@ -306,3 +306,26 @@ def test_a_collect_that_dies_goes_on_from_the_lines_it_recorded(
     assert provider_step(deps, created["id"])["next"] == "finalize"
     assert claims[0] == 15  # the lines from the eleventh on, none before
     assert all(r.status is RequestStatus.SUCCEEDED for r in deps.requests.all(created["id"]))
+
+
+def test_a_step_that_died_takes_its_own_requests_back_without_a_lost_attempt(
+    deps: Deps, sim: Simulator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.provider import executor
+
+    created = create(deps, [chat_request(f"o-{i}", "hi") for i in range(3)], "provider")
+    lifecycle.prepare(deps, created["id"])
+    assert provider_step(deps, created["id"])["next"] == "provider"  # submitted
+    real = executor.attempt.settle
+
+    async def dying(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the step died holding its claims")
+
+    monkeypatch.setattr(executor.attempt, "settle", dying)
+    with pytest.raises(RuntimeError):
+        provider_step(deps, created["id"])
+    monkeypatch.setattr(executor.attempt, "settle", real)
+    clock.advance(deps.settings.batch_lease_seconds + 1)  # its claims' leases ran out meanwhile
+    assert provider_step(deps, created["id"])["next"] == "finalize"
+    ended = list(deps.requests.all(created["id"]))
+    assert [(r.status, r.attempts, r.lost) for r in ended] == [(RequestStatus.SUCCEEDED, 1, 0)] * 3

@@ -119,7 +119,7 @@ class Planner:
     ) -> None:
         self._routes = routes  # model: (route id, protocol)
         self._max_lines = max_lines  # an operator's lower limit (None: the provider's)
-        self._open: dict[str, list[int]] = {}  # model: [start, lines, bytes, last index]
+        self._open: dict[str, list[int]] = {}  # model: [start, lines, bytes]
         self._first = first  # the number of its first part
         self._rerun = rerun  # its parts run requests again (``Part.rerun``)
         self.parts: list[Part] = []
@@ -132,10 +132,9 @@ class Planner:
             self._close(model, end=index)
             current = None
         if current is None:
-            current = self._open[model] = [index, 0, 0, index]
+            current = self._open[model] = [index, 0, 0]
         current[1] += 1
         current[2] += size
-        current[3] = index
 
     def done(self, total: int) -> list[Part]:
         for model in list(self._open):
@@ -143,7 +142,7 @@ class Planner:
         return sorted(self.parts, key=lambda p: (p.start, p.model))
 
     def _close(self, model: str, *, end: int) -> None:
-        start, lines, _, _ = self._open.pop(model)
+        start, lines, _ = self._open.pop(model)
         n = self._first + len(self.parts)
         self.parts.append(Part(n, model, self._routes[model][0], start, end, lines, rerun=self._rerun))
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from batchgw.config.catalog import price_of
+from batchgw.config.catalog import Price, price_of
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord, Tally
 from batchgw.domain.decisions import End, Verdict, not_run
@@ -318,7 +318,7 @@ async def _record(
     part: Part,
     line: LineResult,
     ids: tuple[str | None, ...],
-    price: Any,
+    price: Price | None,
 ) -> None:
     held = await _claim(deps, batch, line.index)
     if held is None or held.model != part.model:

@@ -174,6 +174,20 @@ class RequestStore:
                 # Our own claim, applied already: the SDK retried a call whose answer was lost.
                 return Claim(ClaimKind.CLAIMED, old)
             return Claim(ClaimKind.HELD, old)
+        if old.lease_owner == owner:
+            # Our own claim, its lease run out while we were gone (a provider step that died
+            # and is tried again): taken back as it was, no attempt lost or added.
+            retaken = Update(
+                extra_set=("lease_until = :until", "epoch = if_not_exists(epoch, :zero) + :one"),
+                condition=f"{is_running} AND lease_owner = :me AND {epoch_unchanged}",
+                names=_STATUS,
+                values={k: v for k, v in values.items() if k != ":now"} | {":epoch": old.epoch},
+            )
+            after, _ = self._table.update_returning(
+                key, retaken, failure=f"could not take back {batch_id}/{index}"
+            )
+            if after is not None:
+                return Claim(ClaimKind.CLAIMED, RequestRecord.from_item(after))
         # A running request whose lease ran out: its worker is gone. Take it over, counting
         # the lost attempt, whose cost is unknown (the upstream may have run it).
         takeover = Update(
