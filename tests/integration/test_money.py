@@ -124,8 +124,8 @@ def test_lost_attempts_of_a_request_ended_unrun_for_losing_its_workers_count_at_
     sim: Simulator,
 ) -> None:
     deps, clock, batch_id, most = _priced_batch(sim, 1)
-    for _ in range(MAX_LOST_ATTEMPTS + 1):  # each worker dies mid-request
-        claim(deps, batch_id, 0, owner="a worker that dies")
+    for n in range(MAX_LOST_ATTEMPTS + 1):  # each worker (each run its own owner) dies mid-request
+        claim(deps, batch_id, 0, owner=f"a worker that dies {n}")
         clock.advance(61)
     asyncio.run(run_message(deps, ChainMessage(batch_id, 0, 0, 1), owner="w", deadline=clock() + 900))
     batch = batches.get_batch(deps, ALICE, batch_id)
