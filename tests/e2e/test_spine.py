@@ -10,7 +10,7 @@ import pytest
 
 from local.run import LocalStack
 from tests.e2e.conftest import MODEL_CAP, Api, chat
-from tests.support import spec_counts
+from tests.support import spec_counts, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -53,6 +53,21 @@ def test_the_model_cap_holds_across_two_worker_processes(alice: Api, sim: httpx.
     stats = sim.get("/_sim/stats").json()["models"]["sim-chat"]
     assert stats["requests"] == 40
     assert 1 < stats["max_in_flight"] <= MODEL_CAP
+
+
+def test_a_small_batch_runs_beside_a_large_one_that_filled_its_model(alice: Api, bob: Api) -> None:
+    # 400 requests of 0.3 s on the model's 4 slots: half a minute, had it the slots alone.
+    large = alice.create([chat(f"l-{i}", f"slow [[sim latency_ms=300]] {i}") for i in range(400)]).json()
+    wait_for(
+        lambda: alice.batch(large["id"])["request_counts"]["completed"] >= 8, timeout=30, what="under way"
+    )
+    small = bob.create([chat(f"s-{i}", f"quick {i}") for i in range(3)]).json()
+    done = bob.wait_final(small["id"], timeout=30)
+    still = alice.batch(large["id"])
+    assert done["status"] == "completed" and spec_counts(done)["completed"] == 3
+    assert still["status"] == "in_progress" and still["request_counts"]["completed"] < 300, still
+    assert alice.http.post(f"/batches/{large['id']}/cancel").status_code == 200
+    assert alice.wait_final(large["id"])["status"] == "cancelled"
 
 
 def test_an_alias_runs_on_the_model_it_named_at_create(alice: Api, sim: httpx.Client) -> None:

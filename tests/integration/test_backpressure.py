@@ -40,7 +40,7 @@ def answer(deps: Deps, signal: Signal, latency_ms: float = 100.0) -> None:
 
 
 def running(deps: Deps, clock: FakeClock, n: int) -> list[SlotHolder]:
-    holders = [SlotHolder(deps) for _ in range(n)]
+    holders = [SlotHolder(deps, "batch_test") for _ in range(n)]
     assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
     return holders
 

@@ -16,6 +16,7 @@ import pytest
 from batchgw.api import accounts, batches
 from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
+from batchgw.domain.fairness import token_of
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
 from batchgw.run import attempt, lifecycle
@@ -138,6 +139,17 @@ def yielded(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     return Case(message, [(message.resume_at(0, full=1), 2, 4)])
 
 
+def gave_way(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
+    batch_id, message = prepared(deps, ["hello 0"])
+    mp.setattr(deps.live, "model_cap", lambda model: (2, "test"))
+    # Of the model's two slots, this batch's chain elsewhere holds one and another batch
+    # waits: the one left is the other batch's.
+    elsewhere = token_of(batch_id, "elsewhere")
+    assert deps.slots.acquire("sim-chat", elsewhere, cap=2, now=clock(), lease_seconds=600).granted
+    deps.slots.wait("sim-chat", "batch_other", until=clock() + 60)
+    return Case(message, [(message.resume_at(0, full=1), 2, 4)])
+
+
 def held_elsewhere(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     batch_id, message = prepared(deps, ["hello 0"])
     assert deps.requests.claim(batch_id, 0, "another", clock(), 60).request is not None
@@ -234,6 +246,7 @@ CASES: dict[Why, Setup] = {
     Why.MODEL_PAUSED: model_paused,
     Why.MODEL_FULL: model_full,
     Why.YIELDED: yielded,
+    Why.GAVE_WAY: gave_way,
     Why.HELD_ELSEWHERE: held_elsewhere,
     Why.LEASE_LOST: lease_lost,
     Why.SUPERSEDED: superseded,

@@ -136,7 +136,7 @@ def test_the_worker_reads_the_reports_at_most_four_times_a_second(
 def test_while_the_reports_cannot_be_read_nothing_new_starts_and_a_running_request_goes_on(
     deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    holder = SlotHolder(deps)
+    holder = SlotHolder(deps, "batch_test")
     assert asyncio.run(holder.hold("sim-chat")).granted  # a request runs
     unreadable(monkeypatch, deps)
     clock.advance(1.0)
@@ -144,7 +144,7 @@ def test_while_the_reports_cannot_be_read_nothing_new_starts_and_a_running_reque
     clock.advance(UNREADABLE_GRACE_SECONDS)
     share = deps.shares.share("sim-chat")
     assert (share.slots, share.why, share.yielding) == (0, ShareWhy.LOAD_UNKNOWN, True)
-    assert not asyncio.run(SlotHolder(deps).hold("sim-chat")).granted  # nothing new starts
+    assert not asyncio.run(SlotHolder(deps, "batch_test").hold("sim-chat")).granted  # nothing new starts
     # The running request's slot lapses and is purged while the table is unreadable: it is
     # taken again against the whole cap, so the call goes on.
     deps.slots.release("sim-chat", holder.token)
@@ -173,11 +173,11 @@ def test_without_the_shared_load_an_unreadable_table_stops_nothing(
     )
     unreadable(monkeypatch, deps)
     assert deps.shares.share("sim-chat").slots == 4
-    assert asyncio.run(SlotHolder(deps).hold("sim-chat")).granted
+    assert asyncio.run(SlotHolder(deps, "batch_test").hold("sim-chat")).granted
 
 
 def test_a_chain_holding_a_slot_gives_it_back_when_the_share_shrinks(deps: Deps, clock: FakeClock) -> None:
-    holders = [SlotHolder(deps) for _ in range(4)]
+    holders = [SlotHolder(deps, "batch_test") for _ in range(4)]
     assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
     deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=60)
     clock.advance(1.0)

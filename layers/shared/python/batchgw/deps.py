@@ -15,7 +15,7 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
-from batchgw.runtime import Backpressure, BatchShares, LiveConfig, SlotRoom
+from batchgw.runtime import Backpressure, BatchShares, LiveConfig, SlotBoard, SlotRoom
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.adaptive import AdaptiveStore
 from batchgw.storage.audit import AuditLog
@@ -47,6 +47,7 @@ class Deps:
     live: LiveConfig  # the settings with administrators' runtime overrides, and model caps
     shares: BatchShares  # each model's batch share beside the interactive load
     room: SlotRoom  # room in each model's batch share that no chain holds (chains split)
+    board: SlotBoard  # which batches hold and wait for each model's slots (batches share a model)
     backpressure: Backpressure  # what batch answers say of each model's upstream
     interactive: InteractiveLoadStore  # the interactive load reports
     catalog: Catalog
@@ -103,6 +104,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         live=live,
         shares=shares,
         room=SlotRoom(shares, running, clock),
+        board=SlotBoard(slots, clock),
         backpressure=Backpressure(live, shares, limits, running, clock),
         interactive=interactive,
         catalog=catalog,

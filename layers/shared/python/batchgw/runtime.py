@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from batchgw.config.catalog import Catalog, ModelSpec, Route
@@ -45,6 +46,7 @@ from batchgw.observability import logger
 from batchgw.storage.adaptive import AdaptiveStore
 from batchgw.storage.interactive import InteractiveLoadStore
 from batchgw.storage.runtime import RuntimeStore
+from batchgw.storage.slots import SlotState, SlotStore
 
 # Where a model's cap comes from (``GET /admin/batch/models``).
 CAP_FROM_ADMIN = "admin"
@@ -443,6 +445,61 @@ class SlotRoom:
         recent = last is not None and now - last[0] <= 2 * ROOM_READ_SECONDS
         self._left[model] = min(room, last[1]) if recent and last is not None else 0
         self._read[model] = (now, room)
+
+
+# How old a process's view of a model's slot map may be when a chain asks whether its batch
+# gives way to one waiting (``SlotBoard``): a Get per model every 2 s at most, per process.
+BOARD_SECONDS = 2.0
+
+
+class SlotBoard:
+    """This process's view of each model's slot map, read at most every ``BOARD_SECONDS``
+    and kept up to date with this process's own takes and releases between reads: which
+    batches hold slots and which wait (``domain.fairness``)."""
+
+    def __init__(self, slots: SlotStore, clock: Callable[[], float]) -> None:
+        self._slots = slots
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, SlotState]] = {}  # model: (read at, as read or updated)
+
+    def due(self, model: str) -> bool:
+        """Whether ``look`` reads the table now (else it answers at once)."""
+        seen = self._seen.get(model)
+        return seen is None or self._clock() - seen[0] >= BOARD_SECONDS
+
+    def look(self, model: str) -> SlotState:
+        """The model's slot map, as read at most ``BOARD_SECONDS`` ago. Unreadable: as last
+        seen (nobody waits, if never)."""
+        if self.due(model):
+            try:
+                self.saw(model, self._slots.read(model))
+            except StorageError:
+                logger.warning("slot map unreadable", extra={"model": model}, exc_info=True)
+                with self._lock:
+                    self._seen.setdefault(model, (self._clock(), SlotState({}, 0.0)))
+        return self._seen[model][1]
+
+    def saw(self, model: str, state: SlotState) -> None:
+        """The slot map as a read or a write of this process just returned it."""
+        with self._lock:
+            self._seen[model] = (self._clock(), state)
+
+    def took(self, model: str, token: str, until: float) -> None:
+        self._change(model, lambda holders: holders.__setitem__(token, until))
+
+    def let_go(self, model: str, token: str) -> None:
+        self._change(model, lambda holders: holders.pop(token, None))
+
+    def _change(self, model: str, change: Callable[[dict[str, float]], object]) -> None:
+        with self._lock:
+            seen = self._seen.get(model)
+            if seen is None:
+                return
+            at, state = seen
+            holders = dict(state.holders)
+            change(holders)
+            self._seen[model] = (at, replace(state, holders=holders))
 
 
 # How often a process adds the healthy answers it saw to a constrained model's limit.

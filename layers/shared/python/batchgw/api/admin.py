@@ -38,6 +38,7 @@ from batchgw.domain.attempts import AttemptEntry, log_key
 from batchgw.domain.batch import BatchRecord, CountedBatch, Tally
 from batchgw.domain.decisions import not_run_error
 from batchgw.domain.errors import BadRequest, Forbidden, NotFound
+from batchgw.domain.fairness import held_by_batch
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.results import result_line
@@ -128,6 +129,9 @@ def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, A
         "concurrency_source": source,
         "running": running,
         "queued": max(0, queued.get(model, 0) - running),
+        # Batches holding its slots, and batches waiting for one (``domain.fairness``).
+        "batches_running": len(held_by_batch(slots.holders, now)),
+        "batches_waiting": len(slots.waiting_now(now)),
         "paused": paused,
         # What batch work may use of the cap now, beside interactive traffic.
         "batch_share": {

@@ -49,6 +49,8 @@ from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.decisions import MAX_LOST_ATTEMPTS, Verdict, too_often_lost, unknown_model, verdict
+from batchgw.domain.errors import StorageError
+from batchgw.domain.fairness import gives_way, held_by_batch
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.spend import Judgement, Standing
 from batchgw.domain.states import BatchStatus
@@ -59,6 +61,7 @@ from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
 from batchgw.run.slot import SlotHolder, share_of
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
+from batchgw.storage.slots import SlotState
 from batchgw.storage.workflow import Next
 
 # Time kept in hand at the end of an invocation to send the chain's continuation.
@@ -91,6 +94,7 @@ class Why(StrEnum):
     MODEL_PAUSED = "model paused"  # the chain resumes after the model's pause
     MODEL_FULL = "model full"  # no slot: the chain asks again later
     YIELDED = "yielded"  # interactive traffic, or the upstream's backpressure, takes its free slots
+    GAVE_WAY = "gave way"  # another batch waits for a slot of the model (``domain.fairness``)
     HELD_ELSEWHERE = "held by another worker"  # come back when its lease ends
     LEASE_LOST = "lease lost"  # another worker took the request over while it ran
     SUPERSEDED = "superseded"  # a newer generation of chains runs the batch
@@ -281,7 +285,7 @@ class ChainRun:
         self.latest = batch  # the batch as last read
         self.written = batch.written_count  # no request from here on is written yet (as last read)
         self.write_wait = WRITE_WAIT_SECONDS  # how long the chain waits at that frontier next
-        self.slot = SlotHolder(deps)
+        self.slot = SlotHolder(deps, batch.id)
         self.owner_gate = OwnerGate(deps, batch)
         self.body: Any = None  # the next request's body, when the owner's gate read it
         # The times in a row this chain found its model full (``ChainMessage.full``).
@@ -368,14 +372,35 @@ class ChainRun:
             return None
         model = self.batch.models[0]
         state = await io(self.deps.slots.read, model)
+        self.deps.board.saw(model, state)
         paused_until = max(state.paused_until, self.deps.health.paused_until(model))
         share = await share_of(self.deps, model)
-        if state.running(now) < share.slots and paused_until <= now:
-            return None
         if paused_until > now:
             return Stopped(Why.MODEL_PAUSED, self._full_wait(paused_until - now))
+        if state.running(now) < share.slots:
+            held = held_by_batch(state.holders, now)
+            if not gives_way(self.batch.id, share.slots, held, state.waiting_now(now), holding=False):
+                return None
+            return Stopped(Why.GAVE_WAY, self._full_wait())
         why = Why.YIELDED if share.yielding else Why.MODEL_FULL
-        return Stopped(why, self._full_wait(yielded=why is Why.YIELDED))
+        wait = self._full_wait(yielded=why is Why.YIELDED)
+        await self._wait_for_slot(model, state, wait)
+        return Stopped(why, wait)
+
+    async def _wait_for_slot(self, model: str, state: SlotState, wait: float) -> None:
+        """Note this chain's batch as waiting for a slot of ``model`` (``domain.fairness``)
+        until after this chain's next try: a batch that holds more than its part gives one
+        up meanwhile."""
+        now = self.deps.clock()
+        until = now + 2 * wait + self.deps.settings.batch_slot_wait_seconds
+        expired = [batch for batch, at in state.waiting.items() if at < now]
+        try:
+            await io(self.deps.slots.wait, model, self.batch.id, until=until, expired=expired)
+        except StorageError:
+            # Not noted, the batch waits as a first-come one would: the slot stays the judge.
+            logger.warning(
+                "could not note the batch waiting", extra={"batch_id": self.batch.id}, exc_info=True
+            )
 
     def _full_wait(self, paused_for: float = 0.0, *, yielded: bool = False) -> float:
         """How long this chain waits, having found its model full once more (or paused for
@@ -559,10 +584,13 @@ class ChainRun:
         await attempt.release(self.deps, self.batch, held)
         if grant.paused_until is not None:
             why, wait = Why.MODEL_PAUSED, self._full_wait(grant.paused_until - now)
+        elif grant.gave_way:
+            why, wait = Why.GAVE_WAY, self._full_wait()
         else:
             yielded = (await share_of(self.deps, held.model)).yielding
             why = Why.YIELDED if yielded else Why.MODEL_FULL
             wait = self._full_wait(yielded=yielded)
+            await self._wait_for_slot(held.model, self.deps.board.look(held.model), wait)
         if from_heap:
             heapq.heappush(self.retries, (now + wait, target))
         return Stopped(why, wait)

@@ -3,30 +3,37 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from batchgw.deps import Deps
+from batchgw.domain.errors import StorageError
+from batchgw.domain.fairness import gives_way, held_by_batch, token_of
 from batchgw.domain.interactive import BatchShare
-from batchgw.observability import metrics
+from batchgw.observability import logger, metrics
 from batchgw.run.aio import io, renewal
 from batchgw.storage.slots import SlotGrant, SlotStore
 
 
 class SlotHolder:
-    """One chain's hold on one slot of one model at a time (see ``storage.slots``)."""
+    """One chain's hold on one slot of one model at a time (see ``storage.slots``), for a
+    chain of ``batch_id`` (the slot's token names it: ``domain.fairness``)."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Deps, batch_id: str) -> None:
         self._deps = deps
+        self.batch_id = batch_id
         self.model: str | None = None
-        self.token = SlotStore.new_token()
+        self.token = token_of(batch_id, SlotStore.new_token())
         self._until = 0.0
         self._cap = 0  # the model's cap when the slot was granted
 
     async def hold(self, model: str) -> SlotGrant:
         """Hold a slot of ``model``: the one held (renewed when half its lease is gone), or a
-        new one, letting go of another model's. Not granted while the model is full or paused.
-        When its batch share shrank (an administrator lowered the cap, or interactive traffic
-        takes more of it), the slot held is given back and asked for again, so the new share
-        holds once the requests running now end."""
+        new one, letting go of another model's. Not granted while the model is full or paused,
+        nor while another batch waits for a slot its batch holds more than its part of
+        (``domain.fairness``: the slot held is given back). When its batch share shrank (an
+        administrator lowered the cap, or interactive traffic takes more of it), the slot
+        held is given back and asked for again, so the new share holds once the requests
+        running now end."""
         deps = self._deps
         lease = deps.settings.batch_lease_seconds
         now = deps.clock()
@@ -38,6 +45,9 @@ class SlotHolder:
         cap = (await share_of(deps, model)).slots
         if self.model == model and cap < self._cap:
             await self.release()  # its share shrank: ask again, against the new one
+        if await self._gives_way(model, cap, now):
+            await self.release()
+            return SlotGrant(False, gave_way=True)
         if self.model == model:
             self._cap = cap
             if self._until - now > lease / 2:
@@ -52,9 +62,35 @@ class SlotHolder:
         if grant.granted:
             self.model, self._until, self._cap = model, now + lease, cap
             _in_use(model, +1)
+            await self._served(model, grant)
         elif grant.paused_until is not None:
             deps.health.note_pause(model, grant.paused_until)
         return grant
+
+    async def _gives_way(self, model: str, cap: int, now: float) -> bool:
+        """Whether this chain's batch leaves the slot to a batch that waits for one."""
+        board = self._deps.board
+        state = await io(board.look, model) if board.due(model) else board.look(model)
+        waiting = state.waiting_now(now)
+        if not waiting:
+            return False
+        held = held_by_batch(state.holders, now)
+        return gives_way(self.batch_id, cap, held, waiting, holding=self.model == model)
+
+    async def _served(self, model: str, grant: SlotGrant) -> None:
+        """A slot taken: this process's view has it, and the batch waits no longer."""
+        board, state = self._deps.board, grant.state
+        if state is None:
+            board.took(model, self.token, self._until)
+            return
+        if self.batch_id in state.waiting:
+            try:
+                await io(self._deps.slots.stop_waiting, model, self.batch_id)
+            except StorageError:  # its note runs out soon enough
+                logger.warning("batch still noted waiting", extra={"batch_id": self.batch_id}, exc_info=True)
+            waiting = {batch: until for batch, until in state.waiting.items() if batch != self.batch_id}
+            state = replace(state, waiting=waiting)
+        board.saw(model, state)
 
     async def keep(self) -> bool:
         """Renew the slot held while a call runs (``run.chain`` does, on the request lease's
@@ -76,6 +112,7 @@ class SlotHolder:
         grant = await renewal(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
         if grant.granted:
             self._until, self._cap = now + lease, cap
+            deps.board.took(model, self.token, self._until)
             return True
         self.model = None
         _in_use(model, -1)
@@ -85,6 +122,7 @@ class SlotHolder:
         if self.model is not None:
             model, self.model = self.model, None
             _in_use(model, -1)
+            self._deps.board.let_go(model, self.token)
             await io(self._deps.slots.release, model, self.token)
 
 

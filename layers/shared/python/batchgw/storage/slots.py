@@ -8,7 +8,8 @@ acquirer that finds the map full. Nothing leaks: every slot is a lease.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -25,22 +26,31 @@ pause_is_shorter = "(attribute_not_exists(paused_until) OR paused_until < :u)"
 
 
 @dataclass(frozen=True)
-class SlotGrant:
-    granted: bool
-    paused_until: float | None = None
-
-
-@dataclass(frozen=True)
 class SlotState:
     holders: dict[str, float]  # token: lease expiry
     paused_until: float
     # When a worker last took or renewed a slot: the model was serving batch requests then
     # (within half a lease of its last request starting). None: never.
     served_at: float | None = None
+    # Batches that found the model full and wait for a slot (``domain.fairness``): until when.
+    waiting: dict[str, float] = field(default_factory=dict)
 
     def running(self, now: float) -> int:
         """Slots held now (a lease that ran out belongs to a holder that is gone)."""
         return sum(1 for until in self.holders.values() if until >= now)
+
+    def waiting_now(self, now: float) -> list[str]:
+        return [batch_id for batch_id, until in self.waiting.items() if until >= now]
+
+
+@dataclass(frozen=True)
+class SlotGrant:
+    granted: bool
+    paused_until: float | None = None
+    # The slot map as the grant left it (None when not read).
+    state: SlotState | None = None
+    # Not granted because another batch waits for the slot (``domain.fairness``).
+    gave_way: bool = False
 
 
 class SlotStore:
@@ -70,7 +80,7 @@ class SlotStore:
                 self._key(model), take, failure=f"could not take a slot of {model}"
             )
             if taken is not None:
-                return SlotGrant(True)
+                return SlotGrant(True, state=_state_of(taken))
             if old is None or "s" not in old:
                 self._create(model)
                 continue
@@ -113,11 +123,37 @@ class SlotStore:
         return self.read(model).holders
 
     def read(self, model: str) -> SlotState:
-        item = self._table.get(self._key(model))
-        leases = item.get("s", {}) if item else {}
-        paused_until = float(item.get("paused_until", 0)) if item else 0.0
-        served_at = float(item["served_at"]) if item and "served_at" in item else None
-        return SlotState({t: float(u) for t, u in leases.items()}, paused_until, served_at)
+        return _state_of(self._table.get(self._key(model)))
+
+    def wait(self, model: str, batch_id: str, *, until: float, expired: Iterable[str] = ()) -> None:
+        """Note ``batch_id`` as waiting for a slot of ``model`` until ``until`` (dropping the
+        ``expired`` waiters a read found, so the map does not grow with batches gone)."""
+        gone = [batch for batch in expired if batch != batch_id]
+        names = {"#b": batch_id, **{f"#x{i}": batch for i, batch in enumerate(gone)}}
+        note = Update(
+            extra_set=["w.#b = :until"],
+            extra_remove=[f"w.#x{i}" for i in range(len(gone))],
+            condition="attribute_exists(w)",
+            names=names,
+            values={":until": timestamp(until)},
+        )
+        first = Update(
+            extra_set=["w = :w"],
+            condition=f"attribute_not_exists(w) AND {slots_exist}",
+            values={":w": {batch_id: timestamp(until)}},
+        )
+        key, failure = self._key(model), f"could not note a batch waiting for {model}"
+        for _ in range(3):
+            if self._table.update(key, note, failure=failure) or self._table.update(
+                key, first, failure=failure
+            ):
+                return
+            self._create(model)  # no slot map yet (or another note made ``w`` meanwhile)
+
+    def stop_waiting(self, model: str, batch_id: str) -> None:
+        """``batch_id`` no longer waits for a slot of ``model`` (it holds one)."""
+        done = Update(extra_remove=["w.#b"], condition="attribute_exists(w)", names={"#b": batch_id})
+        self._table.update(self._key(model), done, failure=f"could not note a batch served by {model}")
 
     def _create(self, model: str) -> None:
         self._table.put(
@@ -134,6 +170,18 @@ class SlotStore:
             extra_remove=[f"s.{n}" for n in names], condition=still_expired, names=names, values=values
         )
         self._table.update(self._key(model), purge, failure=f"could not purge the slots of {model}")
+
+
+def _state_of(item: dict[str, Any] | None) -> SlotState:
+    if not item:
+        return SlotState({}, 0.0)
+    served_at = float(item["served_at"]) if "served_at" in item else None
+    return SlotState(
+        {t: float(u) for t, u in item.get("s", {}).items()},
+        float(item.get("paused_until", 0)),
+        served_at,
+        {b: float(u) for b, u in item.get("w", {}).items()},
+    )
 
 
 # --- a user's slots, with what their requests may cost ------------------------------------------
