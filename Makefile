@@ -36,9 +36,16 @@ run: install
 reset:
 	rm -rf -- "$(STATE_DIR)"
 
-## Install and run the whole test suite.
+## Install and run the whole test suite: in two processes (pytest-xdist, a test file to each at
+## a time), then the tests marked serial alone (latency goals; the check of every AWS call the
+## local stacks made, recorded in $(TEST_CALLS)). `$(PY) -m pytest` alone runs it all in one.
+TEST_CALLS := $(CURDIR)/.local/test-aws-calls
+PYTEST := BATCHGW_TEST_AWS_CALLS_DIR="$(TEST_CALLS)" $(PY) -m pytest -q -p no:cacheprovider
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider
+	rm -rf -- "$(TEST_CALLS)"
+	$(PYTEST) -n 2 --dist loadfile -m "not serial"; first=$$?; \
+	$(PYTEST) -m serial; second=$$?; \
+	exit $$(( first || second ))
 
 lint: install
 	$(VENV)/bin/ruff check .

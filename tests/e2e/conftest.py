@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,10 +36,25 @@ FINAL = ("completed", "failed", "expired", "cancelled")
 PERMISSIONS_CHECK = "test_aws_permissions.py"  # runs after every other test
 
 
+# Where the stacks record their AWS calls when the suite runs in several processes (``make
+# test``: pytest-xdist), for the check that runs after them all in a pytest of its own.
+CALLS_DIR_OVERRIDE = "BATCHGW_TEST_AWS_CALLS_DIR"
+
+
+def aws_calls_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where every test process's stacks recorded their calls (read as one)."""
+    override = os.environ.get(CALLS_DIR_OVERRIDE)
+    return Path(override) if override else aws_calls_dir(tmp_path_factory)
+
+
 def aws_calls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the stacks' processes record the AWS calls each function makes (one directory per
     stack), for ``test_aws_permissions.py`` to check against the functions' roles."""
-    return tmp_path_factory.getbasetemp() / "aws-calls"
+    override = os.environ.get(CALLS_DIR_OVERRIDE)
+    if not override:
+        return tmp_path_factory.getbasetemp() / "aws-calls"
+    # Each test process's stacks apart (their log directories' names repeat); read as one.
+    return Path(override) / os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 def stack_for(tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]) -> LocalStack:

@@ -20,16 +20,17 @@ from batchgw.storage.aws import read_recorded_calls_by_function, read_recorded_t
 from batchgw.storage.touches import Touch
 
 from local.env import PREFIX
-from tests.e2e.conftest import aws_calls_dir
+from tests.e2e.conftest import aws_calls_root
 from tests.infra.iam_check import function_roles, missing_permissions, synthesize
 
-pytestmark = pytest.mark.e2e
+# After every test that drives a stack: ``make test`` runs it after the rest.
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 
 def test_every_recorded_aws_call_is_allowed_by_its_functions_role_on_what_it_touched(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    recorded = aws_calls_dir(tmp_path_factory)
+    recorded = aws_calls_root(tmp_path_factory)
     calls = read_recorded_calls_by_function(recorded) if recorded.is_dir() else {}
     touched = read_recorded_touches_by_function(recorded) if recorded.is_dir() else {}
     stack, template = synthesize(tmp_path / "cdk.out")

@@ -306,6 +306,10 @@ async def _collect(deps: Deps, batch: BatchRecord, part: Part, service: BatchSer
             chunk = []
             part = _save(deps, batch, part.replace(collected=number)) or part
     end = _left_end(deps, batch, polled, ids)
+    if isinstance(end, Verdict):
+        # The batch stops: its Cancel or Expire step ends what is left in one sweep (as it
+        # ends a gateway-run batch's unstarted requests), not one request at a time here.
+        return part
     for request in _requests(deps, batch, part):
         if request.index not in seen and not request.status.is_terminal:
             await _end_one(deps, batch, request, end)
@@ -411,6 +415,8 @@ def _finish(deps: Deps, batch_id: str) -> dict[str, Any]:
     if batch is None:
         return step(Next.FINALIZE)
     if batch.status is BatchStatus.CANCELLING or batch.owner_failed:
+        if batch.cancel_swept:  # swept before the parts ended: the Cancel step will not again
+            lifecycle.sweep_stopped(deps, batch)
         return step(Next.CANCEL)
     if batch.window_closed(deps.clock()) and not batch.expiring:
         return step(Next.EXPIRE)
