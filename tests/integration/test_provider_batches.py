@@ -6,6 +6,7 @@ cancel, the provider's failures, and a submit refused for its load."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -329,3 +330,91 @@ def test_a_step_that_died_takes_its_own_requests_back_without_a_lost_attempt(
     assert provider_step(deps, created["id"])["next"] == "finalize"
     ended = list(deps.requests.all(created["id"]))
     assert [(r.status, r.attempts, r.lost) for r in ended] == [(RequestStatus.SUCCEEDED, 1, 0)] * 3
+
+
+def _messages(n: int) -> list[dict[str, Any]]:
+    body = {"model": "sim-claude", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+    return [{"custom_id": f"m-{i}", "url": "/v1/messages", "body": body} for i in range(n)]
+
+
+def _steps(deps: Deps, batch_id: str, n: int = 6) -> dict[str, Any]:
+    routed = provider_step(deps, batch_id)
+    for _ in range(n):
+        if routed["next"] != "provider" or routed.get("wait_seconds", 0) > 0:
+            break
+        routed = provider_step(deps, batch_id)
+    return routed
+
+
+def test_a_lost_anthropic_submit_is_sent_again_and_the_batch_it_left_is_cancelled_once_no_step_can_claim_it(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.provider import services
+
+    clock = FakeClock(time.time())  # the simulator dates its batches by the real clock
+    deps = make_deps(sim, clock)
+    control(sim, auto_seconds=None)
+    created = create(deps, _messages(3), "provider")
+    lifecycle.prepare(deps, created["id"])
+    real = services.BatchService.submit
+
+    def lost(self: Any, *args: Any, **kwargs: Any) -> Any:
+        real(self, *args, **kwargs)
+        raise httpx.ReadTimeout("the answer was lost")
+
+    monkeypatch.setattr(services.BatchService, "submit", lost)
+    provider_step(deps, created["id"])
+    monkeypatch.setattr(services.BatchService, "submit", real)
+    # Anthropic keeps no mark to find the batch by: the part is submitted again, noting when.
+    routed = _steps(deps, created["id"])
+    assert routed["next"] == "provider"
+    [part] = deps.provider_parts.parts(created["id"])
+    assert part.suspect_to is not None and part.provider_batch_id is not None
+    orphan, ours = sorted(provider_batches(sim), key=lambda b: b["id"] == part.provider_batch_id)
+    assert ours["id"] == part.provider_batch_id and orphan["status"] == "in_progress"
+
+    # Until no step could still claim it, the batch the lost submit made is left alone; then
+    # it is cancelled, and ours (made in the same moments, with as many lines) is not.
+    provider_step(deps, created["id"])
+    assert {b["id"]: b["status"] for b in provider_batches(sim)}[orphan["id"]] == "in_progress"
+    clock.advance(deps.settings.batch_worker_timeout_seconds + 61)
+    provider_step(deps, created["id"])
+    statuses = {b["id"]: b["status"] for b in provider_batches(sim)}
+    assert statuses[orphan["id"]] in ("cancelling", "cancelled") and statuses[ours["id"]] == "in_progress"
+    [part] = deps.provider_parts.parts(created["id"])
+    assert part.suspect_to is None
+
+    control(sim, f"/{ours['id']}", action="complete")
+    assert _steps(deps, created["id"])["next"] == "finalize"
+    ended = deps.requests.all(created["id"])
+    assert all(r.status is RequestStatus.SUCCEEDED and r.attempts == 1 for r in ended)
+
+
+def test_a_step_that_died_before_recording_its_anthropic_batch_finds_it_by_the_note_that_it_is_ours(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.domain.provider import PartStatus
+    from batchgw.storage.provider import ProviderParts
+
+    deps = make_deps(sim, FakeClock(time.time()))  # the simulator dates its batches by the real clock
+    control(sim, auto_seconds=None)
+    created = create(deps, _messages(2), "provider")
+    lifecycle.prepare(deps, created["id"])
+    real = ProviderParts.save
+
+    def dies_recording(self: ProviderParts, batch_id: str, part: Any) -> Any:
+        if part.status is PartStatus.SUBMITTED:
+            raise RuntimeError("the step died")
+        return real(self, batch_id, part)
+
+    monkeypatch.setattr(ProviderParts, "save", dies_recording)
+    with pytest.raises(RuntimeError):
+        provider_step(deps, created["id"])
+    monkeypatch.setattr(ProviderParts, "save", real)
+    _steps(deps, created["id"])  # the workflow tries the step again
+    [made] = provider_batches(sim)  # found, not sent twice
+    [part] = deps.provider_parts.parts(created["id"])
+    assert part.provider_batch_id == made["id"] and part.suspect_to is None
+    control(sim, f"/{made['id']}", action="complete")
+    assert _steps(deps, created["id"])["next"] == "finalize"
+    assert {r.status for r in deps.requests.all(created["id"])} == {RequestStatus.SUCCEEDED}

@@ -50,6 +50,7 @@ UNITS: dict[str, MetricUnit] = {
     "InteractiveRequests": COUNT,
     "InteractiveLatency": MS,
     "ProviderBatchesSubmitted": COUNT,
+    "ProviderOrphansCancelled": COUNT,
 }
 
 

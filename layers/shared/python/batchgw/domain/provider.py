@@ -28,6 +28,10 @@ MAX_BYTES = {"openai": 200 * 1024 * 1024, "anthropic": 256 * 1024 * 1024}
 FIRST_POLL_SECONDS = 1
 # A submit the provider refused for its load (queue full, rate limited) is tried again after.
 SUBMIT_RETRY_SECONDS = 30
+# How long a provider runs a batch at most (both: 24 hours).
+PROVIDER_WINDOW_SECONDS = 24 * 3600
+# Clocks apart: the provider's creation time of a batch against ours.
+ORPHAN_SKEW_SECONDS = 60
 
 _LINE_ID = re.compile(r"^r(\d{1,9})$")
 
@@ -63,10 +67,32 @@ class Part:
     version: int = 0  # of its stored item: each write is conditional on it
     rerun: bool = False  # it runs again requests that failed (``omg_retries``): those waiting
     collected: int = 0  # of its ended batch's result lines, how many are recorded
+    submit_sent_at: float | None = None  # when its last submit went out
+    # Where a submit's answer was lost and the provider keeps no mark to find its batch by
+    # (Anthropic): the provider batches made meanwhile, [from, to], may include one of ours
+    # that nothing will collect; once no live step can still claim it, it is cancelled.
+    suspect_from: float | None = None
+    suspect_to: float | None = None
 
     @property
     def ended(self) -> bool:
         return self.status in (PartStatus.COLLECTED, PartStatus.SKIPPED)
+
+    def orphans_due_in(self, now: float, grace: float) -> float | None:
+        """Seconds until the provider batches a lost submit may have left are looked for
+        (0: now); None when there is nothing to look for."""
+        if self.suspect_to is None:
+            return None
+        return max(0.0, self.suspect_to + grace - now)
+
+    def suspecting(self, sent_at: float, now: float) -> Part:
+        """This part, noting that a submit sent at ``sent_at`` may have left a provider batch
+        by ``now``."""
+        start = sent_at - ORPHAN_SKEW_SECONDS
+        return self.replace(
+            suspect_from=start if self.suspect_from is None else min(self.suspect_from, start),
+            suspect_to=now + ORPHAN_SKEW_SECONDS,
+        )
 
     def next_poll_seconds(self, most: int) -> int:
         return int(min(most, FIRST_POLL_SECONDS * 2 ** min(self.polls, 16)))
@@ -98,7 +124,14 @@ class Part:
             version=int(item.get("version", 0)),
             rerun=bool(item.get("rerun")),
             collected=int(item.get("collected", 0)),
+            submit_sent_at=_float(item.get("submit_sent_at")),
+            suspect_from=_float(item.get("suspect_from")),
+            suspect_to=_float(item.get("suspect_to")),
         )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _asdict(part: Part) -> dict[str, Any]:

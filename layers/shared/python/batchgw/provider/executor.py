@@ -31,6 +31,8 @@ from batchgw.domain.decisions import End, Verdict, not_run
 from batchgw.domain.modes import Mode, ModeReason
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.provider import (
+    ORPHAN_SKEW_SECONDS,
+    PROVIDER_WINDOW_SECONDS,
     SUBMIT_RETRY_SECONDS,
     LineResult,
     Part,
@@ -66,6 +68,11 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
         parts = deps.provider_parts.parts(batch_id)
     waits: list[int] = []
     for part in parts:
+        orphans_in = part.orphans_due_in(deps.clock(), _orphan_grace(deps))
+        if orphans_in == 0:
+            part = _cancel_orphans(deps, batch, part)
+        elif orphans_in is not None:
+            waits.append(int(orphans_in) + 1)
         if part.ended:
             continue
         moved = _move(deps, batch, part)
@@ -159,7 +166,11 @@ def _move(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | 
 
 def _submit(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | None:
     ref = uuid.uuid4().hex
-    marked = _save(deps, batch, part.replace(status=PartStatus.SUBMITTING, ref=ref, error=None))
+    marked = _save(
+        deps,
+        batch,
+        part.replace(status=PartStatus.SUBMITTING, ref=ref, error=None, submit_sent_at=deps.clock()),
+    )
     if marked is None:
         return 0  # another step moved it: look again
     service = _service(deps, batch, marked)
@@ -180,7 +191,12 @@ def _submit(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] 
 
 
 def _submitted(deps: Deps, batch: BatchRecord, part: Part, submitted: Submitted) -> int:
-    """Record the provider batch ``part`` is (its first poll a second later)."""
+    """Record the provider batch ``part`` is (its first poll a second later): first as
+    ours (``ProviderParts.own``: what a part's step that died before it recorded the batch
+    finds it again by, where the provider keeps no mark), then in the part."""
+    # As long as the batch could be looked for: its provider's window, then our retention.
+    keep_until = deps.clock() + PROVIDER_WINDOW_SECONDS + deps.settings.retention_seconds
+    deps.provider_parts.own(submitted.batch_id, batch.id, part, keep_until=keep_until)
     _save(
         deps,
         batch,
@@ -250,17 +266,71 @@ def _refused(deps: Deps, batch: BatchRecord, part: Part, refused: Refused) -> in
 
 
 def _recover(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
-    """A part whose submit was sent and whose answer was lost with the step that sent it:
-    the provider batch it made, found by its mark (OpenAI's metadata), or a new submit when
-    there is none. Anthropic's batches keep no mark: its part is submitted again (the step
-    died between marking the part and recording the answer, a moment's window), and a
-    batch the lost submit made runs unclaimed: its lines end nothing here."""
+    """A part whose submit was sent and whose answer was lost (with the step that sent it,
+    or on the way): the provider batch it made, found by its mark (OpenAI's metadata), or
+    by the note that it is ours (``ProviderParts.own``) among those made since; else a new
+    submit. Where the provider keeps no mark (Anthropic), a batch the lost submit made may
+    run unclaimed: the part notes when, and cancels it once no step can still claim it
+    (``_cancel_orphans``)."""
     service = _service(deps, batch, part)
-    found = service.find(part.ref) if part.ref else None
-    if found is None:
-        _save(deps, batch, part.replace(status=PartStatus.PLANNED, ref=None))
-        return 0
-    return _submitted(deps, batch, part, found)
+    if service.finds_by_mark:
+        found = service.find(part.ref) if part.ref else None
+    else:
+        found = _found_by_note(deps, service, part)
+    if found is not None:
+        return _submitted(deps, batch, part, found)
+    again = part.replace(status=PartStatus.PLANNED, ref=None)
+    if not service.finds_by_mark:
+        again = again.suspecting(part.submit_sent_at or deps.clock(), deps.clock())
+    _save(deps, batch, again)
+    return 0
+
+
+def _found_by_note(deps: Deps, service: BatchService, part: Part) -> Submitted | None:
+    if not part.ref:
+        return None
+    since = (part.submit_sent_at or deps.clock()) - ORPHAN_SKEW_SECONDS
+    for listed in service.made_since(since):
+        owner = deps.provider_parts.owner(listed.batch_id)
+        if owner is not None and owner.get("ref") == part.ref:
+            return Submitted(listed.batch_id)
+    return None
+
+
+def _orphan_grace(deps: Deps) -> float:
+    """How long after a lost submit a step could still record the batch it made: one step's
+    longest run (the lifecycle function's timeout)."""
+    return deps.settings.batch_worker_timeout_seconds
+
+
+def _cancel_orphans(deps: Deps, batch: BatchRecord, part: Part) -> Part:
+    """Cancel the provider batches a lost submit of ``part`` may have made: of those created
+    in its suspect window with as many lines as the part, any no part notes as its own
+    (every step that got an answer noted it, within one step's run). The route's key must be
+    this deployment's alone: a batch someone else made with it then would look lost too."""
+    assert part.suspect_from is not None and part.suspect_to is not None
+    service = _service(deps, batch, part)
+    try:
+        made = service.made_since(part.suspect_from)
+    except httpx.HTTPError:
+        logger.warning("provider batch list unreachable", extra={"batch_id": batch.id, "part": part.n})
+        return part
+    for listed in made:
+        if listed.ended or listed.lines != part.lines or listed.created_at > part.suspect_to:
+            continue
+        if deps.provider_parts.owner(listed.batch_id) is not None:
+            continue
+        try:
+            service.cancel(listed.batch_id)
+        except httpx.HTTPError:
+            logger.warning("lost provider batch not cancelled", extra={"batch_id": batch.id, "part": part.n})
+            return part  # looked for again at the next step
+        metrics.count("ProviderOrphansCancelled", model=part.model)
+        logger.warning(
+            "lost provider batch cancelled",
+            extra={"batch_id": batch.id, "part": part.n, "provider_batch_id": listed.batch_id},
+        )
+    return _save(deps, batch, part.replace(suspect_from=None, suspect_to=None)) or part
 
 
 def _poll(deps: Deps, batch: BatchRecord, part: Part) -> int | None:

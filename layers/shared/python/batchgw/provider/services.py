@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -43,6 +44,16 @@ class Refused(Exception):
 class Submitted:
     batch_id: str
     file_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A provider batch as its service's list shows it."""
+
+    batch_id: str
+    created_at: float
+    lines: int
+    ended: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +140,37 @@ class BatchService:
                 return Submitted(str(batch["id"]), batch.get("input_file_id"))
         return None
 
+    @property
+    def finds_by_mark(self) -> bool:
+        """Whether ``find`` can say which batch a submit made (else ``made_since`` lists the
+        candidates, and the caller knows its own)."""
+        return self.route.protocol != "anthropic"
+
+    def made_since(self, since: float) -> list[Listed]:
+        """The Anthropic message batches created at ``since`` or later, newest first (its
+        list, a page of 100 at a time, read until older ones come)."""
+        found: list[Listed] = []
+        params: dict[str, Any] = {"limit": 100}
+        for _ in range(MAX_LIST_PAGES):
+            answer = self._call("GET", "/messages/batches", params=params)
+            answer.raise_for_status()
+            body = answer.json()
+            for batch in body.get("data", []):
+                created = _epoch(batch.get("created_at"))
+                if created is None:
+                    continue
+                if created < since:
+                    return found
+                counts = batch.get("request_counts") or {}
+                lines = sum(int(counts.get(kind, 0)) for kind in _ANTHROPIC_COUNTS)
+                found.append(
+                    Listed(str(batch["id"]), created, lines, batch.get("processing_status") in _ENDED)
+                )
+            if not body.get("has_more") or not body.get("last_id"):
+                return found
+            params = {"limit": 100, "after_id": body["last_id"]}
+        return found
+
     # --- poll, cancel, collect --------------------------------------------------------------
 
     def poll(self, batch_id: str) -> Polled:
@@ -161,6 +203,21 @@ class BatchService:
         answer = self._call("GET", path)
         answer.raise_for_status()
         return answer.content
+
+
+# Anthropic's request counts: together, the batch's requests.
+_ANTHROPIC_COUNTS = ("processing", "succeeded", "errored", "canceled", "expired")
+# Pages of a provider's batch list read at most when looking for lost submits' batches.
+MAX_LIST_PAGES = 20
+
+
+def _epoch(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _openai_polled(batch: dict[str, Any]) -> Polled:

@@ -12,6 +12,8 @@ from batchgw.domain.provider import Part
 from batchgw.storage.dynamo import Table, Update, from_item
 
 PART_PREFIX = "prov#"
+# An item of its own per provider batch a part submitted (``own``), beside no batch's record.
+OWNER_PREFIX = "provider-batch#"
 
 
 def part_sk(n: int) -> str:
@@ -73,3 +75,27 @@ class ProviderParts:
         key = {"pk": {"S": batch_id}, "sk": {"S": part_sk(part.n)}}
         saved = self._table.update(key, update, failure=f"could not save part {part.n} of {batch_id}")
         return after if saved else None
+
+    # --- which provider batches are ours -------------------------------------------------
+
+    @staticmethod
+    def _owner_key(provider_batch_id: str) -> dict[str, Any]:
+        return {"pk": {"S": f"{OWNER_PREFIX}{provider_batch_id}"}, "sk": {"S": "owner"}}
+
+    def own(self, provider_batch_id: str, batch_id: str, part: Part, *, keep_until: float) -> None:
+        """Note ``provider_batch_id`` as the batch of ``part`` (by its mark, ``ref``), before
+        the part records it: a provider batch no part owns was left by a lost submit."""
+        self._table.put(
+            {
+                **from_item(self._owner_key(provider_batch_id)),
+                "batch_id": batch_id,
+                "part": part.n,
+                "ref": part.ref or "",
+                "ttl": int(keep_until),
+            },
+            failure=f"could not note provider batch {provider_batch_id} as {batch_id}'s",
+        )
+
+    def owner(self, provider_batch_id: str) -> dict[str, Any] | None:
+        """Whose ``provider_batch_id`` is (batch_id, part, ref), or None: nobody's."""
+        return self._table.get(self._owner_key(provider_batch_id), consistent=True)
