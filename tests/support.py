@@ -156,3 +156,75 @@ def spec_counts(batch: dict[str, Any]) -> dict[str, int]:
     """A batch object's request counts as the spec names them (total, completed, failed)."""
     counts = batch["request_counts"]
     return {name: counts[name] for name in ("total", "completed", "failed")}
+
+
+# Headers a proxy sets itself (the body is relayed whole, decoded).
+HOP_HEADERS = ("host", "content-length", "transfer-encoding", "connection", "content-encoding")
+
+
+class GateProxy:
+    """A loopback HTTP proxy to ``target`` that lets the first ``open_for`` requests whose
+    path ends with ``suffix`` through and holds the later ones until ``release`` (or 60 s):
+    a test interrupts a client at a known point, however fast the machine runs it."""
+
+    def __init__(self, target: str, suffix: str, open_for: int) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import httpx
+
+        self.passed = 0
+        self.held = threading.Event()  # a request is being held
+        self._gate = threading.Event()
+        lock = threading.Lock()
+        proxy = self
+        client = httpx.Client(base_url=target.rstrip("/"), timeout=60)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _relay(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if self.path.split("?")[0].endswith(suffix):
+                    with lock:
+                        hold = proxy.passed >= open_for
+                        proxy.passed += 0 if hold else 1
+                    if hold:
+                        proxy.held.set()
+                        proxy._gate.wait(60)
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                }
+                answer = client.request(self.command, self.path, headers=headers, content=body)
+                self.send_response(answer.status_code)
+                for name, value in answer.headers.items():
+                    if name.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                    ):
+                        self.send_header(name, value)
+                self.send_header("content-length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def stop(self) -> None:
+        self.release()
+        self.server.shutdown()

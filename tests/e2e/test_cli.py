@@ -26,7 +26,7 @@ import pytest
 
 from local.run import LocalStack
 from tests.e2e.conftest import STACK_ENV, stack_for
-from tests.support import Receiver, wait_for
+from tests.support import GateProxy, Receiver
 
 pytestmark = pytest.mark.e2e
 SCRIPT = str(Path(sys.executable).parent / "batchgw")
@@ -122,44 +122,44 @@ def test_the_same_submission_finds_the_same_batch_with_or_without_its_state(
     assert other.returncode == 0 and other.stdout != first.stdout
 
 
-def test_an_interrupted_upload_resumes_where_its_parts_stopped(env: dict[str, str], tmp_path: Path) -> None:
-    # ~6 MB in ~100 parts: the interrupt must come while parts are still going up, however
-    # fast the local stack takes them (at 30 parts, a warm stack took the rest first).
-    source = write_jsonl(tmp_path / "parts.jsonl", 18000, text="x" * 200, prefix="p")
-    slow = {**env, "BATCHGW_PART_BYTES": str(64 * 1024)}
+def test_an_interrupted_upload_resumes_where_its_parts_stopped(
+    stack: LocalStack, env: dict[str, str], tmp_path: Path
+) -> None:
+    # ~640 KB in ~10 parts, through a proxy that holds the 4th part: the interrupt comes
+    # while parts are going up, however fast the machine runs the upload.
+    source = write_jsonl(tmp_path / "parts.jsonl", 3000, text="x" * 200, prefix="p")
     total = -(-source.stat().st_size // (64 * 1024))
+    gate = GateProxy(stack.api_url.removesuffix("/v1"), "/parts", open_for=3)
+    slow = {**env, "BATCHGW_PART_BYTES": str(64 * 1024), "BATCHGW_BASE_URL": f"{gate.url}/v1"}
     states = Path(env["BATCHGW_CLI_STATE_DIR"]) / "submits"
     earlier = set(states.glob("*.json")) if states.exists() else set()  # other tests' submissions
-    running = subprocess.Popen(
-        [SCRIPT, "submit", str(source)], env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    try:
+        running = subprocess.Popen(
+            [SCRIPT, "submit", str(source)],
+            env=slow,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert gate.held.wait(60), "the upload never reached its 4th part"
+        running.send_signal(signal.SIGINT)
+        _, stderr = running.communicate(timeout=30)
+        assert running.returncode == 130 and "run the same command again" in stderr
+        (saved,) = [path for path in states.glob("*.json") if path not in earlier]
+        before = json.loads(saved.read_text())
+        assert before["upload_id"] and len(before["parts"]) == 3 and before["batch_id"] is None
 
-    def this_submission() -> list[Path]:
-        return [path for path in states.glob("*.json") if path not in earlier] if states.exists() else []
-
-    def parts_sent() -> int:
-        found = this_submission()
-        return len(json.loads(found[0].read_text())["parts"]) if found else 0
-
-    wait_for(lambda: parts_sent() >= 3, timeout=60, interval=0.02, what="a few parts uploaded")
-    running.send_signal(signal.SIGINT)
-    _, stderr = running.communicate(timeout=30)
-    assert running.returncode == 130 and "run the same command again" in stderr
-    (saved,) = this_submission()
-    before = json.loads(saved.read_text())
-    assert before["upload_id"] and 3 <= len(before["parts"]) < total and before["batch_id"] is None
-
-    resumed = cli(slow, "submit", str(source))
+        gate.release()  # the same command again, through the same address
+        resumed = cli(slow, "submit", str(source))
+    finally:
+        gate.stop()
     assert resumed.returncode == 0, resumed.stderr
     after = json.loads(saved.read_text())
-    assert (
-        after["upload_id"] == before["upload_id"]
-        and after["parts"][: len(before["parts"])] == before["parts"]
-    )
+    assert after["upload_id"] == before["upload_id"] and after["parts"][:3] == before["parts"]
     assert len(after["parts"]) == total
     assert after["batch_id"] == resumed.stdout.strip()
-    # Its 18,000 requests are not this test's business: left running, they would hold the
-    # model's every slot while the next tests' batches wait.
+    # Its requests are not this test's business: left running, they would take the model's
+    # slots from the next tests' batches.
     assert cli(env, "cancel", after["batch_id"]).returncode == 0
 
 
