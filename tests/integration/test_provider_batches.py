@@ -242,6 +242,24 @@ def test_a_provider_batch_that_could_cost_more_than_the_quota_leaves_is_refused_
     assert create(deps, requests, "provider")["execution_mode"] == "provider"
 
 
+def test_a_provider_batch_over_the_quota_when_its_requests_are_read_fails_budget_exceeded_sending_nothing(
+    deps: Deps, sim: Simulator
+) -> None:
+    # A file batch's requests are known only once its file is read: the provider step checks
+    # them before it sends anything (an inline batch's create checked them already; here the
+    # quota fell meanwhile).
+    from tests.integration.test_owner_gate import set_user
+
+    created = create(deps, [chat_request(f"q-{i}", "hi") for i in range(10)], "provider")
+    set_user(deps, "user-alice", daily_quota_usd=0.05)
+    assert drive(deps, created["id"])["next"] == "finalize"
+    assert lifecycle.finalize(deps, created["id"])["status"] == "failed"
+    batch = deps.batches.get_record(created["id"])
+    assert batch is not None and batch.error is not None and batch.error["code"] == "budget_exceeded"
+    assert provider_batches(sim) == []
+    assert {r.status for r in deps.requests.all(created["id"])} == {RequestStatus.FAILED}
+
+
 def test_omg_retries_runs_a_line_the_provider_failed_again_in_a_new_provider_batch(
     deps: Deps, sim: Simulator
 ) -> None:

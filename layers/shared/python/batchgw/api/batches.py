@@ -18,7 +18,7 @@ from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS, execution_of, price_of
 from batchgw.deps import Deps
-from batchgw.domain import codec, money
+from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
 from batchgw.domain.errors import (
     BadRequest,
@@ -33,7 +33,7 @@ from batchgw.domain.errors import (
 from batchgw.domain.files import FileRecord, file_key
 from batchgw.domain.modes import PROVIDER_WINDOW, Mode
 from batchgw.domain.principal import Principal
-from batchgw.domain.spend import refusal, reservation_tokens
+from batchgw.domain.spend import TokenCost, most_cost, over_budget_message, refusal
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.observability import logger
@@ -418,20 +418,19 @@ def _check_most_cost(
     room = room_now(deps.accounts, deps.spend, Payer(principal.user_id, principal.key_id), deps.clock())
     if room is None:
         return
-    most = 0
-    for _, model, body in given.requests:
-        price = price_of(prices, model)
-        assert price is not None
-        tokens = reservation_tokens(
-            body, endpoint, model_max_output=deps.catalog.models[model].max_output_tokens
-        )
-        most += price.cost_nano(*tokens)
+    lines = (
+        (_cost_of(prices, model), body, deps.catalog.models[model].max_output_tokens)
+        for _, model, body in given.requests
+    )
+    most = most_cost(lines, endpoint)
     if most > room:
-        raise TooManyRequests(
-            f"The batch could cost up to ${money.usd_float(most):.4f} at its batch price, more than your "
-            f"quotas and budget leave (${money.usd_float(room):.4f}).",
-            code="budget_exceeded",
-        )
+        raise TooManyRequests(over_budget_message(most, room), code="budget_exceeded")
+
+
+def _cost_of(prices: dict[str, list[str]], model: str) -> TokenCost:
+    price = price_of(prices, model)
+    assert price is not None
+    return price.cost_nano
 
 
 # --- read, cancel, delete ----------------------------------------------------------------

@@ -19,12 +19,13 @@ Before a request of a batch starts, ``judge`` says what becomes of it:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from batchgw.domain import codec
+from batchgw.domain import codec, money
 from batchgw.domain.accounts import KeyRecord, UserRecord, UserStatus
 from batchgw.domain.principal import role_rank
 
@@ -263,3 +264,29 @@ def reservation_tokens(body: Any, endpoint: str, *, model_max_output: int | None
     )
     output = asked if asked is not None else (model_max_output or DEFAULT_MAX_OUTPUT_TOKENS)
     return input_tokens, max(0, int(output))
+
+
+# The price of a request's tokens, (input, output) to nano-dollars.
+TokenCost = Callable[[int, int], int]
+
+
+def most_cost(
+    lines: Iterable[tuple[TokenCost, Any, int | None]], endpoint: str, *, above: int | None = None
+) -> int:
+    """What ``lines`` could cost at most, in nano-dollars: each (its price, its body, its
+    model's output limit) at its reservation (``reservation_tokens``). Stops adding once
+    past ``above`` (the answer is then over it, no more exact)."""
+    most = 0
+    for cost, body, model_max_output in lines:
+        most += cost(*reservation_tokens(body, endpoint, model_max_output=model_max_output))
+        if above is not None and most > above:
+            break
+    return most
+
+
+def over_budget_message(most: int, room: int) -> str:
+    """Why a batch run at its batch price is refused (``budget_exceeded``)."""
+    return (
+        f"The batch could cost up to ${money.usd_float(most):.4f} at its batch price, more than your "
+        f"quotas and budget leave (${money.usd_float(room):.4f})."
+    )

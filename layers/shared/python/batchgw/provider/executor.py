@@ -42,11 +42,13 @@ from batchgw.domain.provider import (
     scrub_ids,
 )
 from batchgw.domain.request import RequestRecord, clean_message
+from batchgw.domain.spend import TokenCost, most_cost, over_budget_message
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.provider.services import BatchService, Polled, Refused, Submitted
 from batchgw.run import attempt, lifecycle
 from batchgw.storage.requests import ClaimKind
+from batchgw.storage.spend import Payer, room_now
 from batchgw.storage.workflow import Next, step
 from batchgw.upstream.client import classify
 
@@ -64,6 +66,10 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
         return lifecycle.park_step(deps, batch)  # it runs on the gateway's chains now
     parts = deps.provider_parts.parts(batch_id)
     if not parts:
+        over = _over_budget(deps, batch)
+        if over is not None:
+            deps.batches.fail_for_owner(batch_id, over)
+            return step(Next.CANCEL)  # its requests end batch_failed; nothing was sent
         deps.provider_parts.plan(batch_id, _plan(deps, batch))
         parts = deps.provider_parts.parts(batch_id)
     waits: list[int] = []
@@ -85,6 +91,29 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
     if _planned_reruns(deps, batch, len(parts)):
         return step(Next.PROVIDER)
     return _finish(deps, batch_id)
+
+
+def _over_budget(deps: Deps, batch: BatchRecord) -> dict[str, Any] | None:
+    """The error a batch fails with, before any of it is sent, when it could cost more at
+    its batch price than its owner's quotas and budget leave (a file batch's requests are
+    known only now; an inline one was checked at create: ``budget_exceeded``)."""
+    room = room_now(deps.accounts, deps.spend, Payer(batch.owner, batch.key_id), deps.clock())
+    if room is None:
+        return None
+
+    def lines() -> Iterator[tuple[TokenCost, Any, int | None]]:
+        for request in deps.requests.all(batch.id):
+            price = price_of(batch.batch_prices, request.model)
+            spec = deps.catalog.models.get(request.model)
+            if price is None or spec is None:
+                continue  # run at no price of ours: nothing to reserve
+            body = deps.blobs.load_body(request.request_packed, request.request_ref)
+            yield price.cost_nano, body, spec.max_output_tokens
+
+    most = most_cost(lines(), batch.endpoint, above=room)
+    if most <= room:
+        return None
+    return {"code": "budget_exceeded", "message": over_budget_message(most, room)}
 
 
 def _plan(deps: Deps, batch: BatchRecord) -> list[Part]:
