@@ -122,6 +122,14 @@ def test_the_same_submission_finds_the_same_batch_with_or_without_its_state(
     assert other.returncode == 0 and other.stdout != first.stdout
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """In the child before it runs the CLI: SIGINT neither ignored nor blocked, whatever the
+    test process did with it (a child inherits both, and the CLI then never sees Ctrl-C: in
+    a two-process suite run it never did)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_an_interrupted_upload_resumes_where_its_parts_stopped(
     stack: LocalStack, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -140,10 +148,19 @@ def test_an_interrupted_upload_resumes_where_its_parts_stopped(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_ctrl_c_as_at_a_terminal,
         )
         assert gate.held.wait(60), "the upload never reached its 4th part"
+        # How the CLI's process takes SIGINT, said if it does not stop.
+        masks = [
+            line for line in Path(f"/proc/{running.pid}/status").read_text().splitlines() if "Sig" in line
+        ]
         running.send_signal(signal.SIGINT)
-        _, stderr = running.communicate(timeout=30)
+        try:
+            _, stderr = running.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            running.kill()
+            raise AssertionError(f"the CLI did not stop on SIGINT: {masks}") from None
         assert running.returncode == 130 and "run the same command again" in stderr
         (saved,) = [path for path in states.glob("*.json") if path not in earlier]
         before = json.loads(saved.read_text())
