@@ -183,24 +183,31 @@ def test_a_full_provider_queue_is_tried_again_later_or_an_auto_batch_runs_here(
     assert receive_all(deps)  # the chains were sent
 
 
-def test_a_submit_whose_answer_was_lost_is_found_by_its_mark_not_sent_twice(
-    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _step_losing_the_submits_answer(
+    deps: Deps, batch_id: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """One provider step whose submit reaches the provider but whose answer is lost."""
     from batchgw.provider import services
 
-    created = create(deps, [chat_request("l", "hi")], "provider")
-    lifecycle.prepare(deps, created["id"])
     real = services.BatchService.submit
 
     def lost(self: Any, *args: Any, **kwargs: Any) -> Any:
         real(self, *args, **kwargs)
         raise httpx.ReadTimeout("the answer was lost")
 
-    monkeypatch.setattr(services.BatchService, "submit", lost)
-    assert provider_step(deps, created["id"])["next"] == "provider"  # looked at again
+    with monkeypatch.context() as patched:
+        patched.setattr(services.BatchService, "submit", lost)
+        return provider_step(deps, batch_id)
+
+
+def test_a_submit_whose_answer_was_lost_is_found_by_its_mark_not_sent_twice(
+    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = create(deps, [chat_request("l", "hi")], "provider")
+    lifecycle.prepare(deps, created["id"])
+    assert _step_losing_the_submits_answer(deps, created["id"], monkeypatch)["next"] == "provider"
     [part] = deps.provider_parts.parts(created["id"])
     assert part.status.value == "submitting" and part.provider_batch_id is None
-    monkeypatch.setattr(services.BatchService, "submit", real)
     routed = provider_step(deps, created["id"])  # finds it by its mark
     for _ in range(5):
         if routed["next"] != "provider":
@@ -367,22 +374,12 @@ def _steps(deps: Deps, batch_id: str, n: int = 6) -> dict[str, Any]:
 def test_a_lost_anthropic_submit_is_sent_again_and_the_batch_it_left_is_cancelled_once_no_step_can_claim_it(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from batchgw.provider import services
-
     clock = FakeClock(time.time())  # the simulator dates its batches by the real clock
     deps = make_deps(sim, clock)
     control(sim, auto_seconds=None)
     created = create(deps, _messages(3), "provider")
     lifecycle.prepare(deps, created["id"])
-    real = services.BatchService.submit
-
-    def lost(self: Any, *args: Any, **kwargs: Any) -> Any:
-        real(self, *args, **kwargs)
-        raise httpx.ReadTimeout("the answer was lost")
-
-    monkeypatch.setattr(services.BatchService, "submit", lost)
-    provider_step(deps, created["id"])
-    monkeypatch.setattr(services.BatchService, "submit", real)
+    _step_losing_the_submits_answer(deps, created["id"], monkeypatch)
     # Anthropic keeps no mark to find the batch by: the part is submitted again, noting when.
     routed = _steps(deps, created["id"])
     assert routed["next"] == "provider"
