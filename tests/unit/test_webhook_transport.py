@@ -122,6 +122,8 @@ def test_a_stalling_or_flooding_receiver_holds_a_delivery_no_longer_than_its_dea
             resolve=lambda h, p: [PUBLIC],
             transport=httpx.MockTransport(handler),
         )
-        assert time.monotonic() - started < 1.5
+        # Well short of the 20 s of trickle or the 30 s stall, with room for a loaded machine
+        # (the suite runs in two processes): the 1 s deadline ended it.
+        assert time.monotonic() - started < 5
         assert answer.status == status and answer.timed_out is (status is None)
     assert flood.sent <= 1024 * 1024  # the huge answer's body was not read

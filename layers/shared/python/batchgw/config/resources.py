@@ -214,8 +214,9 @@ TABLE_ACCESS: dict[str, Access] = {
 # ``dynamodb:LeadingKeys``: ``*`` is any text). The storage module that owns each is named.
 _ALL = FUNCTIONS
 CONTROL_PARTITIONS: dict[str, Access] = {
-    # storage.accounts: a user's profile and keys, the registry, the two key lookups
-    "user#*": access(read=(API, WORKER, INTERACTIVE), write=(ADMIN,)),
+    # storage.accounts: a user's profile and keys, the registry, the two key lookups (the
+    # lifecycle reads an owner's quotas for a provider-run batch's most cost)
+    "user#*": access(read=(API, WORKER, INTERACTIVE, LIFECYCLE), write=(ADMIN,)),
     "users": access(write=(ADMIN,)),
     "key#*": access(read=(API, INTERACTIVE), write=(ADMIN,)),
     "keyid#*": access(write=(ADMIN,)),
