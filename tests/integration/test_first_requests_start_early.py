@@ -98,17 +98,23 @@ def test_chains_start_once_the_first_requests_are_written_and_prepare_writes_the
 
 
 def _run_all(deps: Deps, messages: list[dict[str, Any]], *, meanwhile: Callable[[], Any]) -> None:
-    """Run every chain message at once, with ``meanwhile`` (blocking) run alongside them."""
+    """Run every chain message at once, with ``meanwhile`` (blocking) run alongside them; then
+    the messages they sent (a chain that split, as room came free), until none is left."""
 
-    async def scenario() -> None:
-        chains = [
+    def run(batch: list[dict[str, Any]]) -> list[asyncio.Task[Any]]:
+        return [
             asyncio.create_task(
                 run_message(deps, decode(message["Body"]), owner=f"w{i}", deadline=deps.clock() + 900)
             )
-            for i, message in enumerate(messages)
+            for i, message in enumerate(batch)
         ]
+
+    async def scenario() -> None:
+        chains = run(messages)
         await asyncio.to_thread(meanwhile)
         await asyncio.gather(*chains)
+        while sent := await asyncio.to_thread(receive_all, deps):
+            await asyncio.gather(*run(sent))
 
     asyncio.run(scenario())
 
