@@ -21,6 +21,10 @@ from local.run import LocalStack
 from tests.e2e.conftest import Api, aws_calls_dir, chat, root
 from tests.support import Receiver, wait_for
 
+# Deliveries counted against timeouts: ``make test`` runs these after the rest, alone (in the
+# two-process run a slow receiver's delivery was sent again).
+pytestmark = pytest.mark.serial
+
 ENV = {
     "BATCH_WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
     "BATCH_WEBHOOK_RETRY_SCHEDULE_SECONDS": "1,1,1,1,1,1,1",
