@@ -480,6 +480,12 @@ class SlotBoard:
                     self._seen.setdefault(model, (self._clock(), SlotState({}, 0.0)))
         return self._seen[model][1]
 
+    def last(self, model: str) -> SlotState:
+        """The model's slot map as last seen, read or not (never reads: nobody waits, if
+        never seen)."""
+        seen = self._seen.get(model)
+        return SlotState({}, 0.0) if seen is None else seen[1]
+
     def saw(self, model: str, state: SlotState) -> None:
         """The slot map as a read or a write of this process just returned it."""
         with self._lock:

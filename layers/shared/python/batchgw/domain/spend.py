@@ -270,18 +270,13 @@ def reservation_tokens(body: Any, endpoint: str, *, model_max_output: int | None
 TokenCost = Callable[[int, int], int]
 
 
-def most_cost(
-    lines: Iterable[tuple[TokenCost, Any, int | None]], endpoint: str, *, above: int | None = None
-) -> int:
+def most_cost(lines: Iterable[tuple[TokenCost, Any, int | None]], endpoint: str) -> int:
     """What ``lines`` could cost at most, in nano-dollars: each (its price, its body, its
-    model's output limit) at its reservation (``reservation_tokens``). Stops adding once
-    past ``above`` (the answer is then over it, no more exact)."""
-    most = 0
-    for cost, body, model_max_output in lines:
-        most += cost(*reservation_tokens(body, endpoint, model_max_output=model_max_output))
-        if above is not None and most > above:
-            break
-    return most
+    model's output limit) at its reservation (``reservation_tokens``)."""
+    return sum(
+        cost(*reservation_tokens(body, endpoint, model_max_output=model_max_output))
+        for cost, body, model_max_output in lines
+    )
 
 
 def over_budget_message(most: int, room: int) -> str:

@@ -42,7 +42,7 @@ from batchgw.domain.provider import (
     scrub_ids,
 )
 from batchgw.domain.request import RequestRecord, clean_message
-from batchgw.domain.spend import TokenCost, most_cost, over_budget_message
+from batchgw.domain.spend import most_cost, over_budget_message
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.provider.services import BatchService, Polled, Refused, Submitted
@@ -66,11 +66,11 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
         return lifecycle.park_step(deps, batch)  # it runs on the gateway's chains now
     parts = deps.provider_parts.parts(batch_id)
     if not parts:
-        over = _over_budget(deps, batch)
-        if over is not None:
-            deps.batches.fail_for_owner(batch_id, over)
+        planned = _plan(deps, batch)
+        if isinstance(planned, dict):
+            deps.batches.fail_for_owner(batch_id, planned)
             return step(Next.CANCEL)  # its requests end batch_failed; nothing was sent
-        deps.provider_parts.plan(batch_id, _plan(deps, batch))
+        deps.provider_parts.plan(batch_id, planned)
         parts = deps.provider_parts.parts(batch_id)
     waits: list[int] = []
     for part in parts:
@@ -93,34 +93,30 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
     return _finish(deps, batch_id)
 
 
-def _over_budget(deps: Deps, batch: BatchRecord) -> dict[str, Any] | None:
-    """The error a batch fails with, before any of it is sent, when it could cost more at
-    its batch price than its owner's quotas and budget leave (a file batch's requests are
-    known only now; an inline one was checked at create: ``budget_exceeded``)."""
-    room = room_now(deps.accounts, deps.spend, Payer(batch.owner, batch.key_id), deps.clock())
-    if room is None:
-        return None
-
-    def lines() -> Iterator[tuple[TokenCost, Any, int | None]]:
-        for request in deps.requests.all(batch.id):
-            price = price_of(batch.batch_prices, request.model)
-            spec = deps.catalog.models.get(request.model)
-            if price is None or spec is None:
-                continue  # run at no price of ours: nothing to reserve
-            body = deps.blobs.load_body(request.request_packed, request.request_ref)
-            yield price.cost_nano, body, spec.max_output_tokens
-
-    most = most_cost(lines(), batch.endpoint, above=room)
-    if most <= room:
-        return None
-    return {"code": "budget_exceeded", "message": over_budget_message(most, room)}
-
-
-def _plan(deps: Deps, batch: BatchRecord) -> list[Part]:
+def _plan(deps: Deps, batch: BatchRecord) -> list[Part] | dict[str, Any]:
+    """The batch's parts, in one pass over its requests; or, when they could cost more at
+    the batch price than its owner's quotas and budget leave, the error the batch fails with
+    before any of it is sent (``budget_exceeded``: a file batch's requests are known only
+    now; an inline one's create checked them already)."""
     planner = Planner(_routes(deps, batch), max_lines=deps.settings.batch_provider_max_lines)
+    room = room_now(deps.accounts, deps.spend, Payer(batch.owner, batch.key_id), deps.clock())
+    most = 0
     for request in deps.requests.all(batch.id):
         planner.add(request.index, request.model, len(request.request_packed or b"") or 1024)
+        if room is not None and most <= room:
+            most += _most_cost_of(deps, batch, request)
+    if room is not None and most > room:
+        return {"code": "budget_exceeded", "message": over_budget_message(most, room)}
     return planner.done(batch.total)
+
+
+def _most_cost_of(deps: Deps, batch: BatchRecord, request: RequestRecord) -> int:
+    price = price_of(batch.batch_prices, request.model)
+    spec = deps.catalog.models.get(request.model)
+    if price is None or spec is None:
+        return 0  # run at no price of ours: nothing to reserve
+    body = deps.blobs.load_body(request.request_packed, request.request_ref)
+    return most_cost([(price.cost_nano, body, spec.max_output_tokens)], batch.endpoint)
 
 
 def _planned_reruns(deps: Deps, batch: BatchRecord, first: int) -> bool:

@@ -590,7 +590,8 @@ class ChainRun:
             yielded = (await share_of(self.deps, held.model)).yielding
             why = Why.YIELDED if yielded else Why.MODEL_FULL
             wait = self._full_wait(yielded=yielded)
-            await self._wait_for_slot(held.model, self.deps.board.look(held.model), wait)
+            # The expired waiters it drops are those seen last: no read on the way.
+            await self._wait_for_slot(held.model, self.deps.board.last(held.model), wait)
         if from_heap:
             heapq.heappush(self.retries, (now + wait, target))
         return Stopped(why, wait)
