@@ -18,7 +18,9 @@ Each line of a provider batch is answered as the same request sent on its own wo
 batch created failed at once, ``errors.data[0].code`` ``batch_queue_full``; Anthropic: 529
 ``overloaded_error``) or when it rate-limits them (429); ``max_lines`` lowers the lines a
 batch may have. ``GET /_sim/provider-batches`` lists every batch (id, provider, status,
-custom ids, metadata) and file; ``POST /_sim/reset`` forgets them.
+custom ids, metadata, reads by id (``polls``), times, whether deleted) and file (and the files
+deleted); ``POST /_sim/reset`` forgets them. ``DELETE /v1/files/{id}`` deletes a file;
+``DELETE /v1/messages/batches/{id}`` an ended message batch (400 before it ended).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class ProviderBatch:
     errors: list[dict[str, Any]] = field(default_factory=list)
     output_file_id: str | None = None
     error_file_id: str | None = None
+    polls: int = 0  # reads of the batch by its id
+    deleted: bool = False  # Anthropic: deleted after it ended (listed here, not by the API)
 
     @property
     def ended(self) -> bool:
@@ -82,6 +86,7 @@ class ProviderBatches:
         self._lock = threading.RLock()
         self.batches: dict[str, ProviderBatch] = {}
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, bytes)
+        self.deleted_files: set[str] = set()
         self.auto_seconds: float | None = 0.0
         self.submit_failure: str | None = None
         self.max_lines: int | None = None
@@ -90,6 +95,7 @@ class ProviderBatches:
         with self._lock:
             self.batches.clear()
             self.files.clear()
+            self.deleted_files.clear()
             self.auto_seconds, self.submit_failure, self.max_lines = 0.0, None, None
 
     # --- routing ----------------------------------------------------------------------------
@@ -122,10 +128,14 @@ class ProviderBatches:
                         "status": b.status,
                         "custom_ids": [line.custom_id for line in b.lines],
                         "metadata": b.metadata,
+                        "polls": b.polls,
+                        "times": b.times,
+                        "deleted": b.deleted,
                     }
                     for b in self.batches.values()
                 ],
                 "files": sorted(self.files),
+                "deleted_files": sorted(self.deleted_files),
             }
         body = _json(raw)
         if not rest and method == "POST" and isinstance(body, dict):
@@ -175,6 +185,10 @@ class ProviderBatches:
             return 200, file[1]
         if len(rest) == 1 and method == "GET":
             return 200, _file_object(rest[0], *file)
+        if len(rest) == 1 and method == "DELETE":
+            del self.files[rest[0]]
+            self.deleted_files.add(rest[0])
+            return 200, {"id": rest[0], "object": "file", "deleted": True}
         return 405, _openai_error("not supported", None)
 
     # --- OpenAI: batches --------------------------------------------------------------------
@@ -197,6 +211,7 @@ class ProviderBatches:
             self._cancel(batch)
             return 200, self._openai_object(batch)
         if len(rest) == 1 and method == "GET":
+            batch.polls += 1
             self._maybe_auto(batch)
             return 200, self._openai_object(batch)
         return 405, _openai_error("not supported", None)
@@ -266,13 +281,13 @@ class ProviderBatches:
             return self._anthropic_create(_json(raw), version)
         if not rest and method == "GET":
             listed = sorted(
-                (b for b in self.batches.values() if b.provider == "anthropic"),
+                (b for b in self.batches.values() if b.provider == "anthropic" and not b.deleted),
                 key=lambda b: b.created_at,
                 reverse=True,
             )
             return 200, {"data": [self._anthropic_object(b) for b in listed], "has_more": False}
         batch = self.batches.get(rest[0])
-        if batch is None or batch.provider != "anthropic":
+        if batch is None or batch.provider != "anthropic" or batch.deleted:
             return 404, _anthropic_error("not_found_error", f"No message batch with id {rest[0]}")
         if len(rest) == 2 and rest[1] == "cancel" and method == "POST":
             self._cancel(batch)
@@ -286,8 +301,14 @@ class ProviderBatches:
             ]
             return 200, "".join(json.dumps(result) + "\n" for result in results).encode()
         if len(rest) == 1 and method == "GET":
+            batch.polls += 1
             self._maybe_auto(batch)
             return 200, self._anthropic_object(batch)
+        if len(rest) == 1 and method == "DELETE":
+            if not batch.ended:
+                return 400, _anthropic_error("invalid_request_error", "only an ended batch can be deleted")
+            batch.deleted = True
+            return 200, {"id": batch.id, "type": "message_batch_deleted"}
         return 405, _anthropic_error("invalid_request_error", "not supported")
 
     def _anthropic_create(self, body: Any, version: str) -> tuple[int, Any]:

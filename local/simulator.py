@@ -912,8 +912,10 @@ class SimulatorCore:
         self.provider_batches.reset()
 
     def _line_answer(self, url: str, body: JsonObject, headers: Mapping[str, str]) -> tuple[int, Any] | None:
-        """A provider batch's line, answered as the same request sent alone would be (a hang
-        gives up at once: nobody waits on the line)."""
+        """A provider batch's line, answered as the same request sent alone would be, without
+        its latency (a batch's lines are answered when it is processed, in the read that finds
+        it due: how long the provider took is ``auto_seconds``); a hang gives up at once:
+        nobody waits on the line."""
         anthropic = url == Endpoint.MESSAGES.value
         model = body.get("model")
         if not isinstance(model, str) or model not in MODELS:
@@ -923,7 +925,7 @@ class SimulatorCore:
         # Counted as the model's requests are (under the route ``provider_batch``): the
         # provider ran it, as it runs one sent alone.
         with self.stats.track(model, _tag_of(body), PROVIDER_BATCH_ROUTE):
-            reply = self._model_request(Endpoint(url), model, body, headers, lambda: True)
+            reply = self._model_request(Endpoint(url), model, body, headers, lambda: True, delayed=False)
         if reply is None:
             return None
         try:
@@ -1056,6 +1058,8 @@ class SimulatorCore:
         body: JsonObject,
         headers: Mapping[str, str],
         client_gone: Callable[[], bool],
+        *,
+        delayed: bool = True,
     ) -> Reply | None:
         anthropic = endpoint is Endpoint.MESSAGES
         if anthropic and not headers.get("anthropic-version"):
@@ -1073,7 +1077,7 @@ class SimulatorCore:
         except RequestError as exc:
             return error_reply(400, str(exc), anthropic=anthropic)
 
-        delay = self.latency_ms + directives.latency_ms
+        delay = self.latency_ms + directives.latency_ms if delayed else 0
         if delay > 0 and self.stopping.wait(delay / 1000):
             return None
         if directives.fail is not None:
@@ -1160,6 +1164,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silent: a log line per request would cost more than the simulated model."""

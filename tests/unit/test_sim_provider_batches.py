@@ -185,4 +185,4 @@ def test_bad_lines_fail_an_openai_batch_and_bad_custom_ids_refuse_an_anthropic_o
     listed = call(core, "GET", "/_sim/provider-batches")[1]
     assert [b["provider"] for b in listed["batches"]] == ["openai"]
     call(core, "POST", "/_sim/reset")
-    assert call(core, "GET", "/_sim/provider-batches")[1] == {"batches": [], "files": []}
+    assert call(core, "GET", "/_sim/provider-batches")[1] == {"batches": [], "files": [], "deleted_files": []}
