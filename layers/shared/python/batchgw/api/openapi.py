@@ -24,6 +24,7 @@ from batchgw.config.catalog import ENDPOINTS
 from batchgw.deps import get_deps
 from batchgw.domain import codec
 from batchgw.domain.interactive import MAX_IN_FLIGHT, MAX_REPORT_MODELS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
+from batchgw.domain.modes import MODES
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.webhooks import BATCH_EVENT_TYPES
 
@@ -255,8 +256,9 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                 "schema": {
                     "type": "object",
                     "description": "Open a child batch of this ended batch's failed, expired and "
-                    "cancelled requests (only those with one of error_codes, when given). Honours an "
-                    "Idempotency-Key header.",
+                    "cancelled requests (only those with one of error_codes, when given), in the "
+                    "execution mode its parent asked for unless execution_mode says another. Honours "
+                    "an Idempotency-Key header.",
                     "properties": {
                         "error_codes": {
                             "type": "array",
@@ -265,6 +267,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                         },
                         "completion_window": _WINDOW,
                         "metadata": _METADATA,
+                        "execution_mode": {"type": "string", "enum": list(MODES)},
                     },
                     "additionalProperties": False,
                 }

@@ -5,7 +5,7 @@ reads a child's results with its ancestors' successes, one line per custom_id.
 The child is opened like any batch (``api.batches.open_batch``): the caller's role,
 limits, quota and budget apply, and an Idempotency-Key finds the child the first retry
 made. It runs the parent's requests as the parent stored them, on the same endpoint,
-with the parent's window and metadata unless the body gives others. A file batch's child
+with the parent's window, metadata and execution mode unless the body gives others. A file batch's child
 is a file batch too: its input is a new file of the caller's holding exactly the requests
 it runs (counted against the caller's storage like an upload), so it ends with output and
 error files of its own. The child names its parent (``parent_batch_id``) and the parent
@@ -39,15 +39,21 @@ from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.errors import BadRequest, Conflict, NotFound
+from batchgw.domain.modes import Mode
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.storage.batches import MAX_CHILDREN, ParentChanged
 from batchgw.storage.blobs import export_key
-from batchgw.validation.create import COMPLETION_WINDOWS, check_completion_window, check_metadata
+from batchgw.validation.create import (
+    COMPLETION_WINDOWS,
+    check_completion_window,
+    check_metadata,
+    requested_mode,
+)
 from batchgw.validation.file import LineInvalid
 from batchgw.validation.jsonbody import parse_json
 
-RETRY_KEYS = frozenset({"error_codes", "completion_window", "metadata"})
+RETRY_KEYS = frozenset({"error_codes", "completion_window", "metadata", "execution_mode"})
 MAX_ERROR_CODES = 50
 # How many batches a merged read goes back through (a child of a child of ...).
 MAX_GENERATIONS = MAX_CHILDREN
@@ -58,7 +64,9 @@ def retry_batch(
 ) -> dict[str, Any]:
     """POST /v1/batches/{id}/retry: the child batch (the batch object), created once per
     Idempotency-Key. The body (optional) may give ``error_codes`` (only the requests that
-    ended with one of these codes), ``completion_window`` and ``metadata``."""
+    ended with one of these codes), ``completion_window``, ``metadata`` and
+    ``execution_mode`` (else the child asks to run where its parent asked: a batch run on
+    its provider's batch service at the batch price retries there too)."""
     body = parse_json(raw) if raw.strip() else {}
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
@@ -70,12 +78,14 @@ def retry_batch(
     codes = _error_codes(body.get("error_codes"))
     window = check_completion_window(body.get("completion_window"), required=False)
     metadata = check_metadata(body.get("metadata")) if "metadata" in body else None
+    asked = body.get("execution_mode")
+    mode = requested_mode(asked, metadata) if asked is not None or "omg_mode" in (metadata or {}) else None
     fingerprint = idempotency.fingerprint(codec.dumps({"retry": batch_id, "body": body}).encode(), None)
 
     def create(creating: Creating) -> dict[str, Any]:
         require_role(deps, principal, "create batches")
         parent = _own_ended(deps, principal, batch_id)
-        opening = _opening(deps, principal, parent, codes, window, metadata)
+        opening = _opening(deps, principal, parent, codes, window, metadata, mode)
         try:
             return open_batch(deps, principal, creating, opening)
         except ParentChanged:
@@ -180,6 +190,7 @@ def _opening(
     codes: frozenset[str] | None,
     window: str | None,
     metadata: dict[str, str] | None,
+    mode: Mode | None,
 ) -> Opening:
     requests = tuple(unfinished(deps, parent, codes))
     if not requests:
@@ -203,6 +214,7 @@ def _opening(
         anthropic_version=parent.anthropic_version,
         input=given,
         parent_batch_id=parent.id,
+        mode=Mode(parent.mode_requested) if mode is None else mode,
     )
 
 
