@@ -1,5 +1,6 @@
 """Lifecycle function: the workflow's steps (prepare, park, reconcile, expire, cancel,
-finalize, fail, purge, and the provider step of a batch run on its provider's batch service)."""
+finalize, fail, purge, and the provider step of a batch run on its provider's batch service,
+with its wait for the next poll)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import Deps, get_deps
 from batchgw.observability import logger, metrics, new_tracer
-from batchgw.provider.executor import provider_step
+from batchgw.provider.executor import provider_park, provider_step
 from batchgw.run import lifecycle, reconcile
 
 STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
@@ -24,6 +25,7 @@ STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
     ),
     "purge": lambda deps, event: lifecycle.purge(deps, event["batch_id"]),
     "provider": lambda deps, event: provider_step(deps, event["batch_id"]),
+    "provider_park": lambda deps, event: provider_park(deps, event["batch_id"], event["token"]),
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from openai import OpenAI
 
 from local.run import LocalStack
 from tests.e2e.test_files import wait_batch, write
+from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -85,8 +87,56 @@ def test_a_provider_mode_file_batch_ends_with_the_gateways_results_at_the_batch_
     assert shown["usage"]["input_tokens"] == here.model_dump()["usage"]["input_tokens"]
     assert shown["usage"]["cost"] * 2 == pytest.approx(here.model_dump()["usage"]["cost"])
     listed = httpx.get(f"{stack.sim_url}/_sim/provider-batches").json()
-    provider_ids = [b["id"] for b in listed["batches"]] + list(listed["files"])
+    provider_ids = [b["id"] for b in listed["batches"]] + listed["files"] + listed["deleted_files"]
     assert provider_ids
+    # What the provider batch left at the provider was deleted once its lines were recorded.
+    if endpoint == "/v1/messages":
+        assert [b["deleted"] for b in listed["batches"]] == [True]
+    else:
+        assert listed["files"] == [] and len(listed["deleted_files"]) == 3  # input, output, errors
     seen = json.dumps(shown) + "".join(raw)
     assert not [pid for pid in provider_ids if pid in seen]
     assert not re.search(r'"r\d+"', "".join(raw))  # the provider-side custom ids stay there too
+
+
+def test_a_cancel_reaches_the_provider_batch_at_once_not_at_its_next_poll(
+    client: OpenAI, stack: LocalStack, tmp_path: Path
+) -> None:
+    sim = httpx.Client(base_url=stack.sim_url)
+    sim.post("/_sim/reset").raise_for_status()
+    sim.post("/_sim/provider-batches", json={"auto_seconds": None}).raise_for_status()  # held until told
+    body = {"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}]}
+    lines = [
+        json.dumps({"custom_id": f"c-{i}", "method": "POST", "url": "/v1/chat/completions", "body": body})
+        for i in range(4)
+    ]
+    upload = client.files.create(file=write(tmp_path, lines).open("rb"), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        extra_body={"execution_mode": "provider"},
+    )
+
+    def held(polls: int) -> dict[str, Any] | None:
+        listed = sim.get("/_sim/provider-batches").json()["batches"]
+        return listed[0] if listed and listed[0]["polls"] >= polls else None
+
+    # Polled 1, 1, 2, 4 and 8 s apart: after the fifth poll the next is 16 s away.
+    provider_batch = wait_for(lambda: held(5), timeout=90, interval=0.2, what="the fifth poll")
+    sim.post(f"/_sim/provider-batches/{provider_batch['id']}", json={"action": "partial", "lines": 2})
+    asked = time.monotonic()
+    client.batches.cancel(batch.id)
+    wait_for(
+        lambda: "cancelling_at" in sim.get("/_sim/provider-batches").json()["batches"][0]["times"],
+        timeout=30,
+        interval=0.1,
+        what="the provider batch's cancel",
+    )
+    took = time.monotonic() - asked
+    assert took < 8, f"the cancel reached the provider {took:.1f} s after it was asked: at a poll"
+    done = wait_batch(client, batch.id)
+    assert done.status == "cancelled"
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.total) == (2, 4)
+    sim.post("/_sim/provider-batches", json={"auto_seconds": 0}).raise_for_status()

@@ -163,6 +163,135 @@ def test_a_cancel_cancels_the_provider_batch_and_keeps_what_finished(deps: Deps,
     assert statuses == [RequestStatus.SUCCEEDED] * 2 + [RequestStatus.CANCELLED] * 2
 
 
+def test_a_cancel_wakes_the_wait_for_the_next_poll_once_and_the_provider_hears_of_it_then(
+    deps: Deps, sim: Simulator
+) -> None:
+    from batchgw.provider.executor import provider_park
+
+    woken = deps.workflow.woken  # type: ignore[attr-defined]
+    control(sim, auto_seconds=None)
+    created = create(deps, [chat_request(f"c-{i}", "hi") for i in range(2)], "provider")
+    lifecycle.prepare(deps, created["id"])
+    assert provider_step(deps, created["id"])["wait_seconds"] > 0  # submitted: the next poll waits
+    provider_park(deps, created["id"], "wait-1")
+    assert woken == []  # nothing to do before the poll is due
+    batches.cancel_batch(deps, ALICE, created["id"])
+    assert woken == [("wait-1", {"next": "provider", "wait_seconds": 0})]  # to the provider step
+    assert provider_step(deps, created["id"])["next"] == "provider"
+    [after] = provider_batches(sim)
+    assert after["status"] == "cancelled" and after["polls"] == 1  # told at once, not at a poll
+    provider_park(deps, created["id"], "wait-2")
+    assert len(woken) == 1  # the step saw the cancel: the next wait is not cut short again
+    assert drive(deps, created["id"])["next"] == "finalize"
+
+
+def test_a_cancel_that_came_while_the_provider_step_ran_wakes_its_next_wait_at_once(
+    deps: Deps, sim: Simulator
+) -> None:
+    from batchgw.provider.executor import provider_park
+
+    control(sim, auto_seconds=None)
+    created = create(deps, [chat_request("r", "hi")], "provider")
+    lifecycle.prepare(deps, created["id"])
+    provider_step(deps, created["id"])  # submitted, the batch not stopping as it looked
+    deps.batches.cancel(created["id"], at=1)  # no token was kept: nothing to wake yet
+    provider_park(deps, created["id"], "wait-1")
+    assert deps.workflow.woken == [("wait-1", {"next": "provider", "wait_seconds": 0})]  # type: ignore[attr-defined]
+
+
+def test_what_a_provider_batch_left_at_the_provider_is_deleted_once_its_lines_are_recorded(
+    deps: Deps, sim: Simulator
+) -> None:
+    chats = [chat_request(f"k-{i}", "hi" if i else "hi [[sim status=400]]") for i in range(3)]
+    openai = create(deps, chats, "provider")
+    assert drive(deps, openai["id"])["next"] == "finalize"
+    listed = httpx.get(f"{sim.url}/_sim/provider-batches").json()
+    assert listed["files"] == [] and len(listed["deleted_files"]) == 3  # input, output, errors
+    messages = create(deps, _messages(2), "provider")
+    assert drive(deps, messages["id"])["next"] == "finalize"
+    anthropic = [b for b in provider_batches(sim) if b["provider"] == "anthropic"]
+    assert [b["deleted"] for b in anthropic] == [True]
+    assert all(p.cleaned for p in deps.provider_parts.parts(messages["id"]))
+    requests = [*deps.requests.all(openai["id"]), *deps.requests.all(messages["id"])]
+    assert [r.status.value for r in requests] == ["failed"] + ["succeeded"] * 4
+
+
+def test_a_provider_that_cannot_delete_a_collected_batch_yet_is_asked_again_at_the_next_step(
+    sim: Simulator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.provider import services
+
+    deps = make_deps(sim, clock, BATCH_PROVIDER_MAX_LINES="1")  # a provider batch per request
+    control(sim, auto_seconds=None)
+    created = create(deps, [chat_request(f"u-{i}", "hi") for i in range(2)], "provider")
+    lifecycle.prepare(deps, created["id"])
+    provider_step(deps, created["id"])  # both submitted
+    first, second = provider_batches(sim)
+    control(sim, f"/{first['id']}", action="complete")
+    real = services.BatchService.discard
+
+    def unreachable(self: Any, *args: Any) -> None:
+        raise httpx.ConnectError("the provider is unreachable")
+
+    monkeypatch.setattr(services.BatchService, "discard", unreachable)
+    assert provider_step(deps, created["id"])["next"] == "provider"  # the first collected, kept there
+    assert [(p.status.value, p.cleaned) for p in deps.provider_parts.parts(created["id"])] == [
+        ("collected", False),
+        ("submitted", False),
+    ]
+    monkeypatch.setattr(services.BatchService, "discard", real)
+    control(sim, f"/{second['id']}", action="complete")
+    assert provider_step(deps, created["id"])["next"] == "finalize"
+    assert all(p.cleaned for p in deps.provider_parts.parts(created["id"]))
+    listed = httpx.get(f"{sim.url}/_sim/provider-batches").json()
+    assert listed["files"] == [] and len(listed["deleted_files"]) == 4  # each batch's input and output
+
+
+def test_a_long_collect_stops_in_time_and_the_next_step_goes_on_from_its_last_chunk(
+    sim: Simulator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchgw.provider import executor
+
+    deps = make_deps(sim, clock, BATCH_WORKER_TIMEOUT_SECONDS="20")  # a step collects for 10 s at most
+    created = create(deps, [chat_request(f"s-{i}", "hi") for i in range(25)], "provider")
+    lifecycle.prepare(deps, created["id"])
+    provider_step(deps, created["id"])  # submitted
+    real = executor.attempt.settle
+
+    async def a_second_each(*args: Any, **kwargs: Any) -> Any:
+        clock.advance(1)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(executor.attempt, "settle", a_second_each)
+    assert provider_step(deps, created["id"]) == {"next": "provider", "wait_seconds": 0}
+    [part] = deps.provider_parts.parts(created["id"])
+    assert (part.status.value, part.collected) == ("submitted", 10)
+    assert provider_step(deps, created["id"]) == {"next": "provider", "wait_seconds": 0}
+    assert deps.provider_parts.parts(created["id"])[0].collected == 20
+    assert provider_step(deps, created["id"])["next"] == "finalize"
+    statuses = [r.status for r in deps.requests.all(created["id"])]
+    assert statuses == [RequestStatus.SUCCEEDED] * 25
+    batch = deps.batches.get(created["id"])
+    assert batch is not None and batch.counts.completed == 25  # each line counted once
+
+
+def test_the_retry_of_a_provider_batch_runs_on_the_providers_batch_service_too(
+    deps: Deps, sim: Simulator
+) -> None:
+    from batchgw.api import retry
+
+    requests = [chat_request(f"y-{i}", "hi" if i else "hi [[sim status=400]]") for i in range(3)]
+    parent = create(deps, requests, "provider")
+    drive(deps, parent["id"])
+    lifecycle.finalize(deps, parent["id"])
+    child = retry.retry_batch(deps, ALICE, parent["id"], b"", None)
+    assert (child["execution_mode"], child["execution_mode_reason"]) == ("provider", "requested")
+    assert drive(deps, child["id"])["next"] == "finalize"
+    assert [b["custom_ids"] for b in provider_batches(sim)] == [["r0", "r1", "r2"], ["r0"]]
+    here = retry.retry_batch(deps, ALICE, parent["id"], b'{"execution_mode": "gateway"}', None)
+    assert here["execution_mode"] == "gateway"  # where the retry's body says
+
+
 def test_a_full_provider_queue_is_tried_again_later_or_an_auto_batch_runs_here(
     deps: Deps, sim: Simulator
 ) -> None:

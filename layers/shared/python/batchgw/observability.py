@@ -51,6 +51,7 @@ UNITS: dict[str, MetricUnit] = {
     "InteractiveLatency": MS,
     "ProviderBatchesSubmitted": COUNT,
     "ProviderOrphansCancelled": COUNT,
+    "ProviderCleanupFailed": COUNT,
 }
 
 

@@ -462,16 +462,20 @@ def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
         now = int(deps.clock())
         record = deps.batches.cancel(record.id, at=now) or record
     if record.status is BatchStatus.CANCELLING and not record.cancel_swept and record.task_token is not None:
-        _wake_to_cancel(deps, record.id, record.task_token)
+        _wake_to_cancel(deps, record)
     return batch_object(visible_batch(deps, principal, batch_id), deps.clock())
 
 
-def _wake_to_cancel(deps: Deps, batch_id: str, token: str) -> None:
+def _wake_to_cancel(deps: Deps, record: BatchRecord) -> None:
+    """Wake the parked workflow to its Cancel step; one waiting for a provider batch's next
+    poll, to its provider step (which cancels the provider batch now)."""
+    assert record.task_token is not None
+    next_state = Next.PROVIDER if record.on_provider else Next.CANCEL
     try:
-        if deps.workflow.wake(token, Next.CANCEL):
-            deps.batches.clear_token(batch_id, token)
+        if deps.workflow.wake(record.task_token, next_state):
+            deps.batches.clear_token(record.id, record.task_token)
     except StorageError:
-        logger.warning("could not wake a cancelled batch's workflow", extra={"batch_id": batch_id})
+        logger.warning("could not wake a cancelled batch's workflow", extra={"batch_id": record.id})
 
 
 def delete_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, Any]:

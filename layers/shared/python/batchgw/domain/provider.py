@@ -73,10 +73,22 @@ class Part:
     # that nothing will collect; once no live step can still claim it, it is cancelled.
     suspect_from: float | None = None
     suspect_to: float | None = None
+    # A step looked at it since its batch began to stop (cancel, window, owner): it asked
+    # the provider to cancel it, or tried to. A stop none of its parts saw yet wakes the
+    # workflow from its wait for the next poll (``provider_park``).
+    stop_seen: bool = False
+    # What its provider batch left at the provider (files, the message batch) is deleted,
+    # once every line is recorded (``executor._discard``).
+    cleaned: bool = False
 
     @property
     def ended(self) -> bool:
         return self.status in (PartStatus.COLLECTED, PartStatus.SKIPPED)
+
+    @property
+    def left_at_provider(self) -> bool:
+        """Collected, with what its provider batch left there not deleted yet."""
+        return self.status is PartStatus.COLLECTED and self.provider_batch_id is not None and not self.cleaned
 
     def orphans_due_in(self, now: float, grace: float) -> float | None:
         """Seconds until the provider batches a lost submit may have left are looked for
@@ -127,6 +139,8 @@ class Part:
             submit_sent_at=_float(item.get("submit_sent_at")),
             suspect_from=_float(item.get("suspect_from")),
             suspect_to=_float(item.get("suspect_to")),
+            stop_seen=bool(item.get("stop_seen")),
+            cleaned=bool(item.get("cleaned")),
         )
 
 

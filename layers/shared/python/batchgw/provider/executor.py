@@ -18,6 +18,7 @@ and the provider's ids stay in the part: every message from it is scrubbed of th
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -80,6 +81,8 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
         elif orphans_in is not None:
             waits.append(int(orphans_in) + 1)
         if part.ended:
+            if part.left_at_provider:
+                _discard(deps, batch, part)
             continue
         moved = _move(deps, batch, part)
         if isinstance(moved, dict):
@@ -87,10 +90,37 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
         if moved is not None:
             waits.append(moved)
     if waits:
+        closes_in = _window_closes_in(batch, deps.clock())
+        if closes_in is not None:
+            waits.append(closes_in)  # its stop cancels the provider batches then
         return step(Next.PROVIDER, max(0, min(waits)))
     if _planned_reruns(deps, batch, len(parts)):
         return step(Next.PROVIDER)
     return _finish(deps, batch_id)
+
+
+def provider_park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
+    """Keep the token of the workflow's wait for the batch's next poll; or wake it at once
+    when the batch began to stop (cancel, its owner's failure) and a part it runs has not
+    been looked at since: the provider hears of a cancel now, not at the next poll. A cancel
+    that comes during the wait wakes it itself (``api.batches.cancel_batch``)."""
+    batch = deps.batches.set_token(batch_id, token)
+    next_state = None
+    if batch is None:
+        next_state = Next.FINALIZE
+    elif batch.stopping and any(not p.ended and not p.stop_seen for p in deps.provider_parts.parts(batch_id)):
+        next_state = Next.PROVIDER
+    if next_state is not None:
+        deps.workflow.wake(token, next_state)
+        if batch is not None:
+            deps.batches.clear_token(batch_id, token)
+    return {}
+
+
+def _window_closes_in(batch: BatchRecord, now: float) -> int | None:
+    if batch.expires_at is None or batch.expiring or batch.window_closed(now):
+        return None
+    return max(1, math.ceil(batch.expires_at - now))
 
 
 def _plan(deps: Deps, batch: BatchRecord) -> list[Part] | dict[str, Any]:
@@ -186,6 +216,8 @@ def _move(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | 
             "provider batch service unreachable",
             extra={"batch_id": batch.id, "part": part.n, "error": type(exc).__name__},
         )
+        if _stopping(batch, now) and not part.stop_seen:
+            _save(deps, batch, part.replace(stop_seen=True))  # the stop is tried again at the next poll
         return part.next_poll_seconds(deps.settings.batch_provider_poll_max_seconds)
 
 
@@ -362,53 +394,97 @@ def _poll(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
     assert part.provider_batch_id is not None
     service = _service(deps, batch, part)
     polled = service.poll(part.provider_batch_id)
+    stopping = _stopping(batch, deps.clock())
     if not polled.ended:
-        if _stopping(batch, deps.clock()) and polled.status not in ("cancelling", "canceling"):
+        cancelled = stopping and polled.status not in ("cancelling", "canceling")
+        if cancelled:
             service.cancel(part.provider_batch_id)  # what it finished stays: collected when it ends
-        saved = _save(deps, batch, part.replace(polls=part.polls + 1, provider_status=polled.status))
-        return part.next_poll_seconds(deps.settings.batch_provider_poll_max_seconds) if saved else 0
-    part = asyncio.run(_collect(deps, batch, part, service, polled))
-    _save(deps, batch, part.replace(status=PartStatus.COLLECTED, provider_status=polled.status))
+        # After its cancel it is polled again from 1 s on: a provider often ends it soon.
+        waited = part.replace(polls=0) if cancelled else part
+        saved = _save(
+            deps,
+            batch,
+            part.replace(
+                polls=waited.polls + 1, provider_status=polled.status, stop_seen=part.stop_seen or stopping
+            ),
+        )
+        return waited.next_poll_seconds(deps.settings.batch_provider_poll_max_seconds) if saved else 0
+    until = deps.clock() + deps.settings.batch_worker_timeout_seconds / 2
+    part, done = asyncio.run(_collect(deps, batch, part, service, polled, until))
+    if not done:
+        return 0  # on from the lines it recorded, in the next step (this one may not outlive it)
+    collected = _save(deps, batch, part.replace(status=PartStatus.COLLECTED, provider_status=polled.status))
     logger.info(
         "provider batch collected",
         extra={"batch_id": batch.id, "part": part.n, "provider_status": polled.status},
     )
+    if collected is not None:
+        _discard(deps, batch, collected)
     return None
 
 
-async def _collect(deps: Deps, batch: BatchRecord, part: Part, service: BatchService, polled: Polled) -> Part:
-    """End the part's requests with its lines, a chunk at a time, the part saying after each
-    how many lines are recorded (``Part.collected``: a step that dies goes on from there,
-    calling nothing for the lines before); then a request with no line ends as the provider
-    left it (failed with it, expired by it, or as the batch's stop ends it). The part after."""
+async def _collect(
+    deps: Deps, batch: BatchRecord, part: Part, service: BatchService, polled: Polled, until: float
+) -> tuple[Part, bool]:
+    """End the part's requests with its lines as they are read, a chunk at a time, the part
+    saying after each how many lines are recorded (``Part.collected``: a step that dies, or
+    that stops at ``until``, goes on from there, calling nothing for the lines before); then
+    a request with no line ends as the provider left it (failed with it, expired by it, or
+    as the batch's stop ends it). The part after, and whether all of it was collected."""
     assert part.provider_batch_id is not None
     ids = (part.provider_batch_id, part.provider_file_id, polled.output_file_id, polled.error_file_id)
     price = price_of(batch.batch_prices, part.model)
     seen: set[int] = set()
     chunk: list[LineResult] = []
-    lines = [
-        line
-        for line in service.results(part.provider_batch_id, polled)
-        if part.start <= line.index < part.end and line.unrun is None
-    ]
-    for number, line in enumerate(lines, start=1):
+    number = 0
+
+    async def record() -> Part:
+        await asyncio.gather(*(_record(deps, batch, part, one, ids, price) for one in chunk))
+        chunk.clear()
+        return _save(deps, batch, part.replace(collected=number)) or part
+
+    for line in service.results(part.provider_batch_id, polled):
+        if not part.start <= line.index < part.end or line.unrun is not None:
+            continue
+        number += 1
         seen.add(line.index)
         if number <= part.collected:
             continue  # recorded by an earlier step
         chunk.append(line)
-        if len(chunk) == COLLECT_CHUNK or number == len(lines):
-            await asyncio.gather(*(_record(deps, batch, part, one, ids, price) for one in chunk))
-            chunk = []
-            part = _save(deps, batch, part.replace(collected=number)) or part
+        if len(chunk) == COLLECT_CHUNK:
+            part = await record()
+            if deps.clock() >= until:
+                return part, False
+    if chunk:
+        part = await record()
     end = _left_end(deps, batch, polled, ids)
     if isinstance(end, Verdict):
         # The batch stops: its Cancel or Expire step ends what is left in one sweep (as it
         # ends a gateway-run batch's unstarted requests), not one request at a time here.
-        return part
+        return part, True
     for request in _requests(deps, batch, part):
         if request.index not in seen and not request.status.is_terminal:
             await _end_one(deps, batch, request, end)
-    return part
+    return part, True
+
+
+def _discard(deps: Deps, batch: BatchRecord, part: Part) -> None:
+    """Delete what the collected part's provider batch left at the provider (its files,
+    or the message batch with its results): our records hold every line now, and the
+    provider need not keep the batch's requests and answers for its own retention. Tried at
+    each step until it is done; a provider that cannot be reached by the batch's last step
+    leaves them (``ProviderCleanupFailed``)."""
+    assert part.provider_batch_id is not None
+    try:
+        _service(deps, batch, part).discard(part.provider_batch_id, part.provider_file_id)
+    except httpx.HTTPError as exc:
+        metrics.count("ProviderCleanupFailed", model=part.model)
+        logger.warning(
+            "provider batch not deleted",
+            extra={"batch_id": batch.id, "part": part.n, "error": type(exc).__name__},
+        )
+        return
+    _save(deps, batch, part.replace(cleaned=True))
 
 
 async def _record(

@@ -191,18 +191,34 @@ class BatchService:
             answer.raise_for_status()
 
     def results(self, batch_id: str, polled: Polled) -> Iterator[LineResult]:
-        """The ended batch's lines, as our requests' answers."""
+        """The ended batch's lines, as our requests' answers, read as they arrive (a result
+        file of 200 MB is never held whole), in the provider's order (the same each time)."""
         if self.route.protocol == "anthropic":
-            yield from _lines(self._content(f"/messages/batches/{batch_id}/results"), anthropic_line)
+            yield from _lines(self._stream(f"/messages/batches/{batch_id}/results"), anthropic_line)
             return
         for file_id in (polled.output_file_id, polled.error_file_id):
             if file_id:
-                yield from _lines(self._content(f"/files/{file_id}/content"), openai_line)
+                yield from _lines(self._stream(f"/files/{file_id}/content"), openai_line)
 
-    def _content(self, path: str) -> bytes:
-        answer = self._call("GET", path)
-        answer.raise_for_status()
-        return answer.content
+    def _stream(self, path: str) -> Iterator[str]:
+        with (
+            httpx.Client(timeout=CALL_TIMEOUT_SECONDS) as client,
+            client.stream("GET", f"{self._base}{path}", headers=self._headers()) as answer,
+        ):
+            answer.raise_for_status()
+            yield from answer.iter_lines()
+
+    def discard(self, batch_id: str, input_file_id: str | None) -> None:
+        """Delete what an ended and collected batch left at the provider: OpenAI's input,
+        output and error files; Anthropic's message batch (its results with it). Gone
+        already (a step that died after deleting) is deleted."""
+        if self.route.protocol == "anthropic":
+            _deleted(self._call("DELETE", f"/messages/batches/{batch_id}"))
+            return
+        polled = self.poll(batch_id)
+        for file_id in (input_file_id, polled.output_file_id, polled.error_file_id):
+            if file_id:
+                _deleted(self._call("DELETE", f"/files/{file_id}"))
 
 
 # Anthropic's request counts: together, the batch's requests.
@@ -248,8 +264,13 @@ def _refused(answer: httpx.Response) -> None:
     raise Refused("rejected", message)
 
 
-def _lines(content: bytes, read: Any) -> Iterator[LineResult]:
-    for raw in content.splitlines():
+def _deleted(answer: httpx.Response) -> None:
+    if answer.status_code != 404:
+        answer.raise_for_status()
+
+
+def _lines(content: Iterator[str], read: Any) -> Iterator[LineResult]:
+    for raw in content:
         if not raw.strip():
             continue
         try:
