@@ -140,3 +140,28 @@ def test_a_cancel_reaches_the_provider_batch_at_once_not_at_its_next_poll(
     assert done.request_counts is not None
     assert (done.request_counts.completed, done.request_counts.total) == (2, 4)
     sim.post("/_sim/provider-batches", json={"auto_seconds": 0}).raise_for_status()
+
+
+def test_auto_runs_a_file_batch_on_the_provider_where_that_is_cheaper_and_says_why(
+    client: OpenAI, stack: LocalStack, tmp_path: Path
+) -> None:
+    httpx.post(f"{stack.sim_url}/_sim/reset").raise_for_status()
+    ran = {}
+    for model in ("sim-chat", "sim-chat-only"):  # a route with a batch price; none
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+        line = json.dumps({"custom_id": "a-0", "method": "POST", "url": "/v1/chat/completions", "body": body})
+        upload = client.files.create(file=write(tmp_path, [line], f"{model}.jsonl").open("rb"), purpose="batch")
+        batch = client.batches.create(
+            input_file_id=upload.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            extra_body={"execution_mode": "auto"},
+        )
+        done = wait_batch(client, batch.id).model_dump()
+        assert done["status"] == "completed"
+        ran[model] = (done["execution_mode"], done["execution_mode_reason"])
+    assert ran == {
+        "sim-chat": ("provider", "provider_batch_price_cheaper"),
+        "sim-chat-only": ("gateway", "no_provider_batch_route"),
+    }
+    assert len(httpx.get(f"{stack.sim_url}/_sim/provider-batches").json()["batches"]) == 1
