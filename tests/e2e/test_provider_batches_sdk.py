@@ -150,7 +150,8 @@ def test_auto_runs_a_file_batch_on_the_provider_where_that_is_cheaper_and_says_w
     for model in ("sim-chat", "sim-chat-only"):  # a route with a batch price; none
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
         line = json.dumps({"custom_id": "a-0", "method": "POST", "url": "/v1/chat/completions", "body": body})
-        upload = client.files.create(file=write(tmp_path, [line], f"{model}.jsonl").open("rb"), purpose="batch")
+        path = write(tmp_path, [line], f"{model}.jsonl")
+        upload = client.files.create(file=path.open("rb"), purpose="batch")
         batch = client.batches.create(
             input_file_id=upload.id,
             endpoint="/v1/chat/completions",
