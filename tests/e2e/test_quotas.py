@@ -325,8 +325,9 @@ NEW_YEAR = int(datetime(2027, 1, 1, tzinfo=UTC).timestamp())
 @pytest.fixture(scope="module")
 def midnight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     # The stack's clock starts at its start: the batches must be created, and their first
-    # requests run, before the fake midnight, however slowly a fresh machine starts the stack.
-    env = {**QUOTA_ENV, "BATCHGW_FAKE_NOW": "2026-12-31T23:59:15Z", "BATCH_QUOTA_RECHECK_SECONDS": "3600"}
+    # requests run, before the fake midnight, however slowly a loaded machine starts the
+    # stack (45 s were not enough beside another test process in CI).
+    env = {**QUOTA_ENV, "BATCHGW_FAKE_NOW": "2026-12-31T23:58:30Z", "BATCH_QUOTA_RECHECK_SECONDS": "3600"}
     with stack_for(tmp_path_factory, "midnight", env) as running:
         yield running
 
@@ -342,7 +343,7 @@ def test_a_daily_quota_renews_at_midnight_utc_and_a_monthly_one_on_the_first(mid
     assert paused(monthly.api, month_batch["id"]) == {"reason": "monthly_quota", "until": NEW_YEAR}
     # The re-check is an hour away; the new day (and month) resumes them on their own.
     for user, batch in ((daily, day_batch), (monthly, month_batch)):
-        done = user.api.wait_final(batch["id"], timeout=120)
+        done = user.api.wait_final(batch["id"], timeout=200)
         assert done["status"] == "completed" and done["paused"] is None
         assert done["completed_at"] >= NEW_YEAR
     me = daily.api.http.get("/me").json()
