@@ -120,6 +120,29 @@ def test_a_lost_attempt_of_a_request_ended_by_the_reconciler_counts_against_quot
     assert batches.get_batch(deps, ALICE, batch_id)["cost_usd"] == 0  # not a known cost
 
 
+@pytest.mark.parametrize("stop", ["cancel", "expire"])
+def test_a_lost_attempt_of_a_request_given_back_unrun_counts_at_its_most_when_the_stop_ends_it(
+    sim: Simulator, stop: str
+) -> None:
+    deps, clock, batch_id, most = _priced_batch(sim, 2)
+    claim(deps, batch_id, 0, owner="a worker that dies")
+    clock.advance(61)
+    taken = claim(deps, batch_id, 0, owner="the worker that took it over")  # its lost attempt noted
+    assert taken.lost == 1
+    assert deps.requests.release(taken).value == "released"  # given back unrun (its model was full)
+    if stop == "cancel":
+        batches.cancel_batch(deps, ALICE, batch_id)
+        lifecycle.cancel(deps, batch_id)
+    else:
+        clock.advance(24 * 3600)
+        lifecycle.expire(deps, batch_id)
+    batch = batches.get_batch(deps, ALICE, batch_id)
+    assert batch["request_counts"]["completed"] == 0 and batch["cost_unknown_attempts"] == 1
+    assert sum(1 for _ in deps.requests.unfinished(batch_id)) == 0  # both ended by the stop
+    user, key = deps.spend.read(Payer(ALICE.user_id, ALICE.key_id), clock())
+    assert most > 0 and (user.unknown_today, key.unknown_today) == (most, most)
+
+
 def test_lost_attempts_of_a_request_ended_unrun_for_losing_its_workers_count_at_their_most(
     sim: Simulator,
 ) -> None:

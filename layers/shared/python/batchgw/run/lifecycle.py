@@ -21,7 +21,7 @@ from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
 from batchgw.domain.chains import ChainMessage
-from batchgw.domain.decisions import abandoned, not_run_error
+from batchgw.domain.decisions import Verdict, abandoned, not_run, not_run_error
 from batchgw.domain.files import RESULT_KINDS, file_key, result_file_id
 from batchgw.domain.modes import Mode
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
@@ -438,6 +438,44 @@ def sweep(
         below=below,
     )
     metrics.ended(status.value, ended, model=model)
+    _end_lost_unstarted(deps, batch, _VERDICTS[status], below)
+
+
+# How a sweep's status reads as the verdict a chain would have found (``domain.decisions``).
+_VERDICTS = {
+    RequestStatus.CANCELLED: Verdict.CANCELLED,
+    RequestStatus.EXPIRED: Verdict.EXPIRED,
+    RequestStatus.FAILED: Verdict.OWNER_FAILED,
+}
+
+
+def _end_lost_unstarted(deps: Deps, batch: BatchRecord, reason: Verdict, below: int | None) -> None:
+    """End what a sweep left unstarted: requests that lost attempts with their workers, each
+    charged to its owner and key at the most each lost attempt could have cost (as a chain
+    that claimed it would end it), in the write that ends it."""
+    now = deps.clock()
+    for request in deps.requests.unfinished(batch.id):
+        unstarted = request.status in (RequestStatus.QUEUED, RequestStatus.RETRY_WAIT)
+        if not unstarted or not request.lost or (below is not None and request.index >= below):
+            continue
+        end = not_run(reason, request, deps.settings)
+        stored = deps.requests.get(batch.id, request.index)  # with its body, to price it
+        most = priced(deps, batch.endpoint, stored or request)[1]
+        charges = deps.spend.charge_actions(
+            Payer(batch.owner, batch.key_id),
+            0,
+            now=now,
+            shard=spend_shard(batch.id, request.index),
+            unknown_nano=most * request.lost,
+        )
+        if deps.requests.end_unstarted(
+            request,
+            shard=batch.shard_of(request.index),
+            end=RequestEnd(end.status, ended_at=now, error=end.error),
+            tally=end.tally,
+            charges=charges,
+        ):
+            metrics.ended(end.status.value, model=request.model)
 
 
 def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:

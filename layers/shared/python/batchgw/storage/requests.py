@@ -41,6 +41,8 @@ lease_is_mine = "lease_owner = :me AND epoch = :epoch"
 epoch_unchanged = "epoch = :epoch"
 never_attempted = "(attribute_not_exists(attempts) OR attempts = :zero)"
 attempted_before = "attempts > :zero"
+# No attempt of it was lost with its worker (one that was is charged as it ends: not swept).
+never_lost = "(attribute_not_exists(lost) OR lost = :zero)"
 # ... and of the checks on the batch's record and counter shard that go with them.
 batch_runs = "#st = :in_progress AND attribute_not_exists(expiring)"
 more_than_one_left = "#left > :one"
@@ -332,6 +334,31 @@ class RequestStore:
             is not Recorded.LEASE_LOST
         )
 
+    def end_unstarted(
+        self,
+        request: RequestRecord,
+        *,
+        shard: int,
+        end: RequestEnd,
+        tally: Tally,
+        charges: Sequence[dict[str, Any]] = (),
+    ) -> bool:
+        """End an unstarted request (queued, or waiting for a retry) of a stopped batch,
+        counting it and ``charges`` (its lost attempts' charge to its owner) in the same
+        transaction: the one a sweep leaves, having lost attempts. False if a worker claimed
+        it meanwhile."""
+        unstarted, statuses = one_of("#st", "u", [RequestStatus.QUEUED.value, RequestStatus.RETRY_WAIT.value])
+        ended = Update(
+            set=end.stored_fields(),
+            condition=f"{unstarted} AND lost = :lost",
+            names=_STATUS,
+            values={**statuses, ":lost": request.lost},
+        ).request(self._table.name, self._key(request.batch_id, request.index))
+        return (
+            self._end_and_count(request.batch_id, request.index, ended, shard, tally, charges)
+            is not Recorded.LEASE_LOST
+        )
+
     def _end_and_count(
         self,
         batch_id: str,
@@ -496,14 +523,15 @@ class RequestStore:
         attempt yet (a model_queued wait uses none). Used when a batch is cancelled or its
         window closes. Each chunk is one transaction (its requests, conditional on their
         state, and their shard's counters); a request a worker claimed meanwhile drops out
-        of the chunk and is left to that worker.
+        of the chunk and is left to that worker. A request that lost attempts with their
+        workers is left out: those attempts are charged to its owner as it ends
+        (``end_unstarted``), which a sweep cannot do.
         """
         unstarted, statuses = one_of("#st", "u", [RequestStatus.QUEUED.value, RequestStatus.RETRY_WAIT.value])
-        condition = unstarted
-        values: dict[str, Any] = dict(statuses)
+        condition = f"{unstarted} AND {never_lost}"
+        values: dict[str, Any] = {**statuses, ":zero": 0}
         if attempted is not None:
             condition += f" AND {attempted_before if attempted else never_attempted}"
-            values[":zero"] = 0
         pending: dict[int, list[int]] = {}
         keys, bound = "pk = :pk", {}
         if below is not None:
