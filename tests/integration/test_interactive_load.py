@@ -186,6 +186,24 @@ def test_a_chain_holding_a_slot_gives_it_back_when_the_share_shrinks(deps: Deps,
     assert deps.slots.read("sim-chat").running(clock()) == 2
 
 
+def test_a_chain_within_a_smaller_share_keeps_its_slot_in_one_write(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holders = [SlotHolder(deps, "batch_test") for _ in range(2)]
+    assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
+    deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=60)  # 4 -> 2: both fit
+    clock.advance(1.0)
+    writes: list[str] = []
+    for name in ("acquire", "release", "renew", "renew_within"):
+        real = getattr(deps.slots, name)
+        monkeypatch.setattr(
+            deps.slots, name, lambda *a, _real=real, _name=name, **k: writes.append(_name) or _real(*a, **k)
+        )
+    assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
+    assert writes == ["renew_within", "renew_within"]  # never let go, so never taken by another
+    assert deps.slots.read("sim-chat").running(clock()) == 2
+
+
 def test_chains_that_look_while_the_first_read_is_under_way_wait_for_it_rather_than_stop(
     deps: Deps, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -32,8 +32,8 @@ class SlotHolder:
         nor while another batch waits for a slot its batch holds more than its part of
         (``domain.fairness``: the slot held is given back). When its batch share shrank (an
         administrator lowered the cap, or interactive traffic takes more of it), the slot
-        held is given back and asked for again, so the new share holds once the requests
-        running now end."""
+        held is kept if the model's slots are within the new share (one write), else given
+        back and asked for again, so the new share holds once the requests running now end."""
         deps = self._deps
         lease = deps.settings.batch_lease_seconds
         now = deps.clock()
@@ -44,7 +44,13 @@ class SlotHolder:
         # Its cap less what interactive traffic takes of it now (``domain.interactive``).
         cap = (await share_of(deps, model)).slots
         if self.model == model and cap < self._cap:
-            await self.release()  # its share shrank: ask again, against the new one
+            # Its share shrank: kept while the slots held fit the new share (no slot let go
+            # and taken again: another chain could take it between), else asked for again.
+            kept = await io(deps.slots.renew_within, model, self.token, cap=cap, now=now, lease_seconds=lease)
+            if kept:
+                self._until, self._cap = now + lease, cap
+            else:
+                await self.release()
         if await self._gives_way(model, cap, now):
             await self.release()
             return SlotGrant(False, gave_way=True)

@@ -115,6 +115,18 @@ class SlotStore:
         )
         return self._table.update(self._key(model), renew, failure=f"could not renew a slot of {model}")
 
+    def renew_within(self, model: str, token: str, *, cap: int, now: float, lease_seconds: float) -> bool:
+        """Extend this holder's slot while the map holds at most ``cap`` slots, in one write;
+        False when it holds more (a smaller share: this holder may be one too many) or this
+        holder's lapsed and was purged."""
+        renew = Update(
+            extra_set=["s.#t = :until", "served_at = :now"],
+            condition=f"{token_held} AND size(s) <= :cap",
+            names={"#t": token},
+            values={":until": timestamp(now + lease_seconds), ":now": timestamp(now), ":cap": cap},
+        )
+        return self._table.update(self._key(model), renew, failure=f"could not renew a slot of {model}")
+
     def release(self, model: str, token: str) -> None:
         release = Update(extra_remove=["s.#t"], names={"#t": token})
         self._table.update(self._key(model), release, failure=f"could not release a slot of {model}")
