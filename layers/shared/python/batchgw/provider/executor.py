@@ -104,17 +104,14 @@ def provider_park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
     when the batch began to stop (cancel, its owner's failure) and a part it runs has not
     been looked at since: the provider hears of a cancel now, not at the next poll. A cancel
     that comes during the wait wakes it itself (``api.batches.cancel_batch``)."""
-    batch = deps.batches.set_token(batch_id, token)
-    next_state = None
-    if batch is None:
-        next_state = Next.FINALIZE
-    elif batch.stopping and any(not p.ended and not p.stop_seen for p in deps.provider_parts.parts(batch_id)):
-        next_state = Next.PROVIDER
-    if next_state is not None:
-        deps.workflow.wake(token, next_state)
-        if batch is not None:
-            deps.batches.clear_token(batch_id, token)
-    return {}
+
+    def due(batch: BatchRecord | None) -> Next | None:
+        if batch is None:
+            return Next.FINALIZE
+        parts = deps.provider_parts.parts(batch_id) if batch.stopping else []
+        return Next.PROVIDER if any(not p.ended and not p.stop_seen for p in parts) else None
+
+    return lifecycle.keep_token(deps, batch_id, token, due)
 
 
 def _window_closes_in(batch: BatchRecord, now: float) -> int | None:

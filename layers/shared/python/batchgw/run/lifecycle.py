@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -333,12 +333,25 @@ def _write_rest(deps: Deps, batch: BatchRecord, chunks: Iterator[int]) -> BatchR
 def park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
     """Keep the waiting task's token, or wake it at once if there is already work to do:
     the batch is done, deleted, or cancelled with its unstarted requests not yet settled."""
+
+    def due(batch: BatchRecord | None) -> Next | None:
+        if batch is None or batch.all_shards_done:
+            return Next.FINALIZE
+        if (batch.status is BatchStatus.CANCELLING or batch.owner_failed) and not batch.cancel_swept:
+            return Next.CANCEL
+        return None
+
+    return keep_token(deps, batch_id, token, due)
+
+
+def keep_token(
+    deps: Deps, batch_id: str, token: str, due: Callable[[BatchRecord | None], Next | None]
+) -> dict[str, Any]:
+    """Keep a waiting task's token on the batch's record (whoever has work for the workflow
+    wakes it with it); then, if ``due`` of the record as kept says where the workflow goes
+    now, wake it there at once (work that came before the token was kept)."""
     batch = deps.batches.set_token(batch_id, token)
-    next_state = None
-    if batch is None or batch.all_shards_done:
-        next_state = Next.FINALIZE
-    elif (batch.status is BatchStatus.CANCELLING or batch.owner_failed) and not batch.cancel_swept:
-        next_state = Next.CANCEL
+    next_state = due(batch)
     if next_state is not None:
         deps.workflow.wake(token, next_state)
         if batch is not None:
@@ -459,21 +472,12 @@ def _end_lost_unstarted(deps: Deps, batch: BatchRecord, reason: Verdict, below: 
         if not unstarted or not request.lost or (below is not None and request.index >= below):
             continue
         end = not_run(reason, request, deps.settings)
-        stored = deps.requests.get(batch.id, request.index)  # with its body, to price it
-        most = priced(deps, batch.endpoint, stored or request)[1]
-        charges = deps.spend.charge_actions(
-            Payer(batch.owner, batch.key_id),
-            0,
-            now=now,
-            shard=spend_shard(batch.id, request.index),
-            unknown_nano=most * request.lost,
-        )
         if deps.requests.end_unstarted(
             request,
             shard=batch.shard_of(request.index),
             end=RequestEnd(end.status, ended_at=now, error=end.error),
             tally=end.tally,
-            charges=charges,
+            charges=_unknown_cost_charges(deps, batch, request, end.tally.cost_unknown, now),
         ):
             metrics.ended(end.status.value, model=request.model)
 
@@ -495,6 +499,22 @@ def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:
         sweep(deps, batch, RequestStatus.FAILED, not_run_error("batch_failed"), Tally(failed=1))
 
 
+def _unknown_cost_charges(
+    deps: Deps, batch: BatchRecord, request: RequestRecord, attempts: int, now: float
+) -> list[dict[str, Any]]:
+    """The writes that charge ``attempts`` of unknown cost of ``request`` to its batch's owner
+    and key, each at the most it could have cost."""
+    stored = deps.requests.get(batch.id, request.index)  # with its body, to price it
+    most = priced(deps, batch.endpoint, stored or request)[1]
+    return deps.spend.charge_actions(
+        Payer(batch.owner, batch.key_id),
+        0,
+        now=now,
+        shard=spend_shard(batch.id, request.index),
+        unknown_nano=most * attempts,
+    )
+
+
 def lease_ran_out(request: RequestRecord, now: float) -> bool:
     """Running, but its worker's lease ran out: the worker is gone."""
     return request.status is RequestStatus.RUNNING and (request.lease_until or 0) < now
@@ -505,15 +525,7 @@ def end_abandoned(deps: Deps, batch: BatchRecord, request: RequestRecord, now: f
     Its lost attempts are charged to its owner and key at the most each could have cost, as
     any attempt of unknown cost is."""
     decision = abandoned(batch, request)
-    stored = deps.requests.get(batch.id, request.index)  # with its body, to price it
-    most = priced(deps, batch.endpoint, stored or request)[1]
-    charges = deps.spend.charge_actions(
-        Payer(batch.owner, batch.key_id),
-        0,
-        now=now,
-        shard=spend_shard(batch.id, request.index),
-        unknown_nano=most * decision.tally.cost_unknown,
-    )
+    charges = _unknown_cost_charges(deps, batch, request, decision.tally.cost_unknown, now)
     ended = deps.requests.end_abandoned(
         request,
         now=now,
