@@ -193,14 +193,17 @@ def test_a_chain_within_a_smaller_share_keeps_its_slot_in_one_write(
     assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
     deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=60)  # 4 -> 2: both fit
     clock.advance(1.0)
-    writes: list[str] = []
-    for name in ("acquire", "release", "renew", "renew_within"):
+    writes: list[tuple[str, int | None]] = []
+    for name in ("acquire", "release", "renew"):
         real = getattr(deps.slots, name)
         monkeypatch.setattr(
-            deps.slots, name, lambda *a, _real=real, _name=name, **k: writes.append(_name) or _real(*a, **k)
+            deps.slots,
+            name,
+            lambda *a, _real=real, _name=name, **k: writes.append((_name, k.get("within"))) or _real(*a, **k),
         )
     assert all(asyncio.run(h.hold("sim-chat")).granted for h in holders)
-    assert writes == ["renew_within", "renew_within"]  # never let go, so never taken by another
+    # One renewal each, within the new share: never let go, so never taken by another.
+    assert writes == [("renew", 2), ("renew", 2)]
     assert deps.slots.read("sim-chat").running(clock()) == 2
 
 

@@ -432,6 +432,7 @@ def sweep(
     now = deps.clock()
     model = batch.models[0] if len(batch.models) == 1 else "several"
     below = None if batch.all_written else batch.written_count
+    lost: tuple[int, ...] = ()
     if failed_retries:
         failed = deps.requests.sweep(
             batch.id,
@@ -441,8 +442,9 @@ def sweep(
             attempted=True,
             below=below,
         )
-        metrics.ended(RequestStatus.FAILED.value, failed, model=model)
-    ended = deps.requests.sweep(
+        metrics.ended(RequestStatus.FAILED.value, failed.ended, model=model)
+        lost = failed.lost
+    swept = deps.requests.sweep(
         batch.id,
         end=RequestEnd(status, ended_at=now, error=error),
         tally=tally,
@@ -450,8 +452,8 @@ def sweep(
         attempted=False if failed_retries else None,
         below=below,
     )
-    metrics.ended(status.value, ended, model=model)
-    _end_lost_unstarted(deps, batch, _VERDICTS[status], below)
+    metrics.ended(status.value, swept.ended, model=model)
+    _end_lost_unstarted(deps, batch, _VERDICTS[status], (*lost, *swept.lost))
 
 
 # How a sweep's status reads as the verdict a chain would have found (``domain.decisions``).
@@ -462,15 +464,15 @@ _VERDICTS = {
 }
 
 
-def _end_lost_unstarted(deps: Deps, batch: BatchRecord, reason: Verdict, below: int | None) -> None:
+def _end_lost_unstarted(deps: Deps, batch: BatchRecord, reason: Verdict, indexes: Iterable[int]) -> None:
     """End what a sweep left unstarted: requests that lost attempts with their workers, each
     charged to its owner and key at the most each lost attempt could have cost (as a chain
     that claimed it would end it), in the write that ends it."""
     now = deps.clock()
-    for request in deps.requests.unfinished(batch.id):
-        unstarted = request.status in (RequestStatus.QUEUED, RequestStatus.RETRY_WAIT)
-        if not unstarted or not request.lost or (below is not None and request.index >= below):
-            continue
+    for index in indexes:
+        request = deps.requests.get(batch.id, index)  # with its body, to price it
+        if request is None or request.status not in (RequestStatus.QUEUED, RequestStatus.RETRY_WAIT):
+            continue  # a worker claimed it meanwhile
         end = not_run(reason, request, deps.settings)
         if deps.requests.end_unstarted(
             request,
@@ -502,10 +504,9 @@ def sweep_stopped(deps: Deps, batch: BatchRecord) -> None:
 def _unknown_cost_charges(
     deps: Deps, batch: BatchRecord, request: RequestRecord, attempts: int, now: float
 ) -> list[dict[str, Any]]:
-    """The writes that charge ``attempts`` of unknown cost of ``request`` to its batch's owner
-    and key, each at the most it could have cost."""
-    stored = deps.requests.get(batch.id, request.index)  # with its body, to price it
-    most = priced(deps, batch.endpoint, stored or request)[1]
+    """The writes that charge ``attempts`` of unknown cost of ``request`` (as stored, with its
+    body) to its batch's owner and key, each at the most it could have cost."""
+    most = priced(deps, batch.endpoint, request)[1]
     return deps.spend.charge_actions(
         Payer(batch.owner, batch.key_id),
         0,
@@ -525,7 +526,8 @@ def end_abandoned(deps: Deps, batch: BatchRecord, request: RequestRecord, now: f
     Its lost attempts are charged to its owner and key at the most each could have cost, as
     any attempt of unknown cost is."""
     decision = abandoned(batch, request)
-    charges = _unknown_cost_charges(deps, batch, request, decision.tally.cost_unknown, now)
+    stored = deps.requests.get(batch.id, request.index) or request  # with its body, to price it
+    charges = _unknown_cost_charges(deps, batch, stored, decision.tally.cost_unknown, now)
     ended = deps.requests.end_abandoned(
         request,
         now=now,

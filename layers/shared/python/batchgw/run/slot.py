@@ -46,7 +46,7 @@ class SlotHolder:
         if self.model == model and cap < self._cap:
             # Its share shrank: kept while the slots held fit the new share (no slot let go
             # and taken again: another chain could take it between), else asked for again.
-            kept = await io(deps.slots.renew_within, model, self.token, cap=cap, now=now, lease_seconds=lease)
+            kept = await io(deps.slots.renew, model, self.token, now=now, lease_seconds=lease, within=cap)
             if kept:
                 self._until, self._cap = now + lease, cap
             else:

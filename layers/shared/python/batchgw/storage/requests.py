@@ -86,6 +86,15 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Swept:
+    """What a sweep did: how many requests it ended, and the indexes of those it left for
+    having lost attempts with their workers (``RequestStore.end_unstarted`` ends each)."""
+
+    ended: int
+    lost: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RunGuard:
     """A request's end recorded with a check that its batch still runs its requests: no
     stop halted the request's counter shard, and (for a chain's request) no newer
@@ -511,9 +520,9 @@ class RequestStore:
         shards: int,
         attempted: bool | None = None,
         below: int | None = None,
-    ) -> int:
+    ) -> Swept:
         """End every unstarted request (queued or waiting for a retry) with ``end``,
-        counting each once. Returns how many it ended.
+        counting each once.
 
         ``below``: only those with a lower index (the batch's ``written`` frontier, past which
         a stored request is one a prepare that died wrote without moving the frontier: it is
@@ -524,34 +533,39 @@ class RequestStore:
         window closes. Each chunk is one transaction (its requests, conditional on their
         state, and their shard's counters); a request a worker claimed meanwhile drops out
         of the chunk and is left to that worker. A request that lost attempts with their
-        workers is left out: those attempts are charged to its owner as it ends
-        (``end_unstarted``), which a sweep cannot do.
+        workers is left out and named (``Swept.lost``): those attempts are charged to its
+        owner as it ends (``end_unstarted``), which a sweep cannot do.
         """
         unstarted, statuses = one_of("#st", "u", [RequestStatus.QUEUED.value, RequestStatus.RETRY_WAIT.value])
-        condition = f"{unstarted} AND {never_lost}"
+        found = unstarted
         values: dict[str, Any] = {**statuses, ":zero": 0}
         if attempted is not None:
-            condition += f" AND {attempted_before if attempted else never_attempted}"
+            found += f" AND {attempted_before if attempted else never_attempted}"
         pending: dict[int, list[int]] = {}
+        lost: list[int] = []
         keys, bound = "pk = :pk", {}
         if below is not None:
             keys, bound = "pk = :pk AND idx < :below", {":below": below}
         for raw in self._table.query(
             KeyConditionExpression=keys,
-            FilterExpression=condition,
-            ProjectionExpression="idx",
+            FilterExpression=found,
+            ProjectionExpression="idx, lost",
             ExpressionAttributeNames=_STATUS,
             ExpressionAttributeValues=to_item({":pk": batch_id, **values, **bound}),
             ConsistentRead=True,
         ):
             index = int(raw["idx"]["N"])
-            pending.setdefault(index % shards, []).append(index)
+            if int(raw.get("lost", {}).get("N", "0")):
+                lost.append(index)
+            else:
+                pending.setdefault(index % shards, []).append(index)
         ended = 0
+        condition = f"{found} AND {never_lost}"  # one that lost an attempt meanwhile is left too
         for shard, indexes in pending.items():
             for start in range(0, len(indexes), SWEEP_CHUNK):
                 chunk = indexes[start : start + SWEEP_CHUNK]
                 ended += self._sweep_chunk(batch_id, shard, chunk, end, tally, condition, values)
-        return ended
+        return Swept(ended, tuple(lost))
 
     def _sweep_chunk(
         self,

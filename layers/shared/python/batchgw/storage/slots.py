@@ -105,25 +105,21 @@ class SlotStore:
                 return
             self._create(model)
 
-    def renew(self, model: str, token: str, *, now: float, lease_seconds: float) -> bool:
-        """Extend this holder's slot; False when it lapsed and was purged."""
+    def renew(
+        self, model: str, token: str, *, now: float, lease_seconds: float, within: int | None = None
+    ) -> bool:
+        """Extend this holder's slot; False when it lapsed and was purged. ``within``: only
+        while the map holds at most that many slots (a smaller share: False when this holder
+        may be one too many)."""
+        condition = token_held
+        values: dict[str, Any] = {":until": timestamp(now + lease_seconds), ":now": timestamp(now)}
+        if within is not None:
+            condition, values = f"{token_held} AND size(s) <= :cap", {**values, ":cap": within}
         renew = Update(
             extra_set=["s.#t = :until", "served_at = :now"],
-            condition=token_held,
+            condition=condition,
             names={"#t": token},
-            values={":until": timestamp(now + lease_seconds), ":now": timestamp(now)},
-        )
-        return self._table.update(self._key(model), renew, failure=f"could not renew a slot of {model}")
-
-    def renew_within(self, model: str, token: str, *, cap: int, now: float, lease_seconds: float) -> bool:
-        """Extend this holder's slot while the map holds at most ``cap`` slots, in one write;
-        False when it holds more (a smaller share: this holder may be one too many) or this
-        holder's lapsed and was purged."""
-        renew = Update(
-            extra_set=["s.#t = :until", "served_at = :now"],
-            condition=f"{token_held} AND size(s) <= :cap",
-            names={"#t": token},
-            values={":until": timestamp(now + lease_seconds), ":now": timestamp(now), ":cap": cap},
+            values=values,
         )
         return self._table.update(self._key(model), renew, failure=f"could not renew a slot of {model}")
 
