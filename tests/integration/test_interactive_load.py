@@ -7,6 +7,7 @@ and lets a running request go on."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from batchgw.deps import Deps
 from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import PEAK_HOLD_SECONDS, ShareWhy
-from batchgw.run.slot import SlotHolder
+from batchgw.run.slot import SlotHolder, share_of
 from batchgw.runtime import SHARES_MAX_AGE_SECONDS, UNREADABLE_GRACE_SECONDS
 from batchgw.storage.aws import get_clients
 
@@ -220,3 +221,35 @@ def test_chains_that_look_while_the_first_read_is_under_way_wait_for_it_rather_t
     with ThreadPoolExecutor(3) as chains:  # a process's first chains, all at once
         shares = list(chains.map(lambda _: deps.shares.share("sim-chat"), range(3)))
     assert [share.why for share in shares] == [ShareWhy.CAP] * 3
+
+
+def test_a_chain_goes_by_a_recent_share_while_one_read_beside_the_chains_brings_it_up_to_date(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert deps.shares.share("sim-chat").slots == 4
+    deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=60)
+    reads, answer = [], threading.Event()
+    real = deps.interactive.reports
+
+    def slow() -> Any:
+        reads.append(clock())
+        answer.wait(10)
+        return real()
+
+    monkeypatch.setattr(deps.interactive, "reports", slow)
+
+    async def looks() -> tuple[list[int], int, int]:
+        clock.advance(SHARES_MAX_AGE_SECONDS * 1.5)  # due again, but recent
+        seen = [(await share_of(deps, "sim-chat")).slots for _ in range(5)]  # no chain waits
+        answer.set()
+        deadline = time.monotonic() + 10
+        while not deps.shares.fresh() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        after = (await share_of(deps, "sim-chat")).slots
+        deps.interactive.report("gw", {"sim-chat": 3}, now=clock(), ttl_seconds=60)
+        clock.advance(SHARES_MAX_AGE_SECONDS * 2.5)  # too old to go by: the chain waits for the read
+        return seen, after, (await share_of(deps, "sim-chat")).slots
+
+    seen, after, waited = asyncio.run(looks())
+    assert seen == [4] * 5 and after == 2 and waited == 0  # 4 less 3 in flight, one more left free
+    assert len(reads) == 2  # one read beside the five looks, one the last look waited for

@@ -297,10 +297,12 @@ class BatchShares:
         self._warned_unreadable = False
         self._reading = threading.Lock()
 
-    def share(self, model: str) -> BatchShare:
+    def share(self, model: str, *, read: bool = True) -> BatchShare:
+        """``model``'s batch share, the reports and limits read again first if that is due
+        (never with ``read`` False: as last read)."""
         settings = self._live.settings
         cap = self._live.model_cap(model)[0]
-        load = self.held() if settings.batch_yield_to_interactive else None
+        load = self.held(read=read) if settings.batch_yield_to_interactive else None
         share = batch_share(
             model,
             cap,
@@ -311,7 +313,7 @@ class BatchShares:
         )
         if not settings.batch_adaptive_concurrency:
             return share
-        return limited(share, self.adaptive(model).current(self._clock(), cap))
+        return limited(share, self.adaptive(model, read=read).current(self._clock(), cap))
 
     def adaptive(self, model: str, *, read: bool = True) -> Adaptive:
         """``model``'s adaptive limit (unconstrained: no limit), read again if it is due
@@ -324,15 +326,25 @@ class BatchShares:
         """Whether ``share`` answers now without reading the table."""
         return self._clock() - self._read_at < self._max_age
 
+    def recent(self) -> bool:
+        """Whether the last read is recent enough to go by while the next one is made
+        (within twice ``max_age``: ``run.slot.share_of``)."""
+        return self._clock() - self._read_at < 2 * self._max_age
+
+    def refresh(self) -> None:
+        """Read the reports (and the limits) again if that is due."""
+        self._refresh()
+
     def load(self) -> InteractiveLoad | None:
         """The summed live reports, at most ``max_age`` old; None while unreadable."""
         self._refresh()
         return self._load
 
-    def held(self) -> InteractiveLoad | None:
+    def held(self, *, read: bool = True) -> InteractiveLoad | None:
         """The load batch work gives way to: each model's most in flight in the loads read
         over the last ``PEAK_HOLD_SECONDS`` (``domain.interactive.peak``); None while unreadable."""
-        self._refresh()
+        if read:
+            self._refresh()
         return None if self._load is None else peak(self._recent, self._clock())
 
     def _refresh(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections import Counter
 from dataclasses import replace
 
@@ -11,6 +13,7 @@ from batchgw.domain.fairness import gives_way, held_by_batch, token_of
 from batchgw.domain.interactive import BatchShare
 from batchgw.observability import logger, metrics
 from batchgw.run.aio import io, renewal
+from batchgw.runtime import BatchShares
 from batchgw.storage.slots import SlotGrant, SlotStore
 
 
@@ -134,9 +137,33 @@ class SlotHolder:
 
 async def share_of(deps: Deps, model: str) -> BatchShare:
     """``model``'s batch share now: as last read when that is fresh (no thread hop on the
-    chain's path), else read again off the event loop."""
+    chain's path); when it is only recent, as last read too, while one read for the whole
+    process is made beside the chains (no chain waits for it: each chain's next request
+    would otherwise wait for a round trip to the table four times a second per process);
+    else read again off the event loop, the chain waiting for it."""
     shares = deps.shares
-    return shares.share(model) if shares.fresh() else await io(shares.share, model)
+    if shares.fresh():
+        return shares.share(model, read=False)
+    if shares.recent():
+        _read_beside(shares)
+        return shares.share(model, read=False)
+    return await io(shares.share, model)
+
+
+# The read of the batch shares made beside the chains, per process and event loop.
+_beside: weakref.WeakKeyDictionary[BatchShares, asyncio.Future[None]] = weakref.WeakKeyDictionary()
+
+
+def _read_beside(shares: BatchShares) -> None:
+    pending = _beside.get(shares)
+    if pending is None or pending.done():
+        _beside[shares] = asyncio.ensure_future(io(shares.refresh))
+        _beside[shares].add_done_callback(_read)
+
+
+def _read(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:  # read again at the next look
+        logger.warning("batch shares not read", exc_info=done.exception())
 
 
 # Slots the chains of this process hold now, per model (the SlotsInUse metric).
