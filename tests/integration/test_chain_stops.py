@@ -17,6 +17,7 @@ from batchgw.api import accounts, batches
 from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
 from batchgw.domain.fairness import token_of
+from batchgw.domain.interactive import PEAK_HOLD_SECONDS
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
 from batchgw.run import attempt, lifecycle
@@ -334,3 +335,37 @@ def assert_stops(
         assert least <= delay <= most, (delay, least, most)
     if why is not Why.RETRIES_LATER:  # there the retry's own message is sent, not the chain's
         assert (lines[0].resume_after is None) == (not case.sent)  # type: ignore[attr-defined]
+
+
+def test_a_chain_that_gave_way_takes_the_slot_back_in_place_once_the_interactive_traffic_ends(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, **SETTINGS)
+    batch_id, message = prepared(deps, ["hello 0", "hello 1"])
+    deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
+    sent: list[WorkMessage] = []
+    monkeypatch.setattr(deps.queue, "send", lambda message, delay_seconds=0: sent.append(message))
+    looked = asyncio.Event()
+    real_look = deps.board.look
+
+    def look(model: str) -> Any:
+        looked.set()  # the chain waits in place, looking for room
+        return real_look(model)
+
+    monkeypatch.setattr(deps.board, "look", look)
+
+    async def interactive_ends() -> None:
+        await asyncio.wait_for(looked.wait(), 10)
+        await asyncio.to_thread(deps.interactive.report, "gateway-1", {}, now=clock(), ttl_seconds=60)
+        clock.advance(PEAK_HOLD_SECONDS + 1)  # its peak held no longer
+
+    async def drive() -> None:
+        ending = asyncio.create_task(interactive_ends())
+        await run_message(deps, message, owner="w", deadline=clock() + 900)
+        await ending
+
+    asyncio.run(drive())
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 2 and sent == []  # it never left
+    assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.FINISHED.value]  # type: ignore[attr-defined]
+    assert [deps.requests.get(batch_id, i).status.value for i in (0, 1)] == ["succeeded"] * 2  # type: ignore[union-attr]

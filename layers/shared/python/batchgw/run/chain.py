@@ -60,6 +60,7 @@ from batchgw.run.aio import io, renewal
 from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
 from batchgw.run.slot import SlotHolder, share_of
+from batchgw.runtime import SHARES_MAX_AGE_SECONDS
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 from batchgw.storage.slots import SlotState
 from batchgw.storage.workflow import Next
@@ -76,6 +77,9 @@ CHAIN_RETRY_WAIT_SECONDS = 30.0
 # capacity on chains asking for a slot instead of on the requests that hold one.
 SLOT_WAIT_MAX_FACTOR = 4
 YIELD_WAIT_MAX_FACTOR = 2
+# How often a chain that gave way to interactive traffic looks for room again, in place
+# (``ChainRun._room_again``): as often as a process reads the batch shares.
+ROOM_LOOK_SECONDS = SHARES_MAX_AGE_SECONDS
 # A chain that reaches a request prepare has not written yet reads the batch again after
 # this long, doubled each time it is still not written, up to the maximum.
 WRITE_WAIT_SECONDS = 0.05
@@ -385,7 +389,33 @@ class ChainRun:
         why = Why.YIELDED if share.yielding else Why.MODEL_FULL
         wait = self._full_wait(yielded=why is Why.YIELDED)
         await self._wait_for_slot(model, state, wait)
+        if why is Why.YIELDED and await self._room_again(model, wait):
+            return None  # the slot write stays the judge
         return Stopped(why, wait)
+
+    async def _room_again(self, model: str, wait: float | None) -> bool:
+        """Whether ``model``'s batch share has room again within ``wait`` seconds, as this
+        process sees it: a chain that gave way to interactive traffic waits here, holding
+        nothing, looking as often as the share is read, before it leaves for as long again.
+
+        Interactive traffic that comes and goes by a request or two moves the share up and
+        down every second or so; a chain that left at once came back by a message (a
+        receive, a read of its batch, of the slot map, a note, a send) a second or two
+        later, and the slot it gave way for stood empty until a chain came back for it."""
+        deps = self.deps
+        needed = deps.settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS
+        if wait is None or self.lone or self.deadline - deps.clock() - needed <= wait:
+            return False
+        board = deps.board
+        for _ in range(max(1, round(wait / ROOM_LOOK_SECONDS))):
+            await asyncio.sleep(ROOM_LOOK_SECONDS)
+            if self.taken_over.is_set():
+                return False
+            share = await share_of(deps, model)
+            state = await io(board.look, model) if board.due(model) else board.look(model)
+            if state.running(deps.clock()) < share.slots:
+                return True
+        return False
 
     async def _wait_for_slot(self, model: str, state: SlotState, wait: float) -> None:
         """Note this chain's batch as waiting for a slot of ``model`` (``domain.fairness``)
@@ -453,6 +483,9 @@ class ChainRun:
                 self._advance(from_heap)
                 continue
             if stopped := await self._take_slot(held, target, from_heap, now):
+                if stopped.why is Why.YIELDED and await self._room_again(held.model, stopped.resume_after):
+                    self.verdict = None  # the batch may have stopped meanwhile: read it again
+                    continue
                 return stopped
             if self.verdict is None:
                 await self._read_batch()
