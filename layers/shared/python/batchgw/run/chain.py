@@ -401,7 +401,7 @@ class ChainRun:
         Interactive traffic that comes and goes by a request or two moves the share up and
         down every second or so; a chain that left at once came back by a message (a
         receive, a read of its batch, of the slot map, a note, a send) a second or two
-        later, and the slot it gave way for stood empty until a chain came back for it."""
+        later, and the room the traffic left when it went stood empty until then."""
         deps = self.deps
         needed = deps.settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS
         if wait is None or self.lone or self.deadline - deps.clock() - needed <= wait:
