@@ -369,3 +369,26 @@ def test_a_chain_that_gave_way_takes_the_slot_back_in_place_once_the_interactive
     assert sim.stats()["models"]["sim-chat"]["requests"] == 2 and sent == []  # it never left
     assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.FINISHED.value]  # type: ignore[attr-defined]
     assert [deps.requests.get(batch_id, i).status.value for i in (0, 1)] == ["succeeded"] * 2  # type: ignore[union-attr]
+
+
+def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhile_starts_nothing(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    clock = FakeClock()
+    deps = make_deps(sim, clock, **SETTINGS)
+    batch_id, message = prepared(deps, ["hello 0", "hello 1"])
+    deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
+    monkeypatch.setattr(deps.queue, "send", lambda message, delay_seconds=0: None)
+    real_look = deps.board.look
+
+    def look(model: str) -> Any:
+        if deps.interactive.reports():  # its first look: the batch is cancelled, the traffic ends
+            batches.cancel_batch(deps, ALICE, batch_id)
+            deps.interactive.remove("gateway-1")
+            clock.advance(PEAK_HOLD_SECONDS + 1)
+        return real_look(model)
+
+    monkeypatch.setattr(deps.board, "look", look)
+    asyncio.run(run_message(deps, message, owner="w", deadline=clock() + 900))
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 0
+    assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.CANCELLED.value]  # type: ignore[attr-defined]

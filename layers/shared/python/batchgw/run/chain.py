@@ -390,6 +390,7 @@ class ChainRun:
         wait = self._full_wait(yielded=why is Why.YIELDED)
         await self._wait_for_slot(model, state, wait)
         if why is Why.YIELDED and await self._room_again(model, wait):
+            self.verdict = None  # the batch may have stopped meanwhile: read it again
             return None  # the slot write stays the judge
         return Stopped(why, wait)
 
