@@ -41,5 +41,5 @@ def test_a_chain_with_little_left_or_a_stride_at_its_widest_does_not_split() -> 
     assert ChainMessage("batch_1", 0, total - 16 * 3, 16).split(total, chains=16) is None  # 3 left
     assert ChainMessage("batch_1", 0, total - 16 * 4, 16).split(total, chains=16) is not None  # 4 left
     assert ChainMessage("batch_1", 0, 0, 32).split(10_000, chains=16) is not None
-    assert ChainMessage("batch_1", 0, 0, 128).split(10_000, chains=16) is not None
-    assert ChainMessage("batch_1", 0, 0, 256).split(10_000, chains=16) is None  # 16 times the first
+    assert ChainMessage("batch_1", 0, 0, 512).split(10_000, chains=16) is not None
+    assert ChainMessage("batch_1", 0, 0, 1024).split(10_000, chains=16) is None  # 64 times the first
