@@ -337,35 +337,36 @@ def assert_stops(
         assert (lines[0].resume_after is None) == (not case.sent)  # type: ignore[attr-defined]
 
 
-def test_a_chain_that_gave_way_takes_the_slot_back_in_place_once_the_interactive_traffic_ends(
-    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
-) -> None:
+def waiting_in_place(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[Deps, str], Any] = lambda d, b: None
+) -> tuple[Deps, str, ChainMessage, list[WorkMessage]]:
+    """A batch of two requests whose one chain finds its model's one slot taken by an
+    interactive request: at the chain's first look for room in place, ``meanwhile`` runs
+    and the interactive traffic ends. The batch's id, its chain's message, what is sent."""
     clock = FakeClock()
     deps = make_deps(sim, clock, **SETTINGS)
     batch_id, message = prepared(deps, ["hello 0", "hello 1"])
     deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
     sent: list[WorkMessage] = []
     monkeypatch.setattr(deps.queue, "send", lambda message, delay_seconds=0: sent.append(message))
-    looked = asyncio.Event()
     real_look = deps.board.look
 
     def look(model: str) -> Any:
-        looked.set()  # the chain waits in place, looking for room
+        if deps.interactive.reports():  # the first look
+            meanwhile(deps, batch_id)
+            deps.interactive.remove("gateway-1")
+            clock.advance(PEAK_HOLD_SECONDS + 1)  # its peak held no longer
         return real_look(model)
 
     monkeypatch.setattr(deps.board, "look", look)
+    return deps, batch_id, message, sent
 
-    async def interactive_ends() -> None:
-        await asyncio.wait_for(looked.wait(), 10)
-        await asyncio.to_thread(deps.interactive.report, "gateway-1", {}, now=clock(), ttl_seconds=60)
-        clock.advance(PEAK_HOLD_SECONDS + 1)  # its peak held no longer
 
-    async def drive() -> None:
-        ending = asyncio.create_task(interactive_ends())
-        await run_message(deps, message, owner="w", deadline=clock() + 900)
-        await ending
-
-    asyncio.run(drive())
+def test_a_chain_that_gave_way_takes_the_slot_back_in_place_once_the_interactive_traffic_ends(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    deps, batch_id, message, sent = waiting_in_place(sim, monkeypatch)
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert sim.stats()["models"]["sim-chat"]["requests"] == 2 and sent == []  # it never left
     assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.FINISHED.value]  # type: ignore[attr-defined]
     assert [deps.requests.get(batch_id, i).status.value for i in (0, 1)] == ["succeeded"] * 2  # type: ignore[union-attr]
@@ -374,21 +375,7 @@ def test_a_chain_that_gave_way_takes_the_slot_back_in_place_once_the_interactive
 def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhile_starts_nothing(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
 ) -> None:
-    clock = FakeClock()
-    deps = make_deps(sim, clock, **SETTINGS)
-    batch_id, message = prepared(deps, ["hello 0", "hello 1"])
-    deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
-    monkeypatch.setattr(deps.queue, "send", lambda message, delay_seconds=0: None)
-    real_look = deps.board.look
-
-    def look(model: str) -> Any:
-        if deps.interactive.reports():  # its first look: the batch is cancelled, the traffic ends
-            batches.cancel_batch(deps, ALICE, batch_id)
-            deps.interactive.remove("gateway-1")
-            clock.advance(PEAK_HOLD_SECONDS + 1)
-        return real_look(model)
-
-    monkeypatch.setattr(deps.board, "look", look)
-    asyncio.run(run_message(deps, message, owner="w", deadline=clock() + 900))
+    deps, _, message, _ = waiting_in_place(sim, monkeypatch, lambda d, b: batches.cancel_batch(d, ALICE, b))
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert sim.stats()["models"]["sim-chat"]["requests"] == 0
     assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.CANCELLED.value]  # type: ignore[attr-defined]
