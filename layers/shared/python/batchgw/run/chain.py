@@ -59,7 +59,7 @@ from batchgw.run import attempt, completion
 from batchgw.run.aio import io, renewal
 from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
-from batchgw.run.slot import SlotHolder, share_of
+from batchgw.run.slot import SlotHolder, share_of, slot_map_of
 from batchgw.runtime import SHARES_MAX_AGE_SECONDS
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 from batchgw.storage.slots import SlotState
@@ -407,13 +407,12 @@ class ChainRun:
         needed = deps.settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS
         if wait is None or self.lone or self.deadline - deps.clock() - needed <= wait:
             return False
-        board = deps.board
         for _ in range(max(1, round(wait / ROOM_LOOK_SECONDS))):
             await asyncio.sleep(ROOM_LOOK_SECONDS)
             if self.taken_over.is_set():
                 return False
             share = await share_of(deps, model)
-            state = await io(board.look, model) if board.due(model) else board.look(model)
+            state = await slot_map_of(deps, model)
             if state.running(deps.clock()) < share.slots:
                 return True
         return False

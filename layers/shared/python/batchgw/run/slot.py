@@ -14,7 +14,7 @@ from batchgw.domain.interactive import BatchShare
 from batchgw.observability import logger, metrics
 from batchgw.run.aio import io, renewal
 from batchgw.runtime import BatchShares
-from batchgw.storage.slots import SlotGrant, SlotStore
+from batchgw.storage.slots import SlotGrant, SlotState, SlotStore
 
 
 class SlotHolder:
@@ -78,8 +78,7 @@ class SlotHolder:
 
     async def _gives_way(self, model: str, cap: int, now: float) -> bool:
         """Whether this chain's batch leaves the slot to a batch that waits for one."""
-        board = self._deps.board
-        state = await io(board.look, model) if board.due(model) else board.look(model)
+        state = await slot_map_of(self._deps, model)
         waiting = state.waiting_now(now)
         if not waiting:
             return False
@@ -150,6 +149,13 @@ async def share_of(deps: Deps, model: str) -> BatchShare:
     return await io(shares.share, model)
 
 
+async def slot_map_of(deps: Deps, model: str) -> SlotState:
+    """``model``'s slot map as this process sees it (``runtime.SlotBoard``): as last read
+    when that is fresh, else read again off the event loop."""
+    board = deps.board
+    return await io(board.look, model) if board.due(model) else board.look(model)
+
+
 # The read of the batch shares made beside the chains, per process and event loop.
 _beside: weakref.WeakKeyDictionary[BatchShares, asyncio.Future[None]] = weakref.WeakKeyDictionary()
 
@@ -158,10 +164,10 @@ def _read_beside(shares: BatchShares) -> None:
     pending = _beside.get(shares)
     if pending is None or pending.done():
         _beside[shares] = asyncio.ensure_future(io(shares.refresh))
-        _beside[shares].add_done_callback(_read)
+        _beside[shares].add_done_callback(_warn_if_failed)
 
 
-def _read(done: asyncio.Future[None]) -> None:
+def _warn_if_failed(done: asyncio.Future[None]) -> None:
     if not done.cancelled() and done.exception() is not None:  # read again at the next look
         logger.warning("batch shares not read", exc_info=done.exception())
 
