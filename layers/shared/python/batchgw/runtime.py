@@ -319,7 +319,7 @@ class BatchShares:
         """``model``'s adaptive limit (unconstrained: no limit), read again if it is due
         (never with ``read`` False: as last read)."""
         if read:
-            self._refresh()
+            self.refresh()
         return self._adaptive.get(model, Adaptive())
 
     def fresh(self) -> bool:
@@ -331,23 +331,20 @@ class BatchShares:
         (within twice ``max_age``: ``run.slot.share_of``)."""
         return self._clock() - self._read_at < 2 * self._max_age
 
-    def refresh(self) -> None:
-        """Read the reports (and the limits) again if that is due."""
-        self._refresh()
-
     def load(self) -> InteractiveLoad | None:
         """The summed live reports, at most ``max_age`` old; None while unreadable."""
-        self._refresh()
+        self.refresh()
         return self._load
 
     def held(self, *, read: bool = True) -> InteractiveLoad | None:
         """The load batch work gives way to: each model's most in flight in the loads read
         over the last ``PEAK_HOLD_SECONDS`` (``domain.interactive.peak``); None while unreadable."""
         if read:
-            self._refresh()
+            self.refresh()
         return None if self._load is None else peak(self._recent, self._clock())
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
+        """Read the reports (and the limits) again if that is due."""
         if self._clock() - self._read_at < self._max_age:
             return
         # One read at a time: a chain that finds a read under way waits for it, instead of

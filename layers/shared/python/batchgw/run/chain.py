@@ -390,14 +390,14 @@ class ChainRun:
         wait = self._full_wait(yielded=why is Why.YIELDED)
         await self._wait_for_slot(model, state, wait)
         if why is Why.YIELDED and await self._room_again(model, wait):
-            self.verdict = None  # the batch may have stopped meanwhile: read it again
             return None  # the slot write stays the judge
         return Stopped(why, wait)
 
     async def _room_again(self, model: str, wait: float | None) -> bool:
         """Whether ``model``'s batch share has room again within ``wait`` seconds, as this
-        process sees it: a chain that gave way to interactive traffic waits here, holding
-        nothing, looking as often as the share is read, before it leaves for as long again.
+        process sees it (the batch is then read again before the chain's next request): a
+        chain that gave way to interactive traffic waits here, holding nothing, looking as
+        often as the share is read, before it leaves for as long again.
 
         Interactive traffic that comes and goes by a request or two moves the share up and
         down every second or so; a chain that left at once came back by a message (a
@@ -414,6 +414,7 @@ class ChainRun:
             share = await share_of(deps, model)
             state = await slot_map_of(deps, model)
             if state.running(deps.clock()) < share.slots:
+                self.verdict = None  # the batch may have stopped meanwhile: read it again
                 return True
         return False
 
@@ -484,7 +485,6 @@ class ChainRun:
                 continue
             if stopped := await self._take_slot(held, target, from_heap, now):
                 if stopped.why is Why.YIELDED and await self._room_again(held.model, stopped.resume_after):
-                    self.verdict = None  # the batch may have stopped meanwhile: read it again
                     continue
                 return stopped
             if self.verdict is None:
