@@ -119,6 +119,9 @@ class Sample:
     interactive_at_model: int  # and the interactive requests'
     share: int | None = None  # the batch share the gateway says it has now (slots)
     why: str | None = None  # and why (GET /admin/batch/models)
+    # The batch's requests the simulator has answered so far, read with ``batch_at_model``
+    # (``completed`` is the gateway's count, read once a second: up to a second behind).
+    batch_answered: int | None = None
 
 
 @dataclass
@@ -241,9 +244,11 @@ def sample(
         share: dict[str, Any] = {"slots": None, "reason": None}
         taken = completed = 0
         while not stop.wait(SAMPLE_EVERY_SECONDS):
-            queue = sim.get("/_sim/stats").json()["queues"][MODEL]
+            stats = sim.get("/_sim/stats").json()
+            queue = stats["queues"][MODEL]
             running = int(queue["running"])
             by_source = queue["running_by_source"]
+            answered = int(stats["latency"][MODEL]["batch"]["answered"])
             # The gateway's views cost the stack's one database (moto) calls the batch's own
             # requests queue behind: read once a second, the simulator's view every sample.
             looks = taken % SHARE_EVERY_SAMPLES == 0
@@ -273,6 +278,7 @@ def sample(
                     int(by_source["interactive"]),
                     share["slots"],
                     share["reason"],
+                    answered if batch_id is not None else None,
                 )
             )
 
@@ -345,10 +351,16 @@ def latencies(run: Run, window: tuple[float, float]) -> dict[str, Any]:
 
 def draining(run: Run, sample: Sample, capacity: int) -> bool:
     """Whether the batch had fewer requests left to start than the interactive requests left
-    free at ``sample``: its last requests, which cannot fill the model whatever yields."""
+    free at ``sample``: its last requests, which cannot fill the model whatever yields.
+
+    The requests left are counted by the simulator's answers when the sample has them (read
+    in the same look as the batch's sequences running; every request of the benchmark's
+    batch is answered at its first attempt), else by the gateway's count, which is read once
+    a second and so counts as left requests that ended up to a second before."""
     if not run.batch_requests:
         return False
-    unstarted = run.batch_requests - sample.completed - sample.batch_at_model
+    ended = sample.completed if sample.batch_answered is None else sample.batch_answered
+    unstarted = run.batch_requests - ended - sample.batch_at_model
     return unstarted < capacity - sample.interactive_at_model
 
 
@@ -440,6 +452,10 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
         figures["quiet_phases"] = quiet_phases(runs[mode], cycles, capacity)
         figures["quiet_share"] = quiet_shares(runs[mode], cycles)
         figures["batch_completed"] = max((s.completed for s in runs[mode].samples), default=0)
+        # As many as batch_completed when every request was answered at its first attempt
+        # (what counting the drain by the simulator's answers takes: ``draining``).
+        answered = (s.batch_answered or 0 for s in runs[mode].samples)
+        figures["batch_answered_at_model"] = max(answered, default=0)
         ended = runs[mode].batch_ended
         figures["batch_seconds"] = None if ended is None else round(ended, 1)
         figures["reports"] = runs[mode].reports

@@ -122,24 +122,31 @@ class Latencies:
     def __init__(self, models: Iterable[str], clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._kept = {(m, s): deque[float](maxlen=KEPT_LATENCIES) for m in models for s in SOURCES}
+        self._answered = dict.fromkeys(self._kept, 0)  # every answer since the last clear
         self.clock = clock
 
     def add(self, model: str, source: str, seconds: float) -> None:
         with self._lock:
             self._kept[(model, source)].append(seconds * 1000)
+            self._answered[(model, source)] += 1
 
     def clear(self) -> None:
         with self._lock:
             for kept in self._kept.values():
                 kept.clear()
+            self._answered = dict.fromkeys(self._answered, 0)
 
     def snapshot(self, model: str) -> dict[str, Any]:
-        """Per source: how many were kept and their p50, p90 and p99, in ms (null: none)."""
+        """Per source: how many were kept and their p50, p90 and p99, in ms (null: none), and
+        how many were answered since the last clear (``answered``: all of them, where the
+        kept ones are the most recent ``KEPT_LATENCIES``)."""
         with self._lock:
             kept = {source: sorted(self._kept[(model, source)]) for source in SOURCES}
+            answered = {source: self._answered[(model, source)] for source in SOURCES}
         return {
             source: {
                 "count": len(values),
+                "answered": answered[source],
                 "p50_ms": percentile(values, 50),
                 "p90_ms": percentile(values, 90),
                 "p99_ms": percentile(values, 99),

@@ -44,10 +44,10 @@ Capacity (``local.sim_capacity``)
     no limit, the default): the rest wait in its queue, first come first served, so their
     latency grows with the load. ``/_sim/stats`` adds ``"queues": {MODEL: {"capacity",
     "running", "running_by_source": {"interactive", "batch"}, "waiting"}}`` and ``"latency":
-    {MODEL: {"interactive"|"batch": {"count", "p50_ms", "p90_ms", "p99_ms"}}}`` of the recent
-    requests, arrival to answer (a request with ``x-batchgw-source: batch`` is the batch
-    worker's, any other interactive). ``GET
-    /metrics`` answers vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``
+    {MODEL: {"interactive"|"batch": {"count", "p50_ms", "p90_ms", "p99_ms", "answered"}}}`` of
+    the recent requests, arrival to answer (``answered``: every one since the last reset; a
+    request with ``x-batchgw-source: batch`` is the batch worker's, any other interactive).
+    ``GET /metrics`` answers vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``
     gauges per ``model_name``.
 
 Answers without directives are deterministic: the text ``"echo: "`` followed by the

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from local import sim_capacity
 from local.sim_capacity import Capacity, percentile, source_of
-from local.simulator import Simulator
+from local.simulator import MODELS, Simulator
 from tests.support import wait_for
 
 LATENCY_MS = 200
@@ -70,6 +71,7 @@ def test_past_its_capacity_a_model_queues_requests_and_their_latency_grows(sim: 
     assert interactive["count"] == 6 and interactive["p99_ms"] >= 2 * LATENCY_MS
     assert stats["latency"]["sim-chat"]["batch"] == {
         "count": 0,
+        "answered": 0,
         "p50_ms": None,
         "p90_ms": None,
         "p99_ms": None,
@@ -83,6 +85,20 @@ def test_a_batch_workers_requests_are_measured_apart_from_interactive_ones(sim: 
     latency = sim.stats()["latency"]["sim-chat"]
     assert latency["batch"]["count"] == 2 and latency["batch"]["p50_ms"] >= 50
     assert latency["interactive"]["count"] == 1
+    assert latency["batch"]["answered"] == 2 and latency["interactive"]["answered"] == 1
+
+
+def test_the_answers_are_counted_past_the_latencies_kept_and_zeroed_by_a_reset(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sim_capacity, "KEPT_LATENCIES", 2)
+    sim.core.latencies = sim_capacity.Latencies(MODELS)  # made with the smaller limit
+    for i in range(3):
+        post(sim, f"b{i}", source="batch")
+    batch = sim.stats()["latency"]["sim-chat"]["batch"]
+    assert batch["count"] == 2 and batch["answered"] == 3
+    httpx.post(f"{sim.url}/_sim/reset").raise_for_status()
+    assert sim.stats()["latency"]["sim-chat"]["batch"]["answered"] == 0
     assert source_of({}) == "interactive" and source_of({"x-batchgw-source": " batch "}) == "batch"
 
 

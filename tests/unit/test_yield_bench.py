@@ -98,3 +98,15 @@ def test_idle_utilization_leaves_out_the_batchs_drain_when_too_few_requests_are_
     assert quiet_phases(run, CYCLES, capacity=16) == [
         {"cycle": 1, "samples": 2, "draining": 1, "utilization": 1.0}
     ]
+
+
+def test_the_drain_is_judged_by_the_simulators_answers_when_the_gateways_count_lags() -> None:
+    # The gateway's count (read a second before) says 60 done; the simulator has answered
+    # 80 by now, 10 more run: 10 left to start, fewer than the 15 free, so the drain.
+    lagging = Sample(2.5, 11, 1, 60, batch_at_model=10, interactive_at_model=1, batch_answered=80)
+    filling = Sample(3.5, 16, 1, 60, batch_at_model=15, interactive_at_model=1, batch_answered=60)
+    run = Run("yield", samples=[filling, lagging], batch_started=0.0, batch_ended=5.0, batch_requests=100)
+    assert quiet_phases(run, CYCLES, capacity=16) == [
+        {"cycle": 1, "samples": 2, "draining": 1, "utilization": 1.0}
+    ]
+    assert idle_utilization(run, CYCLES, capacity=16, drain=True) == round(25 / 30, 3)
