@@ -59,6 +59,7 @@ from batchgw.run import attempt, completion
 from batchgw.run.aio import io, renewal
 from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
+from batchgw.run.pacing import CallPacer
 from batchgw.run.slot import SlotHolder, share_of, slot_map_of
 from batchgw.runtime import SHARES_MAX_AGE_SECONDS
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
@@ -291,6 +292,7 @@ class ChainRun:
         self.write_wait = WRITE_WAIT_SECONDS  # how long the chain waits at that frontier next
         self.slot = SlotHolder(deps, batch.id)
         self.owner_gate = OwnerGate(deps, batch)
+        self.pacer = CallPacer.of_this_process()
         self.body: Any = None  # the next request's body, when the owner's gate read it
         # The times in a row this chain found its model full (``ChainMessage.full``).
         self.full = message.full if isinstance(message, ChainMessage) else 0
@@ -314,10 +316,12 @@ class ChainRun:
         await self._mark(token)
         marking = asyncio.create_task(self._keep_marked(token))
         stopped = Stopped(Why.ERROR)  # what an exception out of the loop leaves
+        self.pacer.joined()
         try:
             stopped = await self._loop()
             return stopped
         finally:
+            self.pacer.left()
             await self._stop(stopped)
             marking.cancel()
             try:
@@ -743,6 +747,7 @@ class ChainRun:
         """Call the upstream, then store what it means, learning in the same write whether
         the batch still runs. None to go on with the chain, or the stop."""
         deps = self.deps
+        turn = await self.pacer.turn()  # a few ms after this process's last call started, at most
         started = deps.clock()
         slot_lost = asyncio.Event()
         renewal = asyncio.create_task(self._keep_leased(held, slot_lost))
@@ -751,6 +756,7 @@ class ChainRun:
             outcome = await attempt.call(deps, self.batch, held, body, stop=slot_lost)
         finally:
             renewal.cancel()
+        self.pacer.answered(turn)
         generation = self.message.generation if isinstance(self.message, ChainMessage) else None
         settled = await attempt.settle(
             deps,

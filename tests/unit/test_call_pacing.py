@@ -1,0 +1,86 @@
+"""Calls started in one worker process are spaced a few milliseconds apart (``run.pacing``),
+so that requests of one length that started together do not all end together, and never so
+far apart that the process's chains run slower than their calls let them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from batchgw.run.pacing import CALL_SPACING_SECONDS, CallPacer
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+
+
+def pacer_with(time: FakeTime, *, chains: int, call_seconds: float) -> CallPacer:
+    pacer = CallPacer(clock=time.clock, sleep=time.sleep)
+    for _ in range(chains):
+        pacer.joined()
+    started = time.now
+    time.now += call_seconds
+    pacer.answered(started)  # one call of that length seen
+    return pacer
+
+
+async def turns(pacer: CallPacer, n: int) -> list[float]:
+    return list(await asyncio.gather(*(pacer.turn() for _ in range(n))))
+
+
+def test_calls_that_would_start_together_start_the_spacing_apart() -> None:
+    time = FakeTime()
+    pacer = pacer_with(time, chains=4, call_seconds=0.5)
+    starts = asyncio.run(turns(pacer, 4))
+    assert CALL_SPACING_SECONDS == 0.01
+    assert [round(s - time.now, 6) for s in starts] == [0, 0.01, 0.02, 0.03]
+    assert time.slept == [0.01, 0.02, 0.03]  # the first starts at once
+
+
+def test_a_call_after_the_spacing_has_passed_starts_at_once() -> None:
+    time = FakeTime()
+    pacer = pacer_with(time, chains=4, call_seconds=0.5)
+    asyncio.run(turns(pacer, 1))
+    time.now += CALL_SPACING_SECONDS
+    asyncio.run(turns(pacer, 1))
+    assert time.slept == []
+
+
+def test_the_spacing_never_slows_the_chains_below_their_calls_pace() -> None:
+    time = FakeTime()
+    quick = pacer_with(time, chains=10, call_seconds=0.02)  # ten chains of 20-ms calls
+    assert quick.spacing() == pytest.approx(0.002)
+    starts = asyncio.run(turns(quick, 10))
+    assert starts[-1] - starts[0] <= 0.02  # all ten start within one call's length
+    for _ in range(8):
+        quick.left()
+    assert quick.spacing() == pytest.approx(0.01)  # two chains left: the whole spacing
+    instant = pacer_with(FakeTime(), chains=10, call_seconds=0.0)
+    assert instant.spacing() == 0.0  # calls that answer at once are not spaced at all
+    assert CallPacer(clock=time.clock, sleep=time.sleep).spacing() == 0.0  # none seen yet
+
+
+def test_the_invocations_of_one_process_share_its_pacer() -> None:
+    seen: list[CallPacer] = []
+
+    def invocation() -> None:  # as the local poller runs them: a loop in a thread each
+        async def chain() -> CallPacer:
+            return CallPacer.of_this_process()
+
+        seen.append(asyncio.run(chain()))
+
+    threads = [threading.Thread(target=invocation) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 3 and seen[0] is seen[1] is seen[2]
