@@ -5,10 +5,12 @@ far apart that the process's chains run slower than their calls let them."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
+import time
 
 import pytest
-from batchgw.run.pacing import CALL_SPACING_SECONDS, CallPacer
+from batchgw.pacing import CALL_SPACING_SECONDS, CallPacer
 
 
 class FakeTime:
@@ -69,18 +71,20 @@ def test_the_spacing_never_slows_the_chains_below_their_calls_pace() -> None:
     assert CallPacer(clock=time.clock, sleep=time.sleep).spacing() == 0.0  # none seen yet
 
 
-def test_the_invocations_of_one_process_share_its_pacer() -> None:
-    seen: list[CallPacer] = []
+def test_the_invocations_of_one_process_take_turns_on_its_pacer() -> None:
+    pacer = CallPacer()  # the process's, in its Deps
+    pacer.joined()
+    pacer.answered(time.monotonic() - 0.5)  # one call of 500 ms seen
+    starts: list[float] = []
 
     def invocation() -> None:  # as the local poller runs them: a loop in a thread each
-        async def chain() -> CallPacer:
-            return CallPacer.of_this_process()
-
-        seen.append(asyncio.run(chain()))
+        starts.append(asyncio.run(pacer.turn()))
 
     threads = [threading.Thread(target=invocation) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(seen) == 3 and seen[0] is seen[1] is seen[2]
+    starts.sort()
+    assert len(starts) == 3
+    assert all(b - a >= CALL_SPACING_SECONDS - 1e-9 for a, b in itertools.pairwise(starts))

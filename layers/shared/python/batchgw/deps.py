@@ -15,6 +15,7 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
+from batchgw.pacing import CallPacer
 from batchgw.runtime import Backpressure, BatchShares, LiveConfig, SlotBoard, SlotRoom
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.adaptive import AdaptiveStore
@@ -76,6 +77,7 @@ class Deps:
     health: ModelHealth  # what this process knows of each model's failures and pauses
     route_health: RouteHealth  # routes this process found refusing connections
     stored: StoredResults  # bytes of responses each batch stored, as this process knows them
+    pacer: CallPacer  # this process's upstream calls, started a few ms apart
     clock: Callable[[], float]
 
     @property
@@ -142,6 +144,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         health=ModelHealth(),
         route_health=RouteHealth(),
         stored=StoredResults(),
+        pacer=CallPacer(),
         clock=clock,
     )
 

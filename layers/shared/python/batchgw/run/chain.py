@@ -59,7 +59,6 @@ from batchgw.run import attempt, completion
 from batchgw.run.aio import io, renewal
 from batchgw.run.attempt import After
 from batchgw.run.owner import OwnerGate
-from batchgw.run.pacing import CallPacer
 from batchgw.run.slot import SlotHolder, share_of, slot_map_of
 from batchgw.runtime import SHARES_MAX_AGE_SECONDS
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
@@ -292,7 +291,7 @@ class ChainRun:
         self.write_wait = WRITE_WAIT_SECONDS  # how long the chain waits at that frontier next
         self.slot = SlotHolder(deps, batch.id)
         self.owner_gate = OwnerGate(deps, batch)
-        self.pacer = CallPacer.of_this_process()
+        self.pacer = deps.pacer
         self.body: Any = None  # the next request's body, when the owner's gate read it
         # The times in a row this chain found its model full (``ChainMessage.full``).
         self.full = message.full if isinstance(message, ChainMessage) else 0

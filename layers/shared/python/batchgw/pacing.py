@@ -36,11 +36,8 @@ LENGTH_WEIGHT = 0.2
 
 
 class CallPacer:
-    """The call starts of one process: each ``turn`` waits until the spacing after the last
-    one has passed."""
-
-    _process: CallPacer | None = None
-    _made = threading.Lock()
+    """The call starts of one process (one in its ``Deps``): each ``turn`` waits until the
+    spacing after the last one has passed."""
 
     def __init__(
         self,
@@ -55,13 +52,6 @@ class CallPacer:
         self._next = -math.inf  # when the next call may start
         self._length = 0.0  # the recent call length, seconds (0: none seen)
         self._chains = 0  # chains running
-
-    @classmethod
-    def of_this_process(cls) -> CallPacer:
-        with cls._made:
-            if cls._process is None:
-                cls._process = cls()
-            return cls._process
 
     def joined(self) -> None:
         """A chain starts running here."""
