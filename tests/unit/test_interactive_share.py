@@ -111,3 +111,26 @@ def test_the_load_counts_at_its_most_over_the_last_seconds_then_lets_go() -> Non
     own = InteractiveLoad.of([LoadReport("own:1", {"m": 2}, NOW + 10, NOW, OWN)], NOW)
     both = peak([(NOW, own), (NOW + 1, load(m=5))], NOW + 1)
     assert (dict(both.own), dict(both.shared)) == ({"m": 2}, {"m": 5})
+
+
+def test_a_burst_that_ends_gives_its_slots_back_once_the_load_stays_quiet_not_after_the_whole_hold() -> None:
+    # Reads four times a second: a burst of 8 in flight, then its last requests end.
+    burst = [(NOW + i / 4, load(m=8)) for i in range(4)]
+    ended = [*burst, (NOW + 1.0, load(m=1)), (NOW + 1.25, load(m=0))]
+    assert dict(peak(ended, NOW + 1.25).shared) == {"m": 8}  # quiet for a quarter second: a dip, maybe
+    ended.append((NOW + 1.5, load(m=1)))
+    assert dict(peak(ended, NOW + 1.5).shared) == {"m": 1}  # quiet for half a second: it ended
+    assert share(16, peak(ended, NOW + 1.5)).slots == 15  # not 16 - 8 - 3 until NOW + 2.25
+    # A dip of busy traffic to one request, read twice, is not its end: the peak holds.
+    dip = [*burst, (NOW + 1.0, load(m=1)), (NOW + 1.25, load(m=1)), (NOW + 1.5, load(m=6))]
+    assert dict(peak(dip, NOW + 1.5).shared) == {"m": 8}
+    # Two in flight is not quiet, however long it lasts (within the hold).
+    calm = burst + [(NOW + 1.0 + i / 4, load(m=2)) for i in range(3)]
+    assert dict(peak(calm, NOW + 1.5).shared) == {"m": 8}
+    # One read alone is not a quiet half second, however old the busy one before it.
+    sparse = [(NOW, load(m=8)), (NOW + 1.0, load(m=0))]
+    assert dict(peak(sparse, NOW + 1.2).shared) == {"m": 8}
+    # Own and shared alike: quiet on both sides lets both go.
+    own = InteractiveLoad.of([LoadReport("own:1", {"m": 1}, NOW + 10, NOW, OWN)], NOW)
+    both = [(NOW, InteractiveLoad({"m": 9}, {"m": 4})), *((NOW + 0.5 + i / 4, own) for i in range(3))]
+    assert (dict(peak(both, NOW + 1.0).shared), dict(peak(both, NOW + 1.0).own)) == ({"m": 1}, {"m": 1})

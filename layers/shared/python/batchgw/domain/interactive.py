@@ -28,6 +28,10 @@ MAX_TTL_SECONDS = 3600
 DEFAULT_TTL_SECONDS = 10
 # How long the most interactive requests seen in flight on a model keeps counting (``peak``).
 PEAK_HOLD_SECONDS = 1.5
+# ... unless every read of the last this many seconds saw at most ``QUIET_IN_FLIGHT`` on it:
+# busy traffic's dips do not last that long, its end does (``peak``).
+QUIET_SECONDS = 0.5
+QUIET_IN_FLIGHT = 1
 # Of the interactive requests in flight on a model, the share (rounded down) left free on
 # top of them as headroom. A batch request, once started, holds its slot for its whole
 # length, and batch work learns of new interactive requests only at its next look (a read
@@ -81,29 +85,55 @@ class InteractiveLoad:
 
 
 def peak(
-    loads: Iterable[tuple[float, InteractiveLoad]], now: float, hold: float = PEAK_HOLD_SECONDS
+    loads: Iterable[tuple[float, InteractiveLoad]],
+    now: float,
+    hold: float = PEAK_HOLD_SECONDS,
+    quiet: float = QUIET_SECONDS,
 ) -> InteractiveLoad:
     """The most interactive requests in flight on each model among the loads read in the
-    last ``hold`` seconds (each ``(read at, load)``).
+    last ``hold`` seconds (each ``(read at, load)``); on a model that every read of the last
+    ``quiet`` seconds (at least two, spanning that long) saw quiet, at most
+    ``QUIET_IN_FLIGHT`` in flight, the most among those reads only.
 
     Batch requests are not taken back once started, so a slot interactive traffic needs
     must be free before it arrives. Interactive load that keeps a model busy comes and goes
     by a request or two from one second to the next; counted at its recent most, it finds
     the slots it comes back to still free, instead of queueing behind batch requests that
-    took them in the moment it dipped. Once the traffic ends, batch work takes the slots
-    back ``hold`` seconds later.
+    took them in the moment it dipped. Busy traffic does not fall quiet for ``quiet``
+    seconds without ending (at 15 requests a second of half a second each, the chance that
+    none is in flight at one moment is one in two thousand), so once it has, batch work
+    takes the slots back then, not ``hold`` seconds after its last request ended: a second
+    of the model's idle capacity at each burst's end.
     """
+    recent = sorted(((at, load) for at, load in loads if now - at <= hold), key=lambda read: read[0])
     shared: dict[str, int] = {}
     own: dict[str, int] = {}
     reporters = 0
-    for read_at, load in loads:
-        if now - read_at > hold:
-            continue
+    for _, load in recent:
         for into, counts in ((shared, load.shared), (own, load.own)):
             for model, n in counts.items():
                 into[model] = max(into.get(model, 0), n)
         reporters = max(reporters, load.reporters)
+    for model in set(shared) | set(own):
+        since = _quiet_since(recent, model)
+        if since is None or now - since < quiet:
+            continue
+        for into, side in ((shared, "shared"), (own, "own")):
+            if model in into:
+                into[model] = max(getattr(load, side).get(model, 0) for at, load in recent if at >= since)
     return InteractiveLoad(shared, own, reporters)
+
+
+def _quiet_since(recent: list[tuple[float, InteractiveLoad]], model: str) -> float | None:
+    """When the unbroken run of quiet reads of ``model`` (at most ``QUIET_IN_FLIGHT`` in
+    flight, shared and own) that ends with the latest began, ``recent`` oldest first; None
+    unless it counts two reads or more."""
+    since, count = None, 0
+    for at, load in reversed(recent):
+        if max(load.shared.get(model, 0), load.own.get(model, 0)) > QUIET_IN_FLIGHT:
+            break
+        since, count = at, count + 1
+    return since if count >= 2 else None
 
 
 class ShareWhy(StrEnum):
