@@ -20,7 +20,7 @@ from batchgw.domain.fairness import token_of
 from batchgw.domain.interactive import PEAK_HOLD_SECONDS
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
-from batchgw.run import attempt, lifecycle
+from batchgw.run import attempt, chain, lifecycle
 from batchgw.run.chain import ChainRun, Why, run_message
 from batchgw.storage.slots import Hold
 
@@ -136,6 +136,7 @@ def model_full(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
 
 def yielded(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     _, message = prepared(deps, ["hello 0"])
+    mp.setattr(chain, "YIELD_IN_PLACE_SECONDS", 0.0)  # one round in place, then it leaves
     deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
     return Case(message, [(message.resume_at(0, full=1), 2, 4)])
 
@@ -338,21 +339,30 @@ def assert_stops(
 
 
 def waiting_in_place(
-    sim: Simulator, monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[Deps, str], Any] = lambda d, b: None
+    sim: Simulator,
+    monkeypatch: pytest.MonkeyPatch,
+    meanwhile: Callable[[Deps, str], Any] = lambda d, b: None,
+    *,
+    ends_at_look: int | None = 1,
+    **settings: str,
 ) -> tuple[Deps, str, ChainMessage, list[WorkMessage]]:
     """A batch of two requests whose one chain finds its model's one slot taken by an
-    interactive request: at the chain's first look for room in place, ``meanwhile`` runs
-    and the interactive traffic ends. The batch's id, its chain's message, what is sent."""
+    interactive request: at the chain's ``ends_at_look``-th look for room in place (never,
+    with None), ``meanwhile`` runs and the interactive traffic ends. The batch's id, its
+    chain's message, what is sent."""
     clock = FakeClock()
-    deps = make_deps(sim, clock, **SETTINGS)
+    deps = make_deps(sim, clock, **{**SETTINGS, **settings})
     batch_id, message = prepared(deps, ["hello 0", "hello 1"])
-    deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
+    deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=3600)  # the cap is 1
     sent: list[WorkMessage] = []
     monkeypatch.setattr(deps.queue, "send", lambda message, delay_seconds=0: sent.append(message))
     real_look = deps.board.look
+    looks = 0
 
     def look(model: str) -> Any:
-        if deps.interactive.reports():  # the first look
+        nonlocal looks
+        looks += 1
+        if looks == ends_at_look:
             meanwhile(deps, batch_id)
             deps.interactive.remove("gateway-1")
             clock.advance(PEAK_HOLD_SECONDS + 1)  # its peak held no longer
@@ -379,3 +389,83 @@ def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhil
     asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert sim.stats()["models"]["sim-chat"]["requests"] == 0
     assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.CANCELLED.value]  # type: ignore[attr-defined]
+
+
+# Rounds in place of 0.25-0.5 s (the slot wait, jittered up to twice): one or two looks each.
+SHORT_ROUNDS = {"BATCH_SLOT_WAIT_SECONDS": "0.25"}
+
+
+@pytest.fixture
+def short_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chain, "YIELD_ROUND_SECONDS", 0.25)
+
+
+@pytest.mark.usefixtures("short_rounds")
+def test_a_chain_that_gave_way_waits_in_place_round_after_round_while_the_traffic_lasts(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    # The traffic ends at the sixth look: past the first round, which was all a chain
+    # waited in place before it left for as long again.
+    deps, batch_id, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=6, **SHORT_ROUNDS)
+    reads = count_calls(monkeypatch, deps.batches, "get_record")
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
+    assert sent == [] and sim.stats()["models"]["sim-chat"]["requests"] == 2
+    assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.FINISHED.value]  # type: ignore[attr-defined]
+    assert [deps.requests.get(batch_id, i).status.value for i in (0, 1)] == ["succeeded"] * 2  # type: ignore[union-attr]
+    # Read as the run starts and before its first request, and again after each round but the last.
+    assert reads[0] >= 4
+
+
+@pytest.mark.usefixtures("short_rounds")
+def test_a_chain_that_gave_way_leaves_once_it_has_waited_in_place_its_longest(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    monkeypatch.setattr(chain, "YIELD_IN_PLACE_SECONDS", 1.0)
+    deps, _, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=None, **SHORT_ROUNDS)
+    looks = count_calls(monkeypatch, chain, "share_of")
+    notes = count_calls(monkeypatch, deps.slots, "wait")
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
+    assert sent == [message.resume_at(0, full=1)] and sim.stats()["models"]["sim-chat"]["requests"] == 0
+    assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.YIELDED.value]  # type: ignore[attr-defined]
+    # The first look before it waits, then more than one round in place, and 1 s of rounds at most.
+    assert 1 + 2 <= looks[0] <= 1 + round(1.0 / chain.ROOM_LOOK_SECONDS)
+    assert notes[0] >= 2  # noted waiting again for each further round
+
+
+@pytest.mark.usefixtures("short_rounds")
+def test_a_cancel_while_a_chain_waits_in_place_ends_its_wait_at_the_round_and_starts_nothing(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    deps, batch_id, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=None, **SHORT_ROUNDS)
+    real_share_of = chain.share_of
+    looks = 0
+
+    async def share_of(deps_: Deps, model: str) -> Any:
+        nonlocal looks
+        looks += 1
+        if looks == 2:  # in the first round: the traffic goes on, the batch is cancelled
+            batches.cancel_batch(deps, ALICE, batch_id)
+        return await real_share_of(deps_, model)
+
+    monkeypatch.setattr(chain, "share_of", share_of)
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
+    assert looks <= 1 + 2  # the first look (before it waits) and one round of two at most
+    assert sent == [message.resume_at(0, full=1)]  # it left at the round's end ...
+    assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.YIELDED.value]  # type: ignore[attr-defined]
+    asyncio.run(run_message(deps, sent[0], owner="w", deadline=deps.clock() + 900))
+    # ... and its next run, finding the batch cancelled, started nothing and sent nothing on.
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 0 and len(sent) == 1
+    assert deps.requests.get(batch_id, 0).status.value == "queued"  # type: ignore[union-attr]  # the workflow's to settle
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """Count the calls of ``owner.name`` from now on (in a one-item list)."""
+    calls = [0]
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls

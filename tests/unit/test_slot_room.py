@@ -1,4 +1,5 @@
-"""A model's room that no chain holds, as chains see it when they might split."""
+"""A model's room that no chain holds, as chains see it when they might split, or when
+they wait in place for a slot (``SlotBoard.going``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Any
 
 from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import BatchShare, ShareWhy
-from batchgw.runtime import ROOM_READ_SECONDS, SlotRoom
+from batchgw.runtime import GOING_SECONDS, ROOM_READ_SECONDS, SlotBoard, SlotRoom
+from batchgw.storage.slots import SlotState
 
 
 class Shares:
@@ -85,3 +87,21 @@ def test_a_slot_given_by_a_chain_that_ended_is_room_for_its_batch_at_once_and_on
     slot_room.give("m", "b1")
     clock.now += ROOM_READ_SECONDS  # not taken in time: another chain may hold it by now
     assert not slot_room.take("m", "b1")
+
+
+def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() -> None:
+    clock = Clock()
+    board = SlotBoard(Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(13)}, 0.0))
+    # 13 held of a share of 16: three chains go, the fourth waits on.
+    assert [board.going("m", 16) for _ in range(4)] == [True, True, True, False]
+    assert board.going("m", 17) and not board.going("m", 17)  # a share one larger: one more goes
+    clock.now += GOING_SECONDS
+    # Those that went hold their slots by now (or another process does): the board says so.
+    board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(16)}, 0.0))
+    assert not board.going("m", 16)
+    # A slot let go is room again, for one chain.
+    board.let_go("m", "t0")
+    assert [board.going("m", 16) for _ in range(2)] == [True, False]
+    # Another model's room is its own.
+    assert board.going("other", 1) and not board.going("other", 1)

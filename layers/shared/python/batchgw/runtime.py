@@ -459,6 +459,10 @@ class SlotRoom:
 # How old a process's view of a model's slot map may be when a chain asks whether its batch
 # gives way to one waiting (``SlotBoard``): a Get per model every 2 s at most, per process.
 BOARD_SECONDS = 2.0
+# How long a chain that waited in place and went for a slot it saw free counts against that
+# room for the other chains of its process (``SlotBoard.going``): about as long as its way to
+# the slot write takes, after which the board holds its slot, or another process's.
+GOING_SECONDS = 0.5
 
 
 class SlotBoard:
@@ -471,6 +475,7 @@ class SlotBoard:
         self._clock = clock
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[float, SlotState]] = {}  # model: (read at, as read or updated)
+        self._going: dict[str, list[float]] = {}  # model: when chains waiting in place went for a slot
 
     def due(self, model: str) -> bool:
         """Whether ``look`` reads the table now (else it answers at once)."""
@@ -494,6 +499,22 @@ class SlotBoard:
         never seen)."""
         seen = self._seen.get(model)
         return SlotState({}, 0.0) if seen is None else seen[1]
+
+    def going(self, model: str, slots: int) -> bool:
+        """Whether one more chain of this process that waits in place for a slot of
+        ``model`` goes for one now: the model's batch ``slots`` less those held (as last
+        seen) less the chains of this process that went for one in the last
+        ``GOING_SECONDS``. True once per unit of room so seen; the other chains wait on,
+        instead of each making its way to the slot write for the one slot (a mark, a claim,
+        the write refused, the claim given back)."""
+        with self._lock:
+            now = self._clock()
+            gone = [at for at in self._going.get(model, []) if now - at < GOING_SECONDS]
+            seen = self._seen.get(model)
+            held = 0 if seen is None else seen[1].running(now)
+            go = held + len(gone) < slots
+            self._going[model] = [*gone, now] if go else gone
+            return go
 
     def saw(self, model: str, state: SlotState) -> None:
         """The slot map as a read or a write of this process just returned it."""

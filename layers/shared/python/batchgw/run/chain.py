@@ -80,6 +80,12 @@ YIELD_WAIT_MAX_FACTOR = 2
 # How often a chain that gave way to interactive traffic looks for room again, in place
 # (``ChainRun._room_again``): as often as a process reads the batch shares.
 ROOM_LOOK_SECONDS = SHARES_MAX_AGE_SECONDS
+# How long in all a chain that gave way waits in place, round after round, before it leaves
+# for a round (its invocation's time, billed, against a message and its reads per round).
+YIELD_IN_PLACE_SECONDS = 30.0
+# Its further rounds in place last at least this long: each reads its batch and notes it
+# waiting again (two writes' worth per waiting chain and round, beside cheap looks in memory).
+YIELD_ROUND_SECONDS = 5.0
 # A chain that reaches a request prepare has not written yet reads the batch again after
 # this long, doubled each time it is still not written, up to the maximum.
 WRITE_WAIT_SECONDS = 0.05
@@ -397,28 +403,44 @@ class ChainRun:
         return Stopped(why, wait)
 
     async def _room_again(self, model: str, wait: float | None) -> bool:
-        """Whether ``model``'s batch share has room again within ``wait`` seconds, as this
-        process sees it (the batch is then read again before the chain's next request): a
-        chain that gave way to interactive traffic waits here, holding nothing, looking as
-        often as the share is read, before it leaves for as long again.
+        """Whether ``model``'s batch share has room again while this chain waits in place,
+        as this process sees it (the batch is then read again before the chain's next
+        request): a chain that gave way to interactive traffic waits here, holding nothing,
+        looking as often as the share is read: a round of ``wait`` seconds, then rounds of
+        ``YIELD_ROUND_SECONDS`` for as long as the share still gives way, at most
+        ``YIELD_IN_PLACE_SECONDS`` in all, before it leaves for ``wait`` seconds. Each further
+        round reads the batch (a cancel that came meanwhile ends the wait, and the run it
+        leaves for stops) and notes it waiting again.
 
         Interactive traffic that comes and goes by a request or two moves the share up and
         down every second or so; a chain that left at once came back by a message (a
         receive, a read of its batch, of the slot map, a note, a send) a second or two
-        later, and the room the traffic left when it went stood empty until then."""
+        later, and the room the traffic left when it went stood empty until then. So did
+        the room a burst leaves when it ends, while the chains that had left for a round
+        were away: half of them, when each waited in place one round and left for one."""
         deps = self.deps
         needed = deps.settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS
-        if wait is None or self.lone or self.deadline - deps.clock() - needed <= wait:
+        if wait is None or self.lone:
             return False
-        for _ in range(max(1, round(wait / ROOM_LOOK_SECONDS))):
-            await asyncio.sleep(ROOM_LOOK_SECONDS)
-            if self.taken_over.is_set():
+        waited, round_seconds = 0.0, wait  # the first round as long as its note says
+        while self.deadline - deps.clock() - needed > round_seconds:
+            for _ in range(max(1, round(round_seconds / ROOM_LOOK_SECONDS))):
+                await asyncio.sleep(ROOM_LOOK_SECONDS)
+                if self.taken_over.is_set():
+                    return False
+                share = await share_of(deps, model)
+                await slot_map_of(deps, model)  # read again when due
+                if deps.board.going(model, share.slots):
+                    self.verdict = None  # the batch may have stopped meanwhile: read it again
+                    return True
+            waited += round_seconds
+            round_seconds = max(wait, YIELD_ROUND_SECONDS)
+            if not share.yielding or waited + round_seconds > YIELD_IN_PLACE_SECONDS:
                 return False
-            share = await share_of(deps, model)
-            state = await slot_map_of(deps, model)
-            if state.running(deps.clock()) < share.slots:
-                self.verdict = None  # the batch may have stopped meanwhile: read it again
-                return True
+            await self._read_batch()
+            if self.verdict is not Verdict.RUN:
+                return False  # it leaves; its next run reads the batch and stops there
+            await self._wait_for_slot(model, deps.board.last(model), round_seconds)
         return False
 
     async def _wait_for_slot(self, model: str, state: SlotState, wait: float) -> None:
