@@ -121,6 +121,10 @@ def test_a_burst_that_ends_gives_its_slots_back_once_the_load_stays_quiet_not_af
     ended.append((NOW + 1.5, load(m=1)))
     assert dict(peak(ended, NOW + 1.5).shared) == {"m": 1}  # quiet for half a second: it ended
     assert share(16, peak(ended, NOW + 1.5)).slots == 15  # not 16 - 8 - 3 until NOW + 2.25
+    # After the quiet, the burst's peak is gone for good: two in flight a moment later hold
+    # two, and a new burst holds its own peak.
+    assert dict(peak([*ended, (NOW + 1.75, load(m=2))], NOW + 1.75).shared) == {"m": 2}
+    assert dict(peak([*ended, (NOW + 1.75, load(m=9))], NOW + 1.75).shared) == {"m": 9}
     # A dip of busy traffic to one request, read twice, is not its end: the peak holds.
     dip = [*burst, (NOW + 1.0, load(m=1)), (NOW + 1.25, load(m=1)), (NOW + 1.5, load(m=6))]
     assert dict(peak(dip, NOW + 1.5).shared) == {"m": 8}

@@ -91,9 +91,9 @@ def peak(
     quiet: float = QUIET_SECONDS,
 ) -> InteractiveLoad:
     """The most interactive requests in flight on each model among the loads read in the
-    last ``hold`` seconds (each ``(read at, load)``); on a model that every read of the last
-    ``quiet`` seconds (at least two, spanning that long) saw quiet, at most
-    ``QUIET_IN_FLIGHT`` in flight, the most among those reads only.
+    last ``hold`` seconds (each ``(read at, load)``); on a model whose reads saw it quiet (at
+    most ``QUIET_IN_FLIGHT`` in flight) for ``quiet`` seconds (two reads or more), the most
+    among the reads since that quiet began only.
 
     Batch requests are not taken back once started, so a slot interactive traffic needs
     must be free before it arrives. Interactive load that keeps a model busy comes and goes
@@ -103,7 +103,8 @@ def peak(
     seconds without ending (at 15 requests a second of half a second each, the chance that
     none is in flight at one moment is one in two thousand), so once it has, batch work
     takes the slots back then, not ``hold`` seconds after its last request ended: a second
-    of the model's idle capacity at each burst's end.
+    of the model's idle capacity at each burst's end. Reads after the quiet count as ever:
+    two requests in flight a moment later hold two slots, not the ended burst's peak again.
     """
     recent = sorted(((at, load) for at, load in loads if now - at <= hold), key=lambda read: read[0])
     shared: dict[str, int] = {}
@@ -115,8 +116,8 @@ def peak(
                 into[model] = max(into.get(model, 0), n)
         reporters = max(reporters, load.reporters)
     for model in set(shared) | set(own):
-        since = _quiet_since(recent, model)
-        if since is None or now - since < quiet:
+        since = _quiet_since(recent, model, now, quiet)
+        if since is None:
             continue
         for into, side in ((shared, "shared"), (own, "own")):
             if model in into:
@@ -124,16 +125,24 @@ def peak(
     return InteractiveLoad(shared, own, reporters)
 
 
-def _quiet_since(recent: list[tuple[float, InteractiveLoad]], model: str) -> float | None:
-    """When the unbroken run of quiet reads of ``model`` (at most ``QUIET_IN_FLIGHT`` in
-    flight, shared and own) that ends with the latest began, ``recent`` oldest first; None
-    unless it counts two reads or more."""
-    since, count = None, 0
-    for at, load in reversed(recent):
+def _quiet_since(
+    recent: list[tuple[float, InteractiveLoad]], model: str, now: float, quiet: float
+) -> float | None:
+    """When the latest run of quiet reads of ``model`` (at most ``QUIET_IN_FLIGHT`` in flight,
+    shared and own) that lasted ``quiet`` seconds began: two reads or more, from its first
+    to its last (to ``now``, for a run the latest read ends). ``recent`` oldest first; None
+    when no run did. What came before such a run had ended; what came after it counts."""
+    found = start = None
+    count = 0
+    for i, (at, load) in enumerate(recent):
         if max(load.shared.get(model, 0), load.own.get(model, 0)) > QUIET_IN_FLIGHT:
-            break
-        since, count = at, count + 1
-    return since if count >= 2 else None
+            start, count = None, 0
+            continue
+        start, count = (at if start is None else start), count + 1
+        end = now if i == len(recent) - 1 else at
+        if count >= 2 and end - start >= quiet:
+            found = start
+    return found
 
 
 class ShareWhy(StrEnum):
