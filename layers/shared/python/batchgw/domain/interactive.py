@@ -109,20 +109,17 @@ def peak(
     recent = sorted(((at, load) for at, load in loads if now - at <= hold), key=lambda read: read[0])
     shared: dict[str, int] = {}
     own: dict[str, int] = {}
-    reporters = 0
-    for _, load in recent:
-        for into, counts in ((shared, load.shared), (own, load.own)):
-            for model, n in counts.items():
-                into[model] = max(into.get(model, 0), n)
-        reporters = max(reporters, load.reporters)
-    for model in set(shared) | set(own):
+    for model in {model for _, load in recent for model in (*load.shared, *load.own)}:
         since = _quiet_since(recent, model, now, quiet)
-        if since is None:
-            continue
-        for into, side in ((shared, "shared"), (own, "own")):
-            if model in into:
-                into[model] = max(getattr(load, side).get(model, 0) for at, load in recent if at >= since)
-    return InteractiveLoad(shared, own, reporters)
+        counting = [load for at, load in recent if since is None or at >= since]
+        for into, sides in (
+            (shared, [read.shared for read in counting]),
+            (own, [read.own for read in counting]),
+        ):
+            seen = [counts[model] for counts in sides if model in counts]
+            if seen:
+                into[model] = max(seen)
+    return InteractiveLoad(shared, own, max((load.reporters for _, load in recent), default=0))
 
 
 def _quiet_since(
