@@ -105,3 +105,20 @@ def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() 
     assert [board.going("m", 16) for _ in range(2)] == [True, False]
     # Another model's room is its own.
     assert board.going("other", 1) and not board.going("other", 1)
+
+
+def test_a_chain_that_went_for_room_and_asked_for_it_no_longer_holds_back_another() -> None:
+    clock = Clock()
+    board = SlotBoard(Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(14)}, 0.0))
+    assert [board.going("m", 16) for _ in range(3)] == [True, True, False]
+    board.took("m", "new", clock.now + 60)  # one of the two took its slot...
+    board.arrived("m")
+    # ...and counts once, among the holders: 15 of 16, with one still on its way.
+    assert not board.going("m", 16)
+    board.let_go("m", "t0")  # a slot let go: room again at once, not GOING_SECONDS later
+    assert board.going("m", 16)
+    board.arrived("m")
+    board.arrived("m")
+    board.arrived("m")  # more arrivals than chains that went: nothing left to count
+    assert board.going("m", 17)

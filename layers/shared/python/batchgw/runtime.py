@@ -460,8 +460,9 @@ class SlotRoom:
 # gives way to one waiting (``SlotBoard``): a Get per model every 2 s at most, per process.
 BOARD_SECONDS = 2.0
 # How long a chain that waited in place and went for a slot it saw free counts against that
-# room for the other chains of its process (``SlotBoard.going``): about as long as its way to
-# the slot write takes, after which the board holds its slot, or another process's.
+# room for the other chains of its process (``SlotBoard.going``), unless it holds the slot
+# sooner (``SlotBoard.arrived``): about as long as its way to the slot write takes, after
+# which the board holds its slot, or another process's.
 GOING_SECONDS = 0.5
 
 
@@ -504,9 +505,9 @@ class SlotBoard:
         """Whether one more chain of this process that waits in place for a slot of
         ``model`` goes for one now: the model's batch ``slots`` less those held (as last
         seen) less the chains of this process that went for one in the last
-        ``GOING_SECONDS``. True once per unit of room so seen; the other chains wait on,
-        instead of each making its way to the slot write for the one slot (a mark, a claim,
-        the write refused, the claim given back)."""
+        ``GOING_SECONDS`` and do not hold it yet (``arrived``). True once per unit of
+        room so seen; the other chains wait on, instead of each making its way to the slot
+        write for the one slot (a mark, a claim, the write refused, the claim given back)."""
         with self._lock:
             now = self._clock()
             gone = [at for at in self._going.get(model, []) if now - at < GOING_SECONDS]
@@ -515,6 +516,16 @@ class SlotBoard:
             go = held + len(gone) < slots
             self._going[model] = [*gone, now] if go else gone
             return go
+
+    def arrived(self, model: str) -> None:
+        """A chain that went for a slot of ``model`` (``going``) holds it now: the board
+        counts it among the holders. Counted as going as well, it held the room of another
+        chain back until ``GOING_SECONDS`` had passed: in a yield run, the last four slots a
+        burst left filled half a second late."""
+        with self._lock:
+            gone = self._going.get(model)
+            if gone:
+                gone.pop(0)
 
     def saw(self, model: str, state: SlotState) -> None:
         """The slot map as a read or a write of this process just returned it."""

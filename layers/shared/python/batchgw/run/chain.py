@@ -290,6 +290,7 @@ class ChainRun:
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
         self.prefetch: asyncio.Task[Claim] | None = None  # the next index, claimed ahead
+        self.going_for: str | None = None  # the model this chain waited in place for, and went
         # What the batch allows (``batch`` was just read); None: read it afresh.
         self.verdict: Verdict | None = verdict(batch, deps.clock())
         self.latest = batch  # the batch as last read
@@ -431,6 +432,7 @@ class ChainRun:
                 share = await share_of(deps, model)
                 await slot_map_of(deps, model)  # read again when due
                 if deps.board.going(model, share.slots):
+                    self.going_for = model
                     self.verdict = None  # the batch may have stopped meanwhile: read it again
                     return True
             waited += round_seconds
@@ -636,6 +638,12 @@ class ChainRun:
         """Hold a slot of the request's model (None); if full or paused, hand the request
         back and stop, the chain to ask again later."""
         grant = await self.slot.hold(held.model)
+        if self.going_for is not None:  # it went for the room it saw
+            if grant.granted and self.going_for == held.model:  # and holds it: the board counts it
+                self.deps.board.arrived(held.model)
+            # Refused, the room it saw was another process's: it counts as going on, and no
+            # other chain of this process goes for that room until GOING_SECONDS have passed.
+            self.going_for = None
         if grant.granted:
             self.full = 0
             return None
