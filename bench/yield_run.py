@@ -408,6 +408,41 @@ def quiet_phases(run: Run, cycles: Cycles, capacity: int) -> list[dict[str, Any]
     return phases
 
 
+# Where ``idle_lost`` puts what the batch left idle: the first seconds of each quiet phase
+# (the batch takes back what a burst held), and its last requests before the drain (fewer
+# chains than room, the room a finished chain leaves taken by a split); the rest is steady.
+RAMP_SECONDS = 3.0
+TAIL_REQUESTS = 100
+
+
+def idle_lost(run: Run, cycles: Cycles, capacity: int) -> dict[str, float] | None:
+    """Where the idle capacity ``idle_utilization`` counts went unused, each part as a share
+    of all of it (they add up to 1 less the utilization): ``ramps``, the first
+    ``RAMP_SECONDS`` of each quiet phase; ``tail``, while fewer than ``TAIL_REQUESTS`` of the
+    batch's requests were left unanswered (the drain left out, as there); ``steady``, the rest."""
+    window = batch_window(run, cycles)
+    period = cycles.burst_seconds + cycles.quiet_seconds
+    lost = {"ramps": 0.0, "steady": 0.0, "tail": 0.0}
+    free = 0.0
+    for s in run.samples:
+        if not window[0] <= s.offset < window[1] or cycles.phase_at(s.offset) != "quiet":
+            continue
+        if draining(run, s, capacity):
+            continue
+        into_quiet = s.offset % period - cycles.burst_seconds
+        answered = s.completed if s.batch_answered is None else s.batch_answered
+        if into_quiet < RAMP_SECONDS:
+            part = "ramps"
+        elif run.batch_requests and run.batch_requests - answered < TAIL_REQUESTS:
+            part = "tail"
+        else:
+            part = "steady"
+        room = capacity - s.interactive_at_model
+        free += room
+        lost[part] += room - s.batch_at_model
+    return None if free <= 0 else {part: round(n / free, 4) for part, n in lost.items()}
+
+
 def quiet_shares(run: Run, cycles: Cycles) -> dict[str, Any]:
     """In the quiet phases while the batch ran: the batch share the gateway gave itself, on
     average, and how often each reason held it (where idle capacity went)."""
@@ -450,6 +485,7 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
         figures["idle_utilization"] = idle_utilization(runs[mode], cycles, capacity)
         figures["idle_utilization_with_drain"] = idle_utilization(runs[mode], cycles, capacity, drain=True)
         figures["quiet_phases"] = quiet_phases(runs[mode], cycles, capacity)
+        figures["idle_lost"] = idle_lost(runs[mode], cycles, capacity)
         figures["quiet_share"] = quiet_shares(runs[mode], cycles)
         figures["batch_completed"] = max((s.completed for s in runs[mode].samples), default=0)
         # As many as batch_completed when every request was answered at its first attempt

@@ -9,6 +9,7 @@ from bench.yield_run import (
     Sample,
     Sent,
     batch_window,
+    idle_lost,
     idle_utilization,
     latencies,
     quiet_phases,
@@ -110,3 +111,18 @@ def test_the_drain_is_judged_by_the_simulators_answers_when_the_gateways_count_l
         {"cycle": 1, "samples": 2, "draining": 1, "utilization": 1.0}
     ]
     assert idle_utilization(run, CYCLES, capacity=16, drain=True) == round(25 / 30, 3)
+
+
+def test_idle_lost_splits_what_the_batch_left_idle_into_ramps_steady_and_tail() -> None:
+    samples = [
+        Sample(2.5, 9, 1, 0, batch_at_model=8, interactive_at_model=1),  # a ramp: 7 of 15 lost
+        Sample(5.5, 15, 1, 0, batch_at_model=14, interactive_at_model=1, batch_answered=500),  # steady: 1
+        # 950 of 1000 answered, 12 at the model: 38 left to start, more than the 15 free: the tail.
+        Sample(13.5, 31, 1, 0, batch_at_model=12, interactive_at_model=1, batch_answered=950),
+        Sample(14.5, 6, 1, 0, batch_at_model=5, interactive_at_model=1, batch_answered=990),  # drain
+    ]
+    cycles = Cycles(burst_rps=4, burst_seconds=2, quiet_rps=1, quiet_seconds=12, cycles=2)
+    run = Run("yield", samples=samples, batch_started=0.0, batch_ended=20.0, batch_requests=1000)
+    lost = idle_lost(run, cycles, capacity=16)
+    assert lost == {"ramps": round(7 / 45, 4), "steady": round(1 / 45, 4), "tail": round(3 / 45, 4)}
+    assert idle_utilization(run, cycles, capacity=16) == round(1 - sum(lost.values()), 3)
