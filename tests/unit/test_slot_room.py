@@ -122,3 +122,13 @@ def test_a_chain_that_went_for_room_and_asked_for_it_no_longer_holds_back_anothe
     board.arrived("m")
     board.arrived("m")  # more arrivals than chains that went: nothing left to count
     assert board.going("m", 17)
+    # A going that ran out is not the one an arrival takes off: the one still counting is.
+    clock.now += GOING_SECONDS
+    board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(13)}, 0.0))
+    assert board.going("m", 15)  # one whose chain never asks (it stopped on its way)
+    clock.now += 0.6 * GOING_SECONDS
+    assert board.going("m", 15)
+    clock.now += 0.6 * GOING_SECONDS  # the first ran out, the second counts
+    board.took("m", "newer", clock.now + 60)
+    board.arrived("m")
+    assert board.going("m", 15)  # 14 held of 15, none going

@@ -523,9 +523,9 @@ class SlotBoard:
         chain back until ``GOING_SECONDS`` had passed: in a yield run, the last four slots a
         burst left filled half a second late."""
         with self._lock:
-            gone = self._going.get(model)
-            if gone:
-                gone.pop(0)
+            now = self._clock()
+            gone = [at for at in self._going.get(model, []) if now - at < GOING_SECONDS]
+            self._going[model] = gone[1:]  # the oldest that still counts
 
     def saw(self, model: str, state: SlotState) -> None:
         """The slot map as a read or a write of this process just returned it."""
