@@ -382,6 +382,17 @@ def test_a_chain_that_gave_way_takes_the_slot_back_in_place_once_the_interactive
     assert [deps.requests.get(batch_id, i).status.value for i in (0, 1)] == ["succeeded"] * 2  # type: ignore[union-attr]
 
 
+def test_a_chain_that_went_for_room_in_place_and_holds_it_no_longer_counts_as_going(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, _, message, _ = waiting_in_place(sim, monkeypatch)
+    asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
+    # It went for the one slot, took it, ran both requests and let it go: the slot is room
+    # for another chain of the process at once, not once its going has run out.
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 2
+    assert deps.board.going("sim-chat", 1)
+
+
 def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhile_starts_nothing(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
 ) -> None:

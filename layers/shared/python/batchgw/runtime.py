@@ -510,7 +510,7 @@ class SlotBoard:
         write for the one slot (a mark, a claim, the write refused, the claim given back)."""
         with self._lock:
             now = self._clock()
-            gone = [at for at in self._going.get(model, []) if now - at < GOING_SECONDS]
+            gone = self._still_going(model, now)
             seen = self._seen.get(model)
             held = 0 if seen is None else seen[1].running(now)
             go = held + len(gone) < slots
@@ -523,9 +523,12 @@ class SlotBoard:
         chain back until ``GOING_SECONDS`` had passed: in a yield run, the last four slots a
         burst left filled half a second late."""
         with self._lock:
-            now = self._clock()
-            gone = [at for at in self._going.get(model, []) if now - at < GOING_SECONDS]
-            self._going[model] = gone[1:]  # the oldest that still counts
+            self._going[model] = self._still_going(model, self._clock())[1:]  # the oldest that counts
+
+    def _still_going(self, model: str, now: float) -> list[float]:
+        """When the chains of this process that went for a slot of ``model`` and still count
+        as going went, oldest first (the lock held)."""
+        return [at for at in self._going.get(model, []) if now - at < GOING_SECONDS]
 
     def saw(self, model: str, state: SlotState) -> None:
         """The slot map as a read or a write of this process just returned it."""

@@ -638,12 +638,11 @@ class ChainRun:
         """Hold a slot of the request's model (None); if full or paused, hand the request
         back and stop, the chain to ask again later."""
         grant = await self.slot.hold(held.model)
-        if self.going_for is not None:  # it went for the room it saw
-            if grant.granted and self.going_for == held.model:  # and holds it: the board counts it
-                self.deps.board.arrived(held.model)
-            # Refused, the room it saw was another process's: it counts as going on, and no
-            # other chain of this process goes for that room until GOING_SECONDS have passed.
-            self.going_for = None
+        went_for, self.going_for = self.going_for, None
+        if grant.granted and went_for == held.model:  # it went for room it saw, and holds it
+            self.deps.board.arrived(held.model)
+        # Refused, the room it saw was another process's: it counts as going on, and no other
+        # chain of this process goes for that room until GOING_SECONDS have passed.
         if grant.granted:
             self.full = 0
             return None
