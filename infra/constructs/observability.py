@@ -153,8 +153,9 @@ class Observability(Construct):
                 ],
             ),
             _graph(
-                "Upstream latency and queue wait (p50, p99)",
+                "Upstream latency, answer to next call, queue wait (p50, p99)",
                 [_per_model("UpstreamLatency", stat) for stat in ("p50", "p99")]
+                + [_per_model("AnswerToNextCall", stat) for stat in ("p50", "p99")]
                 + [_per_model("QueueWait", stat) for stat in ("p50", "p99")],
             ),
             _graph(

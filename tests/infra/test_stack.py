@@ -890,6 +890,7 @@ def test_dashboard_shows_api_worker_queues_and_workflow(synth: Synth) -> None:
         "RequestsFailed",
         "RequestsRetried",
         "UpstreamLatency",
+        "AnswerToNextCall",
         "QueueWait",
         "SlotsInUse",
         "ModelWaitingForCapacity",

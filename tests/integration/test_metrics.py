@@ -3,6 +3,7 @@ simulator): successes, failures, a retry, and requests a cancel swept before the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from typing import Any
@@ -11,10 +12,11 @@ import pytest
 from batchgw import observability
 from batchgw.api import batches
 from batchgw.deps import Deps
-from batchgw.domain.chains import RequestMessage
+from batchgw.domain.chains import ChainMessage, RequestMessage, decode
 from batchgw.domain.principal import Principal
 from batchgw.observability import MetricsBuffer
-from batchgw.run import lifecycle, reconcile
+from batchgw.run import attempt, lifecycle, reconcile
+from batchgw.run.chain import run_message
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
@@ -129,3 +131,29 @@ def test_a_request_that_succeeded_is_logged_for_debugging_and_one_that_failed_fo
         if r.getMessage() == "request ended"
     }
     assert ended == {0: ("DEBUG", "succeeded"), 1: ("INFO", "failed")}
+
+
+def test_a_chain_measures_the_time_its_slot_sits_idle_from_each_answer_to_its_next_call(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AnswerToNextCall: one value per request after a chain's first, each the time from an
+    answer to the next call: here the 40 ms each end takes to write (the injected clock)."""
+    buffer = MetricsBuffer(emit=lambda _: None)
+    monkeypatch.setattr("batchgw.run.chain.metrics", buffer)
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY="1")
+    real_settle = attempt.settle
+
+    async def slow_settle(*args: Any, **kwargs: Any) -> Any:
+        clock.advance(0.04)
+        return await real_settle(*args, **kwargs)
+
+    monkeypatch.setattr(attempt, "settle", slow_settle)
+    batch = batches.create_batch(deps, ALICE, body_of([chat_request(f"r-{i}", "x") for i in range(4)]))
+    lifecycle.prepare(deps, batch["id"])
+    (message,) = [
+        m for m in (decode(raw["Body"]) for raw in receive_all(deps)) if isinstance(m, ChainMessage)
+    ]
+    asyncio.run(run_message(deps, message, owner="w", deadline=clock() + 900))
+    idle = [v for d in buffer.flush() if "AnswerToNextCall" in d for v in d["AnswerToNextCall"]]
+    assert idle == pytest.approx([40.0] * 3)

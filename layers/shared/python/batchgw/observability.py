@@ -32,7 +32,8 @@ logger = Logger(service=SERVICE)
 
 # The metrics, with the unit each is written in. Per model: requests started (an upstream
 # call), ended succeeded / failed / cancelled (failed includes expired), retried; upstream
-# latency; queue wait (created to first attempt); slots in use. Per final status: batches.
+# latency; the time from a chain's answer to its next call (its slot idle meanwhile); queue
+# wait (created to first attempt); slots in use. Per final status: batches.
 # Per model, the interactive path's requests and their latency.
 COUNT, MS, SECONDS = MetricUnit.Count, MetricUnit.Milliseconds, MetricUnit.Seconds
 UNITS: dict[str, MetricUnit] = {
@@ -43,6 +44,7 @@ UNITS: dict[str, MetricUnit] = {
     "RequestsExpired": COUNT,
     "RequestsRetried": COUNT,
     "UpstreamLatency": MS,
+    "AnswerToNextCall": MS,
     "QueueWait": SECONDS,
     "SlotsInUse": COUNT,
     "BatchesEnded": COUNT,

@@ -300,6 +300,10 @@ class ChainRun:
         self.owner_gate = OwnerGate(deps, batch)
         self.pacer = deps.pacer
         self.body: Any = None  # the next request's body, when the owner's gate read it
+        # When the chain's last call answered, while it goes straight on to its next (None
+        # once it waits: for room, a retry, its requests' writes). The time in between, its
+        # slot idle, is the AnswerToNextCall metric: writing the end, the claim, the pacer.
+        self.answered_at: float | None = None
         # The times in a row this chain found its model full (``ChainMessage.full``).
         self.full = message.full if isinstance(message, ChainMessage) else 0
 
@@ -423,6 +427,7 @@ class ChainRun:
         needed = deps.settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS
         if wait is None or self.lone:
             return False
+        self.answered_at = None
         waited, round_seconds = 0.0, wait  # the first round as long as its note says
         while self.deadline - deps.clock() - needed > round_seconds:
             for _ in range(max(1, round(round_seconds / ROOM_LOOK_SECONDS))):
@@ -549,6 +554,7 @@ class ChainRun:
 
     async def _waited_for_retry(self) -> bool:
         """At the end of its walk, a chain waits (slot in hand) for a retry due soon."""
+        self.answered_at = None
         if not self.retries or self.lone or not self._worth_waiting(self.retries[0][0]):
             return False
         await asyncio.sleep(max(0.0, self.retries[0][0] - self.deps.clock()))
@@ -566,6 +572,7 @@ class ChainRun:
         while its first ones run. Wait a moment (longer each time, up to a second) and read
         the batch again; True to go on, False to stop because the batch no longer runs (the
         workflow settles its unstarted requests once they are all written)."""
+        self.answered_at = None
         await asyncio.sleep(self.write_wait)
         self.write_wait = min(2 * self.write_wait, WRITE_WAIT_MAX_SECONDS)
         await self._read_batch()
@@ -777,6 +784,9 @@ class ChainRun:
         deps = self.deps
         turn = await self.pacer.turn()  # a few ms after this process's last call started, at most
         started = deps.clock()
+        if self.answered_at is not None:
+            idle_ms = max(0.0, (started - self.answered_at) * 1000)
+            metrics.value("AnswerToNextCall", idle_ms, model=held.model)
         slot_lost = asyncio.Event()
         renewal = asyncio.create_task(self._keep_leased(held, slot_lost))
         body, self.body = self.body, None
@@ -785,6 +795,7 @@ class ChainRun:
         finally:
             renewal.cancel()
         self.pacer.answered(turn)
+        self.answered_at = deps.clock()
         generation = self.message.generation if isinstance(self.message, ChainMessage) else None
         settled = await attempt.settle(
             deps,
