@@ -49,7 +49,7 @@ import math
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -136,6 +136,11 @@ class Run:
     # The interactive requests' latency as the model's server measured it (its queue and its
     # work, without the way there): the run's whole, from /_sim/stats.
     at_model: dict[str, Any] = field(default_factory=dict)
+    # The run's start and end by the wall clock (``time.time``), as the workers' EMF lines
+    # are stamped: which of their AnswerToNextCall values are this run's.
+    wall: tuple[float, float] | None = None
+    # From each answer to the chain's next call, ms: AnswerToNextCall as the workers wrote it.
+    answer_to_next_call: list[float] = field(default_factory=list)
 
 
 VIA = ("gateway", "reporter")
@@ -298,6 +303,7 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
     interactive = Interactive(stack, args.latency_ms, args.via)
     batch_id = None
     t0 = time.monotonic()
+    wall_start = time.time()
     if mode != "alone":
         api = httpx.Client(
             base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"}, timeout=60
@@ -322,6 +328,7 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
     asyncio.run(interactive.run(cycles, run, t0))
     stop.set()
     sampler.join(timeout=30)
+    run.wall = (wall_start, time.time())
     measured = httpx.get(f"{stack.sim_url}/_sim/stats").json()["latency"][MODEL]["interactive"]
     run.at_model = {"p50_ms": measured["p50_ms"], "p99_ms": measured["p99_ms"]}
     if batch_id is not None:  # what it did not finish within the cycles is not measured
@@ -329,6 +336,60 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
             f"{stack.api_url}/batches/{batch_id}/cancel", headers={"Authorization": "Bearer sk-local-alice"}
         )
     return run
+
+
+def metric_values(lines: Iterable[str], name: str, start: float, end: float) -> list[float]:
+    """The values of the EMF metric ``name`` in ``lines`` (log lines, EMF or not) stamped
+    from ``start`` to ``end`` (seconds since the epoch). A worker writes what it measured at
+    the end of each invocation, or a minute at most after: a batch that ended a minute
+    before its run has all its values in its run."""
+    values: list[float] = []
+    for line in lines:
+        if name not in line or not line.startswith('{"_aws"'):
+            continue
+        for document in _documents(line):
+            stamp = document.get("_aws", {}).get("Timestamp")
+            found = document.get(name)
+            if found is None or stamp is None or not start <= stamp / 1000 <= end:
+                continue
+            values.extend(found if isinstance(found, list) else [found])
+    return values
+
+
+def _documents(line: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects ``line`` holds: the invocations a local worker runs in threads share
+    its output, so a line can hold two (up to a line cut into by another, left out)."""
+    decoder = json.JSONDecoder()
+    at = 0
+    while at < len(line):
+        try:
+            document, at = decoder.raw_decode(line, at)
+        except json.JSONDecodeError:
+            return
+        if isinstance(document, dict):
+            yield document
+        while at < len(line) and line[at].isspace():
+            at += 1
+
+
+def read_answer_to_next_call(runs: Iterable[Run], log_dir: Path) -> None:
+    """Each run's AnswerToNextCall values, from the workers' logs in ``log_dir``."""
+    lines = [line for path in sorted(log_dir.glob("worker-*.log")) for line in path.read_text().splitlines()]
+    for run in runs:
+        if run.wall is not None:
+            run.answer_to_next_call = metric_values(lines, "AnswerToNextCall", *run.wall)
+
+
+def spread(values: list[float]) -> dict[str, Any] | None:
+    """How many ``values``, their p50, p90 and mean (None: none)."""
+    if not values:
+        return None
+    return {
+        "count": len(values),
+        "p50_ms": round(percentile(values, 0.50) or 0, 1),
+        "p90_ms": round(percentile(values, 0.90) or 0, 1),
+        "mean_ms": round(sum(values) / len(values), 1),
+    }
 
 
 def batch_window(run: Run, cycles: Cycles) -> tuple[float, float]:
@@ -487,6 +548,7 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
         figures["quiet_phases"] = quiet_phases(runs[mode], cycles, capacity)
         figures["idle_lost"] = idle_lost(runs[mode], cycles, capacity)
         figures["quiet_share"] = quiet_shares(runs[mode], cycles)
+        figures["answer_to_next_call"] = spread(runs[mode].answer_to_next_call)
         figures["batch_completed"] = max((s.completed for s in runs[mode].samples), default=0)
         # As many as batch_completed when every request was answered at its first attempt
         # (what counting the drain by the simulator's answers takes: ``draining``).
@@ -568,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode in ("alone", "yield", "no_yield"):
             print(f"  {mode}: {cycles.seconds:.0f} s of interactive load...", flush=True)
             runs[mode] = one_run(stack, mode, cycles, args)
+        assert stack.log_dir is not None  # yield_stack gives it one
+        read_answer_to_next_call(runs.values(), stack.log_dir)
     figures = summary(runs, cycles, args.capacity)
     figures["shape"] = shape
     chart_path = args.out.with_name("yield.png")

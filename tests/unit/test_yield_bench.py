@@ -3,6 +3,8 @@ turns what it saw into the two figures it reports."""
 
 from __future__ import annotations
 
+import json
+
 from bench.yield_run import (
     Cycles,
     Run,
@@ -12,7 +14,9 @@ from bench.yield_run import (
     idle_lost,
     idle_utilization,
     latencies,
+    metric_values,
     quiet_phases,
+    spread,
     summary,
 )
 
@@ -126,3 +130,24 @@ def test_idle_lost_splits_what_the_batch_left_idle_into_ramps_steady_and_tail() 
     lost = idle_lost(run, cycles, capacity=16)
     assert lost == {"ramps": round(7 / 45, 4), "steady": round(1 / 45, 4), "tail": round(3 / 45, 4)}
     assert idle_utilization(run, cycles, capacity=16) == round(1 - sum(lost.values()), 3)
+
+
+def emf(timestamp: float, **values: object) -> str:
+    return json.dumps({"_aws": {"Timestamp": int(timestamp * 1000), "CloudWatchMetrics": []}, **values})
+
+
+def test_a_runs_answer_to_next_call_is_what_the_workers_wrote_during_it() -> None:
+    lines = [
+        emf(99.5, AnswerToNextCall=[50.0]),  # before the run
+        "2026-12-05 worker-0.0 INFO local.poller: AnswerToNextCall is not EMF here",
+        emf(100.0, AnswerToNextCall=[10.0, 30.0], model="sim-chat"),
+        emf(150.0, UpstreamLatency=[500.0]),
+        emf(160.0, AnswerToNextCall=20.0),  # one value alone is not a list
+        emf(200.5, AnswerToNextCall=[70.0]),  # after it
+        # Threads of one worker share its output: two documents on a line, or one cut into.
+        emf(170.0, AnswerToNextCall=[5.0]) + emf(171.0, AnswerToNextCall=[6.0]),
+        emf(172.0, AnswerToNextCall=[7.0])[:40] + emf(173.0, AnswerToNextCall=[8.0]),
+    ]
+    assert metric_values(lines, "AnswerToNextCall", 100.0, 200.0) == [10.0, 30.0, 20.0, 5.0, 6.0]
+    assert spread([10.0, 30.0, 20.0, 40.0]) == {"count": 4, "p50_ms": 30.0, "p90_ms": 40.0, "mean_ms": 25.0}
+    assert spread([]) is None
