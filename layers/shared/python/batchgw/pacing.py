@@ -63,6 +63,10 @@ class CallPacer:
         with self._lock:
             self._chains -= 1
 
+    def recent_length(self) -> float:
+        """The recent call length, seconds (0: none seen yet)."""
+        return self._length
+
     def spacing(self) -> float:
         """The least time between two call starts now."""
         return min(self._spacing, self._length / max(1, self._chains))

@@ -35,6 +35,7 @@ over by the next worker, and the lost attempt is counted as one of unknown cost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import math
 import random
@@ -86,6 +87,13 @@ YIELD_IN_PLACE_SECONDS = 30.0
 # Its further rounds in place last at least this long: each reads its batch and notes it
 # waiting again (two writes' worth per waiting chain and round, beside cheap looks in memory).
 YIELD_ROUND_SECONDS = 5.0
+# A chain claims its next request ahead while its call runs, once this share of the recent
+# call length has passed (at most CLAIM_AHEAD_WAIT_MAX_SECONDS), or at once when it needs it
+# sooner. Calls of one length started together answer together, and each chain's end is then
+# written while the others' are (``pacing``): a claim sent just after a call starts would
+# queue beside those writes, in the process's interpreter and at the store, and hold them.
+CLAIM_AHEAD_SHARE = 0.25
+CLAIM_AHEAD_WAIT_MAX_SECONDS = 1.0
 # A chain that reaches a request prepare has not written yet reads the batch again after
 # this long, doubled each time it is still not written, up to the maximum.
 WRITE_WAIT_SECONDS = 0.05
@@ -290,6 +298,8 @@ class ChainRun:
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
         self.prefetch: asyncio.Task[Claim] | None = None  # the next index, claimed ahead
+        self.prefetch_wanted = asyncio.Event()  # set when the chain needs that claim now
+        self.prefetch_sent = False  # whether that claim was sent (until then it may be dropped)
         self.going_for: str | None = None  # the model this chain waited in place for, and went
         # What the batch allows (``batch`` was just read); None: read it afresh.
         self.verdict: Verdict | None = verdict(batch, deps.clock())
@@ -608,6 +618,7 @@ class ChainRun:
 
     async def _claim(self, target: int, from_heap: bool, now: float) -> Claim:
         if self.prefetch is not None and not from_heap:
+            self.prefetch_wanted.set()
             claim, self.prefetch = await self.prefetch, None
             return claim
         settings = self.deps.settings
@@ -871,10 +882,19 @@ class ChainRun:
         as the running request's, and a stopped batch's reconciler ends both then."""
         if self.lone or not self._has_next() or self.next_index >= self.written or self._retry_due(now):
             return
+        wait = min(self.pacer.recent_length() * CLAIM_AHEAD_SHARE, CLAIM_AHEAD_WAIT_MAX_SECONDS)
+        self.prefetch_wanted, self.prefetch_sent = asyncio.Event(), False
+        self.prefetch = asyncio.create_task(self._claim_after(self.next_index, wait, self.prefetch_wanted))
+
+    async def _claim_after(self, index: int, wait: float, wanted: asyncio.Event) -> Claim:
+        """Claim ``index`` ahead (``_claim_ahead``) once ``wait`` seconds have passed or the
+        chain wants it."""
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wanted.wait(), wait)
+        self.prefetch_sent = True
         lease = self.deps.settings.batch_lease_seconds
-        self.prefetch = asyncio.create_task(
-            io(self.deps.requests.claim, self.batch.id, self.next_index, self.owner, self.deps.clock(), lease)
-        )
+        return await io(self.deps.requests.claim, self.batch.id, index, self.owner, self.deps.clock(), lease)
 
     def _claimed_ahead(self) -> RequestRecord | None:
         """The request claimed ahead, once its claim has answered that this worker has it."""
@@ -938,6 +958,9 @@ class ChainRun:
         if self.prefetch is None:
             return
         prefetch, self.prefetch = self.prefetch, None
+        if not self.prefetch_sent:  # still waiting for its time: nothing was claimed
+            prefetch.cancel()
+            return
         try:
             claim = await prefetch
         except Exception:  # the lease runs out on its own
