@@ -35,13 +35,12 @@ over by the next worker, and the lost attempt is counted as one of unknown cost.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import math
 import random
 import uuid
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -272,6 +271,42 @@ class _Invisible:
             await asyncio.sleep(lease / 3)
 
 
+class _ClaimAhead:
+    """A chain's claim of its next index (``ChainRun._claim_ahead``), sent once ``wait``
+    seconds have passed or the chain wants it sooner; until sent, it can be dropped with
+    nothing claimed (a claim sent cannot: its answer says what to give back)."""
+
+    def __init__(self, send: Callable[[], Coroutine[Any, Any, Claim]], wait: float) -> None:
+        self._send = send
+        self._sent: asyncio.Future[Claim] | None = None
+        self._timer = asyncio.get_running_loop().call_later(wait, self.want)
+
+    def want(self) -> None:
+        """Send the claim now, if it was not sent yet."""
+        if self._sent is None:
+            self._timer.cancel()
+            self._sent = asyncio.ensure_future(self._send())
+
+    async def claim(self) -> Claim:
+        """The claim's answer, sent now if it was still waiting."""
+        self.want()
+        assert self._sent is not None
+        return await self._sent
+
+    def claimed(self) -> RequestRecord | None:
+        """The request claimed, once the claim has answered that this worker has it."""
+        sent = self._sent
+        if sent is None or not sent.done() or sent.cancelled() or sent.exception():
+            return None
+        claim = sent.result()
+        return claim.request if claim.kind is ClaimKind.CLAIMED else None
+
+    def drop(self) -> asyncio.Future[Claim] | None:
+        """Send nothing more: the claim sent, to give back what it claimed (None: none was)."""
+        self._timer.cancel()
+        return self._sent
+
+
 class ChainRun:
     """One run of a chain (or of a lone request) in this worker."""
 
@@ -297,9 +332,7 @@ class ChainRun:
         self.next_index = message.index if isinstance(message, RequestMessage) else message.next_index
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
-        self.prefetch: asyncio.Task[Claim] | None = None  # the next index, claimed ahead
-        self.prefetch_wanted = asyncio.Event()  # set when the chain needs that claim now
-        self.prefetch_sent = False  # whether that claim was sent (until then it may be dropped)
+        self.prefetch: _ClaimAhead | None = None  # the next index, claimed ahead
         self.going_for: str | None = None  # the model this chain waited in place for, and went
         # What the batch allows (``batch`` was just read); None: read it afresh.
         self.verdict: Verdict | None = verdict(batch, deps.clock())
@@ -618,8 +651,7 @@ class ChainRun:
 
     async def _claim(self, target: int, from_heap: bool, now: float) -> Claim:
         if self.prefetch is not None and not from_heap:
-            self.prefetch_wanted.set()
-            claim, self.prefetch = await self.prefetch, None
+            claim, self.prefetch = await self.prefetch.claim(), None
             return claim
         settings = self.deps.settings
         return await io(
@@ -882,27 +914,17 @@ class ChainRun:
         as the running request's, and a stopped batch's reconciler ends both then."""
         if self.lone or not self._has_next() or self.next_index >= self.written or self._retry_due(now):
             return
-        wait = min(self.pacer.recent_length() * CLAIM_AHEAD_SHARE, CLAIM_AHEAD_WAIT_MAX_SECONDS)
-        self.prefetch_wanted, self.prefetch_sent = asyncio.Event(), False
-        self.prefetch = asyncio.create_task(self._claim_after(self.next_index, wait, self.prefetch_wanted))
+        index, lease = self.next_index, self.deps.settings.batch_lease_seconds
 
-    async def _claim_after(self, index: int, wait: float, wanted: asyncio.Event) -> Claim:
-        """Claim ``index`` ahead (``_claim_ahead``) once ``wait`` seconds have passed or the
-        chain wants it."""
-        if wait > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wanted.wait(), wait)
-        self.prefetch_sent = True
-        lease = self.deps.settings.batch_lease_seconds
-        return await io(self.deps.requests.claim, self.batch.id, index, self.owner, self.deps.clock(), lease)
+        def send() -> Coroutine[Any, Any, Claim]:
+            return io(self.deps.requests.claim, self.batch.id, index, self.owner, self.deps.clock(), lease)
+
+        wait = min(self.pacer.recent_length() * CLAIM_AHEAD_SHARE, CLAIM_AHEAD_WAIT_MAX_SECONDS)
+        self.prefetch = _ClaimAhead(send, wait)
 
     def _claimed_ahead(self) -> RequestRecord | None:
         """The request claimed ahead, once its claim has answered that this worker has it."""
-        prefetch = self.prefetch
-        if prefetch is None or not prefetch.done() or prefetch.cancelled() or prefetch.exception():
-            return None
-        claim = prefetch.result()
-        return claim.request if claim.kind is ClaimKind.CLAIMED else None
+        return None if self.prefetch is None else self.prefetch.claimed()
 
     def _worth_waiting(self, due: float) -> bool:
         now = self.deps.clock()
@@ -958,11 +980,11 @@ class ChainRun:
         if self.prefetch is None:
             return
         prefetch, self.prefetch = self.prefetch, None
-        if not self.prefetch_sent:  # still waiting for its time: nothing was claimed
-            prefetch.cancel()
+        sent = prefetch.drop()
+        if sent is None:  # still waiting for its time: nothing was claimed
             return
         try:
-            claim = await prefetch
+            claim = await sent
         except Exception:  # the lease runs out on its own
             logger.warning("claim ahead failed", exc_info=True)
             return
