@@ -87,3 +87,18 @@ def test_a_chain_that_needs_its_claim_ahead_before_its_time_sends_it_at_once(
     run = run_message(deps, message, owner="w", deadline=time.time() + 900)
     asyncio.run(asyncio.wait_for(run, timeout=60))  # not 600 s per request: each claim went once wanted
     assert all(claimed[i] >= answered[i - 1] for i in (1, 2))  # sent when the call before answered
+
+
+def test_a_chain_that_stops_while_its_claim_ahead_waits_claims_nothing(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, message = one_chain(sim, ["[[sim latency_ms=1000]] a", "b", "c"])
+    monkeypatch.setattr(chain, "CLAIM_AHEAD_WAIT_MAX_SECONDS", 30.0)
+    monkeypatch.setattr(deps.pacer, "recent_length", lambda: 40.0)  # a claim ahead waits 10 s
+    claimed, called, _ = watched(deps, monkeypatch)
+    # Its invocation's time runs out during the first call: the chain stops there, handing on.
+    needed = deps.settings.batch_upstream_timeout_seconds + chain.SEGMENT_MARGIN_SECONDS
+    asyncio.run(run_message(deps, message, owner="w", deadline=time.time() + needed + 0.5))
+    assert list(called) == [0] and list(claimed) == [0]  # the claim of request 1 was dropped unsent
+    ahead = deps.requests.get(message.batch_id, 1)
+    assert ahead is not None and ahead.attempts == 0 and ahead.lease_owner is None
