@@ -63,6 +63,12 @@ def watched(
     return claimed, called, answered
 
 
+def claims_wait(deps: Deps, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Make each claim ahead wait ``seconds`` (a recent call length that long, and no cap below it)."""
+    monkeypatch.setattr(chain, "CLAIM_AHEAD_WAIT_MAX_SECONDS", seconds)
+    monkeypatch.setattr(deps.pacer, "recent_length", lambda: seconds / chain.CLAIM_AHEAD_SHARE)
+
+
 def test_a_chain_claims_its_next_request_once_a_share_of_the_recent_call_length_has_passed(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,8 +87,7 @@ def test_a_chain_that_needs_its_claim_ahead_before_its_time_sends_it_at_once(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deps, message = one_chain(sim, ["a", "b", "c"])
-    monkeypatch.setattr(chain, "CLAIM_AHEAD_WAIT_MAX_SECONDS", 600.0)
-    monkeypatch.setattr(deps.pacer, "recent_length", lambda: 2400.0)  # a claim ahead waits 600 s
+    claims_wait(deps, monkeypatch, 600.0)
     claimed, _, answered = watched(deps, monkeypatch)
     run = run_message(deps, message, owner="w", deadline=time.time() + 900)
     asyncio.run(asyncio.wait_for(run, timeout=60))  # not 600 s per request: each claim went once wanted
@@ -93,8 +98,7 @@ def test_a_chain_that_stops_while_its_claim_ahead_waits_claims_nothing(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deps, message = one_chain(sim, ["[[sim latency_ms=1000]] a", "b", "c"])
-    monkeypatch.setattr(chain, "CLAIM_AHEAD_WAIT_MAX_SECONDS", 30.0)
-    monkeypatch.setattr(deps.pacer, "recent_length", lambda: 40.0)  # a claim ahead waits 10 s
+    claims_wait(deps, monkeypatch, 10.0)
     claimed, called, _ = watched(deps, monkeypatch)
     # Its invocation's time runs out during the first call: the chain stops there, handing on.
     needed = deps.settings.batch_upstream_timeout_seconds + chain.SEGMENT_MARGIN_SECONDS
