@@ -23,19 +23,22 @@ from tests.support import FakeClock
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
-LEASE = 1.0  # seconds: a message is held for one lease, every third of one
+# Seconds: a message is held for one lease, every third of one. Two, not one: moto's SQS
+# keeps real time, and a tick may come two thirds of a lease late before a message shows
+# (a busy 2-core CI stalled a 1 s lease's tick that long once).
+LEASE = 2.0
 
 
 def started(sim: Simulator, *, chains: int, latency_ms: int) -> tuple[Deps, str, list[dict[str, Any]]]:
     """A batch of three requests of ``latency_ms`` each, prepared into ``chains`` chains,
-    whose messages were received as a worker receives them (visible again after 1 s)."""
+    whose messages were received as a worker receives them (visible again after one lease)."""
     deps = make_deps(sim, FakeClock(), BATCH_LEASE_SECONDS=str(LEASE), BATCH_MODEL_CONCURRENCY=str(chains))
     requests = [chat_request(f"r-{i}", f"[[sim latency_ms={latency_ms}]] hello") for i in range(3)]
     batch_id = batches.create_batch(deps, ALICE, body_of(requests))["id"]
     lifecycle.prepare(deps, batch_id)
     sqs = aws.get_clients().sqs
     received = sqs.receive_message(
-        QueueUrl=deps.settings.work_queue_url, MaxNumberOfMessages=10, VisibilityTimeout=1
+        QueueUrl=deps.settings.work_queue_url, MaxNumberOfMessages=10, VisibilityTimeout=int(LEASE)
     )["Messages"]
     return deps, batch_id, list(received)
 
@@ -44,7 +47,7 @@ def test_an_invocations_messages_stay_invisible_while_their_chains_run_held_in_o
     sim: Simulator,
 ) -> None:
     # Each request takes 2.5 leases upstream: its chain outlives the messages' visibility.
-    deps, _, received = started(sim, chains=3, latency_ms=2500)
+    deps, _, received = started(sim, chains=3, latency_ms=int(2500 * LEASE))
     sqs, url = aws.get_clients().sqs, deps.settings.work_queue_url
     assert len(received) == 3  # one per chain
 
