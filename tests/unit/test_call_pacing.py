@@ -1,6 +1,7 @@
-"""Calls started in one worker process are spaced a few milliseconds apart (``run.pacing``),
-so that requests of one length that started together do not all end together, and never so
-far apart that the process's chains run slower than their calls let them."""
+"""Calls started in one worker process are spaced apart (``pacing``): spread over half the
+recent call length, so that requests of one length that started together do not all end
+together, and never so far apart that the process's chains run slower than their calls let
+them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import time
 
 import pytest
-from batchgw.pacing import CALL_SPACING_SECONDS, CallPacer
+from batchgw.pacing import SPACING_MAX_SECONDS, SPREAD_SHARE, CallPacer
 
 
 class FakeTime:
@@ -39,20 +40,20 @@ async def turns(pacer: CallPacer, n: int) -> list[float]:
     return list(await asyncio.gather(*(pacer.turn() for _ in range(n))))
 
 
-def test_calls_that_would_start_together_start_the_spacing_apart() -> None:
+def test_calls_that_would_start_together_spread_over_half_a_calls_length() -> None:
     time = FakeTime()
     pacer = pacer_with(time, chains=4, call_seconds=0.5)
     starts = asyncio.run(turns(pacer, 4))
-    assert CALL_SPACING_SECONDS == 0.01
-    assert [round(s - time.now, 6) for s in starts] == [0, 0.01, 0.02, 0.03]
-    assert time.slept == [0.01, 0.02, 0.03]  # the first starts at once
+    assert SPREAD_SHARE == 0.5
+    assert [round(s - time.now, 6) for s in starts] == [0, 0.0625, 0.125, 0.1875]
+    assert time.slept == [0.0625, 0.125, 0.1875]  # the first starts at once
 
 
 def test_a_call_after_the_spacing_has_passed_starts_at_once() -> None:
     time = FakeTime()
     pacer = pacer_with(time, chains=4, call_seconds=0.5)
     asyncio.run(turns(pacer, 1))
-    time.now += CALL_SPACING_SECONDS
+    time.now += pacer.spacing()
     asyncio.run(turns(pacer, 1))
     assert time.slept == []
 
@@ -60,12 +61,12 @@ def test_a_call_after_the_spacing_has_passed_starts_at_once() -> None:
 def test_the_spacing_never_slows_the_chains_below_their_calls_pace() -> None:
     time = FakeTime()
     quick = pacer_with(time, chains=10, call_seconds=0.02)  # ten chains of 20-ms calls
-    assert quick.spacing() == pytest.approx(0.002)
+    assert quick.spacing() == pytest.approx(0.001)
     starts = asyncio.run(turns(quick, 10))
-    assert starts[-1] - starts[0] <= 0.02  # all ten start within one call's length
+    assert starts[-1] - starts[0] <= 0.01  # all ten start within half a call's length
     for _ in range(8):
         quick.left()
-    assert quick.spacing() == pytest.approx(0.01)  # two chains left: the whole spacing
+    assert quick.spacing() == pytest.approx(0.005)  # two chains left: each gets more
     instant = pacer_with(FakeTime(), chains=10, call_seconds=0.0)
     assert instant.spacing() == 0.0  # calls that answer at once are not spaced at all
     assert CallPacer(clock=time.clock, sleep=time.sleep).spacing() == 0.0  # none seen yet
@@ -87,4 +88,15 @@ def test_the_invocations_of_one_process_take_turns_on_its_pacer() -> None:
         thread.join()
     starts.sort()
     assert len(starts) == 3
-    assert all(b - a >= CALL_SPACING_SECONDS - 1e-9 for a, b in itertools.pairwise(starts))
+    assert all(b - a >= SPACING_MAX_SECONDS - 1e-9 for a, b in itertools.pairwise(starts))
+
+
+def test_one_long_call_spaces_the_calls_after_it_at_most_the_longest_spacing() -> None:
+    time = FakeTime()
+    pacer = pacer_with(time, chains=4, call_seconds=0.2)  # 25 ms apart
+    assert pacer.spacing() == pytest.approx(0.025)
+    started = time.now
+    time.now += 60.0
+    pacer.answered(started)  # one call of a minute: the recent length is 12.2 s
+    assert pacer.recent_length() == pytest.approx(12.16)
+    assert pacer.spacing() == SPACING_MAX_SECONDS == 0.1  # not 1.5 s
