@@ -122,6 +122,7 @@ class Sample:
     # The batch's requests the simulator has answered so far, read with ``batch_at_model``
     # (``completed`` is the gateway's count, read once a second: up to a second behind).
     batch_answered: int | None = None
+    held: int | None = None  # the batch slots its chains hold (``running`` there), read with ``share``
 
 
 @dataclass
@@ -247,6 +248,7 @@ def sample(
         ) as admin,
     ):
         share: dict[str, Any] = {"slots": None, "reason": None}
+        held: int | None = None
         taken = completed = 0
         while not stop.wait(SAMPLE_EVERY_SECONDS):
             stats = sim.get("/_sim/stats").json()
@@ -259,7 +261,8 @@ def sample(
             looks = taken % SHARE_EVERY_SAMPLES == 0
             if looks:
                 models = admin.get("/admin/batch/models").json()["data"]
-                share = next(m["batch_share"] for m in models if m["id"] == MODEL)
+                model = next(m for m in models if m["id"] == MODEL)
+                share, held = model["batch_share"], int(model["running"])
             taken += 1
             if looks and batch_id is not None:
                 batch = api.get(f"/batches/{batch_id}").json()
@@ -284,6 +287,7 @@ def sample(
                     share["slots"],
                     share["reason"],
                     answered if batch_id is not None else None,
+                    held=held,
                 )
             )
 
@@ -504,9 +508,11 @@ def idle_lost(run: Run, cycles: Cycles, capacity: int) -> dict[str, float] | Non
     return None if free <= 0 else {part: round(n / free, 4) for part, n in lost.items()}
 
 
-def quiet_shares(run: Run, cycles: Cycles) -> dict[str, Any]:
-    """In the quiet phases while the batch ran: the batch share the gateway gave itself, on
-    average, and how often each reason held it (where idle capacity went)."""
+def quiet_shares(run: Run, cycles: Cycles, capacity: int) -> dict[str, Any]:
+    """In the quiet phases while the batch ran, on average: what the interactive requests
+    left free at the model, the batch share the gateway gave itself, the slots the batch's
+    chains held, and its requests at the model (where idle capacity went, step by step); and
+    how often each reason held the share."""
     window = batch_window(run, cycles)
     quiet = [
         s
@@ -518,8 +524,11 @@ def quiet_shares(run: Run, cycles: Cycles) -> dict[str, Any]:
     reasons: dict[str, int] = {}
     for s in quiet:
         reasons[str(s.why)] = reasons.get(str(s.why), 0) + 1
+    held = [s.held for s in quiet if s.held is not None]
     return {
+        "mean_free": round(sum(capacity - s.interactive_at_model for s in quiet) / len(quiet), 2),
         "mean_slots": round(sum(s.share or 0 for s in quiet) / len(quiet), 2),
+        "mean_held": round(sum(held) / len(held), 2) if held else None,
         "mean_running": round(sum(s.batch_at_model for s in quiet) / len(quiet), 2),
         "reasons": {why: round(n / len(quiet), 3) for why, n in sorted(reasons.items())},
     }
@@ -547,7 +556,7 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
         figures["idle_utilization_with_drain"] = idle_utilization(runs[mode], cycles, capacity, drain=True)
         figures["quiet_phases"] = quiet_phases(runs[mode], cycles, capacity)
         figures["idle_lost"] = idle_lost(runs[mode], cycles, capacity)
-        figures["quiet_share"] = quiet_shares(runs[mode], cycles)
+        figures["quiet_share"] = quiet_shares(runs[mode], cycles, capacity)
         figures["answer_to_next_call"] = spread(runs[mode].answer_to_next_call)
         figures["batch_completed"] = max((s.completed for s in runs[mode].samples), default=0)
         # As many as batch_completed when every request was answered at its first attempt
