@@ -8,8 +8,9 @@ there at checkpoints and at a clean stop (``local.state``).
 Hooks, for the local stack only and pinned to moto 5.2.5's behaviour: DynamoDB's fixes
 (``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), requests
 recorded one at a time (``install_recording_lock``), handlers found once per host and class
-(``install_cheap_dispatch``), the Lambda hook (``install_lambda_hook``), and connections
-kept between requests (``local.keep_alive``); for chaos runs, tasks that die mid-run
+(``install_cheap_dispatch``), the Lambda hook (``install_lambda_hook``), connections
+kept between requests (``local.keep_alive``), and short garbage-collection pauses
+(``local.collector``); for chaos runs, tasks that die mid-run
 (``local.crashes``). Without Docker, moto's Lambda is ``LambdaSimpleBackend``, whose
 ``invoke`` just echoes the payload. Step Functions' ``lambda:invoke`` and
 ``lambda:invoke.waitForTaskToken`` tasks reach it as an ordinary ``Invoke`` call over HTTP
@@ -59,7 +60,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 
-from local import crashes, denials, keep_alive, moto_patches, state, throttling
+from local import collector, crashes, denials, keep_alive, moto_patches, state, throttling
 from local.env import (
     DEFAULT_CHECKPOINT_SECONDS,
     DEFAULT_MOTO_PORT,
@@ -300,6 +301,7 @@ def serve(
     install_cheap_dispatch()
     moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
     keep_alive.install()  # connections kept between requests (werkzeug closes each one)
+    collector.install()  # no full collection stalls every AWS call for long
     crashes.install(get_clients().events, os.environ)  # chaos runs only: tasks dying mid-run
     throttling.install(os.environ)  # chaos runs only: DynamoDB refusing for throughput
     denials.install(os.environ)  # tests only: partitions nobody may reach
