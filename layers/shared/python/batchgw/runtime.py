@@ -389,9 +389,14 @@ class BatchShares:
 
 
 # How often a process reads how many of a model's slots batch chains hold (``SlotRoom``): a
-# Query per model every 2 s at most. (Read twice a second, a full yield run measured the
-# same idle utilization within its noise: 0.860, against 0.865 at every 2 s.)
-ROOM_READ_SECONDS = 2.0
+# Query per model twice a second at most. Chains that end while interactive traffic holds
+# the rest of the share leave no room then; when the traffic ends, the room it leaves is
+# filled by splits only once two reads have seen it. Read every 2 s, a yield run's batch
+# held 8 or 9 of its 15 slots for the first 5 s of its last quiet phase, its splits
+# 4.3-5.5 s in, and used 0.58 of that phase; read every 0.5 s, 15 within 2 s, its splits
+# 1.7-1.9 s in, and 0.76 and 0.75 in two runs. (A full yield run had measured the two the
+# same, 0.860 and 0.865, when other losses hid it.)
+ROOM_READ_SECONDS = 0.5
 
 
 class SlotRoom:
