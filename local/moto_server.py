@@ -318,8 +318,14 @@ def serve(
         checkpoints.start()
 
     stop = threading.Event()
+
+    def stop_on(signum: int, _: object) -> None:
+        # A stack whose moto stopped shows its log's tail: it says whether it was told to.
+        log.info("moto stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, stop_on)
     while not stop.wait(0.5):
         pass
     if checkpoints is not None:

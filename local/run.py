@@ -417,7 +417,8 @@ class LocalStack:
         """Raise StackError if a child died on its own."""
         dead = self.dead_children()
         if dead:
-            raise StackError(f"stopped unexpectedly: {', '.join(dead)}{self._log_hint(dead)}")
+            codes = ", ".join(f"{n} (exit code {self._children[n].process.returncode})" for n in dead)
+            raise StackError(f"stopped unexpectedly: {codes}{self._log_hint(dead)}")
 
     # --- workers, for fault tests ------------------------------------------------------------
 

@@ -1446,8 +1446,14 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] = os.en
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     done = threading.Event()
+
+    def stop_on(signum: int, _: object) -> None:
+        # A stack whose simulator stopped shows its log's tail: it says whether it was told to.
+        print(f"simulator stopping on {signal.Signals(signum).name}", flush=True)
+        done.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: done.set())
+        signal.signal(signum, stop_on)
     simulator = Simulator(
         args.port,
         host=args.host,

@@ -75,6 +75,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         yield running
 
 
+@pytest.fixture(autouse=True)
+def _stack_still_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test whose stack lost its moto or simulator says so first, with the exit code and the
+    log's tail (the short summary of a CI run shows the first line), not as the refused
+    connections and timeouts that follow. Checked before the test, and after it: the test that
+    was running when the process died says so too."""
+    running = request.getfixturevalue("stack") if "stack" in request.fixturenames else None
+    if isinstance(running, LocalStack):
+        running.check()
+    yield
+    if isinstance(running, LocalStack):
+        running.check()
+
+
 class Api:
     """A thin client for one API key."""
 
