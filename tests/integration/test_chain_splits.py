@@ -81,6 +81,18 @@ def test_a_chain_alone_on_a_model_with_room_splits_and_its_halves_run_each_of_it
     assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP  # none ran twice
 
 
+def test_a_chain_with_room_for_three_more_splits_in_four_at_once(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps, _, first = start(sim, clock)
+    sent = handing_on(deps)
+    asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
+    # Its first split (once two reads have seen the room) sends the three new chains
+    # together, for the indexes after where it stood: one round, not two doublings.
+    new = [m for m in sent[:3] if isinstance(m, ChainMessage)]
+    at = new[0].next_index - CAP
+    assert [(m.next_index, m.stride) for m in new] == [(at + k * CAP, 4 * CAP) for k in (1, 2, 3)]
+
+
 def test_a_chain_whose_model_is_all_held_does_not_split(sim: Simulator) -> None:
     clock = FakeClock()
     deps, _, first = start(sim, clock)

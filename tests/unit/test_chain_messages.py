@@ -43,3 +43,28 @@ def test_a_chain_with_little_left_or_a_stride_at_its_widest_does_not_split() -> 
     assert ChainMessage("batch_1", 0, 0, 32).split(10_000, chains=16) is not None
     assert ChainMessage("batch_1", 0, 0, 512).split(10_000, chains=16) is not None
     assert ChainMessage("batch_1", 0, 0, 1024).split(10_000, chains=16) is None  # 64 times the first
+
+
+def test_a_chain_split_in_four_and_its_new_chains_walk_exactly_what_it_had_left_between_them() -> None:
+    chain = ChainMessage("batch_1", 3, 35, 16, generation=2, full=3)
+    parts = chain.split(total=400, chains=16, ways=4)
+    assert parts is not None
+    assert [(p.next_index, p.stride, p.full, p.generation) for p in parts] == [
+        (35, 64, 0, 2),
+        (51, 64, 0, 2),
+        (67, 64, 0, 2),
+        (83, 64, 0, 2),
+    ]
+    walked = [i for part in parts for i in indexes(part, 400)]
+    assert sorted(walked) == indexes(chain, 400) and len(set(walked)) == len(walked)
+
+
+def test_a_chain_splits_into_as_many_parts_as_each_keeps_two_and_its_stride_stays_within_bound() -> None:
+    assert ChainMessage("batch_1", 0, 0, 16).ways(10_000, chains=16) == 4
+    assert ChainMessage("batch_1", 0, 0, 16).ways(10_000, chains=16, most=3) == 3
+    total = 16 * 100
+    assert ChainMessage("batch_1", 0, total - 16 * 7, 16).ways(total, chains=16) == 3  # 7 left: 3 parts of 2
+    assert ChainMessage("batch_1", 0, total - 16 * 3, 16).ways(total, chains=16) == 1  # 3 left
+    assert ChainMessage("batch_1", 0, 0, 512).ways(10_000, chains=16) == 2  # 1,024: 64 times the first
+    assert ChainMessage("batch_1", 0, 0, 300).ways(10_000, chains=16) == 3  # 900 within, 1,200 not
+    assert ChainMessage("batch_1", 0, total - 16 * 7, 16).split(total, chains=16, ways=4) is None

@@ -40,6 +40,20 @@ def room(held: list[int], slots: int = 16) -> tuple[SlotRoom, Clock, list[str]]:
     return SlotRoom(shares, running, clock), clock, reads
 
 
+def test_a_chain_that_took_a_unit_takes_more_of_the_same_reads_room_and_no_unit_twice() -> None:
+    held = [8]
+    slot_room, clock, reads = room(held)
+    assert slot_room.take_more("m", 3) == 0  # nothing read yet
+    slot_room.take("m")
+    clock.now += ROOM_READ_SECONDS
+    assert slot_room.take("m")  # room 8 on both reads
+    looked = len(reads)
+    assert slot_room.take_more("m", 3) == 3
+    assert slot_room.take_more("m", 5) == 4
+    assert slot_room.take_more("m", 3) == 0 and not slot_room.take("m")  # all 8 handed out
+    assert len(reads) == looked  # no read of its own
+
+
 def test_room_seen_on_two_reads_in_a_row_is_handed_out_once_per_unit() -> None:
     held = [13]
     slot_room, clock, _ = room(held)

@@ -439,6 +439,14 @@ class SlotRoom:
             self._left[model] -= 1
             return True
 
+    def take_more(self, model: str, most: int) -> int:
+        """Up to ``most`` further units of ``model``'s room as the last reads saw it (no read),
+        for a chain that took one (``take``) and may split into more than two parts: how many."""
+        with self._lock:
+            more = max(0, min(most, self._left.get(model, 0)))
+            self._left[model] = self._left.get(model, 0) - more
+            return more
+
     def give(self, model: str, batch_id: str) -> None:
         """One unit of ``model``'s room, from a chain of batch ``batch_id`` in this process
         that ended for good with its slot in hand: free at once for a split of another of

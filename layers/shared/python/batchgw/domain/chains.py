@@ -5,12 +5,14 @@ indexes c, c+W, c+2W, ... A ``ChainMessage`` says where its chain resumes; the w
 runs the chain in order and, when it must stop, sends the message for where it stopped.
 So the queue holds about W messages per batch, whatever N is (invariant 4).
 
-A chain whose model has room it does not use splits in two (``split``): it keeps every
-other index of its own and hands the rest to a new chain of twice its stride. Chains that
-yielded to interactive traffic (or ran slower requests) lag behind the others; without a
-split, the batch's end would run on fewer chains than its model has slots. The chains still
-partition the batch's indexes, and a chain's stride stays at most ``MAX_SPLIT_FACTOR``
-times the batch's first one, so the queue holds at most that many times W messages.
+A chain whose model has room it does not use splits (``split``): in two, it keeps every
+other index of its own and hands the rest to a new chain of twice its stride; in k parts
+(room for k - 1 more chains), it keeps every k-th and hands the rest to k - 1 new chains of
+k times its stride. Chains that yielded to interactive traffic (or ran slower requests) lag
+behind the others; without a split, the batch's end would run on fewer chains than its
+model has slots. The chains still partition the batch's indexes, and a chain's stride stays
+at most ``MAX_SPLIT_FACTOR`` times the batch's first one, so the queue holds at most that
+many times W messages.
 
 A ``RequestMessage`` carries one request on its own: a retry that its chain could not
 keep (the chain stopped before the retry came due), or one the reconciler found
@@ -23,10 +25,17 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-# A chain splits only with at least this many indexes left (each half keeps half): at a
-# batch's end, the last chains split down to two requests each, so its last requests run
-# side by side as long as the model has room.
-SPLIT_MIN_REMAINING = 4
+# A chain splits only with at least this many indexes left for each part: at a batch's end,
+# the last chains split down to two requests each, so its last requests run side by side as
+# long as the model has room.
+SPLIT_MIN_PART = 2
+# The most parts a chain splits into at once. A chain splits between two of its requests, so
+# splits in two double a batch's chains once per request length at most: when interactive
+# traffic ends and leaves the room of ten chains to a batch it had held down to four, two
+# rounds of doubling (a request length each, plus the new chains' start) left most of that
+# room idle for two seconds of 500-ms requests in a yield run, and for a minute of 30-s ones.
+# Four parts fill it in one round.
+MAX_SPLIT_WAYS = 4
 # A chain's stride grows by splits to at most this many times the batch's first one. At 4,
 # a batch's end ran on the few chains left with their strides at the most, one request after
 # another (in a yield run, its last 100 requests on 8 chains, then 5, then 1); at 16, a
@@ -61,15 +70,24 @@ class ChainMessage:
         """The indexes of ``total`` this chain has left, its next one included."""
         return max(0, -(-(total - self.next_index) // self.stride))
 
-    def split(self, total: int, chains: int) -> tuple[ChainMessage, ChainMessage] | None:
-        """This chain in two, when it has enough left and its stride may still double: the
-        chain itself, resuming at its next index with twice its stride, and a new chain
-        for the indexes between (its next index + stride, and on, at twice the stride).
-        None when it does not split."""
-        if self.remaining(total) < SPLIT_MIN_REMAINING or 2 * self.stride > MAX_SPLIT_FACTOR * chains:
+    def ways(self, total: int, chains: int, most: int = MAX_SPLIT_WAYS) -> int:
+        """The most parts (up to ``most``) this chain may split into now: each keeps at
+        least ``SPLIT_MIN_PART`` of what it has left, and the stride stays at most
+        ``MAX_SPLIT_FACTOR`` times the batch's first (``chains``: its first chain count).
+        1 when it does not split."""
+        left, widest = self.remaining(total), MAX_SPLIT_FACTOR * chains
+        fit = [k for k in range(2, most + 1) if left >= SPLIT_MIN_PART * k and k * self.stride <= widest]
+        return max([1, *fit])
+
+    def split(self, total: int, chains: int, ways: int = 2) -> tuple[ChainMessage, ...] | None:
+        """This chain in ``ways`` parts, when it may (``ways``): the chain itself, resuming at
+        its next index with ``ways`` times its stride, then a new chain for each index between
+        (its next index + stride, + 2 strides, ..., each on at the new stride). None when it
+        does not split so."""
+        if ways < 2 or self.ways(total, chains, ways) < ways:
             return None
-        wider = replace(self, stride=2 * self.stride, full=0)
-        return wider, replace(wider, next_index=self.next_index + self.stride)
+        wider = replace(self, stride=ways * self.stride, full=0)
+        return wider, *(replace(wider, next_index=self.next_index + k * self.stride) for k in range(1, ways))
 
     def encode(self) -> str:
         body: dict[str, Any] = {"b": self.batch_id, "c": self.chain, "i": self.next_index, "w": self.stride}

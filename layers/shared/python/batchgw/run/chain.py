@@ -932,28 +932,37 @@ class ChainRun:
         return due - now <= CHAIN_RETRY_WAIT_SECONDS and due < limit
 
     async def _split_if_room(self, model: str) -> None:
-        """Split this chain in two (``domain.chains``) when its model has batch room that no
-        chain holds: the new chain, sent at once, takes the room. A chain that yielded, or
-        ran slower requests, lags behind its batch's others; as those end, it splits, so the
+        """Split this chain (``domain.chains``) when its model has batch room that no chain
+        holds: in as many parts as there is room for new chains (``MAX_SPLIT_WAYS`` at
+        most), each new one sent at once to take a unit of it. A chain that yielded, or ran
+        slower requests, lags behind its batch's others; as those end, it splits, so the
         batch's end runs on as many chains as its model has room for."""
         message = self.message
         if not isinstance(message, ChainMessage) or self.taken_over.is_set():
             return
-        halves = message.resume_at(self.next_index, full=self.full).split(
-            self.batch.total, self.batch.chains or 1
-        )
-        if halves is None:
+        here = message.resume_at(self.next_index, full=self.full)
+        total, chains = self.batch.total, self.batch.chains or 1
+        most = here.ways(total, chains)
+        if most < 2:
             return
         room = self.deps.room
         batch_id = self.batch.id
         if not (await io(room.take, model, batch_id) if room.due(model) else room.take(model, batch_id)):
             return
-        wider, new = halves
-        await self._send(new, after=0)
-        self.message, self.stride = wider, wider.stride
+        parts = here.split(total, chains, ways=2 + room.take_more(model, most - 2))
+        assert parts is not None  # ``ways`` allowed as many
+        kept, *new = parts
+        for each in new:
+            await self._send(each, after=0)
+        self.message, self.stride = kept, kept.stride
         logger.info(
             "chain split",
-            extra={"batch_id": self.batch.id, "next_index": self.next_index, "stride": self.stride},
+            extra={
+                "batch_id": self.batch.id,
+                "next_index": self.next_index,
+                "stride": self.stride,
+                "parts": len(parts),
+            },
         )
 
     # --- handing work on ----------------------------------------------------------------------
