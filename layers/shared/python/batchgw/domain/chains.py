@@ -33,8 +33,10 @@ SPLIT_MIN_PART = 2
 # splits in two double a batch's chains once per request length at most: when interactive
 # traffic ends and leaves the room of ten chains to a batch it had held down to four, two
 # rounds of doubling (a request length each, plus the new chains' start) left most of that
-# room idle for two seconds of 500-ms requests in a yield run, and for a minute of 30-s ones.
-# Four parts fill it in one round.
+# room idle for two seconds of 500-ms requests in a yield run (15 chains 4 s after the burst
+# ended), and would for a minute of 30-s ones. Four parts fill it in one round. (In the
+# yield runs that followed, the room came a unit or two at a time as the share rose, taken
+# as it came: 4 of 157 splits took three parts, none four.)
 MAX_SPLIT_WAYS = 4
 # A chain's stride grows by splits to at most this many times the batch's first one. At 4,
 # a batch's end ran on the few chains left with their strides at the most, one request after
