@@ -40,18 +40,17 @@ def room(held: list[int], slots: int = 16) -> tuple[SlotRoom, Clock, list[str]]:
     return SlotRoom(shares, running, clock), clock, reads
 
 
-def test_a_chain_that_took_a_unit_takes_more_of_the_same_reads_room_and_no_unit_twice() -> None:
+def test_a_chain_takes_several_units_of_the_same_reads_room_and_no_unit_twice() -> None:
     held = [8]
     slot_room, clock, reads = room(held)
-    assert slot_room.take_more("m", 3) == 0  # nothing read yet
-    slot_room.take("m")
+    assert slot_room.take("m", most=3) == 0  # one read: not room yet
     clock.now += ROOM_READ_SECONDS
-    assert slot_room.take("m")  # room 8 on both reads
+    assert slot_room.take("m") == 1  # room 8 on both reads
     looked = len(reads)
-    assert slot_room.take_more("m", 3) == 3
-    assert slot_room.take_more("m", 5) == 4
-    assert slot_room.take_more("m", 3) == 0 and not slot_room.take("m")  # all 8 handed out
-    assert len(reads) == looked  # no read of its own
+    assert slot_room.take("m", most=3) == 3
+    assert slot_room.take("m", most=5) == 4
+    assert slot_room.take("m", most=3) == 0 and not slot_room.take("m")  # all 8 handed out
+    assert len(reads) == looked  # no read of its own until the next is due
 
 
 def test_room_seen_on_two_reads_in_a_row_is_handed_out_once_per_unit() -> None:

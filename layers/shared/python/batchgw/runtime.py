@@ -403,7 +403,7 @@ class SlotRoom:
     """Room in a model's batch share that no chain holds: its batch slots less the slots
     held, the smaller of the last two reads (at most one every ``ROOM_READ_SECONDS``), so a
     chain between its stop and its return is not taken for room. Each read's room is handed
-    out once in this process, a split at a time (``run.chain``); other processes may hand it
+    out once in this process, to the splits that take it (``run.chain``); other processes may hand it
     out too, and a chain split off without a slot waits for one like any other."""
 
     def __init__(
@@ -423,29 +423,23 @@ class SlotRoom:
         read = self._read.get(model)
         return read is None or self._clock() - read[0] >= ROOM_READ_SECONDS
 
-    def take(self, model: str, batch_id: str | None = None) -> bool:
-        """One unit of ``model``'s room, if there is one left (one a chain of ``batch_id``
-        gave first): True once per unit."""
+    def take(self, model: str, batch_id: str | None = None, most: int = 1) -> int:
+        """Up to ``most`` units of ``model``'s room that are left (one a chain of ``batch_id``
+        gave first, then the reads'), each handed out once: how many (0: none)."""
         with self._lock:
             key = (model, batch_id or "")
             given = [at for at in self._given.pop(key, []) if self._clock() - at < ROOM_READ_SECONDS]
+            taken = 0
             if given:
                 self._given[key] = given[1:]
-                return True
-            if self.due(model):
-                self._look(model)
-            if self._left.get(model, 0) <= 0:
-                return False
-            self._left[model] -= 1
-            return True
-
-    def take_more(self, model: str, most: int) -> int:
-        """Up to ``most`` further units of ``model``'s room as the last reads saw it (no read),
-        for a chain that took one (``take``) and may split into more than two parts: how many."""
-        with self._lock:
-            more = max(0, min(most, self._left.get(model, 0)))
-            self._left[model] = self._left.get(model, 0) - more
-            return more
+                taken = 1
+            if taken < most:
+                if self.due(model):
+                    self._look(model)
+                more = max(0, min(most - taken, self._left.get(model, 0)))
+                self._left[model] = self._left.get(model, 0) - more
+                taken += more
+            return taken
 
     def give(self, model: str, batch_id: str) -> None:
         """One unit of ``model``'s room, from a chain of batch ``batch_id`` in this process

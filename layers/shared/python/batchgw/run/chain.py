@@ -947,9 +947,15 @@ class ChainRun:
             return
         room = self.deps.room
         batch_id = self.batch.id
-        if not (await io(room.take, model, batch_id) if room.due(model) else room.take(model, batch_id)):
+        new_chains = most - 1
+        taken = (
+            await io(room.take, model, batch_id, new_chains)
+            if room.due(model)
+            else room.take(model, batch_id, new_chains)
+        )
+        if not taken:
             return
-        parts = here.split(total, chains, ways=2 + room.take_more(model, most - 2))
+        parts = here.split(total, chains, ways=1 + taken)
         assert parts is not None  # ``ways`` allowed as many
         kept, *new = parts
         for each in new:
