@@ -108,8 +108,9 @@ class LambdaContext:
 
 class Receiver:
     """A webhook receiver on loopback: each POST to a path gets the next step planned for it
-    (a status; "slow": 200 after 0.8 s; "hang": 200 after 2 s, past a 1 s timeout), else
-    200; every delivery is kept as (headers with lower-case names, body, when)."""
+    (a status; "slow": 200 after 0.8 s; "hang": 200 after 5 s, well past the tests' timeouts of
+    at most 2 s), else 200; every delivery is kept as (headers with lower-case names, body,
+    when)."""
 
     def __init__(self) -> None:
         import threading
@@ -129,7 +130,7 @@ class Receiver:
                     plan = receiver.plans.get(self.path, [])
                     step = plan.pop(0) if plan else 200
                 if step in ("slow", "hang"):
-                    time.sleep(0.8 if step == "slow" else 2)
+                    time.sleep(0.8 if step == "slow" else 5)
                     step = 200
                 self.send_response(int(step))
                 self.send_header("content-length", "0")

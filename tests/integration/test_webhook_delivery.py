@@ -31,7 +31,9 @@ ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice
 SETTINGS = {
     "BATCH_WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
     "BATCH_WEBHOOK_RETRY_SCHEDULE_SECONDS": "5,30,60,60,60,60,60",
-    "BATCH_WEBHOOK_TIMEOUT_SECONDS": "0.5",
+    # Room for a loaded two-core CI machine's answer on loopback (0.5 s was once not enough);
+    # the receiver's "hang" answers after 5 s.
+    "BATCH_WEBHOOK_TIMEOUT_SECONDS": "2",
     "BATCH_WEBHOOK_SUSPEND_SECONDS": "600",
     "BATCH_WEBHOOK_SUSPEND_MAX_SECONDS": "3600",
 }
