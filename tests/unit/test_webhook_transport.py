@@ -5,6 +5,7 @@ resolves inside at connect time even if it was public when saved (fake resolver,
 from __future__ import annotations
 
 import httpx
+import pytest
 from batchgw.outbound import Answer, safe_post
 
 PUBLIC = "93.184.216.34"
@@ -127,3 +128,28 @@ def test_a_stalling_or_flooding_receiver_holds_a_delivery_no_longer_than_its_dea
         assert time.monotonic() - started < 5
         assert answer.status == status and answer.timed_out is (status is None)
     assert flood.sent <= 1024 * 1024  # the huge answer's body was not read
+
+
+def test_the_deadline_is_the_receivers_time_not_the_client_setup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building the HTTP client (loading the CA bundle: tens of milliseconds, more on a busy
+    machine) happens before the receiver's clock starts."""
+    import ssl
+    import time
+
+    from batchgw import outbound
+
+    def slow_tls() -> ssl.SSLContext:
+        time.sleep(1)  # past the deadline below
+        return ssl.create_default_context()
+
+    monkeypatch.setattr(outbound, "_tls", slow_tls)
+    answer = safe_post(
+        "https://hooks.example.com/",
+        {},
+        b"{}",
+        timeout=0.5,
+        allow_private=False,
+        resolve=lambda h, p: [PUBLIC],
+        transport=client(),
+    )
+    assert (answer.status, answer.timed_out) == (200, False)
