@@ -30,13 +30,18 @@ def client(
     return httpx.MockTransport(handle)
 
 
-def post(transport: httpx.MockTransport, url: str, resolve: dict[str, list[str]] | None = None) -> Answer:
+def post(
+    transport: httpx.MockTransport,
+    url: str,
+    resolve: dict[str, list[str]] | None = None,
+    timeout: float = 5,
+) -> Answer:
     names = resolve or {"hooks.example.com": [PUBLIC]}
     return safe_post(
         url,
         {"webhook-id": "evt_1"},
         b"{}",
-        timeout=5,
+        timeout=timeout,
         allow_private=False,
         resolve=lambda h, p: names.get(h, []),
         transport=transport,
@@ -143,13 +148,5 @@ def test_the_deadline_is_the_receivers_time_not_the_client_setup(monkeypatch: py
         return ssl.create_default_context()
 
     monkeypatch.setattr(outbound, "_tls", slow_tls)
-    answer = safe_post(
-        "https://hooks.example.com/",
-        {},
-        b"{}",
-        timeout=0.5,
-        allow_private=False,
-        resolve=lambda h, p: [PUBLIC],
-        transport=client(),
-    )
+    answer = post(client(), "https://hooks.example.com/", timeout=0.5)
     assert (answer.status, answer.timed_out) == (200, False)
