@@ -102,6 +102,18 @@ def test_a_slot_given_by_a_chain_that_ended_is_room_for_its_batch_at_once_and_on
     assert not slot_room.take("m", "b1")
 
 
+def test_a_split_into_several_parts_takes_a_given_slot_first_then_the_reads_room() -> None:
+    held = [14]
+    slot_room, clock, _ = room(held)
+    slot_room.take("m")
+    clock.now += ROOM_READ_SECONDS
+    slot_room.give("m", "b1")
+    assert slot_room.take("m", "b1", most=3) == 3  # the given unit, then 2 of the reads' room
+    assert slot_room.take("m", "b1", most=3) == 0  # each handed out once
+    slot_room.give("m", "b1")
+    assert slot_room.take("m", "b2", most=3) == 0  # another batch's chains do not get it
+
+
 def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() -> None:
     clock = Clock()
     board = SlotBoard(Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
