@@ -13,6 +13,7 @@ from batchgw.config.settings import Settings
 from batchgw.validation import RequestInvalid
 from batchgw.validation.create import BODY_VALIDATORS, PlannedRequest
 from batchgw.validation.file import (
+    MAX_ERRORS,
     FileReport,
     LineInvalid,
     iter_planned,
@@ -136,18 +137,52 @@ def test_duplicate_custom_id_reads_as_the_spec_shows(catalog: Catalog) -> None:
     }
 
 
-def test_only_the_first_twenty_problems_are_reported_and_scanning_stops(catalog: Catalog) -> None:
-    lines = [b"[]\n"] * 25 + _valid_lines(5)
+def test_every_problem_of_a_file_is_found_in_one_round_each_at_its_line(catalog: Catalog) -> None:
+    settings = Settings.model_validate({"BATCH_MAX_LINE_KB": 1})
+    lines = _valid_lines(8)
+    lines[1] = b'{"custom_id": "q-x", "method": "POST",\n'  # line 2: bad JSON
+    lines[2] = _line("q-1")  # line 3: custom_id of line 1
+    lines[3] = _line("q-4", _body("sim-chat-only"))  # line 4: another model
+    lines[4] = _line("q-5", _body(temperature=9))  # line 5: a body the endpoint refuses
+    lines[5] = _line("q-6", _body(text="x" * 2000))  # line 6: over the line limit
+    lines[6] = _line("q-7", url="/v1/embeddings")  # line 7: another endpoint
+    report = _validate(catalog, lines, settings=settings)
+    assert _codes(report) == [
+        (2, "invalid_json"),
+        (3, "duplicate_custom_id"),
+        (4, "invalid_body"),
+        (5, "invalid_body"),
+        (6, "line_too_large"),
+        (7, "invalid_url"),
+    ]
+    assert report.errors[2]["param"] == "body.model" and "line 1" in report.errors[2]["message"]
+    assert report.errors[3]["param"] == "body.temperature"
+    assert (report.problem_count, report.unlisted, report.total) == (6, 0, 2)
+    assert report.complete
+
+
+def test_problems_past_the_cap_are_counted_not_listed_and_the_whole_file_is_read(catalog: Catalog) -> None:
+    lines = [b"[]\n"] * (MAX_ERRORS + 37) + _valid_lines(5)
     report = _validate(catalog, lines)
-    assert len(report.errors) == 20
-    assert [error["line"] for error in report.errors] == list(range(1, 21))
+    assert MAX_ERRORS == 100
+    assert [error["line"] for error in report.errors] == list(range(1, MAX_ERRORS + 1))
+    assert (report.problem_count, report.unlisted) == (MAX_ERRORS + 37, 37)
+    assert report.complete and report.line_count == MAX_ERRORS + 42
+    assert report.total == 5
+
+
+def test_a_problem_of_the_whole_file_is_listed_even_past_the_cap(catalog: Catalog) -> None:
+    settings = Settings.model_validate({"BATCH_MAX_REQUESTS": 5})
+    report = _validate(catalog, [b"[]\n"] * 9, settings=settings, max_errors=2)
+    assert _codes(report) == [(1, "invalid_line"), (2, "invalid_line"), (6, "too_many_lines")]
+    assert (report.problem_count, report.unlisted) == (6, 3)
     assert not report.complete
-    assert report.line_count == 20
 
 
 def test_max_errors_is_the_callers_to_choose(catalog: Catalog) -> None:
     report = _validate(catalog, [b"[]\n"] * 5, max_errors=2)
     assert _codes(report) == [(1, "invalid_line"), (2, "invalid_line")]
+    assert report.problem_count == 5
 
 
 def test_report_object_has_openais_list_shape(catalog: Catalog) -> None:

@@ -40,7 +40,7 @@ from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.spend import Payer
 from batchgw.storage.spend import shard_of as spend_shard
 from batchgw.storage.workflow import Next, step
-from batchgw.validation.file import report_object, validate_file
+from batchgw.validation.file import FileReport, report_object, validate_file
 
 # Requests written per flush while preparing (bounded memory whatever the batch's size).
 WRITE_CHUNK = 500
@@ -268,10 +268,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             "type": "invalid_request_error",
             "code": errors[0]["code"] if whole_batch else "invalid_batch_input",
             "param": "input_file_id",
-            "message": errors[0]["message"]
-            if whole_batch
-            else f"The input file has {len(errors)}{'' if report.complete else '+'} problem(s), listed in "
-            f"'errors'; nothing was run.",
+            "message": errors[0]["message"] if whole_batch else _problems_message(report),
         }
         deps.batches.end(
             batch.id,
@@ -288,6 +285,18 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         )
         logger.info("batch input refused", extra={"batch_id": batch.id, "problems": len(errors)})
     return None
+
+
+def _problems_message(report: FileReport) -> str:
+    """The failed batch's ``error.message``: how many problems, and how many ``errors`` lists."""
+    count = f"{report.problem_count:,}{'' if report.complete else '+'}"
+    noun = "problem" if report.problem_count == 1 and report.complete else "problems"
+    if report.unlisted:
+        shown = len(report.errors)
+        listed = f"the first {shown:,} are listed in 'errors' and {report.unlisted:,} more are not"
+    else:
+        listed = "listed in 'errors'"
+    return f"The input file has {count} {noun}, {listed}; nothing was run."
 
 
 def _write_chunks(deps: Deps, batch: BatchRecord, *, start: int) -> Iterator[int]:

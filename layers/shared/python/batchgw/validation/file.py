@@ -12,10 +12,13 @@ Choices the spec leaves open:
   model it names (``sim-chat-latest`` and ``sim-chat``) are the same model, since both run
   on it. The first valid line fixes the batch's model; a line naming another is
   ``invalid_body`` at ``body.model``.
-- Scanning stops once ``max_errors`` problems are collected (the report shows no more),
-  and at the first line over ``BATCH_MAX_REQUESTS`` (reported once as ``too_many_lines``):
-  a file far over the limit costs no more than one at it. ``FileReport.complete`` says
-  whether the whole file was read.
+- Every line is checked, so one round finds every problem of the file. The report lists
+  the first ``max_errors`` (``MAX_ERRORS``, 100) and counts the rest
+  (``FileReport.problem_count``): it is stored on the failed batch, a DynamoDB item read on
+  every GET, so it stays a few tens of KB whatever the file. Scanning stops only at the
+  first line over ``BATCH_MAX_REQUESTS`` (reported once as ``too_many_lines``): a file far
+  over the limit costs no more than one at it. ``FileReport.complete`` says whether the
+  whole file was read.
 - One problem per line: the first check it fails, in this order: size, JSON, the four
   keys, custom_id, its uniqueness, method, url, body, price and output limit
   (``plan_request``), model.
@@ -71,7 +74,9 @@ FileLineCode = Literal[
     "empty_file",
 ]
 
-MAX_ERRORS = 20
+# Problems a report lists (the rest are counted): 100 entries of at most a few hundred bytes
+# keep a failed batch's record, where they are stored, far below DynamoDB's 400 KB.
+MAX_ERRORS = 100
 
 # The codes a body check may report as they are: the spec's, but for those only the scan of
 # the file itself reports. Any other (a validator added later with a code of its own) is
@@ -120,9 +125,10 @@ class FileReport:
 
     ``ok`` when the whole file was read and every line is a valid request; then ``total``
     is the number of requests and ``model`` the canonical model they all run on.
-    ``errors`` holds up to ``max_errors`` problems in line order. ``line_count`` is the
-    number of physical lines read and ``complete`` whether that is the whole file (see
-    the module docstring for when scanning stops early).
+    ``errors`` holds the first ``max_errors`` problems in line order, ``problem_count``
+    how many were found in all (``unlisted`` of them not in ``errors``). ``line_count``
+    is the number of physical lines read and ``complete`` whether that is the whole file
+    (see the module docstring for when scanning stops early).
     """
 
     ok: bool
@@ -131,6 +137,12 @@ class FileReport:
     line_count: int
     models: frozenset[str]
     complete: bool
+    problem_count: int = 0
+
+    @property
+    def unlisted(self) -> int:
+        """Problems found beyond those ``errors`` lists."""
+        return self.problem_count - len(self.errors)
 
     @property
     def model(self) -> str | None:
@@ -166,6 +178,7 @@ def validate_file(
     max_line_bytes = settings.batch_max_line_kb * 1024
     max_requests = settings.batch_max_requests
     errors: list[dict[str, Any]] = []
+    problems = 0  # found, listed in errors or not
     # Non-blank lines are requests. The counts are kept on blank lines only, so a valid
     # line adds none: the last line a request may be on moves down with each blank one.
     blank = 0
@@ -186,15 +199,17 @@ def validate_file(
             _check_size(raw, line_count, max_line_bytes)
             scanner.check(text, line_count)
         except LineInvalid as problem:
-            errors.append(problem.problem())
-            if len(errors) >= max_errors:
-                complete = False
-                break
+            problems += 1
+            if len(errors) < max_errors:
+                errors.append(problem.problem())
     checked = line_count - blank - (over_limit is not None)  # the requests read
-    total = checked - len(errors)  # one problem per line read
+    total = checked - problems  # one problem per line read
+    # A problem of the file as a whole is always listed, even past max_errors.
     if over_limit is not None:
+        problems += 1
         errors.append(_too_many(over_limit, max_requests).problem())
     if checked == 0 and over_limit is None:
+        problems += 1
         errors.append(_empty().problem())
     return FileReport(
         ok=not errors,
@@ -203,6 +218,7 @@ def validate_file(
         line_count=line_count,
         models=frozenset(() if scanner.model is None else (scanner.model,)),
         complete=complete,
+        problem_count=problems,
     )
 
 
