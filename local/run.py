@@ -193,6 +193,9 @@ class LocalStack:
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
         self.replaced: list[str] = []  # children that crashed and were replaced, by name
+        # Seconds each phase of the last start took (moto ready: its saved state restored;
+        # bootstrap; resume: the workflows started again; serving: the rest, ports open).
+        self.timings: dict[str, float] = {}
 
     # --- addresses ----------------------------------------------------------------------------
 
@@ -241,11 +244,18 @@ class LocalStack:
                     "--checkpoint-seconds",
                     str(self.checkpoint_seconds),
                 ]
+            began = time.monotonic()
             self._spawn("moto", "local.moto_server", "--port", str(self.ports.moto), *persist)
             self._wait_ports([self.ports.moto])  # it opens once the saved state is restored
+            self.timings = {"moto_ready": time.monotonic() - began}
+            began = time.monotonic()
             self.env.update(bootstrap(self.env))
+            self.timings["bootstrap"] = time.monotonic() - began
+            began = time.monotonic()
             if self.restored:
                 resume_workflows(self.env)
+            self.timings["resume"] = time.monotonic() - began
+            began = time.monotonic()
             if self.simulator:
                 self._spawn(
                     "simulator",
@@ -294,6 +304,7 @@ class LocalStack:
             waited = [self.ports.api] if self.api else []
             waited += [self.ports.sim, self.ports.sim_backup] if self.simulator else []
             self._wait_ports(waited)
+            self.timings["serving"] = time.monotonic() - began
         except BaseException:
             self.stop()
             raise
