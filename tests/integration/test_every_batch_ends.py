@@ -4,6 +4,7 @@ reconciler mending lost work, and writes whose answer was lost."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -260,12 +261,17 @@ def test_a_failed_workflow_step_fails_the_batch_visibly_and_waits_for_what_still
     batch_id = prepared(deps, 3)
     receive_all(deps)
     claim(deps, batch_id, 0)
-    error = {"Error": "ValueError", "Cause": '{"errorMessage": "boom", "errorType": "ValueError"}'}
+    failure = "FlexibleChecksumError"
+    detail = {"errorMessage": "Expected checksum nA9nMw== did not match", "errorType": failure}
+    error = {"Error": failure, "Cause": json.dumps(detail)}
     with pytest.raises(lifecycle.StillRunning):  # the workflow calls the step again
         lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
     batch = batches.get_batch(deps, ALICE, batch_id)  # stopped, not ended while a request runs
     assert batch["status"] == "in_progress" and batch["failed_at"] is None
-    assert batch["error"]["code"] == "batch_failed" and "ValueError: boom" in batch["error"]["message"]
+    # The user reads a stable code and what to do; the exception stays in the log.
+    assert batch["error"]["code"] == "internal_error" and "Retry the batch" in batch["error"]["message"]
+    message = batch["error"]["message"]
+    assert "FlexibleChecksumError" not in message and "nA9nMw" not in message and "checksum" not in message
     assert statuses(deps, batch_id) == [
         ("in_progress", None),
         ("failed", "batch_failed"),

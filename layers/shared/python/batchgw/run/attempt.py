@@ -20,7 +20,7 @@ from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.batch import BatchRecord, Tally
 from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, stopped_retry, verdict
 from batchgw.domain.outcome import Outcome
-from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
+from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
 from batchgw.domain.states import RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
@@ -94,7 +94,7 @@ async def call(
         )
         routing.note(deps, spec, outcome, deps.clock())
         return outcome
-    except Exception as exc:
+    except Exception:
         logger.exception("request call failed", extra={"batch_id": batch.id, "index": held.index})
         return Outcome(
             "failed",
@@ -103,7 +103,9 @@ async def call(
             error={
                 "code": "upstream_error",
                 "status": 502,
-                "message": clean_message(f"the request could not be run: {type(exc).__name__}: {exc}"),
+                # The exception stays in the log above (with the batch id): never in a result.
+                "message": "The gateway failed while running this request (an internal failure, "
+                "recorded in its logs). Retry the batch to run it again.",
             },
         )
 

@@ -24,7 +24,7 @@ from batchgw.domain.chains import ChainMessage
 from batchgw.domain.decisions import Verdict, abandoned, not_run, not_run_error
 from batchgw.domain.files import RESULT_KINDS, file_key, result_file_id
 from batchgw.domain.modes import Mode
-from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord, clean_message
+from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.domain.webhooks import EventMessage
@@ -636,6 +636,16 @@ def cause_of(error: Any) -> str | None:
     return f"{name}: {str(detail)[:300]}" if detail else name
 
 
+# A failed batch's ``error`` when a workflow step failed for good (never the exception's
+# text, which the log keeps with the batch id).
+INTERNAL_FAILURE = {
+    "code": "internal_error",
+    "message": "The gateway could not run this batch to its end because of an internal failure "
+    "(recorded in its logs). Retry the batch; if it fails again, contact the operator with this "
+    "batch's id.",
+}
+
+
 class StillRunning(Exception):
     """A failed batch's requests are still running, or a prepare may still write them: the
     workflow calls the step again."""
@@ -666,9 +676,10 @@ def fail(deps: Deps, batch_id: str, cause: str | None = None) -> dict[str, Any]:
     if not batch.owner_failed:
         error = None
         if batch.error is None:
-            reason = cause or "a workflow step failed"
-            message = clean_message(f"The batch could not be run to its end: {reason}.")
-            error = {"code": "batch_failed", "message": message}
+            # What failed (an exception's name and text, a checksum) is for the operator's
+            # log; the user reads a stable code and what to do.
+            logger.error("batch failing: a step failed", extra={"batch_id": batch_id, "cause": cause})
+            error = dict(INTERNAL_FAILURE)
         stopped = deps.batches.start_failing(batch_id, error)
         if stopped is None:
             return fail(deps, batch_id, cause)  # it ended or changed meanwhile: look again
