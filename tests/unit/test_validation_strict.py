@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from batchgw.config.catalog import Catalog, load_catalog
+from batchgw.validation import strict
 from batchgw.validation.strict import CHAT, EMBEDDINGS, Choices, Limits, Report, check, stored_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -144,7 +145,7 @@ def test_the_type_is_asked_for_only_when_no_line_says(catalog: Catalog) -> None:
 
 def test_several_models_or_one_the_caller_cannot_use_need_a_choice(catalog: Catalog) -> None:
     two = [chat("a"), {**chat("b"), "body": {**chat("b")["body"], "model": "sim-chat-only"}}]
-    assert codes(run(catalog, two)) == [(None, "model_choice_required", "model")]
+    assert codes(run(catalog, two)) == [(2, "model_choice_required", "body.model")]  # the first other one
     assert run(catalog, two, Choices(model="sim-chat")).valid
     unknown = [{**chat("a"), "body": {**chat("a")["body"], "model": "no-such-model"}}]
     assert codes(run(catalog, unknown)) == [(1, "model_choice_required", "body.model")]
@@ -171,14 +172,45 @@ def test_every_line_gets_the_checks_of_a_batch_request_and_its_problem_never_quo
         "body": {"model": "sim-chat", "messages": [{"role": SECRET, "content": "x"}]},
     }
     report = run(catalog, [bad_role, chat("b"), chat("b"), b"not json", b"", json.dumps(["a"]).encode()])
-    # Lines that cannot be read come first: the per-line checks wait until every line reads.
-    assert codes(report) == [(4, "invalid_json", None), (6, "invalid_line", None)]
-    fixed = run(catalog, [bad_role, chat("b"), chat("b")])
-    assert codes(fixed) == [
+    # Every problem in one check, by line: lines that cannot be read hold back no other line's.
+    assert codes(report) == [
         (1, "invalid_body", "body.messages[0].role"),
         (3, "duplicate_custom_id", "custom_id"),
+        (4, "invalid_json", None),
+        (6, "invalid_line", None),
     ]
-    assert fixed.problems[1]["custom_id"] == "b"
+    assert report.problems[1]["custom_id"] == "b"
+
+
+def test_four_different_problems_on_four_lines_are_four_problems_in_one_check(catalog: Catalog) -> None:
+    other_model = {**chat("d"), "body": {**chat("d")["body"], "model": "sim-chat-only"}}
+    lines = [chat("a"), b'{"custom_id": "b", "body": {', chat("a"), chat("c", temperature=9), other_model]
+    lines += [b"x" * 5000, chat("f", n=0)]
+    report = run(catalog, lines)
+    assert codes(report) == [
+        (2, "invalid_json", None),
+        (3, "duplicate_custom_id", "custom_id"),
+        (4, "invalid_body", "body.temperature"),
+        (5, "model_choice_required", "body.model"),  # another model
+        (6, "line_too_large", None),
+        (7, "invalid_body", "body.n"),
+    ]
+    assert [p["custom_id"] for p in report.problems] == [None, "a", "c", None, None, "f"]
+    assert not report.truncated and report.unlisted == 0
+    # Another type (the model question waits for it), and each line still checked as its own.
+    mixed = run(catalog, [chat("a"), {**embed("b"), "url": EMBEDDINGS}, chat("a"), embed("d", dimensions=0)])
+    assert codes(mixed) == [
+        (2, "mixed_types", None),
+        (3, "duplicate_custom_id", "custom_id"),
+        (4, "invalid_body", "body.dimensions"),
+    ]
+
+
+def test_problems_past_the_cap_are_counted(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(strict, "MAX_PROBLEMS", 3)
+    report = run(catalog, [b"[]"] * 5 + [chat("a")])
+    assert [p["line"] for p in report.problems] == [1, 2, 3]
+    assert report.truncated and report.unlisted == 2
 
 
 def test_an_empty_file_too_many_lines_and_too_many_stored_bytes_are_refused(catalog: Catalog) -> None:

@@ -166,6 +166,7 @@ def _answer(deps: Deps, principal: Principal, done: Checked) -> dict[str, Any]:
         "requests": report.requests if report.valid else None,
         "problems": report.problems,
         "problems_truncated": report.truncated,
+        "problems_unlisted": report.unlisted,  # found past the listed ones (validation.strict)
         "first_requests": report.first,
         "stored_bytes": report.stored_bytes if report.valid else None,
         "completion_window": None if window is None else f"{settings.batch_completion_window_hours:g}h",
@@ -226,6 +227,7 @@ def _inline(
         "requests": None if plan is None else len(plan.requests),
         "problems": problems,
         "problems_truncated": False,
+        "problems_unlisted": 0,
         "first_requests": []
         if plan is None
         else [

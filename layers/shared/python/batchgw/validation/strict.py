@@ -18,7 +18,11 @@ Each problem names its line, ``custom_id`` and field, never the request's conten
 validators' wording is kept without the value they quote (``; got ...``).
 
 Two passes over the lines (``lines`` is called twice): the first reads every line and learns
-the file's type and models, the second checks each line as it would be stored. Memory
+the file's type and models, the second checks each line as it would be stored. One check
+finds every problem: a line that cannot be read, or a file whose type or model is not
+settled, does not hold back the other lines' checks (each line is then checked as its own
+type, on its own model; only a line whose type or model is the problem already reported
+is not checked further). Up to ``MAX_PROBLEMS`` are listed, the rest counted. Memory
 follows the longest line, not the file. Pure: no AWS, no HTTP.
 """
 
@@ -29,7 +33,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from batchgw.config.catalog import Catalog
@@ -74,6 +78,8 @@ _WHITESPACE = b" \t\r\n"
 _QUOTED = re.compile(r"[;,]\s*got\s.*$", re.DOTALL)  # the value a validator's message quotes
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 FIRST_SHOWN = 3  # stored requests shown when the file is valid
+# Problems a check lists (the rest are counted): the answer is not stored, and 1,000 entries
+# of a few hundred bytes stay far below the 6 MB a Lambda may answer.
 MAX_PROBLEMS = 1000
 MAX_MODELS_NAMED = 10
 
@@ -110,6 +116,7 @@ class Report:
     first: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)
     truncated: bool = False  # more problems than MAX_PROBLEMS: the rest are not listed
+    unlisted: int = 0  # how many problems were found past MAX_PROBLEMS
     costs: CostBounds | None = None  # what its valid requests may cost (once the model is known)
 
     @property
@@ -127,6 +134,7 @@ class Report:
     ) -> None:
         if len(self.problems) >= MAX_PROBLEMS:
             self.truncated = True
+            self.unlisted += 1
             return
         self.problems.append(
             {"line": line, "custom_id": custom_id, "field": field, "code": code, "message": message}
@@ -305,20 +313,23 @@ def check(
         if isinstance(model, str) and model not in named and len(named) < MAX_MODELS_NAMED:
             named[model] = number
     report.models_named = list(named)
-    if report.problems:
-        return report  # the file's type and model are asked about once every line reads
     if read_ok == 0:
-        report.add("empty_file", "the file has no requests: it is empty or every line is blank")
+        if not report.problems:
+            report.add("empty_file", "the file has no requests: it is empty or every line is blank")
         return report
     endpoint = _endpoint(report, types, said_by, choices)
-    model = _model(report, endpoint, named, choices, catalog=catalog, role=role)
-    _check_overrides(report, endpoint, choices)
-    if report.problems or endpoint is None or model is None:
-        return report
-    report.endpoint, report.model = endpoint, model
-    _check_lines(report, lines, endpoint, model, choices, catalog=catalog, role=role, limits=limits)
+    unusable: set[str] = set()  # model names already reported as the problem of their lines
+    model = _model(report, endpoint, named, choices, catalog=catalog, role=role, unusable=unusable)
+    choices = _check_overrides(report, endpoint, choices)
+    if endpoint is not None and model is not None:
+        report.endpoint, report.model = endpoint, model
+    _check_lines(
+        report, lines, endpoint, model, choices, catalog=catalog, role=role, limits=limits, unusable=unusable
+    )
     if report.problems:
         report.first = []
+        # The file's own problems first, then by line (the passes found them out of order).
+        report.problems.sort(key=lambda p: -1 if p["line"] is None else p["line"])
     return report
 
 
@@ -357,7 +368,10 @@ def _model(
     *,
     catalog: Catalog,
     role: str,
+    unusable: set[str],
 ) -> str | None:
+    """The canonical model every request runs on (None: the file's lines keep their own,
+    and the problem is reported). A name the caller cannot use goes into ``unusable``."""
     if endpoint is None:
         return None
     if choices.model is not None:
@@ -366,59 +380,93 @@ def _model(
         except RequestInvalid as exc:
             report.add(exc.code, _unquoted(exc.message), field="model")
             return None
-    canonical: dict[str, str] = {}
-    for name in named:
+    canonical: dict[str, int] = {}  # canonical model: the first line naming it
+    for name, line in named.items():
         try:
-            canonical.setdefault(batch_model(name, endpoint, catalog=catalog, role=role).id, name)
+            spec = batch_model(name, endpoint, catalog=catalog, role=role)
         except RequestInvalid as exc:
+            unusable.add(name)
             report.add(
                 "model_choice_required",
                 f"{_unquoted(exc.message)}: choose a model for every request",
-                line=named[name],
+                line=line,
                 field="body.model",
             )
-            return None
-    if len(canonical) != 1:
-        why = "the file names several models" if canonical else "no line names a model"
-        report.add("model_choice_required", f"{why}: choose one model for every request", field="model")
+            continue
+        canonical[spec.id] = min(line, canonical.get(spec.id, line))
+    if unusable:
+        return None
+    if not canonical:
+        report.add(
+            "model_choice_required",
+            "no line names a model: choose one model for every request",
+            field="model",
+        )
+        return None
+    if len(canonical) > 1:
+        first, *others = sorted(canonical.values())
+        report.add(
+            "model_choice_required",
+            f"the file names several models (this line's is not line {first}'s): choose one model for "
+            "every request",
+            line=others[0],
+            field="body.model",
+        )
         return None
     [model] = canonical
     return model
 
 
-def _check_overrides(report: Report, endpoint: str | None, choices: Choices) -> None:
+def _check_overrides(report: Report, endpoint: str | None, choices: Choices) -> Choices:
+    """Report the overrides that cannot apply; the choices without them (each is reported
+    once, not again on every line it would be applied to)."""
+    dropped: dict[str, None] = {}
     for name, value in (("temperature", choices.temperature), ("max_tokens", choices.max_tokens)):
         if value is not None and endpoint is not None and endpoint != CHAT:
             report.add("override_not_applicable", f"{name} applies to Chat batches only", field=name)
+            dropped[name] = None
     if choices.temperature is not None and not 0 <= choices.temperature <= 2:
         report.add("invalid_override", "temperature must be between 0 and 2", field="temperature")
+        dropped["temperature"] = None
     if choices.max_tokens is not None and choices.max_tokens < 1:
         report.add("invalid_override", "max_tokens must be a positive integer", field="max_tokens")
+        dropped["max_tokens"] = None
+    return replace(choices, **dropped)
 
 
 def _check_lines(
     report: Report,
     lines: Callable[[], Iterable[bytes]],
-    endpoint: str,
-    model: str,
+    endpoint: str | None,
+    model: str | None,
     choices: Choices,
     *,
     catalog: Catalog,
     role: str,
     limits: Limits,
+    unusable: set[str],
 ) -> None:
-    allowed = _FIELDS[endpoint]
+    """Check each line as it would be stored. Without one ``endpoint`` or ``model`` (a
+    problem already reported), a line is checked as its own type, on its own model; a line
+    whose type or model is that problem is not checked further."""
     overrides = _overrides(choices)
-    report.costs = costs = CostBounds(catalog, endpoint)
+    report.costs = costs = CostBounds(catalog, endpoint or CHAT)
     seen: set[bytes] = set()
     too_large = False
     for number, raw in enumerate(lines(), 1):
         try:
             item = _read(raw, number, limits)
+            if item is None:
+                continue
+            kind = endpoint or _type_of(item)[0]
         except _Bad:
-            continue  # reported by the first pass (which found none, or this one would not run)
-        if item is None:
-            continue
+            continue  # reported by the first pass
+        if kind is None:
+            continue  # no type: reported once (endpoint_needed)
+        own_model = item["body"].get("model")
+        if model is None and (not isinstance(own_model, str) or own_model in unusable):
+            continue  # its model is the problem reported for it
+        allowed = _FIELDS[kind]
         custom_id = _custom_id(item)
         report.requests += 1
         if report.requests > limits.max_requests:
@@ -440,9 +488,9 @@ def _check_lines(
                 field=f"body.{extra[0]}",
             )
             continue
-        stored = _stored(item, endpoint, model, overrides)
+        stored = _stored(item, kind, model or own_model, overrides)
         try:
-            plan_request(stored, endpoint=endpoint, catalog=catalog, role=role)
+            plan_request(stored, endpoint=kind, catalog=catalog, role=role)
         except RequestInvalid as exc:
             report.add(exc.code, _unquoted(exc.message), line=number, custom_id=custom_id, field=exc.param)
             continue
@@ -468,7 +516,8 @@ def _check_lines(
                 "the most a file may hold",
                 line=number,
             )
-        costs.add(model, stored["body"])
+        if model is not None and kind == endpoint:
+            costs.add(model, stored["body"])
         if len(report.first) < FIRST_SHOWN:
             report.first.append(stored)
 
