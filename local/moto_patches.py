@@ -1,5 +1,6 @@
 """Changes to moto 5.2.5's DynamoDB (local only): one fix that the gateway's invariants rely
-on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 11).
+on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 13); and one
+fix to its S3 (14).
 
 1. Atomic requests. moto's server answers requests on many threads, and its DynamoDB
    evaluates a condition and then writes without a lock, so two conditional writes racing
@@ -73,6 +74,18 @@ on (1), and changes that keep moto's behaviour while costing it less CPU (2 to 1
    settings), read on every request, slowed as a request log grew beside them. Here a query
    without an index sees its partition's items alone; what it does with them is moto's (the
    test holds the two to the same answers).
+14. A copy's checksum is the copy's. Real S3's CopyObject (a single request, so the copy is
+   one object, not parts) copies the source's checksum with its type by default: a multipart
+   source's COMPOSITE value (the CRC32 of its parts' CRC32s) stays COMPOSITE and reads back
+   as ``<value>-<parts>`` with ``x-amz-checksum-type: COMPOSITE``, which SDKs do not check
+   against the body; with ``x-amz-checksum-algorithm`` S3 computes the copy's own checksum,
+   a FULL_OBJECT one over its bytes. moto 5.2.5 copies the source's value but not its type
+   or part count, so a copy of a multipart object (any s3transfer upload over 8 MiB) answered
+   GET with the composite value as if it were the whole object's CRC32, and botocore (1.36
+   on, which checks a GET's checksum by default) failed every read of it with
+   ``FlexibleChecksumError``; and a copy that asked for an algorithm kept the source's
+   type. Here a copy keeps the source's type and part count, and one that names an
+   algorithm is FULL_OBJECT.
 ``apply()`` is idempotent; the moto server process and the in-process test fixtures call it.
 """
 
@@ -124,6 +137,8 @@ from moto.dynamodb.parsing.validators import (
     UpdateHashRangeKeyValidator,
 )
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
+from moto.s3.models import FakeKey, S3Backend
+from moto.s3.responses import S3Response
 
 # moto's own: patches 8 and 11 fall back on or wrap them, and the tests hold patches 8 to 11 to them
 MOTOS_PROJECT = Item.project
@@ -134,6 +149,8 @@ MOTOS_VALIDATOR_INIT = UpdateExpressionValidator.__init__
 MOTOS_VALIDATE = UpdateExpressionValidator.validate
 MOTOS_CONDITION_PARSE = ConditionExpressionParser.parse
 MOTOS_QUERY = Table.query
+MOTOS_S3_COPY = S3Backend.copy_object
+MOTOS_S3_COPY_REQUEST = S3Response.copy_object
 ITEM_SIZE_LIMIT = 405000  # moto's (``LimitedSizeDict``): DynamoDB's 400 KB, as measured
 _LOCK = threading.RLock()
 _EXPRESSIONS_KEPT = 1024
@@ -182,6 +199,8 @@ def apply() -> None:
     UpdateExpressionValidator.__init__ = validator_init  # type: ignore[method-assign]
     UpdateExpressionValidator.validate = validate  # type: ignore[method-assign]
     ConditionExpressionParser.parse = parse_condition  # type: ignore[method-assign]
+    S3Backend.copy_object = copy_keeping_checksum  # type: ignore[method-assign]
+    S3Response.copy_object = copy_request  # type: ignore[method-assign]
 
 
 def parse_parameters(self: DynamoHandler, request: Any) -> None:
@@ -597,3 +616,29 @@ def partition_query(
         *args,
         **kwargs,
     )
+
+
+# --- 14. a copy's checksum is the copy's -----------------------------------------------------------
+
+
+def copy_keeping_checksum(
+    self: S3Backend, src_key: FakeKey, dest_bucket_name: str, dest_key_name: str, *args: Any, **kwargs: Any
+) -> None:
+    """moto's copy, the source's checksum type and part count copied with its value (as S3
+    copies a checksum: a composite one stays composite)."""
+    MOTOS_S3_COPY(self, src_key, dest_bucket_name, dest_key_name, *args, **kwargs)
+    if src_key.checksum_value:
+        copied = cast(FakeKey, self.get_object(dest_bucket_name, dest_key_name))
+        copied.checksum_type = src_key.checksum_type
+        copied.checksum_parts = src_key.checksum_parts
+
+
+def copy_request(self: S3Response) -> Any:
+    """moto's CopyObject; one that names a checksum algorithm gets the copy's own checksum
+    over its bytes (moto computes it), so its type is FULL_OBJECT, not the source's."""
+    answer = MOTOS_S3_COPY_REQUEST(self)
+    if self.headers.get("x-amz-checksum-algorithm"):
+        copied = cast(FakeKey, self.backend.get_object(self.bucket_name, self.parse_key_name()))
+        copied.checksum_type = "FULL_OBJECT"
+        copied.checksum_parts = None
+    return answer

@@ -1,5 +1,20 @@
 """S3: batch inputs, request and response bodies too large for their record, files.
 
+Every object carries a CRC32 checksum that S3 computed as it stored it, and botocore (1.36 on)
+sends one with each write and checks it on each whole-object read (``request_checksum_calculation``
+and ``response_checksum_validation`` ``when_supported``). What the checksum covers depends on how
+the object was made, as on S3:
+
+- one PUT (``put``, a presigned PUT, a stream of at most 8 MiB): the whole object's CRC32
+  (``FULL_OBJECT``), checked on every read;
+- a multipart upload (``put_stream`` and ``put_chunks`` above 8 MiB, s3transfer's parts; result
+  files, ``start_multipart``): ``COMPOSITE``, the CRC32 of the parts' CRC32s, read back as
+  ``<value>-<parts>``; the SDK checks each part as it is sent and cannot check the whole on a
+  read, so it does not (``CHECKSUM_ALGORITHM`` is declared when the upload starts, and each part's
+  checksum is named again when it completes, as S3 requires of an upload that declared one);
+- a server-side copy (``copy``): the copy's own whole-object CRC32, asked for with the copy
+  (S3 would otherwise copy the source's checksum, a composite one included).
+
 A presigned URL acts with the credentials that signed it, and stops working when they
 expire, whatever its own expiry says. So a URL is signed for at most what is left of its
 credentials' life, less a margin (``UrlSigning``): shorter than asked when they end sooner,
@@ -23,6 +38,10 @@ from botocore.exceptions import ClientError
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.errors import ServiceUnavailable, StorageError
+
+# The checksum S3 stores with every object the gateway writes (botocore's default, named so that
+# multipart uploads and copies declare the one their parts are sent with).
+CHECKSUM_ALGORITHM = "CRC32"
 
 # Where Lambda-style environments say when the credentials they hand over expire (ISO 8601).
 CREDENTIAL_EXPIRATION_ENV = "AWS_CREDENTIAL_EXPIRATION"
@@ -180,22 +199,23 @@ class BlobStore:
         return size
 
     def put_stream(self, key: str, stream: IO[bytes], content_type: str = "application/jsonl") -> None:
-        """Upload a file object of any size (multipart when large)."""
+        """Upload a file object of any size (multipart above 8 MiB, with a composite CRC32)."""
+        extra = {"ContentType": content_type, "ChecksumAlgorithm": CHECKSUM_ALGORITHM}
         try:
-            self._s3.upload_fileobj(stream, self._bucket, key, ExtraArgs={"ContentType": content_type})
+            self._s3.upload_fileobj(stream, self._bucket, key, ExtraArgs=extra)
         except ClientError as exc:
             raise StorageError(f"could not write s3://{self._bucket}/{key}") from exc
 
     # --- multipart uploads: large objects written part by part ---------------------------
 
     def start_multipart(self, key: str, content_type: str) -> str:
-        """Begin a multipart upload of ``key``; its upload id."""
+        """Begin a multipart upload of ``key``; its upload id. The upload declares the checksum
+        its parts are sent with (S3 refuses a part whose checksum the upload did not declare)."""
         try:
-            return str(
-                self._s3.create_multipart_upload(Bucket=self._bucket, Key=key, ContentType=content_type)[
-                    "UploadId"
-                ]
+            started = self._s3.create_multipart_upload(
+                Bucket=self._bucket, Key=key, ContentType=content_type, ChecksumAlgorithm=CHECKSUM_ALGORITHM
             )
+            return str(started["UploadId"])
         except ClientError as exc:
             raise StorageError(f"could not start writing s3://{self._bucket}/{key}") from exc
 
@@ -204,17 +224,25 @@ class BlobStore:
         Uploading a part again replaces it."""
         try:
             self._s3.upload_part(
-                Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data
+                Bucket=self._bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+                ChecksumAlgorithm=CHECKSUM_ALGORITHM,
             )
         except ClientError as exc:
             raise StorageError(f"could not write part {number} of s3://{self._bucket}/{key}") from exc
 
     def complete_multipart(self, key: str, upload_id: str) -> None:
-        """Join the upload's parts into the object. Completing an upload completed already
+        """Join the upload's parts into the object (each named with its ETag and its checksum,
+        as S3 requires of an upload that declared one). Completing an upload completed already
         (by a try whose answer was lost) is a no-op once the object exists."""
+        checksum = f"Checksum{CHECKSUM_ALGORITHM}"
         try:
             parts = [
                 {"PartNumber": part["PartNumber"], "ETag": part["ETag"]}
+                | ({checksum: part[checksum]} if checksum in part else {})
                 for page in self._s3.get_paginator("list_parts").paginate(
                     Bucket=self._bucket, Key=key, UploadId=upload_id
                 )
@@ -232,10 +260,16 @@ class BlobStore:
         self._s3.delete_object(Bucket=self._bucket, Key=key)
 
     def copy(self, source: str, target: str) -> None:
-        """Server-side copy (a batch keeps its own copy of its input file)."""
+        """Server-side copy (a batch keeps its own copy of its input file). The copy is one
+        object made by one request, so it gets its own whole-object checksum: without
+        ``ChecksumAlgorithm`` S3 would copy the source's, which for a multipart source is
+        composite (of its parts), not the CRC32 of the copy's bytes."""
         try:
             self._s3.copy_object(
-                Bucket=self._bucket, Key=target, CopySource={"Bucket": self._bucket, "Key": source}
+                Bucket=self._bucket,
+                Key=target,
+                CopySource={"Bucket": self._bucket, "Key": source},
+                ChecksumAlgorithm=CHECKSUM_ALGORITHM,
             )
         except ClientError as exc:
             raise StorageError(f"could not copy s3://{self._bucket}/{source}") from exc
