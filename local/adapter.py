@@ -11,8 +11,13 @@ at once); every other request to the api handler (``BATCHGW_API_HANDLER``, defau
 ``functions.api.handler.handler``). It enforces the limits API
 Gateway and Lambda would:
 
-- a request body over 10 MB answers 413 ``{"message": "Request Entity Too Large"}``, and
-  so does an event over Lambda's 6 MB invoke limit, without calling the handler;
+- a request body over 10 MB, or an event over Lambda's 6 MB invoke limit (a body of about
+  4.4 MiB on), answers 413 without calling the handler. On AWS those answers are API
+  Gateway's own (``{"message": "Request Entity Too Large"}``), which no function can change;
+  here the 413 is the API's error shape, saying the API's limit in bytes (BATCH_MAX_BODY_MB)
+  and where a larger body goes (the Uploads API in parts that fit, ``part_size`` for the
+  OpenAI SDK, or a presigned upload): the handler's own 413 says the same between
+  BATCH_MAX_BODY_MB and 4.4 MiB, so a caller reads one answer at every size (``too_large``);
 - a response payload over Lambda's 6 MB answers 502 ``{"message": "Internal Server Error"}``,
   as does a response that is not a valid proxy result, or one the Python 3.12 runtime could
   not serialize (a lone surrogate in a string: its UTF-8 encoding fails, a
@@ -39,6 +44,7 @@ import base64
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -50,6 +56,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from batchgw.config import resources
+from batchgw.config.settings import Settings
 from batchgw.storage.aws import FUNCTION_NAME_ENV, calls_made_for
 
 from local.env import (
@@ -74,7 +81,10 @@ LAMBDA_MAX_RESPONSE = 6 * 1024 * 1024 + 100  # Lambda allows 100 bytes more on t
 API_GATEWAY_TIMEOUT_SECONDS = 30.0
 API_CONCURRENCY_ENV = "BATCHGW_API_CONCURRENCY"
 DEFAULT_CONCURRENCY = 10
-DRAIN_LIMIT = 64 * 1024 * 1024  # past this, an oversized request's connection is just closed
+# An oversized body is read to its end (and dropped) up to this, so that the client, which
+# reads no answer before it has sent its body (httpx, the OpenAI SDK), gets the 413; past it the
+# connection is just closed. Above the SDK's default part (64 MiB) and BATCH_MAX_FILE_MB's 200.
+DRAIN_LIMIT = 1024 * 1024 * 1024
 API_FUNCTION_NAME = f"{PREFIX}-api"
 ADMIN_FUNCTION_NAME = f"{PREFIX}-admin"
 ADMIN_HANDLER_ENV = "BATCHGW_ADMIN_HANDLER"
@@ -90,7 +100,53 @@ _RESPONSE_HEADERS_DROPPED = frozenset({"content-length", "transfer-encoding", "c
 
 
 class RequestTooLarge(Exception):
-    pass
+    """A body API Gateway or Lambda would refuse: ``size`` bytes (at least, when not read whole)."""
+
+    def __init__(self, size: int, whole: bool = True) -> None:
+        super().__init__(size)
+        self.size, self.whole = size, whole
+
+
+BODY_LIMIT_ENV = "BATCH_MAX_BODY_MB"
+_PART_PATH = re.compile(r"^/v1/uploads/[^/]+/parts/?$")
+
+
+def body_limit_bytes(environ: Mapping[str, str] = os.environ) -> tuple[float, int]:
+    """The API's own limit on a body, as the api handler reads it: (MiB, bytes)."""
+    default = Settings.model_fields["batch_max_body_mb"].default
+    try:
+        mib = float(environ.get(BODY_LIMIT_ENV) or default)
+    except ValueError:
+        mib = float(default)
+    return mib, int(mib * 1024 * 1024)
+
+
+def too_large(path: str, size: int, *, whole: bool = True, environ: Mapping[str, str] = os.environ) -> Reply:
+    """The 413 for a body of ``size`` bytes that API Gateway or Lambda would refuse, in the
+    API's error shape: the limit in bytes, and where the body goes instead."""
+    mib, limit = body_limit_bytes(environ)
+    sdk_parts = f"part_size={mib:g} * 1024 * 1024"
+    has = f"this request's body has {'' if whole else 'more than '}{size} bytes"
+    if _PART_PATH.match(path):
+        what = "An upload's part"
+        instead = (
+            f"Send the file in parts of at most {mib:g} MiB ({limit} bytes): with the OpenAI SDK, "
+            f"client.uploads.upload_file_chunked(..., {sdk_parts}) (its default part size, 64 MiB, "
+            "is too large here)."
+        )
+    else:
+        what = "A file sent in one request" if path.rstrip("/") == "/v1/files" else "A request body"
+        instead = (
+            "Send a larger file through the Uploads API (POST /v1/uploads) in parts of at most "
+            f"{mib:g} MiB (with the OpenAI SDK, client.uploads.upload_file_chunked(..., {sdk_parts})), "
+            "or by a presigned upload (POST /v1/files/presigned), and create the batch from the file."
+        )
+    message = (
+        f"{what} holds at most {mib:g} MiB ({limit} bytes, BATCH_MAX_BODY_MB); {has}, more than "
+        f"API Gateway and Lambda take. {instead}"
+    )
+    error = {"message": message, "type": "request_too_large", "param": None, "code": 413}
+    return Reply(413, [("Content-Type", "application/json")], json.dumps({"error": error}).encode())
 
 
 def is_text(content_type: str | None) -> bool:
@@ -300,8 +356,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         log.debug(format, *args)
 
     def handle_expect_100(self) -> bool:
-        if self._declared_length() > API_GATEWAY_MAX_BODY:
-            self._send(Reply.message(413, "Request Entity Too Large"), close=True)
+        declared = self._declared_length()
+        if declared > API_GATEWAY_MAX_BODY:
+            self._send(too_large(self.path.partition("?")[0], declared), close=True)
             return False
         return super().handle_expect_100()
 
@@ -317,6 +374,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         An oversized body is still read (and dropped) up to ``DRAIN_LIMIT``, so that the
         client, still sending, gets the 413 rather than a reset connection.
         """
+        whole = True
         chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
         parts = self._chunks() if chunked else self._sized(self._declared_length())
         kept: list[bytes] = []
@@ -325,11 +383,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
             size += len(part)
             if size > DRAIN_LIMIT:
                 self.close_connection = True
+                whole = False
                 break
             if size <= API_GATEWAY_MAX_BODY:
                 kept.append(part)
         if size > API_GATEWAY_MAX_BODY:
-            raise RequestTooLarge
+            declared = self._declared_length()
+            raise RequestTooLarge(declared if declared > size else size, whole or declared > size)
         return b"".join(kept)
 
     def _sized(self, length: int) -> Iterator[bytes]:
@@ -352,10 +412,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.rfile.readline(3)
 
     def _dispatch(self) -> None:
+        path = self.path.partition("?")[0]
         try:
             body = self._read_body()
-        except RequestTooLarge:
-            self._send(Reply.message(413, "Request Entity Too Large"), close=self.close_connection)
+        except RequestTooLarge as refused:
+            self._send(too_large(path, refused.size, whole=refused.whole), close=self.close_connection)
             return
         except ValueError:
             self._send(Reply.message(400, "Bad Request"), close=True)
@@ -369,7 +430,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             protocol=self.request_version,
         )
         if len(json.dumps(event).encode()) > LAMBDA_MAX_REQUEST:
-            self._send(Reply.message(413, "Request Entity Too Large"))
+            self._send(too_large(path, len(body)))
             return
         reply = self.server.invoke(event)
         reply.headers.append(("Apigw-Requestid", event["requestContext"]["requestId"]))

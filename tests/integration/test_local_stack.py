@@ -314,7 +314,9 @@ def test_adapter_enforces_api_gateway_and_lambda_limits(stack: LocalStack) -> No
     with httpx.Client(timeout=30) as client:
         too_big = client.post(f"{stack.api_url}/batches", content=b"x" * (API_GATEWAY_MAX_BODY + 1))
         assert too_big.status_code == 413
-        assert too_big.json() == {"message": "Request Entity Too Large"}  # not the echo: no handler call
+        error = too_big.json()["error"]  # not the echo: no handler call; the API's shape, not API Gateway's
+        assert error["type"] == "request_too_large" and error["code"] == 413
+        assert f"{API_GATEWAY_MAX_BODY + 1} bytes" in error["message"] and "/v1/uploads" in error["message"]
         # over Lambda's 6 MB invoke limit, under API Gateway's 10 MB
         assert client.post(f"{stack.api_url}/batches", content=b"x" * (7 * 1024 * 1024)).status_code == 413
         big_answer = client.get(f"{stack.api_url}/big")

@@ -12,7 +12,7 @@ from typing import Any
 
 from batchgw.api import idempotency
 from batchgw.api.auth import require_role
-from batchgw.api.files import LARGER_INPUTS, batch_input_file, storage_limit, storage_refusal
+from batchgw.api.files import batch_input_file, larger_inputs, storage_limit, storage_refusal
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
@@ -136,7 +136,8 @@ def _create(
     if len(raw) > settings.max_body_bytes:
         raise PayloadTooLarge(
             f"The request body ({len(raw)} bytes) is larger than the limit of "
-            f"{settings.batch_max_body_mb:g} MiB. {LARGER_INPUTS}"
+            f"{settings.batch_max_body_mb:g} MiB ({settings.max_body_bytes} bytes, BATCH_MAX_BODY_MB). "
+            f"{larger_inputs(settings)}"
         )
     body = parse_json(raw)
     if isinstance(body, dict) and "input_file_id" in body:

@@ -28,7 +28,7 @@ from batchgw.api.params import (
     list_page,
 )
 from batchgw.api.shapes import file_object
-from batchgw.config.settings import MULTIPART_FRAMING_BYTES
+from batchgw.config.settings import MULTIPART_FRAMING_BYTES, Settings
 from batchgw.deps import Deps
 from batchgw.domain.batch import created_key
 from batchgw.domain.errors import BadRequest, NotFound, PayloadTooLarge, StorageError, TooManyRequests
@@ -37,10 +37,19 @@ from batchgw.domain.principal import Principal
 from batchgw.domain.usage import OverLimit
 
 FILE_PREFIX = "file-"
-LARGER_INPUTS = (
-    "Send a larger batch as a file, through the Uploads API (POST /v1/uploads, in parts) or a "
-    "presigned upload (POST /v1/files/presigned)."
-)
+
+
+def larger_inputs(settings: Settings) -> str:
+    """Where a body over BATCH_MAX_BODY_MB goes instead (the 413's advice): the Uploads API in
+    parts that fit, as the OpenAI SDK sends them with ``part_size``, or a presigned upload."""
+    mib = settings.batch_max_body_mb
+    return (
+        f"Send a larger batch as a file, through the Uploads API (POST /v1/uploads) in parts of at "
+        f"most {mib:g} MiB (with the OpenAI SDK, client.uploads.upload_file_chunked(..., "
+        f"part_size={mib:g} * 1024 * 1024)), or by a presigned upload (POST /v1/files/presigned)."
+    )
+
+
 # A file's name, as it is shown back: without a bound, a name of a few MB would pass every
 # body limit and fail its record's 400 KB in DynamoDB (a 500).
 MAX_FILENAME_CHARS = 512
@@ -210,7 +219,12 @@ def upload_file(deps: Deps, principal: Principal, content_type: str | None, body
     require_role(deps, principal, "upload files")
     count_upload(deps, principal)
     fields, data = multipart_file(
-        deps, content_type, body, field="file", what="A file sent in one request", instead=LARGER_INPUTS
+        deps,
+        content_type,
+        body,
+        field="file",
+        what="A file sent in one request",
+        instead=larger_inputs(deps.settings),
     )
     purpose = fields.get("purpose", (None, b""))[1].decode(errors="replace").strip()
     if purpose != "batch":

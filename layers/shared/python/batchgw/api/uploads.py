@@ -81,7 +81,11 @@ def add_part(
         body,
         field="data",
         what="An upload's part",
-        instead="Send the file in smaller parts (part_size).",
+        instead=(
+            f"Send the file in parts of at most {deps.settings.batch_max_body_mb:g} MiB: with the OpenAI "
+            f"SDK, client.uploads.upload_file_chunked(..., part_size={deps.settings.batch_max_body_mb:g} "
+            "* 1024 * 1024) (its default part size, 64 MiB, is too large here)."
+        ),
     )
     if not data:
         raise BadRequest("The part is empty: send it as multipart field 'data'.", param="data")

@@ -48,8 +48,17 @@ def _config(service: str) -> Config:
     )
     if service == "s3":
         # S3 signs with SigV4, so a presigned PUT signs the headers it was made with: its
-        # Content-Length binds the upload to the declared size.
-        config = config.merge(Config(signature_version="s3v4"))
+        # Content-Length binds the upload to the declared size. Every write sends a CRC32 and
+        # every whole-object read checks the stored one (botocore's defaults since 1.36, named
+        # here so that no environment variable or older default turns them off): the S3
+        # adapter keeps each object's checksum what S3 computes for it (``storage.blobs``).
+        config = config.merge(
+            Config(
+                signature_version="s3v4",
+                request_checksum_calculation="when_supported",
+                response_checksum_validation="when_supported",
+            )
+        )
     return config
 
 
