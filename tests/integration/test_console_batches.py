@@ -108,7 +108,8 @@ def test_rows_carry_the_group_note_and_actions_the_server_decided(
     assert row["id"] == batch_id and row["name"] == "first"
     assert (row["group"], row["target"], row["input_method"]) == ("processing", "Chat Completions", "inline")
     assert row["note"] and row["models"] == ["sim-chat"]
-    assert row["may"] == {"cancel": True, "delete": True, "download": False}
+    assert row["may"] == {"cancel": True, "delete": True, "download": False, "retry": False}
+    assert row["issue"] is None
     assert row["outcomes"]["not_ended"] == 2
 
 

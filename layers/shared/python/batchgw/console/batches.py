@@ -13,6 +13,7 @@ index a page at a time, newest first, until it has a page of matches or has read
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 from collections.abc import Generator, Iterator, Sequence
@@ -54,6 +55,17 @@ def row(batch: CountedBatch, now: float) -> dict[str, Any]:
     record, counts = batch.record, batch.counts
     shown = batch_object(batch, now)
     metadata = record.metadata or {}
+    retryable = rules.may_retry(
+        record.status, prepared=record.prepared, succeeded=counts.completed, total=record.total
+    )
+    issue = rules.issue(
+        record.status,
+        error=record.error,
+        failed=counts.failed - counts.expired,
+        expired=counts.expired,
+        total=record.total,
+        retryable=retryable,
+    )
     return {
         **shown,
         "user_id": record.owner,
@@ -63,7 +75,9 @@ def row(batch: CountedBatch, now: float) -> dict[str, Any]:
         "models": list(record.models),
         "input_method": record.input_method,
         "group": rules.group(record.status, total=record.total, completed=counts.completed),
-        "note": rules.note(record.status, paused=shown["paused"]),
+        "note": rules.note(record.status, paused=shown["paused"]) or (issue.title if issue else None),
+        # What went wrong, in the user's words, and what to do (null: nothing did).
+        "issue": None if issue is None else dataclasses.asdict(issue),
         "outcomes": {
             "succeeded": counts.completed,
             "failed": counts.failed - counts.expired,
@@ -76,7 +90,9 @@ def row(batch: CountedBatch, now: float) -> dict[str, Any]:
             # Whatever its status, unless a request runs under a live lease (409: cancel
             # it and wait): the page offers it and shows the refusal.
             "delete": True,
-            "download": rules.results_ready(record.status),
+            "download": rules.has_results(record.status, finalized=record.finalizing_at is not None),
+            # As the retry route takes it; the page offers it only to a role that may submit.
+            "retry": retryable,
         },
     }
 

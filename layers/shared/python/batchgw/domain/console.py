@@ -13,6 +13,7 @@ The Batches page groups statuses into four, for both the badge and the filter (t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from batchgw.domain.spend import PauseReason
@@ -86,6 +87,119 @@ def target(endpoint: str) -> str:
 def results_ready(status: BatchStatus) -> bool:
     """Results can be downloaded once the batch has finished, whatever group it is in."""
     return status in FINISHED
+
+
+def has_results(status: BatchStatus, *, finalized: bool) -> bool:
+    """Whether the batch has results to download: it finished through finalizing, which
+    writes them. A batch whose input was refused, or that a failure stopped, never got there
+    (its requests, if any ran, are read on the results page)."""
+    return status in FINISHED and finalized
+
+
+def may_retry(status: BatchStatus, *, prepared: bool, succeeded: int, total: int) -> bool:
+    """Whether ``POST /v1/batches/{id}/retry`` takes the batch: it has finished with requests
+    that did not succeed, and they were stored (a failed batch whose input was never written,
+    refused or not, has nothing the retry could run again)."""
+    if status not in FINISHED or succeeded >= total:
+        return False
+    return prepared or status is not BatchStatus.FAILED
+
+
+# The batch-level error codes a user acts on alike: something failed inside the gateway
+# (``batch_failed`` is how a batch failed before ``internal_error`` was its code). Their
+# stored message is never shown: an older one may hold an exception's text.
+_INTERNAL = frozenset({"internal_error", "batch_failed"})
+_REFUSED_INPUT = "invalid_batch_input"
+_RETRY_OR_ASK = "Retry the batch; if it fails again, contact the operator with this batch's ID."
+_SUBMIT_OR_ASK = (
+    "Submit its input again as a new batch; if it fails again, contact the operator with this batch's ID."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """What went wrong with a finished batch, in words a user acts on: what happened
+    (``title``), the detail (``message``; None when the page lists it), and what to do
+    (``next``)."""
+
+    title: str
+    message: str | None
+    next: str
+
+
+def issue(
+    status: BatchStatus,
+    *,
+    error: Mapping[str, Any] | None,
+    failed: int,
+    expired: int,
+    total: int,
+    retryable: bool,
+) -> Issue | None:
+    """What the page says of a finished batch that did not run every request to success:
+    its error's own message where that is the user's words, the gateway's words where the
+    failure was the gateway's. None for a batch still running, cancelled or all succeeded."""
+    if status is BatchStatus.FAILED:
+        return _failure(error or {}, retryable=retryable)
+    if status is BatchStatus.EXPIRED:
+        return Issue(
+            "Its window closed before every request started.",
+            f"{expired:,} of {total:,} requests expired without running; those that finished keep "
+            "their results.",
+            "Retry the batch to run the requests that did not succeed, in a new window."
+            if retryable
+            else "Submit the requests that did not run again as a new batch.",
+        )
+    if status is BatchStatus.COMPLETED and failed + expired:
+        return Issue(
+            f"{failed + expired:,} of {total:,} requests did not succeed.",
+            "Each one's error is in the batch's results (and its error file).",
+            "Retry the batch to run them again, or export them to fix them first."
+            if retryable
+            else "Fix the failed requests and submit them again as a new batch.",
+        )
+    return None
+
+
+def _failure(error: Mapping[str, Any], *, retryable: bool) -> Issue:
+    code = str(error.get("code") or "")
+    stored = error.get("message") if isinstance(error.get("message"), str) else None
+    if code == _REFUSED_INPUT:
+        return Issue(
+            "Its input file was refused: nothing ran and nothing was billed.",
+            None,  # the page lists the problems by line
+            "Fix the lines listed below in your file, then upload it again as a new batch.",
+        )
+    if code in _INTERNAL or not stored:
+        return Issue(
+            "It stopped: the gateway failed while running it.",
+            "The gateway could not run this batch to its end because of an internal failure, "
+            "recorded in its logs. Requests that finished keep their results.",
+            _RETRY_OR_ASK if retryable else _SUBMIT_OR_ASK,
+        )
+    if code == "owner_unauthorized":
+        return Issue(
+            "It stopped: the API key or account that created it may no longer run batches.",
+            stored,
+            "Requests that finished keep their results. Retry the batch to run the others under "
+            "your current API key."
+            if retryable
+            else "Submit it again with a valid API key.",
+        )
+    if code == "queued_request_limit":
+        return Issue(
+            "It was refused: you had too many unfinished requests; nothing ran.",
+            stored,
+            "Wait for some of your unfinished batches to end, or cancel some, then submit the file again.",
+        )
+    if code in ("batch_route_unavailable", "batch_not_supported"):
+        return Issue(
+            "It was refused: its model takes no batch work now; nothing ran.",
+            stored,
+            "Choose another model and submit the file again, or ask the operator to allow this "
+            "model's batch route.",
+        )
+    return Issue("It failed.", stored, _RETRY_OR_ASK if retryable else _SUBMIT_OR_ASK)
 
 
 def may_cancel(status: BatchStatus) -> bool:

@@ -84,7 +84,7 @@ function Page({ session, capabilities, path }) {
   if (path.startsWith("/console/webhook")) return html`<${WebhookPage} capabilities=${capabilities} />`;
   if (path.startsWith("/console/create")) return html`<${CreatePage} capabilities=${capabilities} session=${session} />`;
   const match = path.match(/^\/console\/batches\/([^/]+)$/);
-  if (match) return html`<${BatchPage} id=${decodeURIComponent(match[1])} />`;
+  if (match) return html`<${BatchPage} id=${decodeURIComponent(match[1])} capabilities=${capabilities} />`;
   return html`<${BatchesPage} capabilities=${capabilities} />`;
 }
 

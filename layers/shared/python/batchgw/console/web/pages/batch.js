@@ -1,5 +1,6 @@
 // One batch's details (GET /console/api/batches/{id}): counts, usage, cost, its ETA and
-// timestamps, errors and webhook deliveries; cancel, delete and download. A processing
+// timestamps, what went wrong and what to do (the server's words: never an exception's), and
+// webhook deliveries; cancel, delete, retry, and download the results it has. A processing
 // batch's page asks again on its own, less often the longer nothing changes.
 
 import { useEffect, useRef, useState } from "preact/hooks";
@@ -9,6 +10,7 @@ import { ErrorNote, html, Link, navigate } from "../ui.js";
 import { Badge, Outcomes } from "./batches.js";
 
 const FIRST_POLL_MS = 1000;
+const PROBLEMS_SHOWN = 50;
 const MOST_POLL_MS = 15000;
 const TIMES = [
   ["created_at", "Created"],
@@ -35,6 +37,25 @@ function Progress({ batch }) {
     </div>`;
 }
 
+// What went wrong and what to do: the server's issue, and a refused input's problems by line.
+function Issue({ batch }) {
+  const issue = batch.issue;
+  if (!issue) return null;
+  const problems = (batch.errors && batch.errors.data) || [];
+  return html`
+    <section class="issue" aria-labelledby="issue-title" data-issue>
+      <h3 id="issue-title">What happened</h3>
+      <p><strong>${issue.title}</strong></p>
+      ${issue.message && html`<p>${issue.message}</p>`}
+      ${problems.length > 0 && html`
+        <ul class="problems">${problems.slice(0, PROBLEMS_SHOWN).map((e, i) => html`
+          <li key=${i}>${e.line ? html`<strong>Line ${e.line}</strong>: ` : ""}${e.message}</li>`)}
+        </ul>
+        ${problems.length > PROBLEMS_SHOWN && html`<p class="note">The first ${PROBLEMS_SHOWN} of ${count(problems.length)} listed problems are shown.</p>`}`}
+      <p class="next"><strong>What to do:</strong> ${issue.next}</p>
+    </section>`;
+}
+
 function Deliveries({ deliveries }) {
   if (!deliveries.length) return html`<p class="note">No webhook deliveries about this batch.</p>`;
   return html`
@@ -46,8 +67,11 @@ function Deliveries({ deliveries }) {
       </tbody></table></div>`;
 }
 
-export function BatchPage({ id }) {
+export function BatchPage({ id, capabilities }) {
   const [batch, setBatch] = useState(null);
+  const [retried, setRetried] = useState(null);
+  // One key per page: a second click, or an answer lost on the way, finds the same retry.
+  const retryKey = useRef(`console-retry-${crypto.randomUUID()}`);
   const [error, setError] = useState(null);
   const [notice, setNotice] = useState(null);
   const [busy, setBusy] = useState(false);
@@ -94,6 +118,20 @@ export function BatchPage({ id }) {
     }
   };
 
+  const retry = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      const child = await post(`/v1/batches/${encodeURIComponent(id)}/retry`, {}, { "Idempotency-Key": retryKey.current });
+      setRetried(child);
+      setNotice(`Retry started: ${child.id}`);
+    } catch (failure) {
+      setError(failure);
+    } finally {
+      setBusy(false);
+    }
+  };
+
   const act = async (what) => {
     setBusy(true);
     setError(null);
@@ -115,6 +153,8 @@ export function BatchPage({ id }) {
 
   if (!batch) return html`<section><h2>Batch</h2>${error ? html`<${ErrorNote} error=${error} />` : html`<p>Loading…</p>`}</section>`;
   const usage = batch.usage;
+  const finished = batch.group !== "processing";
+  const mayRetry = batch.may.retry && capabilities && capabilities.role_may_submit;
   return html`
     <section aria-labelledby="batch-title">
       <p><${Link} href="/console/">← All batches<//></p>
@@ -122,19 +162,24 @@ export function BatchPage({ id }) {
       ${batch.description && html`<p>${batch.description}</p>`}
       <p><${Badge} batch=${batch} /> <span class="note" data-status=${batch.status}>${batch.status}</span>
         ${batch.note && html` — <span class="note">${batch.note}</span>`}</p>
-      ${notice && html`<p class="info" role="status">${notice}</p>`}
+      ${notice && !retried && html`<p class="info" role="status">${notice}</p>`}
+      ${retried && html`<p class="info" role="status">Retry started as a new batch of the requests that did not succeed:
+        <${Link} href=${`/console/batches/${encodeURIComponent(retried.id)}`}>${retried.id}<//>.</p>`}
+      <${Issue} batch=${batch} />
       <${ErrorNote} error=${error} />
       <div class="actions">
         ${batch.may.cancel && html`<button type="button" class="danger" disabled=${busy} onClick=${() => act("cancel")}>Cancel batch</button>`}
         ${batch.may.download && html`<a class="button primary" href=${`/v1/batches/${encodeURIComponent(batch.id)}/output.jsonl`} download>Download results</a>`}
-        ${batch.may.download && batch.error_file_id && html`<a class="button" href=${`/v1/files/${encodeURIComponent(batch.error_file_id)}/content`} download>Download errors</a>`}
+        ${finished && batch.error_file_id && html`<a class="button" href=${`/v1/files/${encodeURIComponent(batch.error_file_id)}/content`} download>Download error file</a>`}
+        ${mayRetry && html`<button type="button" class="primary" disabled=${busy} onClick=${retry}>Retry batch</button>`}
         ${batch.copy && html`<${Link} class="button" href=${`/console/create?copy=${encodeURIComponent(batch.id)}`}>Copy as new batch<//>`}
         ${batch.may.export_unfinished && html`<button type="button" disabled=${busy} onClick=${exportUnfinished}>Export unfinished requests</button>`}
         <button type="button" class="danger" disabled=${busy} onClick=${() => act("delete")}>Delete batch</button>
       </div>
       ${exported && html`<p class="info" role="status">Exported ${count(exported.requests)} unfinished requests as <strong>${exported.filename}</strong> (${exported.id}).
         <${Link} href=${`/console/create?file=${encodeURIComponent(exported.id)}`}>Fix and submit them as a new batch<//></p>`}
-      ${!batch.may.download && html`<p class="note">Results can be downloaded once the batch has finished.</p>`}
+      ${!finished && html`<p class="note">Results can be downloaded once the batch has finished.</p>`}
+      ${finished && !batch.may.download && html`<p class="note">No results file was written for this batch: it stopped before its requests were done.</p>`}
       <${Progress} batch=${batch} />
       <h3>Details</h3>
       <dl class="facts">
@@ -147,10 +192,9 @@ export function BatchPage({ id }) {
         <dt>Cost</dt><dd>${usd(batch.cost_usd)}${batch.cost_unknown_attempts ? ` and ${batch.cost_unknown_attempts} attempts of unknown cost` : ""}</dd>
         <dt>Window</dt><dd>${batch.completion_window}</dd>
         ${TIMES.filter(([k]) => batch[k]).map(([k, label]) => html`<dt>${label}</dt><dd>${when(batch[k])}</dd>`)}
+        ${batch.parent_batch_id && html`<dt>Retries</dt><dd><${Link} href=${`/console/batches/${encodeURIComponent(batch.parent_batch_id)}`}>${batch.parent_batch_id}<//></dd>`}
+        ${batch.retry_batch_ids && batch.retry_batch_ids.length > 0 && html`<dt>Retried by</dt><dd>${batch.retry_batch_ids.map((child, i) => html`${i ? ", " : ""}<${Link} href=${`/console/batches/${encodeURIComponent(child)}`}>${child}<//>`)}</dd>`}
       </dl>
-      ${batch.error && html`<h3>Error</h3><p class="error">${batch.error.message || batch.error.code}</p>`}
-      ${batch.errors && batch.errors.data && html`<h3>Errors in the input</h3>
-        <ul>${batch.errors.data.slice(0, 50).map((e) => html`<li>${e.line ? `Line ${e.line}: ` : ""}${e.message}</li>`)}</ul>`}
       <h3>Webhook deliveries</h3>
       <${Deliveries} deliveries=${batch.webhook_deliveries || []} />
     </section>`;

@@ -19,7 +19,8 @@ export function Outcomes({ batch }) {
     [o.cancelled, "cancelled"],
     [o.not_ended, "not ended"],
   ].filter(([n]) => n > 0);
-  return parts.length ? parts.map(([n, label]) => `${count(n)} ${label}`).join(" · ") : "none yet";
+  if (parts.length) return parts.map(([n, label]) => `${count(n)} ${label}`).join(" · ");
+  return batch.group === "processing" ? "none yet" : "none ran";
 }
 
 function Row({ batch }) {

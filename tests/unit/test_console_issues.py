@@ -1,0 +1,77 @@
+"""What the console says of a finished batch that did not succeed (``domain.console.issue``),
+and whether it offers results and Retry: words a user acts on, never an exception's name or
+a checksum, with what to do next."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from batchgw.domain import console
+from batchgw.domain.states import BatchStatus
+
+# What infrastructure text looks like: a CamelCase exception name, a base64 checksum.
+INFRASTRUCTURE = re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)*(?:Error|Exception)\b|[A-Za-z0-9+/]{6,}==")
+
+
+def failed(error: dict[str, str] | None, *, retryable: bool = True) -> console.Issue:
+    shown = console.issue(BatchStatus.FAILED, error=error, failed=3, expired=0, total=3, retryable=retryable)
+    assert shown is not None
+    return shown
+
+
+def test_a_refused_input_says_nothing_ran_and_to_fix_the_listed_lines() -> None:
+    shown = failed(
+        {"code": "invalid_batch_input", "message": "The input file has 2 problems."}, retryable=False
+    )
+    assert "nothing ran" in shown.title and shown.message is None  # the page lists them by line
+    assert shown.next.startswith("Fix the lines listed below")
+
+
+@pytest.mark.parametrize("code", ["internal_error", "batch_failed"])
+def test_an_internal_failure_never_shows_its_stored_text_and_says_to_retry(code: str) -> None:
+    stored = "The batch could not be run to its end: FlexibleChecksumError: Expected checksum nA9nMw== ."
+    shown = failed({"code": code, "message": stored})
+    words = " ".join([shown.title, shown.message or "", shown.next])
+    assert not INFRASTRUCTURE.search(words) and "checksum" not in words
+    assert shown.next.startswith("Retry the batch") and "operator" in shown.next
+    unretryable = failed({"code": code, "message": stored}, retryable=False)
+    assert unretryable.next.startswith("Submit its input again")
+
+
+def test_an_owner_failure_keeps_its_message_and_offers_retry_under_the_current_key() -> None:
+    shown = failed(
+        {"code": "owner_unauthorized", "message": "The API key that created this batch was revoked."}
+    )
+    assert shown.message == "The API key that created this batch was revoked."
+    assert "Retry the batch" in shown.next and "current API key" in shown.next
+
+
+def test_expired_and_partly_failed_batches_say_how_many_and_what_to_do() -> None:
+    expired = console.issue(BatchStatus.EXPIRED, error=None, failed=0, expired=4, total=10, retryable=True)
+    assert expired is not None and "4 of 10" in (expired.message or "") and "Retry" in expired.next
+    some = console.issue(BatchStatus.COMPLETED, error=None, failed=1, expired=0, total=10, retryable=True)
+    assert some is not None and some.title == "1 of 10 requests did not succeed."
+    assert (
+        console.issue(BatchStatus.COMPLETED, error=None, failed=0, expired=0, total=10, retryable=False)
+        is None
+    )
+    assert (
+        console.issue(BatchStatus.CANCELLED, error=None, failed=0, expired=0, total=10, retryable=True)
+        is None
+    )
+    assert (
+        console.issue(BatchStatus.IN_PROGRESS, error=None, failed=2, expired=0, total=10, retryable=False)
+        is None
+    )
+
+
+def test_results_are_offered_only_once_written_and_retry_only_where_the_api_takes_it() -> None:
+    assert console.has_results(BatchStatus.COMPLETED, finalized=True)
+    assert not console.has_results(BatchStatus.FAILED, finalized=False)  # refused, or stopped by a failure
+    assert not console.has_results(BatchStatus.IN_PROGRESS, finalized=False)
+    assert console.may_retry(BatchStatus.FAILED, prepared=True, succeeded=2, total=5)
+    assert not console.may_retry(BatchStatus.FAILED, prepared=False, succeeded=0, total=5)  # never written
+    assert console.may_retry(BatchStatus.EXPIRED, prepared=False, succeeded=0, total=5)
+    assert not console.may_retry(BatchStatus.COMPLETED, prepared=True, succeeded=5, total=5)
+    assert not console.may_retry(BatchStatus.IN_PROGRESS, prepared=True, succeeded=0, total=5)
