@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from batchgw_cli import submitting, watching
+from batchgw_cli import explaining, submitting, watching
 from batchgw_cli.client import DEFAULT_BASE_URL, Api, ApiFailure, CliError
 
 app = typer.Typer(
@@ -145,6 +145,7 @@ def _watch(c: Context, batch_id: str, interval: float = 1.0) -> None:
         err.print(f"watching {batch_id} (Ctrl-C stops watching; the batch goes on)")
         batch = watching.watch(read, out, interval=interval)
         out.print(f"{batch_id} {batch['status']}: {watching.summary(batch)}")
+        _explain(batch)
     raise typer.Exit(watching.exit_code(batch))
 
 
@@ -168,6 +169,9 @@ def download(
         raise CliError(
             f"{batch_id} has not ended yet ({batch['status']}): batchgw watch {batch_id}", code="not_ended"
         )
+    missing = None if merged else explaining.no_results(batch)
+    if missing is not None:  # nothing written: an empty file would read as a batch with no results
+        raise CliError(missing, code="no_results")
     output.mkdir(parents=True, exist_ok=True)
     wanted: list[tuple[str, Path]] = []
     if merged:
@@ -275,10 +279,17 @@ def _show_batch(batch: dict[str, Any]) -> None:
     out.print(watching.summary(batch))
     for note in watching.notes(batch):
         out.print(f"[yellow]{note}")
+    _explain(batch)
     if batch.get("parent_batch_id"):
         out.print(f"retries {batch['parent_batch_id']}")
     if batch.get("retry_batch_ids"):
         out.print(f"retried by {', '.join(batch['retry_batch_ids'])}")
+
+
+def _explain(batch: dict[str, Any]) -> None:
+    """Why an ended batch did not succeed, and what to do next (its own words: no markup)."""
+    for line in explaining.reasons(batch):
+        out.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()
