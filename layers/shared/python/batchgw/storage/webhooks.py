@@ -87,17 +87,27 @@ class Webhook:
 
 @dataclass(frozen=True)
 class Delivery:
-    """What became of one event's delivery."""
+    """What became of one event's delivery.
+
+    ``created_ms`` is the event's time in milliseconds, as the queue message carries it and
+    the record's key sorts on (stored as ``created_at``); answers show ``created_at``, in
+    seconds, as every other time.
+    """
 
     event_id: str
     type: str
     batch_id: str
-    created_at: int
+    created_ms: int
     attempts: int = 0
     last_status: int | None = None
     last_error: str | None = None
     next_attempt_at: float | None = None
     delivered_at: float | None = None
+
+    @property
+    def created_at(self) -> int:
+        """When the event was made, in Unix seconds."""
+        return self.created_ms // 1000
 
 
 class WebhookStore:
@@ -163,7 +173,7 @@ class WebhookStore:
                 "event_id": delivery.event_id,
                 "type": delivery.type,
                 "batch_id": delivery.batch_id,
-                "created_at": delivery.created_at,
+                "created_at": delivery.created_ms,  # ms, as records have always kept it
                 "attempts": delivery.attempts,
                 "last_status": delivery.last_status,
                 "last_error": delivery.last_error,
@@ -215,10 +225,21 @@ def _delivery_of(item: dict[str, Any]) -> Delivery:
         event_id=str(item["event_id"]),
         type=str(item["type"]),
         batch_id=str(item["batch_id"]),
-        created_at=int(item["created_at"]),
+        created_ms=_milliseconds(item["created_at"]),
         attempts=int(item.get("attempts", 0)),
         last_status=None if status is None else int(status),
         last_error=item.get("last_error"),
         next_attempt_at=num("next_attempt_at"),
         delivered_at=num("delivered_at"),
     )
+
+
+# Below this a stored event time can only be seconds: as milliseconds it is March 1973,
+# before any event, and as seconds the year 5138.
+SECONDS_BEFORE = 10**11
+
+
+def _milliseconds(value: Any) -> int:
+    """A stored event time, in milliseconds as records keep it (a value in seconds is scaled)."""
+    number = int(value)
+    return number * 1000 if number < SECONDS_BEFORE else number
