@@ -17,6 +17,7 @@ import importlib.util
 import itertools
 import json
 import logging
+import logging.handlers
 import os
 import signal
 import socket
@@ -514,12 +515,29 @@ class _KeyValueFormatter(logging.Formatter):
         return line
 
 
-def setup_logging(component: str, level: int = logging.INFO) -> None:
-    """Logs of a local process to stderr, tagged with its component name."""
+def setup_logging(
+    component: str,
+    level: int = logging.INFO,
+    *,
+    file: Path | None = None,
+    file_max_bytes: int = 10 * 2**20,
+    stderr_level: int = logging.NOTSET,
+) -> None:
+    """Logs of a local process to stderr, tagged with its component name; with ``file``, to
+    that file too (bounded: it turns into ``<file>.1`` at ``file_max_bytes``), and to stderr
+    only from ``stderr_level`` up."""
+    formatter = _KeyValueFormatter(f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s")
     handler = logging.StreamHandler()
-    handler.setFormatter(_KeyValueFormatter(f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter)
+    handler.setLevel(stderr_level)
+    handlers: list[logging.Handler] = [handler]
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        to_file = logging.handlers.RotatingFileHandler(file, maxBytes=file_max_bytes, backupCount=1)
+        to_file.setFormatter(formatter)
+        handlers.append(to_file)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = handlers
     root.setLevel(level)
     for noisy in ("botocore", "boto3", "urllib3", "werkzeug"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +48,7 @@ from typing import IO, Any
 import boto3
 from batchgw.config import resources
 
-from local import lifecycle
+from local import lifecycle, output
 from local.bootstrap import bootstrap
 from local.env import (
     API_HANDLER_ENV,
@@ -63,6 +63,7 @@ from local.env import (
     WORKER_HANDLER_ENV,
     WORKERS_ENV,
     Ports,
+    StateDirInUse,
     lock_state_dir,
     port_open,
     process_env,
@@ -72,7 +73,6 @@ from local.env import (
     state_dir_from_env,
     watch_parent,
 )
-from local.keys import LOCAL_KEYS
 from local.resume import resume_workflows
 
 log = logging.getLogger("local.run")
@@ -96,6 +96,7 @@ class Child:
     process: subprocess.Popen[bytes]
     log_file: IO[bytes] | None = None
     expected_exit: bool = False
+    pump: threading.Thread | None = None  # copies its output to its log (``local.output``)
 
     @property
     def replaceable(self) -> bool:
@@ -138,6 +139,13 @@ class LocalStack:
     queue URL and state machine ARN moto handed out); set it up for your own boto3
     clients with ``os.environ.update(stack.env)``. ``log_dir`` sends each child's output
     to ``<log_dir>/<name>.log`` (otherwise it goes to this process's stdout/stderr).
+
+    What ``make run`` adds (``local.output``): ``log_max_bytes`` bounds each log file (it
+    turns into ``<name>.log.1`` at that size), ``on_line`` sees each line of every child's
+    output, ``echo`` copies it to this process's stdout as well, and ``note`` hears of the
+    stack's own events (a child replaced). With any of them, the children's output comes
+    through a pipe that a thread of this process copies (otherwise the children write their
+    log files themselves, costing this process nothing).
     """
 
     def __init__(
@@ -155,6 +163,10 @@ class LocalStack:
         startup_timeout: float = 60.0,
         state_dir: str | Path | None = None,
         checkpoint_seconds: float | None = None,
+        log_max_bytes: int | None = None,
+        on_line: Callable[[str, bytes], None] | None = None,
+        echo: bool = False,
+        note: Callable[[str], None] | None = None,
     ) -> None:
         defaults = Ports.from_env()
         self._requested = Ports(
@@ -175,6 +187,10 @@ class LocalStack:
         self.simulator = simulator
         self.api = api
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.log_max_bytes = log_max_bytes
+        self._on_line = on_line
+        self._echo = echo
+        self._note = note
         self.startup_timeout = startup_timeout
         # Absolute: moto runs in the repository root, whatever the caller's directory.
         self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
@@ -405,6 +421,8 @@ class LocalStack:
                 )
                 if expired:
                     log.info("lifecycle rules applied", extra={"deleted": len(expired)})
+                    if self._note is not None:
+                        self._note(f"{len(expired)} expired objects deleted from {self.env[spec.env_var]}")
         except Exception:  # moto stopping, or busy: the next sweep tries again
             log.debug("lifecycle sweep skipped", exc_info=True)
 
@@ -412,17 +430,25 @@ class LocalStack:
         child.expected_exit = True  # handled: never replaced twice
         if child.log_file:
             child.log_file.close()
-        log.warning(
+        log.info(
             "process crashed; replaced",
             extra={"child": child.name, "returncode": child.process.returncode},
         )
         self.replaced.append(child.name)
         if child.name in self._worker_names:
-            self.start_worker(self._worker_names.index(child.name))
-            return
-        base = child.name.split(".")[0]
-        generation = sum(1 for name in self._children if name.split(".")[0] == base)
-        self._spawn(f"{base}.{generation}", *child.argv[child.argv.index("--child") + 2 :])
+            index = self._worker_names.index(child.name)
+            self.start_worker(index)
+            new_name = self._worker_names[index]
+        else:
+            base = child.name.split(".")[0]
+            generation = sum(1 for name in self._children if name.split(".")[0] == base)
+            new_name = self._spawn(
+                f"{base}.{generation}", *child.argv[child.argv.index("--child") + 2 :]
+            ).name
+        if self._note is not None:
+            self._note(
+                f"process {child.name} exited (code {child.process.returncode}); replaced by {new_name}"
+            )
 
     def check(self) -> None:
         """Raise StackError if a child died on its own."""
@@ -515,11 +541,20 @@ class LocalStack:
 
     # --- internals -------------------------------------------------------------------------------
 
+    @property
+    def _piped(self) -> bool:
+        """Whether the children's output comes through this process (``make run``'s way)."""
+        return self.log_dir is not None and (
+            self.log_max_bytes is not None or self._on_line is not None or self._echo
+        )
+
     def _spawn(self, name: str, module: str, *args: str) -> Child:
-        out: IO[bytes] | None = None
+        out: IO[bytes] | int | None = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in _terminate)
+            # piped: a thread of this process writes the file (``output.pump``); otherwise the
+            # child writes it, and _terminate closes this process's copy of it
+            out = subprocess.PIPE if self._piped else open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
         argv = [sys.executable, "-m", "local.run", "--child", str(os.getpid()), module, *args]
         process = subprocess.Popen(
             argv,
@@ -530,7 +565,20 @@ class LocalStack:
             stderr=subprocess.STDOUT if out else None,
             start_new_session=True,  # Ctrl-C reaches local.run only, which stops children in order
         )
-        child = Child(name, argv, process, out)
+        child = Child(name, argv, process, out if not isinstance(out, int) else None)
+        if process.stdout is not None and self.log_dir is not None:
+            child.pump = threading.Thread(
+                target=output.pump,
+                args=(process.stdout, output.BoundedLog(self.log_dir / f"{name}.log", self.log_max_bytes)),
+                kwargs={
+                    "name": name,
+                    "on_line": self._on_line,
+                    "echo": sys.stdout.buffer if self._echo else None,
+                },
+                name=f"pump-{name}",
+                daemon=True,
+            )
+            child.pump.start()
         self._children[name] = child
         return child
 
@@ -558,12 +606,17 @@ class LocalStack:
                 child.process.wait()
             if child.log_file:
                 child.log_file.close()
+            if child.pump is not None:
+                child.pump.join(timeout=5)  # its last lines reach the log
 
     def _log_hint(self, names: list[str]) -> str:
         if self.log_dir is None:
             return ""
         tails = []
         for name in names:
+            pump = self._children[name].pump if name in self._children else None
+            if pump is not None:
+                pump.join(timeout=2)  # the dead child's last lines reach its log first
             path = self.log_dir / f"{name}.log"
             if path.exists():
                 tails.append(
@@ -586,7 +639,15 @@ def _state_line(stack: LocalStack) -> str:
     if stack.state_dir is None:
         return "not kept (BATCHGW_PERSIST=0)"
     found = "restored from" if stack.restored else "kept in"
-    return f"{found} {stack.state_dir} (make reset clears it)"
+    return f"{found} {_shown_path(stack.state_dir)} (make reset clears it)"
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it (shorter in a banner)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -600,7 +661,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-simulator", action="store_true", help="do not start local.simulator")
     args = parser.parse_args(argv)
-    setup_logging("run")
+    # Every process's whole output goes to its file in log_dir; the terminal gets the banner and
+    # one line per event (``local.output``), and this process's own warnings.
+    log_dir = output.log_dir_from_env()
+    max_bytes = output.log_max_bytes_from_env()
+    verbose = output.verbose_from_env()
+    setup_logging(
+        "run",
+        file=log_dir / "run.log",
+        file_max_bytes=max_bytes,
+        stderr_level=logging.NOTSET if verbose else logging.WARNING,
+    )
 
     stopping = False
 
@@ -610,28 +681,51 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    stack = LocalStack(workers=args.workers, simulator=not args.no_simulator, state_dir=state_dir_from_env())
+    feed = output.EventFeed()
+    stack = LocalStack(
+        workers=args.workers,
+        simulator=not args.no_simulator,
+        state_dir=state_dir_from_env(),
+        log_dir=log_dir,
+        log_max_bytes=max_bytes,
+        on_line=feed.line,
+        echo=verbose,
+        note=feed.note,
+    )
+    began = time.monotonic()
     try:
         stack.start()
-    except StackError as exc:
+    except (StackError, StateDirInUse) as exc:
         log.error("the stack did not start: %s", exc)
         return 1
-    keys = "\n".join(f"  {key:<16} {user} ({role})" for key, (user, role) in LOCAL_KEYS.items())
+    logs = f"{_shown_path(log_dir)}/<process>.log"
     print(
-        f"\nbatchgw is running.\n  API        {stack.api_url}\n  simulator  {stack.sim_url}\n"
-        f"  moto       {stack.moto_url}\n  state      {_state_line(stack)}\n"
-        f"API keys:\n{keys}\nCtrl-C stops it.\n",
+        output.banner(
+            api_url=stack.api_url,
+            sim_url=stack.sim_url,
+            moto_url=stack.moto_url,
+            state=_state_line(stack),
+            logs=f"{logs} ({'also shown here' if verbose else f'{output.VERBOSE_ENV}=1 shows them here'})",
+            ready_seconds=time.monotonic() - began,
+        ),
         flush=True,
     )
+    feed.start(stack.env)
     code = 0
     while not stopping:
         dead = stack.dead_children()  # crashed handler processes are replaced; these cannot be
         if dead:
             log.error("a process stopped unexpectedly; stopping the stack", extra={"children": dead})
+            try:
+                stack.check()
+            except StackError as exc:
+                print(f"\n{exc}", file=sys.stderr, flush=True)  # each one's exit code and log tail
             code = 1
             break
         time.sleep(0.2)
+    print("stopping…", flush=True)
     stack.stop()
+    feed.stop()
     return code
 
 
