@@ -6,6 +6,8 @@ linting, not for deploying, since its dependencies layer is unbuilt.
 
 The CDK CLI (``cdk synth``/``cdk deploy``, see ``cdk.json``) bundles as usual. The
 environment variable ``BATCHGW_BUNDLE`` overrides either way: ``1`` bundles, ``0`` skips.
+``BATCHGW_NAG_REPORT=<file>`` writes cdk-nag's AwsSolutions findings on the stack there (a
+JSON list; the tests read it from the app the CLI bundles).
 """
 
 from __future__ import annotations
@@ -13,17 +15,20 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import App, Tags
 
 from infra.constructs import REPO_ROOT
+from infra.nag import nag_findings
 from infra.stack import BatchGwStack
 
 STACK_NAME = "BatchGw"
 SKIP_BUNDLING: dict[str, Any] = {"aws:cdk:bundling-stacks": []}
 # Set by the CDK CLI for the app it runs.
 _CLI_OUTDIR = "CDK_OUTDIR"
+NAG_REPORT = "BATCHGW_NAG_REPORT"
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -50,6 +55,8 @@ def build_app(environ: Mapping[str, str] = os.environ) -> App:
     )
     stack = BatchGwStack(app, STACK_NAME)
     Tags.of(stack).add("project", "batchgw")
+    if report := environ.get(NAG_REPORT):
+        Path(report).write_text(json.dumps(nag_findings(stack), indent=1))
     return app
 
 

@@ -11,13 +11,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jsii
-from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling, Names, Stage
+from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling, Names, Stage
 from aws_cdk import aws_lambda as lambda_
 from batchgw.config.catalog import Catalog, load_catalog
 from constructs import Construct
@@ -33,22 +32,25 @@ PIP_PLATFORM = "manylinux2014_aarch64"  # of ARCHITECTURE
 MODELS_CONFIG_IN_LAYER = "config/models.json"
 MODELS_CONFIG_PATH = f"/opt/{MODELS_CONFIG_IN_LAYER}"
 
-# The runtime already provides these, so the dependencies layer leaves them out.
-_PROVIDED_BY_RUNTIME = frozenset({"boto3", "botocore"})
+# The dependencies layer's lock: the runtime dependencies of pyproject.toml resolved for the
+# Lambda platform (PYTHON_VERSION, PIP_PLATFORM) with their hashes, at the versions of the
+# development lock (``make lock``). It includes boto3 and botocore: the runtime's own copies
+# change when AWS updates them, and the code relies on botocore's behaviour (its checksums),
+# so the functions run the versions the tests ran (about 25 MB of the 250 MB a function and
+# its layers may take unzipped). A layer's /opt/python comes before the runtime's in sys.path.
+LAMBDA_LOCK = REPO_ROOT / "requirements" / "lambda.txt"
 
 ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.mypy_cache", "**/.pytest_cache"]
 
 
-def third_party_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> list[str]:
-    """The project's runtime dependencies (``pyproject.toml``), less what Lambda provides."""
-    dependencies: list[str] = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
-
-    def name(requirement: str) -> str:
-        for separator in "<>=!~[; ":
-            requirement = requirement.split(separator, 1)[0]
-        return requirement.strip().lower()
-
-    return [req for req in dependencies if name(req) not in _PROVIDED_BY_RUNTIME]
+def locked_requirements(lock: Path = LAMBDA_LOCK) -> dict[str, str]:
+    """The dependencies layer's packages and their pinned versions, from its lock file."""
+    pins: dict[str, str] = {}
+    for line in lock.read_text().splitlines():
+        if line and not line[0].isspace() and not line.startswith("#") and "==" in line:
+            name, version = line.split(" ", 1)[0].split(";", 1)[0].split("==", 1)
+            pins[name.lower()] = version
+    return pins
 
 
 def runs_runtime_python() -> bool:
@@ -63,12 +65,17 @@ COMPILE_COMMAND = ["python", "-m", "compileall", "-q", "-j", "0", "--invalidatio
 
 
 def pip_install_arguments(requirements: str, target: str, *, compile_bytecode: bool = False) -> list[str]:
-    """``pip install`` of binary wheels for the Lambda platform, whatever machine runs it;
-    compiled to bytecode only where the interpreter that runs pip is the runtime's version."""
+    """``pip install`` of binary wheels for the Lambda platform, whatever machine runs it,
+    exactly the lock file's (``--require-hashes``; ``--no-deps``: the lock lists every
+    package for the Lambda platform, and pip would evaluate the packages' markers for its own
+    interpreter); compiled to bytecode only where the interpreter that runs pip is the
+    runtime's version."""
     return [
         "install",
         "--quiet",
         "--disable-pip-version-check",
+        "--require-hashes",
+        "--no-deps",
         "--compile" if compile_bytecode else "--no-compile",
         "--platform",
         PIP_PLATFORM,
@@ -101,7 +108,9 @@ class LocalPipBundling:
         self._requirements = requirements
         self._run = run
 
-    def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: Any) -> bool:
+    # jsii calls ``tryBundle(outputDir, options)`` with both arguments by position, though the
+    # generated stub spreads the options into keywords: accept either (the options are unused).
+    def try_bundle(self, output_dir: str, *_options: Any, **_keywords: Any) -> bool:
         target = str(Path(output_dir) / "python")
         arguments = pip_install_arguments(
             str(self._requirements), target, compile_bytecode=runs_runtime_python()
@@ -121,7 +130,9 @@ class LocalCodeBundling:
     def __init__(self, source: Path) -> None:
         self._source = source
 
-    def try_bundle(self, output_dir: str, **_options: Any) -> bool:
+    # jsii calls ``tryBundle(outputDir, options)`` with both arguments by position, though the
+    # generated stub spreads the options into keywords: accept either (the options are unused).
+    def try_bundle(self, output_dir: str, *_options: Any, **_keywords: Any) -> bool:
         target = Path(output_dir) / "python"
         shutil.copytree(
             self._source / "python", target, ignore=shutil.ignore_patterns(*_IGNORED), dirs_exist_ok=True
@@ -175,7 +186,7 @@ class Layers(Construct):
             self,
             "Dependencies",
             description="batchgw: third-party packages",
-            code=self._dependencies_code(third_party_requirements()),
+            code=self._dependencies_code(LAMBDA_LOCK.read_text()),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
         )
@@ -222,8 +233,7 @@ class Layers(Construct):
             ),
         )
 
-    def _dependencies_code(self, requirements: list[str]) -> lambda_.Code:
-        text = "\n".join(requirements) + "\n"
+    def _dependencies_code(self, text: str) -> lambda_.Code:
         source = self._generated_source("dependencies", {"requirements.txt": text.encode()})
         docker_command = shlex.join(
             ["pip", *pip_install_arguments("requirements.txt", "/asset-output/python", compile_bytecode=True)]

@@ -12,21 +12,11 @@ from pathlib import Path
 import pytest
 from aws_cdk import App
 from aws_cdk import aws_s3 as s3
-from cdk_nag import AwsSolutionsChecks
 
 from infra.app import SKIP_BUNDLING, cdk_json_context
+from infra.nag import nag_findings as _findings
 from infra.stack import BatchGwStack
-
-
-def _findings(stack: BatchGwStack) -> list[str]:
-    report = AwsSolutionsChecks().validate_scope(stack)
-    findings = []
-    for violation in report.violations:
-        where = ", ".join(
-            str(r.construct_path or r.resource_logical_id) for r in violation.violating_resources
-        )
-        findings.append(f"{violation.severity} {violation.rule_name} at {where}: {violation.description}")
-    return findings
+from tests.infra.bundled import Bundled
 
 
 @pytest.mark.parametrize("capacity", ["on-demand", "provisioned"])
@@ -44,3 +34,8 @@ def test_a_finding_nothing_acknowledges_is_reported(tmp_path: Path) -> None:
     findings = _findings(stack)
     assert len(findings) == 1
     assert "AwsSolutions-S1 at BatchGwNag/Storage/Unlogged/Resource" in findings[0]
+
+
+def test_the_stack_the_cdk_cli_bundles_passes_the_aws_solutions_checks(bundled: Bundled) -> None:
+    findings = bundled.nag_findings
+    assert not findings, "cdk-nag AwsSolutions findings (errors and warnings):\n" + "\n".join(findings)

@@ -1,4 +1,5 @@
-"""The synthesized CloudFormation template of BatchGwStack, offline (bundling skipped)."""
+"""The synthesized CloudFormation template of BatchGwStack, offline (bundling skipped); cfn-lint
+also on the template the CDK CLI bundles (``tests/infra/bundled.py``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import App, CfnElement
+from aws_cdk import App, BundlingOptions, CfnElement
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 from batchgw.config import resources
@@ -30,12 +32,13 @@ from infra.constructs import REPO_ROOT
 from infra.constructs import layers as layers_module
 from infra.constructs.functions import WORKER_TIMEOUT_SECONDS
 from infra.constructs.layers import (
+    LAMBDA_LOCK,
     MODELS_CONFIG_PATH,
     PIP_PLATFORM,
     PYTHON_VERSION,
     LocalCodeBundling,
     LocalPipBundling,
-    third_party_requirements,
+    locked_requirements,
 )
 from infra.stack import BatchGwStack
 from tests.infra.iam_check import ANY_TEXT, Request, bucket_arn, function_roles, role_statements, table_arn
@@ -392,14 +395,18 @@ def test_models_layer_ships_the_operators_config_where_the_functions_read_it(
         )
 
 
-def test_dependencies_layer_installs_the_projects_third_party_packages(synth: Synth) -> None:
-    requirements = third_party_requirements()
-    names = " ".join(requirements)
-    for package in ("pydantic", "httpx", "aws-lambda-powertools"):
-        assert package in names
-    assert "boto3" not in names  # the runtime provides it
+def test_dependencies_layer_installs_the_locked_runtime_packages_with_the_tests_boto3(synth: Synth) -> None:
+    pins = locked_requirements()
+    for package in ("pydantic", "httpx", "aws-lambda-powertools", "msgspec", "aws-xray-sdk"):
+        assert package in pins
+    for package in ("moto", "pytest", "aws-cdk-lib"):
+        assert package not in pins  # development tools stay out
+    # the versions the tests run, not whichever the Lambda runtime has this month
+    assert pins["boto3"] == version("boto3") and pins["botocore"] == version("botocore")
+    for name in ("pydantic", "httpx", "msgspec", "aws-lambda-powertools"):
+        assert pins[name] == version(name)
     source = synth.code_asset(synth.stack.layers.dependencies, key="Content")
-    assert (source / "requirements.txt").read_text().split() == requirements
+    assert (source / "requirements.txt").read_text() == LAMBDA_LOCK.read_text()
 
 
 def test_local_bundling_pip_installs_lambda_platform_wheels_into_the_layer_python_dir(tmp_path: Path) -> None:
@@ -410,7 +417,8 @@ def test_local_bundling_pip_installs_lambda_platform_wheels_into_the_layer_pytho
         return 0
 
     bundler = LocalPipBundling(tmp_path / "requirements.txt", run=run)
-    assert bundler.try_bundle(str(tmp_path / "out"), image=lambda_.Runtime.PYTHON_3_12.bundling_image)
+    options = BundlingOptions(image=lambda_.Runtime.PYTHON_3_12.bundling_image)
+    assert bundler.try_bundle(str(tmp_path / "out"), options)  # jsii passes both by position
     (command,) = commands
     assert command[:4] == [sys.executable, "-m", "pip", "install"]
     text = " ".join(command)
@@ -419,6 +427,7 @@ def test_local_bundling_pip_installs_lambda_platform_wheels_into_the_layer_pytho
     assert "--only-binary=:all:" in text
     assert f"--target {tmp_path / 'out' / 'python'}" in text
     assert f"--requirement {tmp_path / 'requirements.txt'}" in text
+    assert "--require-hashes" in command and "--no-deps" in command  # the lock, exactly
 
 
 @pytest.mark.parametrize("runtime_python", [True, False])
@@ -430,7 +439,8 @@ def test_the_shared_layer_ships_bytecode_when_built_by_the_runtimes_python(
     (source / "python" / "pkg" / "__init__.py").write_text("VALUE = 1\n")
     (source / "python" / "pkg" / "__pycache__" / "stale.cpython-311.pyc").write_bytes(b"stale")
     monkeypatch.setattr(layers_module, "runs_runtime_python", lambda: runtime_python)
-    assert LocalCodeBundling(source).try_bundle(str(tmp_path / "out"))
+    image = lambda_.Runtime.PYTHON_3_12.bundling_image
+    assert LocalCodeBundling(source).try_bundle(str(tmp_path / "out"), BundlingOptions(image=image))
     built = tmp_path / "out" / "python" / "pkg"
     assert (built / "__init__.py").read_text() == "VALUE = 1\n"
     compiled = sorted(path.name for path in (built / "__pycache__").glob("*.pyc")) if runtime_python else []
@@ -443,13 +453,13 @@ def test_the_shared_layer_ships_bytecode_when_built_by_the_runtimes_python(
 
 
 def test_local_bundling_falls_back_to_docker_when_pip_fails(tmp_path: Path) -> None:
-    image = lambda_.Runtime.PYTHON_3_12.bundling_image
-    assert not LocalPipBundling(tmp_path / "r.txt", run=lambda _: 1).try_bundle(str(tmp_path), image=image)
+    options = BundlingOptions(image=lambda_.Runtime.PYTHON_3_12.bundling_image)
+    assert not LocalPipBundling(tmp_path / "r.txt", run=lambda _: 1).try_bundle(str(tmp_path), options)
 
     def missing(_: Sequence[str]) -> int:
         raise FileNotFoundError("pip")
 
-    assert not LocalPipBundling(tmp_path / "r.txt", run=missing).try_bundle(str(tmp_path), image=image)
+    assert not LocalPipBundling(tmp_path / "r.txt", run=missing).try_bundle(str(tmp_path), options)
 
 
 def test_every_function_is_told_every_resource_name_and_the_workers_timeouts(
@@ -902,9 +912,13 @@ def test_dashboard_shows_api_worker_queues_and_workflow(synth: Synth) -> None:
 # --- the template as a whole -----------------------------------------------------------
 
 
-def test_template_passes_cfn_lint(synth: Synth, tmp_path: Path) -> None:
-    template = tmp_path / "template.json"
-    template.write_text(json.dumps(synth.template.to_json()))
+@pytest.mark.parametrize("bundling", ["skipped", "bundled by the cdk cli"])
+def test_template_passes_cfn_lint(request: pytest.FixtureRequest, tmp_path: Path, bundling: str) -> None:
+    if bundling == "skipped":
+        template = tmp_path / "template.json"
+        template.write_text(json.dumps(request.getfixturevalue("synth").template.to_json()))
+    else:
+        template = request.getfixturevalue("bundled").template_path
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run(
         [str(cfn_lint), "--ignore-checks", *CFN_LINT_IGNORED, "--", str(template)],
