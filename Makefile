@@ -3,33 +3,70 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install run reset test test-fast lint format synth deploy diff config bench bench-yield cost chaos clean
+.PHONY: install install-run lock run reset test test-fast lint format synth deploy diff admin-key config bench bench-yield cost chaos clean
 
-$(STAMP): pyproject.toml cli/pyproject.toml
+## Python packages come from the lock files in requirements/ (exact versions, checked against
+## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
+## command), dev.txt adds the development tools (pytest, CDK, cdk-nag, Playwright, mypy...).
+## `make lock` writes them from pyproject.toml and cli/pyproject.toml.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+PIP_INSTALL := $(VENV)/bin/pip install -q --disable-pip-version-check
+
+$(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]' -e ./cli
-	touch $(STAMP)
+
+$(RUN_STAMP): requirements/run.txt pyproject.toml cli/pyproject.toml | $(PY)
+	$(PIP_INSTALL) --require-hashes -r requirements/run.txt
+	$(PIP_INSTALL) --no-deps --no-build-isolation -e . -e ./cli
+	touch $@
+
+$(DEV_STAMP): requirements/dev.txt $(RUN_STAMP)
+	$(PIP_INSTALL) --require-hashes -r requirements/dev.txt
+	touch $@
+
+## The CDK CLI that deploy, diff and the tests run, pinned in infra/package-lock.json.
+CDK_CLI := infra/node_modules/.bin/cdk
+$(CDK_CLI): infra/package-lock.json
+	npm ci --prefix infra --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+## Rewrite the lock files from pyproject.toml and cli/pyproject.toml, keeping every pin that
+## still fits (UPGRADE=1 takes the newest versions that do): for Python 3.11 on any platform,
+## and the Lambda layer's for its platform (Python 3.12, Linux aarch64) at the same versions.
+LOCK := $(VENV)/bin/uv pip compile --quiet --generate-hashes --custom-compile-command "make lock" \
+	$(if $(UPGRADE),--upgrade)
+lock: $(DEV_STAMP)
+	$(LOCK) --universal --python-version 3.11 pyproject.toml cli/pyproject.toml requirements/build.in \
+		--extra local -o requirements/run.txt
+	$(LOCK) --universal --python-version 3.11 pyproject.toml cli/pyproject.toml requirements/build.in \
+		--extra local --extra dev -c requirements/run.txt -o requirements/dev.txt
+	$(LOCK) --python-platform aarch64-manylinux2014 --python-version 3.12 pyproject.toml \
+		-c requirements/run.txt -o requirements/lambda.txt
 
 ## The console's third-party modules (Preact, htm; axe-core for its browser tests), pinned in
 ## $(CONSOLE)/package-lock.json, installed from the npm registry and copied where the shared
 ## layer ships them (batchgw/console/web/vendor, not committed).
 CONSOLE := layers/shared/console
 CONSOLE_VENDOR := layers/shared/python/batchgw/console/web/vendor/versions.json
-$(CONSOLE_VENDOR): $(CONSOLE)/package-lock.json $(STAMP)
+$(CONSOLE_VENDOR): $(CONSOLE)/package-lock.json $(RUN_STAMP)
 	npm ci --prefix $(CONSOLE) --ignore-scripts --no-audit --no-fund --loglevel=error
 	$(PY) -m batchgw.console.assets $(CONSOLE)/node_modules
 
-install: $(STAMP) $(CONSOLE_VENDOR)
+## Everything: what running needs, the development tools and the CDK CLI.
+install: install-run $(DEV_STAMP) $(CDK_CLI)
+
+## What running the local stack needs, alone.
+install-run: $(RUN_STAMP) $(CONSOLE_VENDOR)
 
 ## Run the whole gateway locally (API on :8080, simulator on :8081). Ctrl-C stops it; its
 ## state is kept in $(STATE_DIR) for the next run (BATCHGW_PERSIST=0 keeps nothing).
 STATE_DIR ?= $(or $(BATCHGW_STATE_DIR),.local/state/$(or $(BATCHGW_PORT),8080))
-run: install
+run: install-run
 	$(PY) -m local.run
 
 ## Forget the local stack's saved state (users, keys, batches, files, settings): the next run starts empty.
@@ -62,16 +99,29 @@ synth: install
 
 ## Deploy the stack into the account and region of your AWS credentials, with the project's
 ## own Python (CDK_ARGS passes more, e.g. CDK_ARGS="-c modelsConfig=my-models.json").
-CDK ?= npx --yes aws-cdk@2
+## It ends with the stack's outputs (ApiBaseUrl: the SDK's base_url) and how to make the first
+## administrator and their key.
+CDK ?= $(CDK_CLI)
+STACK ?= BatchGw
 deploy: install
 	$(CDK) deploy --app "$(PY) -m infra.app" $(CDK_ARGS)
+	@echo
+	@echo "The API is at the ApiBaseUrl output above. A new stack has no users: create the first"
+	@echo "administrator and their key (printed once) with your AWS credentials:"
+	@echo "  make admin-key NAME=\"Your Name\" EMAIL=you@example.com"
 
 ## What a deploy would change.
 diff: install
 	$(CDK) diff --app "$(PY) -m infra.app" $(CDK_ARGS)
 
+## The first administrator of a deployed stack and their API key, printed once, written with
+## your AWS credentials into the tables the stack's outputs name (refused if an administrator
+## exists; ARGS="--another" makes one more). ARGS="--control-table NAME" names the table instead.
+admin-key: install-run
+	$(PY) -m batchgw.first_admin --stack "$(STACK)" --name "$(NAME)" --email "$(EMAIL)" $(ARGS)
+
 ## Runtime settings of the local stack: make config ARGS="show", ARGS="set BATCH_ENABLED false".
-config: install
+config: install-run
 	$(PY) -m local.config $(ARGS)
 
 bench: install
@@ -95,4 +145,4 @@ chaos: install
 		--throttle-rate 0.05 --reporters 3 --provider-batches 4
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache $(CONSOLE)/node_modules layers/shared/python/batchgw/console/web/vendor tests/e2e/screenshots
+	rm -rf $(VENV) cdk.out infra/node_modules .pytest_cache .mypy_cache .ruff_cache $(CONSOLE)/node_modules layers/shared/python/batchgw/console/web/vendor tests/e2e/screenshots
