@@ -65,7 +65,10 @@ def test_a_streamed_object_over_8_mib_and_its_copy_read_back_whole(
 
     assert blobs.get("files/big") == data
     assert b"".join(blobs.iter_chunks("files/big")) == data
-    assert stored_checksum(s3, "files/big") == (composite_crc32(list(pieces(data, TRANSFER_PART))), "COMPOSITE")
+    assert stored_checksum(s3, "files/big") == (
+        composite_crc32(list(pieces(data, TRANSFER_PART))),
+        "COMPOSITE",
+    )
 
     blobs.copy("files/big", "inputs/b/input.jsonl")  # what a file batch does with its input
     assert blobs.get("inputs/b/input.jsonl") == data  # failed with FlexibleChecksumError
