@@ -101,7 +101,5 @@ def no_results(batch: dict[str, Any]) -> str | None:
     if written and (not from_file or batch.get("output_file_id") or batch.get("error_file_id")):
         return None
     why = f"{batch_id} {status} without results to download"
-    found = reasons(batch)
-    return (
-        "; ".join([why, *(line.strip() for line in found)]) if found else why + "; none of its requests ran"
-    )
+    found = [line for line in reasons(batch) if not line.startswith("  ")]  # its lines: batchgw get
+    return "; ".join([why, *found]) if found else why + "; none of its requests ran"

@@ -596,11 +596,11 @@ def run() -> None:
         sys.exit(watching.EXIT_INTERRUPTED)
     except ApiFailure as failure:
         code = f" ({failure.code})" if failure.code else ""
-        err.print(f"error: HTTP {failure.status}{code}: {failure.message}", markup=False)
+        err.print(f"error: HTTP {failure.status}{code}: {failure.message}", markup=False, soft_wrap=True)
         sys.exit(failure.exit_code)
     except CliError as failure:
         code = f" ({failure.code})" if failure.code else ""
-        err.print(f"error{code}: {failure.message}", markup=False)
+        err.print(f"error{code}: {failure.message}", markup=False, soft_wrap=True)  # one line
         sys.exit(failure.exit_code)
     except typer.Abort:  # Ctrl-C where the command line library saw it first
         err.print(INTERRUPTED)

@@ -352,3 +352,40 @@ def _shape(text: str) -> list[str]:
         for line in text.splitlines()
         if line.strip()
     ]
+
+
+def test_get_and_watch_say_why_a_batch_failed_and_download_writes_nothing(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    refused = write_jsonl(tmp_path / "refused.jsonl", 2, prefix="v")
+    with refused.open("a") as out:
+        out.write(json.dumps({"custom_id": "no-body", "method": "POST", "url": CHAT_URL}) + "\n")
+        out.write("not json\n")
+    watched = cli(env, "submit", str(refused), "--watch")
+    assert watched.returncode == 4, watched.stdout + watched.stderr  # failed
+    found = re.search(r"(batch_\w+) failed", watched.stdout)
+    assert found, watched.stdout
+    batch_id = found[1]
+    for shown in (watched, cli(env, "get", batch_id)):
+        text = shown.stdout
+        assert "reason: The input file has 2 problems" in text and "(invalid_batch_input)" in text
+        assert "line 3: " in text and "line 4: " in text
+        assert "next: fix these lines in your file and submit it again" in text
+        assert not re.search(r"[A-Z][a-z]+(Error|Exception)\b", text)
+
+    out_dir = tmp_path / "out"
+    download = cli(env, "download", batch_id, "-o", str(out_dir))
+    assert download.returncode == 1, download.stdout + download.stderr
+    assert (
+        "(no_results)" in download.stderr
+        and f"{batch_id} failed without results to download" in download.stderr
+    )
+    assert "fix these lines" in download.stderr and len(download.stderr.strip().splitlines()) == 1
+    assert not out_dir.exists() or not any(out_dir.iterdir())  # no empty file
+
+    slow = write_jsonl(tmp_path / "slow.jsonl", 20, text="[[sim latency_ms=2000]]", prefix="s")
+    running = cli(env, "submit", str(slow)).stdout.strip()
+    early = cli(env, "download", running, "-o", str(out_dir))
+    assert early.returncode == 1 and "has not ended yet" in early.stderr
+    assert not out_dir.exists() or not any(out_dir.iterdir())
+    assert cli(env, "cancel", running).returncode == 0

@@ -528,3 +528,87 @@ def test_the_webhook_page_sets_up_rotates_and_removes_the_webhook(page: Page, st
         assert user.http.get("/batch_webhook").status_code == 404
     finally:
         admin.delete("/admin/config/BATCH_WEBHOOK_ALLOW_PRIVATE_TARGETS").raise_for_status()
+
+
+# --- a batch that did not succeed: what happened, what to do, Retry -----------------------
+
+
+def test_a_refused_file_batch_names_its_lines_and_offers_no_results_or_retry(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    lines = [
+        {"custom_id": "ok", "method": "POST", "url": "/v1/chat/completions", "body": _line("ok")["body"]},
+        {"custom_id": "no-body", "method": "POST", "url": "/v1/chat/completions"},
+    ]
+    made = user.http.post(
+        "/files", files={"file": ("refused.jsonl", _jsonl(lines))}, data={"purpose": "batch"}
+    )
+    assert made.status_code == 200, made.text
+    created = user.http.post(
+        "/batches",
+        json={
+            "input_file_id": made.json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    )
+    assert created.status_code == 200, created.text
+    batch_id = created.json()["id"]
+    wait_status(user, batch_id, "failed")
+
+    sign_in(page, stack, user.key)
+    row = page.locator(f'tr[data-batch="{batch_id}"]')
+    expect(row.locator("[data-group]")).to_have_text("With issues")
+    expect(row).to_contain_text("Its input file was refused")
+    expect(row).not_to_contain_text("none yet")
+    row.locator("a").click()
+    issue = page.locator("[data-issue]")
+    expect(issue).to_contain_text("Its input file was refused: nothing ran")
+    expect(issue.locator("li")).to_contain_text("Line 2")
+    expect(issue).to_contain_text("Fix these lines in your file, then upload it again")
+    expect(page.get_by_role("link", name="Download results")).to_have_count(0)
+    expect(page.get_by_role("button", name="Retry batch")).to_have_count(0)  # nothing to run again
+    expect(page.get_by_text("No results file was written for this batch")).to_be_visible()
+    assert not re.search(r"[A-Z][a-z]+(Error|Exception)\b", issue.inner_text())
+    shot(page, "batch-failed-refused")
+
+
+def test_a_batch_failed_by_a_revoked_key_says_why_and_retry_creates_its_retry(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)  # the console signs in with its second key; the first creates the batch
+    batch = user.account.api.create([chat(f"k{i}", f"k{i} [[sim latency_ms=1000]]") for i in range(40)])
+    assert batch.status_code == 200, batch.text
+    batch_id = batch.json()["id"]
+    wait_for(
+        lambda: user.http.get(f"/batches/{batch_id}").json()["request_counts"]["completed"] >= 1,
+        timeout=60,
+        interval=0.2,
+        what="a request to finish",
+    )
+    user.account.admin.post(f"/admin/keys/{user.account.key_id}/revoke").raise_for_status()
+    wait_status(user, batch_id, "failed")
+
+    sign_in(page, stack, user.key)
+    page.goto(console(stack) + f"batches/{batch_id}")
+    issue = page.locator("[data-issue]")
+    expect(issue).to_contain_text("the API key or account that created it may no longer run batches")
+    expect(issue).to_contain_text("Retry the batch to run the others under your current API key")
+    assert not re.search(r"[A-Z][a-z]+(Error|Exception)\b", issue.inner_text())
+    shot(page, "batch-failed-owner")
+    page.get_by_role("button", name="Retry batch", exact=True).click()
+    started = page.get_by_role("status").filter(has_text="Retry started")
+    expect(started).to_be_visible()
+    children = user.http.get(f"/batches/{batch_id}").json()["retry_batch_ids"]
+    assert len(children) == 1
+    expect(started.get_by_role("link", name=children[0])).to_be_visible()
+    expect(page.locator("dl.facts")).to_contain_text(children[0])  # Retried by
+    child = user.http.get(f"/batches/{children[0]}").json()
+    assert child["parent_batch_id"] == batch_id
+    assert (
+        child["request_counts"]["total"]
+        == 40 - user.http.get(f"/batches/{batch_id}").json()["request_counts"]["completed"]
+    )
+    wait_status(user, children[0], "completed")
+    shot(page, "batch-retried")

@@ -25,7 +25,7 @@ def test_a_refused_input_says_nothing_ran_and_to_fix_the_listed_lines() -> None:
         {"code": "invalid_batch_input", "message": "The input file has 2 problems."}, retryable=False
     )
     assert "nothing ran" in shown.title and shown.message is None  # the page lists them by line
-    assert shown.next.startswith("Fix the lines listed below")
+    assert shown.next.startswith("Fix these lines in your file")
 
 
 @pytest.mark.parametrize("code", ["internal_error", "batch_failed"])

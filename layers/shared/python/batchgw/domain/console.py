@@ -167,8 +167,8 @@ def _failure(error: Mapping[str, Any], *, retryable: bool) -> Issue:
     if code == _REFUSED_INPUT:
         return Issue(
             "Its input file was refused: nothing ran and nothing was billed.",
-            None,  # the page lists the problems by line
-            "Fix the lines listed below in your file, then upload it again as a new batch.",
+            None,  # the page lists its problems by line
+            "Fix these lines in your file, then upload it again as a new batch.",
         )
     if code in _INTERNAL or not stored:
         return Issue(

@@ -163,8 +163,7 @@ export function BatchPage({ id, capabilities }) {
       <p><${Badge} batch=${batch} /> <span class="note" data-status=${batch.status}>${batch.status}</span>
         ${batch.note && html` — <span class="note">${batch.note}</span>`}</p>
       ${notice && !retried && html`<p class="info" role="status">${notice}</p>`}
-      ${retried && html`<p class="info" role="status">Retry started as a new batch of the requests that did not succeed:
-        <${Link} href=${`/console/batches/${encodeURIComponent(retried.id)}`}>${retried.id}<//>.</p>`}
+      ${retried && html`<p class="info" role="status">Retry started as a new batch of the requests that did not succeed: <${Link} href=${`/console/batches/${encodeURIComponent(retried.id)}`}>${retried.id}<//>.</p>`}
       <${Issue} batch=${batch} />
       <${ErrorNote} error=${error} />
       <div class="actions">
@@ -180,7 +179,7 @@ export function BatchPage({ id, capabilities }) {
         <${Link} href=${`/console/create?file=${encodeURIComponent(exported.id)}`}>Fix and submit them as a new batch<//></p>`}
       ${!finished && html`<p class="note">Results can be downloaded once the batch has finished.</p>`}
       ${finished && !batch.may.download && html`<p class="note">No results file was written for this batch: it stopped before its requests were done.</p>`}
-      <${Progress} batch=${batch} />
+      ${(!finished || batch.request_counts.total > 0) && html`<${Progress} batch=${batch} />`}
       <h3>Details</h3>
       <dl class="facts">
         <dt>ID</dt><dd><code>${batch.id}</code></dd>
