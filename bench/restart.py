@@ -8,8 +8,10 @@ again on that state and prints:
 
 - ``first_answer_seconds``: from the start of the second stack to the first answered API
   request (``GET /v1/batches?limit=1``);
+- ``all_resumed_seconds``: until every unfinished batch's workflow was started again (that
+  goes on in the background while the stack serves);
 - the phases of that start (``LocalStack.timings``): moto ready (its state restored), the
-  bootstrap, the workflows started again (``resume``), the other processes serving;
+  bootstrap, the other processes serving, the workflows started again (``resume``);
 - ``restore_seconds``: the moto process's own restore of the snapshot (its log's
   ``state restored`` line);
 - that every batch is still listed after the restart.
@@ -57,7 +59,10 @@ def _create(stack: LocalStack, count: int, unfinished_every: int) -> list[str]:
             "requests": [
                 {
                     "custom_id": f"r-{index}",
-                    "body": {"model": "sim-chat", "messages": [{"role": "user", "content": f"hi {index}{directive}"}]},
+                    "body": {
+                        "model": "sim-chat",
+                        "messages": [{"role": "user", "content": f"hi {index}{directive}"}],
+                    },
                 }
             ]
         }
@@ -139,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-seconds", type=float, default=300, help="most to wait for the rest to end")
     parser.add_argument("--ports", default="0,0,0", help="api,simulator,moto ports (0: free ones)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (state, logs)")
+    parser.add_argument(
+        "--saved", type=Path, default=None, help="restart on a copy of this state folder (a --keep run's)"
+    )
     args = parser.parse_args(argv)
     ports = [int(p) for p in args.ports.split(",")]
     every = round(1 / args.unfinished) if args.unfinished > 0 else 0
@@ -146,13 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-restart-"))
     figures: dict[str, Any] = {"batches": args.batches, "unfinished_made": unfinished}
 
-    with _stack(root, "first", ports) as first:
-        started = time.monotonic()
-        ids = _create(first, args.batches, every)
-        figures["create_seconds"] = round(time.monotonic() - started, 1)
-        figures["ended_before_stop"] = _settle(first, ids, args.batches - unfinished, args.settle_seconds)
-        stopping = time.monotonic()
-    figures["stop_seconds"] = round(time.monotonic() - stopping, 1)
+    if args.saved is not None:  # the first half done already: restart on its state
+        shutil.copytree(args.saved, root / "state", ignore=shutil.ignore_patterns("stack.lock"))
+        figures = {"saved": str(args.saved)}
+    else:
+        with _stack(root, "first", ports) as first:
+            started = time.monotonic()
+            ids = _create(first, args.batches, every)
+            figures["create_seconds"] = round(time.monotonic() - started, 1)
+            figures["ended_before_stop"] = _settle(first, ids, args.batches - unfinished, args.settle_seconds)
+            stopping = time.monotonic()
+        figures["stop_seconds"] = round(time.monotonic() - stopping, 1)
 
     second = _stack(root, "second", ports)
     started = time.monotonic()
@@ -160,9 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         second.start()
         _first_answer(second)
         figures["first_answer_seconds"] = round(time.monotonic() - started, 2)
+        second.wait_resumed(600)
+        figures["all_resumed_seconds"] = round(time.monotonic() - started, 2)
         figures["start_phases"] = {k: round(v, 2) for k, v in second.timings.items()}
         figures["restore_seconds"] = _restore_seconds(root / "logs-second")
+        figures["resumed"] = second.resumed
         statuses = _statuses(second)
+        if args.saved is not None:
+            ids = list(statuses)
+            args.batches = len(ids)
         figures["listed_after_restart"] = sum(1 for b in ids if b in statuses)
     finally:
         stopping = time.monotonic()

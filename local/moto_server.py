@@ -8,7 +8,8 @@ there at checkpoints and at a clean stop (``local.state``).
 Hooks, for the local stack only and pinned to moto 5.2.5's behaviour: DynamoDB's fixes
 (``local.moto_patches``), an atomic ReceiveMessage (``install_atomic_receive``), requests
 recorded one at a time (``install_recording_lock``), handlers found once per host and class
-(``install_cheap_dispatch``), the Lambda hook (``install_lambda_hook``), connections
+(``install_cheap_dispatch``), each state machine parsed once (``install_parsed_definitions``),
+the Lambda hook (``install_lambda_hook``), connections
 kept between requests (``local.keep_alive``), and short garbage-collection pauses
 (``local.collector``); for chaos runs, tasks that die mid-run
 (``local.crashes``). Without Docker, moto's Lambda is ``LambdaSimpleBackend``, whose
@@ -59,6 +60,10 @@ from moto.moto_api._internal.recorder.models import Recorder
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
+from moto.stepfunctions.parser.asl.component.component import Component
+from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from local import collector, crashes, denials, keep_alive, moto_patches, state, throttling
 from local.env import (
@@ -269,6 +274,56 @@ def install_cheap_dispatch() -> None:
     core_responses.method_names_from_class = functools.lru_cache(maxsize=None)(method_names_from_class)
 
 
+def _fix_heap_keys(component: Any, seen: set[int] | None = None) -> None:
+    """Give every component of a parsed program its heap key now. moto draws a component's key
+    (its slot in an execution's heap: a Retry's attempt count...) on first use, unlocked: two
+    executions sharing the program could draw two and lose what was stored under the first."""
+    seen = set() if seen is None else seen
+    if id(component) in seen:
+        return
+    seen.add(id(component))
+    if isinstance(component, EvalComponent):
+        _ = component.heap_key
+    if isinstance(component, (list, tuple, set, frozenset)):
+        children: Any = component
+    elif isinstance(component, dict):
+        children = component.values()
+    elif isinstance(component, Component):
+        children = vars(component).values()
+    else:
+        return
+    for child in children:
+        if not isinstance(child, (str, bytes, int, float, bool, type(None))):
+            _fix_heap_keys(child, seen)
+
+
+def install_parsed_definitions() -> None:
+    """Parse a state machine's definition once, not once per execution.
+
+    moto 5.2.5 parses the definition (ANTLR, then its preprocessor) at the start of every
+    execution: a quarter of moto's time while a restart started the workflows of 86 batches
+    again (py-spy), about 30 ms of CPU each. The parsed program is a tree of components that
+    keep each execution's state in its environment, never in themselves (they are built so), so
+    executions share it once its heap keys are drawn (``_fix_heap_keys``).
+    """
+    parsed: dict[str, EvalComponent] = {}
+    lock = threading.Lock()
+
+    def entrypoint(self: ExecutionWorker) -> EvalComponent:
+        definition = self._evaluation_details.state_machine_details.definition
+        with lock:
+            program = parsed.get(definition)
+            if program is None:
+                program = AmazonStateLanguageParser.parse(definition)[0]
+                _fix_heap_keys(program)
+                if len(parsed) >= 16:  # a test that updates its state machine again and again
+                    parsed.clear()
+                parsed[definition] = program
+        return program
+
+    ExecutionWorker._get_evaluation_entrypoint = entrypoint  # type: ignore[method-assign]
+
+
 def configure() -> None:
     """Apply ``MOTO_CONFIG`` in process (what ``POST /moto-api/config`` does)."""
     if moto.__version__ != PINNED_MOTO_VERSION:
@@ -299,6 +354,7 @@ def serve(
     install_atomic_receive()
     install_recording_lock()
     install_cheap_dispatch()
+    install_parsed_definitions()
     moto_patches.apply()  # DynamoDB: atomic conditional writes, cheap transactions
     keep_alive.install()  # connections kept between requests (werkzeug closes each one)
     collector.install()  # no full collection stalls every AWS call for long

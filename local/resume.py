@@ -19,37 +19,101 @@ from there is idempotent for that reason:
 
 A deleted batch whose purge had not finished (its counter shards are left, not its
 record) gets its purge started again (``Workflow.start_purge``).
+
+A finished batch whose end was announced (no webhook event pending) has nothing left to
+do but wait out its retention: its execution would run Prepare and Finalize only to park
+in ``KeepResults``. Most saved batches are such (in a stack used for a while, nearly all),
+and starting an execution for each was most of a restart's time (1,000 batches: 139 s of
+154 s before the API answered) and kept a parked thread each in moto. So they get no
+execution: ``PurgeSchedule`` starts their purge when their retention ends, as
+``KeepResults`` would have (``local.run`` checks it every few seconds).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 from batchgw.config import resources
-from batchgw.domain.batch import RECORD_SK
+from batchgw.domain.batch import RECORD_SK, BatchRecord
+from batchgw.storage.dynamo import from_item
 from batchgw.storage.workflow import Workflow
+
+from local.env import CLOCK_OFFSET_ENV
 
 log = logging.getLogger("local.resume")
 
 
-def batch_ids(dynamodb: Any, table: str) -> tuple[list[str], list[str]]:
-    """The batches table's batch ids: (those with a record, those with only leftovers)."""
-    with_record: set[str] = set()
+@dataclass
+class Saved:
+    """What a restored batches table asks of the workflow, batch by batch."""
+
+    to_start: list[str] = field(default_factory=list)  # unfinished, or an end to announce
+    to_purge: list[str] = field(default_factory=list)  # deleted, the purge unfinished
+    kept: list[tuple[float, str]] = field(default_factory=list)  # (purge at, batch id): waiting out retention
+
+
+def saved_batches(dynamodb: Any, table: str) -> Saved:
+    """Read the batches table once: which batches need their workflow started again, which
+    their purge, and which only wait for the end of their retention."""
+    records: dict[str, BatchRecord] = {}
     leftovers: set[str] = set()
-    for page in dynamodb.get_paginator("scan").paginate(
-        TableName=table, ProjectionExpression="pk, sk", ConsistentRead=True
-    ):
-        for item in page["Items"]:
-            batch_id = item["pk"]["S"]
-            (with_record if item["sk"]["S"] == RECORD_SK else leftovers).add(batch_id)
-    return sorted(with_record), sorted(leftovers - with_record)
+    for page in dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        for raw in page["Items"]:
+            item = from_item(raw)
+            if item["sk"] == RECORD_SK:
+                records[str(item["pk"])] = BatchRecord.from_item(item)
+            else:
+                leftovers.add(str(item["pk"]))
+    saved = Saved(to_purge=sorted(leftovers - records.keys()))
+    for batch_id, record in sorted(records.items()):
+        if record.status.is_final and not record.event_pending:
+            # finalize's own rule: no retention end recorded, purge now
+            saved.kept.append((float(record.results_expires_at or 0), batch_id))
+        else:
+            saved.to_start.append(batch_id)
+    return saved
 
 
-def resume_workflows(env: Mapping[str, str]) -> dict[str, int]:
-    """Start the workflow of every batch found in the stack's tables; what was started."""
+class PurgeSchedule:
+    """The purges of finished batches that got no execution, each due at its retention end."""
+
+    def __init__(self, workflow: Workflow, kept: list[tuple[float, str]], clock: Callable[[], float]) -> None:
+        self._workflow = workflow
+        self._clock = clock
+        self._heap = list(kept)
+        heapq.heapify(self._heap)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def run_due(self) -> int:
+        """Start the purge of every batch whose retention has ended; how many were started."""
+        now = self._clock()
+        started = 0
+        while True:
+            with self._lock:
+                if not self._heap or self._heap[0][0] > now:
+                    return started
+                due = heapq.heappop(self._heap)
+            try:
+                # a batch deleted meanwhile: its purge ran already (its name is taken), or finds nothing
+                self._workflow.start_purge(due[1])
+            except Exception:
+                with self._lock:
+                    heapq.heappush(self._heap, due)  # the next check tries again
+                raise
+            started += 1
+
+
+def _workflow_and_table(env: Mapping[str, str]) -> tuple[Workflow, Any]:
     session = boto3.session.Session(
         region_name=env["AWS_DEFAULT_REGION"],
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
@@ -61,11 +125,40 @@ def resume_workflows(env: Mapping[str, str]) -> dict[str, int]:
         session.client("stepfunctions", endpoint_url=endpoint),  # type: ignore[call-overload]
         env["BATCHGW_STATE_MACHINE_ARN"],
     )
-    batches, deleted = batch_ids(dynamodb, env[resources.BATCHES.env_var])
-    for batch_id in batches:
+    return workflow, dynamodb
+
+
+class StackStopping(Exception):
+    """The stack stopped while its workflows were being started again."""
+
+
+def _check(keep_going: Callable[[], bool]) -> None:
+    if not keep_going():
+        raise StackStopping
+
+
+def stack_clock(env: Mapping[str, str]) -> Callable[[], float]:
+    """The stack's clock (``BATCHGW_FAKE_NOW`` runs it ahead or behind): retention ends by it."""
+    offset = float(env.get(CLOCK_OFFSET_ENV) or 0)
+    return lambda: time.time() + offset
+
+
+def resume_workflows(
+    env: Mapping[str, str], keep_going: Callable[[], bool] = lambda: True
+) -> tuple[dict[str, int], PurgeSchedule]:
+    """Start the workflow of every batch found in the stack's tables that has work left;
+    what was started, and the schedule of the other batches' purges (its due ones started).
+    Stops early (StackStopping) once ``keep_going`` says no (the stack is stopping)."""
+    workflow, dynamodb = _workflow_and_table(env)
+    saved = saved_batches(dynamodb, env[resources.BATCHES.env_var])
+    for batch_id in saved.to_start:
+        _check(keep_going)
         workflow.start(batch_id)
-    for batch_id in deleted:
+    for batch_id in saved.to_purge:
+        _check(keep_going)
         workflow.start_purge(batch_id)
-    started = {"batches": len(batches), "purges": len(deleted)}
+    schedule = PurgeSchedule(workflow, saved.kept, stack_clock(env))
+    due = schedule.run_due()
+    started = {"batches": len(saved.to_start), "purges": len(saved.to_purge) + due, "kept": len(schedule)}
     log.info("workflows started again", extra=started)
-    return started
+    return started, schedule

@@ -73,7 +73,7 @@ from local.env import (
     state_dir_from_env,
     watch_parent,
 )
-from local.resume import resume_workflows
+from local.resume import PurgeSchedule, resume_workflows
 
 log = logging.getLogger("local.run")
 
@@ -212,6 +212,11 @@ class LocalStack:
         # Seconds each phase of the last start took (moto ready: its saved state restored;
         # bootstrap; resume: the workflows started again; serving: the rest, ports open).
         self.timings: dict[str, float] = {}
+        # After a restored start: the workflows started again (``local.resume``), and the purges
+        # of the finished batches that got none, each due at its retention's end.
+        self.resumed: dict[str, int] = {}
+        self._purges: PurgeSchedule | None = None
+        self._resumer: threading.Thread | None = None
 
     # --- addresses ----------------------------------------------------------------------------
 
@@ -262,17 +267,7 @@ class LocalStack:
                 ]
             began = time.monotonic()
             self._spawn("moto", "local.moto_server", "--port", str(self.ports.moto), *persist)
-            self._wait_ports([self.ports.moto])  # it opens once the saved state is restored
-            self.timings = {"moto_ready": time.monotonic() - began}
-            began = time.monotonic()
-            self.env.update(bootstrap(self.env))
-            self.timings["bootstrap"] = time.monotonic() - began
-            began = time.monotonic()
-            if self.restored:
-                resume_workflows(self.env)
-            self.timings["resume"] = time.monotonic() - began
-            began = time.monotonic()
-            if self.simulator:
+            if self.simulator:  # it needs nothing of moto's: it starts meanwhile
                 self._spawn(
                     "simulator",
                     "local.simulator",
@@ -281,6 +276,17 @@ class LocalStack:
                     "--backup-port",
                     str(self.ports.sim_backup),
                 )
+            self._wait_ports([self.ports.moto])  # it opens once the saved state is restored
+            self.timings = {"moto_ready": time.monotonic() - began}
+            began = time.monotonic()
+            self.env.update(bootstrap(self.env))
+            self.timings["bootstrap"] = time.monotonic() - began
+            began = time.monotonic()
+            if self.restored:
+                # While the other processes start and serve: the API answers from the restored
+                # tables at once, and each batch goes on once its workflow is back.
+                self._resumer = threading.Thread(target=self._resume, name="local-stack-resume", daemon=True)
+                self._resumer.start()
             if self.api:
                 handler = self.env.get(API_HANDLER_ENV, DEFAULT_API_HANDLER)
                 reuse = ["--reuse-port"] if self.api_processes > 1 else []
@@ -330,6 +336,30 @@ class LocalStack:
         self._supervisor.start()
         return self
 
+    def _resume(self) -> None:
+        began = time.monotonic()
+        try:
+            self.resumed, self._purges = resume_workflows(self.env, keep_going=lambda: self._started)
+        except Exception:
+            if self._started:  # else: stopped meanwhile, moto gone
+                log.exception("workflows not started again")
+            return
+        self.timings["resume"] = time.monotonic() - began
+        if self._note is not None:
+            self._note(
+                f"{self.resumed['batches']} unfinished batches resumed; "
+                f"{self.resumed['kept']} finished ones kept until their retention ends"
+            )
+
+    def wait_resumed(self, timeout: float = 120.0) -> dict[str, int]:
+        """After a restored start, wait until every batch's workflow is started again (it goes on
+        in the background while the stack serves); what was started."""
+        if self._resumer is not None:
+            self._resumer.join(timeout)
+            if self._resumer.is_alive():
+                raise StackError(f"the workflows were not started again within {timeout:.0f} s")
+        return self.resumed
+
     def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
         """Stop every child: consumers first, moto last; SIGTERM, then SIGKILL after ``timeout``."""
         with self._lock:
@@ -340,6 +370,9 @@ class LocalStack:
         if self._supervisor is not None:
             self._supervisor.join()
             self._supervisor = None
+        if self._resumer is not None:
+            self._resumer.join()  # it stops at its next batch
+            self._resumer = None
         with self._lock:
             moto = self._children.pop("moto", None)
             self._terminate(list(self._children.values()), timeout)
@@ -403,6 +436,7 @@ class LocalStack:
                     self._replace(child)
             if time.monotonic() >= next_sweep:
                 self._apply_lifecycle_rules()
+                self._run_due_purges()
                 next_sweep = time.monotonic() + LIFECYCLE_SECONDS
             time.sleep(SUPERVISE_SECONDS)
 
@@ -425,6 +459,14 @@ class LocalStack:
                         self._note(f"{len(expired)} expired objects deleted from {self.env[spec.env_var]}")
         except Exception:  # moto stopping, or busy: the next sweep tries again
             log.debug("lifecycle sweep skipped", exc_info=True)
+
+    def _run_due_purges(self) -> None:
+        if self._purges is None:
+            return
+        try:
+            self._purges.run_due()
+        except Exception:  # moto stopping, or busy: the next sweep tries again
+            log.debug("purges not started", exc_info=True)
 
     def _replace(self, child: Child) -> None:
         child.expected_exit = True  # handled: never replaced twice

@@ -309,22 +309,59 @@ def test_only_writes_to_the_snapshotted_services_pass_the_gate(
     assert state.changes_state(service, environ) is changes
 
 
-def test_a_restored_stack_resumes_every_batch_with_a_record_and_purges_those_deleted_midway() -> None:
+def _record(pk: str, status: str, **extra: dict[str, str]) -> dict[str, Any]:
+    item = {"S": pk}
+    fields = {"owner": "user-alice", "status": status, "endpoint": "/v1/chat/completions", "created_key": "k"}
+    return {
+        "pk": item,
+        "sk": {"S": "meta"},
+        "created_at": {"N": "1"},
+        **{name: {"S": value} for name, value in fields.items()},
+        **extra,
+    }
+
+
+def test_a_restore_resumes_batches_with_work_left_purges_those_deleted_midway_and_keeps_the_rest() -> None:
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name=REGION)
         make_table(dynamodb)
-        for pk, sk in [
-            ("batch_running", "meta"),
-            ("batch_running", "ctr#0"),
-            ("batch_ended", "meta"),
-            ("batch_deleted", "ctr#0"),  # its record deleted, its purge not done
-            ("batch_deleted", "ctr#1"),
-        ]:
-            dynamodb.put_item(TableName="batchgw-batches", Item={"pk": {"S": pk}, "sk": {"S": sk}})
-        assert resume.batch_ids(dynamodb, "batchgw-batches") == (
-            ["batch_ended", "batch_running"],
-            ["batch_deleted"],
-        )
+        items = [
+            _record("batch_running", "in_progress"),
+            {"pk": {"S": "batch_running"}, "sk": {"S": "ctr#0"}},
+            _record(
+                "batch_announcing", "completed", event_pending={"BOOL": True}, results_expires_at={"N": "50"}
+            ),
+            _record("batch_ended", "completed", results_expires_at={"N": "100"}),
+            _record("batch_ended_early", "failed", results_expires_at={"N": "20"}),
+            {"pk": {"S": "batch_deleted"}, "sk": {"S": "ctr#0"}},  # its record deleted, its purge not done
+            {"pk": {"S": "batch_deleted"}, "sk": {"S": "ctr#1"}},
+        ]
+        for item in items:
+            dynamodb.put_item(TableName="batchgw-batches", Item=item)
+        saved = resume.saved_batches(dynamodb, "batchgw-batches")
+        assert saved.to_start == ["batch_announcing", "batch_running"]
+        assert saved.to_purge == ["batch_deleted"]
+        assert sorted(saved.kept) == [(20.0, "batch_ended_early"), (100.0, "batch_ended")]
+
+
+class _Workflow:
+    def __init__(self) -> None:
+        self.purges: list[str] = []
+
+    def start_purge(self, batch_id: str) -> None:
+        self.purges.append(batch_id)
+
+
+def test_a_finished_batch_without_an_execution_is_purged_when_its_retention_ends() -> None:
+    workflow, now = _Workflow(), [10.0]
+    schedule = resume.PurgeSchedule(workflow, [(100.0, "b_late"), (20.0, "b_early")], lambda: now[0])  # type: ignore[arg-type]
+    assert schedule.run_due() == 0
+    now[0] = 50.0
+    assert schedule.run_due() == 1
+    assert workflow.purges == ["b_early"]
+    now[0] = 100.0
+    assert schedule.run_due() == 1
+    assert workflow.purges == ["b_early", "b_late"] and len(schedule) == 0
 
 
 def test_checkpoints_of_a_big_state_come_less_often_so_writes_wait_at_most_a_tenth_of_the_time(
