@@ -267,8 +267,14 @@ class EventFeed:
         return f"webhook of {record.get('user_id')} disabled: its endpoint answered 410"
 
     def _counts(self, batch_id: str) -> str:
-        store = self._batches()
-        found = store.get(batch_id) if store is not None else None
+        """``: N completed, M failed of T, $cost``, or nothing when they cannot be read (the
+        line shows without them)."""
+        try:
+            store = self._batches()
+            found = store.get(batch_id) if store is not None else None
+        except Exception:  # moto stopping, or busy
+            log.debug("counts not read", exc_info=True)
+            found = None
         if found is None:
             return ""
         counts, total = found.counts, found.record.total
@@ -278,7 +284,7 @@ class EventFeed:
         return f"{line} of {total}, ${counts.cost_usd}"
 
     def _batches(self) -> BatchStore | None:
-        if self._store is None and self._env is not None:
+        if self._store is None and self._env and "AWS_ENDPOINT_URL" in self._env:
             env = self._env
             session = boto3.session.Session(
                 region_name=env["AWS_DEFAULT_REGION"],
