@@ -59,20 +59,30 @@ def _failure(batch: dict[str, Any]) -> list[str]:
         lines.append(
             f"  … and {len(problems) - PROBLEMS_SHOWN:,} more listed (batchgw --json get {batch_id})"
         )
-    lines.append(f"next: {_next(code, batch_id, refused=bool(problems))}")
+    counts = batch.get("request_counts") or {}
+    total, succeeded = int(counts.get("total", 0)), int(counts.get("completed", 0))
+    done = total > 0 and succeeded >= total  # the retry route finds nothing to run again
+    lines.append(f"next: {_next(code, batch_id, refused=bool(problems), all_succeeded=done)}")
     return lines
 
 
-def _next(code: str, batch_id: str, *, refused: bool) -> str:
+def _next(code: str, batch_id: str, *, refused: bool, all_succeeded: bool = False) -> str:
     if code == "invalid_batch_input" or (refused and code not in _WHOLE_BATCH):
         return (
             "fix these lines in your file and submit it again (batchgw preflight FILE checks every "
             "line first); nothing of this batch ran or was billed"
         )
-    if code in INTERNAL:
+    if code in INTERNAL and all_succeeded:
         return (
-            f"retry it: batchgw retry {batch_id} (or submit its file again); if it fails again, "
+            f"every request succeeded, but the batch could not be ended with its results file: "
             f"contact the operator with the batch id {batch_id}"
+        )
+    if code in INTERNAL:
+        # The retry route takes it whether or not its requests were stored before it failed:
+        # it runs those that did not succeed, or, if none was stored, its whole input.
+        return (
+            f"retry it: batchgw retry {batch_id} runs again what did not succeed (all of it if "
+            f"nothing ran); if it fails again, contact the operator with the batch id {batch_id}"
         )
     if code == "owner_unauthorized":
         return (

@@ -13,10 +13,12 @@ import pytest
 from batchgw.api import files
 from batchgw.deps import Deps
 from batchgw.domain.chains import decode
+from batchgw.domain.errors import StorageError
 from batchgw.domain.principal import Principal
 from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage import batches as storage_batches
+from batchgw.storage.blobs import input_file_key
 
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps, receive_all
@@ -250,3 +252,112 @@ def test_a_parent_with_all_its_retries_refuses_another_and_stores_nothing(
     _, listed = call(deps, monkeypatch, "GET", "/v1/batches")
     assert len(listed["data"]) == 2  # the parent and its one child: the refused one left nothing
     assert deps.usage.read(ALICE.user_id).batches == 1  # only the child is unfinished
+
+
+# --- a batch that failed before its requests were stored -----------------------------------------
+
+FINE = {"r0": "fine", "r1": "fine too", "r2": "also fine"}
+
+
+def file_batch_failed_reading_its_input(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """A file batch whose prepare failed reading its own copy of its input (as a copy whose
+    checksum did not match did), and which the workflow's failure step then failed: nothing
+    of it was validated, counted or stored. Its id and its input file's."""
+    lines = [
+        {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": chat(custom_id, text)["body"]}
+        for custom_id, text in FINE.items()
+    ]
+    upload = files.new_input_file(
+        deps, ALICE, "in.jsonl", b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+    )
+    status, batch = call(
+        deps,
+        monkeypatch,
+        "POST",
+        "/v1/batches",
+        body={"input_file_id": upload.id, "endpoint": CHAT_URL, "completion_window": "24h"},
+    )
+    assert status == 200, batch
+
+    def unreadable(*_: Any, **__: Any) -> Any:
+        raise StorageError("could not read the batch's input copy")
+
+    with monkeypatch.context() as failing:
+        failing.setattr(lifecycle, "input_lines", unreadable)
+        with pytest.raises(StorageError):
+            lifecycle.prepare(deps, batch["id"])
+    error = {"Error": "StorageError", "Cause": json.dumps({"errorMessage": "could not read"})}
+    assert lifecycle.fail(deps, batch["id"], lifecycle.cause_of(error))["status"] == "failed"
+    return str(batch["id"]), upload.id
+
+
+def test_a_batch_failed_before_its_requests_were_stored_retries_its_whole_input(
+    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent_id, _ = file_batch_failed_reading_its_input(deps, monkeypatch)
+    _, parent = call(deps, monkeypatch, "GET", f"/v1/batches/{parent_id}")
+    assert parent["status"] == "failed" and parent["error"]["code"] == "internal_error"
+    assert parent["errors"] is None and parent["request_counts"]["total"] == 0
+    _, row = call(deps, monkeypatch, "GET", f"/console/api/batches/{parent_id}")
+    assert row["may"]["retry"] is True and row["issue"]["next"].startswith("Retry the batch")
+    before = sim.stats()["models"].get("sim-chat", {}).get("requests", 0)
+
+    headers = {"Idempotency-Key": "retry-whole-input"}
+    status, child = call(deps, monkeypatch, "POST", f"/v1/batches/{parent_id}/retry", headers=headers)
+    assert status == 200, child
+    again = call(deps, monkeypatch, "POST", f"/v1/batches/{parent_id}/retry", headers=headers)
+    assert again[0] == 200 and again[1]["id"] == child["id"]  # one child per key
+    assert child["parent_batch_id"] == parent_id and child["input_file_id"]
+    _, content = call(deps, monkeypatch, "GET", f"/v1/files/{child['input_file_id']}/content")
+    assert [json.loads(line)["custom_id"] for line in content.splitlines()] == list(FINE)
+
+    run_to_end(deps, child["id"])
+    _, child = call(deps, monkeypatch, "GET", f"/v1/batches/{child['id']}")
+    assert child["status"] == "completed" and spec_counts(child) == {"total": 3, "completed": 3, "failed": 0}
+    assert sim.stats()["models"]["sim-chat"]["requests"] - before == 3
+    _, parent = call(deps, monkeypatch, "GET", f"/v1/batches/{parent_id}")
+    assert parent["retry_batch_ids"] == [child["id"]]
+    lines = merged(deps, monkeypatch, child["id"])
+    assert [line["custom_id"] for line in lines] == list(FINE) and all(
+        line["error"] is None for line in lines
+    )
+
+
+def test_a_batch_failed_before_its_requests_were_stored_retries_from_its_input_file_if_its_copy_is_gone(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent_id, _ = file_batch_failed_reading_its_input(deps, monkeypatch)
+    deps.blobs.delete(input_file_key(parent_id))
+    status, child = call(deps, monkeypatch, "POST", f"/v1/batches/{parent_id}/retry")
+    assert status == 200, child
+    _, content = call(deps, monkeypatch, "GET", f"/v1/files/{child['input_file_id']}/content")
+    assert [json.loads(line)["custom_id"] for line in content.splitlines()] == list(FINE)
+
+    other_id, other_file = file_batch_failed_reading_its_input(deps, monkeypatch)
+    deps.blobs.delete(input_file_key(other_id))
+    assert call(deps, monkeypatch, "DELETE", f"/v1/files/{other_file}")[0] == 200
+    status, answer = call(deps, monkeypatch, "POST", f"/v1/batches/{other_id}/retry")
+    assert status == 409 and answer["error"]["code"] == "retry_input_unavailable", answer
+    _, other = call(deps, monkeypatch, "GET", f"/v1/batches/{other_id}")
+    assert other["retry_batch_ids"] == []
+
+
+def test_a_refused_input_file_has_nothing_to_retry(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = json.dumps({"custom_id": "a", "method": "POST", "url": CHAT_URL, "body": {"model": "sim-chat"}})
+    upload = files.new_input_file(deps, ALICE, "bad.jsonl", bad.encode() + b"\n")
+    status, batch = call(
+        deps,
+        monkeypatch,
+        "POST",
+        "/v1/batches",
+        body={"input_file_id": upload.id, "endpoint": CHAT_URL, "completion_window": "24h"},
+    )
+    assert status == 200, batch
+    lifecycle.prepare(deps, batch["id"])
+    _, batch = call(deps, monkeypatch, "GET", f"/v1/batches/{batch['id']}")
+    assert batch["status"] == "failed" and batch["error"]["code"] == "invalid_batch_input"
+    _, row = call(deps, monkeypatch, "GET", f"/console/api/batches/{batch['id']}")
+    assert row["may"]["retry"] is False
+    status, answer = call(deps, monkeypatch, "POST", f"/v1/batches/{batch['id']}/retry")
+    assert status == 400 and answer["error"]["code"] == "nothing_to_retry"
+    assert "refused" in answer["error"]["message"]

@@ -84,3 +84,19 @@ def test_a_download_has_nothing_to_write_for_a_batch_that_never_wrote_results() 
     assert explaining.no_results(batch("completed", finalizing_at=5, input_file_id="file-1")) is not None
     written = batch("completed", finalizing_at=5, input_file_id="file-1", output_file_id="file-2")
     assert explaining.no_results(written) is None
+
+
+def test_a_batch_failed_before_its_requests_were_stored_says_retry_and_not_submit_again() -> None:
+    """A file batch that failed reading its input counted no request yet: the retry route
+    runs its whole input again, so the next step is the retry command."""
+    error = {"code": "internal_error", "message": "The gateway could not run this batch to its end."}
+    nothing_counted = {"total": 0, "completed": 0, "failed": 0}
+    lines = explaining.reasons(batch("failed", error=error, counts=nothing_counted, input_file_id="file-1"))
+    assert lines[-1].startswith("next: retry it: batchgw retry batch_x") and "submit" not in lines[-1]
+    assert "operator" in lines[-1]
+
+
+def test_an_internal_failure_after_every_request_succeeded_asks_the_operator_not_a_retry() -> None:
+    error = {"code": "internal_error", "message": "x"}
+    lines = explaining.reasons(batch("failed", error=error, counts={"total": 3, "completed": 3, "failed": 0}))
+    assert "batchgw retry" not in lines[-1] and "operator" in lines[-1] and "batch_x" in lines[-1]

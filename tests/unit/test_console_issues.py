@@ -75,3 +75,39 @@ def test_results_are_offered_only_once_written_and_retry_only_where_the_api_take
     assert console.may_retry(BatchStatus.EXPIRED, prepared=False, succeeded=0, total=5)
     assert not console.may_retry(BatchStatus.COMPLETED, prepared=True, succeeded=5, total=5)
     assert not console.may_retry(BatchStatus.IN_PROGRESS, prepared=True, succeeded=0, total=5)
+
+
+@pytest.mark.parametrize("code", ["internal_error", "batch_failed"])
+def test_a_batch_failed_inside_the_gateway_before_its_requests_were_stored_offers_retry(code: str) -> None:
+    """It failed reading its input, say: nothing ran, its input is still good, and the retry
+    route runs all of it again, whatever the batch had counted (a file batch: none yet)."""
+    error = {"code": code, "message": "The gateway could not run this batch to its end."}
+    for total in (0, 5):
+        assert console.may_retry(BatchStatus.FAILED, prepared=False, succeeded=0, total=total, error=error)
+    shown = console.issue(BatchStatus.FAILED, error=error, failed=0, expired=0, total=0, retryable=True)
+    assert shown is not None and shown.next.startswith("Retry the batch")
+
+
+@pytest.mark.parametrize(
+    "code", ["invalid_batch_input", "queued_request_limit", "batch_route_unavailable", "batch_not_supported"]
+)
+def test_a_batch_whose_input_was_refused_offers_no_retry(code: str) -> None:
+    """Refused by the file check, or as a whole (its ``errors`` holds why): the input is
+    fixed or submitted again, not run again as it is."""
+    error = {"code": code, "message": "refused"}
+    assert not console.may_retry(
+        BatchStatus.FAILED, prepared=False, succeeded=0, total=0, error=error, refused=True
+    )
+    # An internal code with a validation report is still a refusal.
+    assert not console.may_retry(
+        BatchStatus.FAILED,
+        prepared=False,
+        succeeded=0,
+        total=3,
+        error={"code": "internal_error"},
+        refused=True,
+    )
+    # Its requests stored, one that ended in success is never run again.
+    assert not console.may_retry(
+        BatchStatus.FAILED, prepared=True, succeeded=3, total=3, error={"code": "internal_error"}
+    )

@@ -20,20 +20,22 @@ from batchgw.validation.file import iter_planned, split_lines
 READ_CHUNK_BYTES = 256 * 1024
 
 
-def input_lines(deps: Deps, batch: BatchRecord) -> Iterator[bytes]:
-    """A file batch's input, as physical lines streamed from S3 (bounded memory)."""
+def input_lines(deps: Deps, batch: BatchRecord, key: str | None = None) -> Iterator[bytes]:
+    """A file batch's input, as physical lines streamed from S3 (bounded memory): its own
+    copy, or the JSONL object at ``key``."""
     return split_lines(
-        deps.blobs.iter_chunks(input_file_key(batch.id), READ_CHUNK_BYTES),
+        deps.blobs.iter_chunks(key or input_file_key(batch.id), READ_CHUNK_BYTES),
         max_line_bytes=deps.settings.batch_max_line_kb * 1024,
     )
 
 
-def requests_of(deps: Deps, batch: BatchRecord) -> Iterator[tuple[str, str, Any]]:
+def requests_of(deps: Deps, batch: BatchRecord, key: str | None = None) -> Iterator[tuple[str, str, Any]]:
     """The batch's requests as (custom_id, canonical model, body), in order (the request of
-    index i is the i-th), streamed from S3."""
+    index i is the i-th), streamed from S3: a file batch's from its own copy, or from the
+    JSONL object at ``key`` (its input file)."""
     if batch.input_method == "file":
         for planned in iter_planned(
-            input_lines(deps, batch),
+            input_lines(deps, batch, key),
             endpoint=batch.endpoint,
             catalog=deps.catalog,
             role=batch.owner_role,

@@ -4,13 +4,19 @@ reads a child's results with its ancestors' successes, one line per custom_id.
 
 The child is opened like any batch (``api.batches.open_batch``): the caller's role,
 limits, quota and budget apply, and an Idempotency-Key finds the child the first retry
-made. It runs the parent's requests as the parent stored them, on the same endpoint,
-with the parent's window, metadata and execution mode unless the body gives others. A file batch's child
-is a file batch too: its input is a new file of the caller's holding exactly the requests
-it runs (counted against the caller's storage like an upload), so it ends with output and
-error files of its own. The child names its parent (``parent_batch_id``) and the parent
-lists its children (``retry_batch_ids``), written in the one transaction that stores the
-child; nothing that succeeded runs again.
+made. It runs the parent's requests as the parent stored them, on the same endpoint, with
+the parent's window, metadata and execution mode unless the body gives others. A file
+batch's child is a file batch too: its input is a new file of the caller's holding exactly
+the requests it runs (counted against the caller's storage like an upload), so it ends
+with output and error files of its own. The child names its parent (``parent_batch_id``)
+and the parent lists its children (``retry_batch_ids``), written in the one transaction
+that stores the child; nothing that succeeded runs again.
+
+A batch that failed inside the gateway before its requests were stored (while reading its
+input, say: ``domain.batch.retries_whole_input``) retries all of them, from its own copy
+of its input or, when that cannot be read, from its input file if the caller still holds
+it. One whose input was refused has nothing to retry: its input is to be fixed, not run
+again.
 """
 
 from __future__ import annotations
@@ -37,11 +43,13 @@ from batchgw.api.params import Download
 from batchgw.api.results import stored_download
 from batchgw.deps import Deps
 from batchgw.domain import codec
-from batchgw.domain.batch import BatchRecord
-from batchgw.domain.errors import BadRequest, Conflict, NotFound
+from batchgw.domain.batch import BatchRecord, retries_whole_input
+from batchgw.domain.errors import BadRequest, Conflict, NotFound, StorageError
+from batchgw.domain.files import file_key
 from batchgw.domain.modes import Mode
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.observability import logger
 from batchgw.storage.batches import MAX_CHILDREN, ParentChanged
 from batchgw.storage.blobs import export_key
 from batchgw.validation.create import (
@@ -133,17 +141,19 @@ def _own_ended(deps: Deps, principal: Principal, batch_id: str) -> BatchRecord:
 
 
 def unfinished(
-    deps: Deps, record: BatchRecord, codes: frozenset[str] | None = None
+    deps: Deps, record: BatchRecord, codes: frozenset[str] | None = None, *, key: str | None = None
 ) -> Iterator[tuple[str, str, Any]]:
     """An ended batch's requests that did not succeed, as (custom_id, canonical model, body),
     in order: only those that ended with one of ``codes`` when given. Its ended requests
-    gave up their bodies: they come from the batch's own copy of its input. A batch that
-    failed before its requests were written has none (its input was refused); one that was
-    cancelled or expired before has all of them, none run."""
-    if not record.prepared and record.status is BatchStatus.FAILED:
+    gave up their bodies: they come from the batch's own copy of its input (or, for a file
+    batch, the JSONL object at ``key``). A batch that failed before its requests were
+    written has none when its input was refused, all of them when it failed inside the
+    gateway (``retries_whole_input``); one that was cancelled or expired before has all of
+    them, none run."""
+    if not record.prepared and record.status is BatchStatus.FAILED and not _whole_input(record):
         return
     ended = {r.index: r for r in deps.requests.all(record.id)}
-    requests = inputs.requests_of(deps, record)
+    requests = inputs.requests_of(deps, record, key)
     for index in itertools.count():
         try:
             request = next(requests, None)
@@ -161,6 +171,40 @@ def unfinished(
         code = (found.error or {}).get("code") if found is not None else _never_run(record)
         if codes is None or code in codes:
             yield request
+
+
+def _whole_input(record: BatchRecord) -> bool:
+    return retries_whole_input(
+        record.status, prepared=record.prepared, error=record.error, refused=record.errors is not None
+    )
+
+
+def _requests_to_run(
+    deps: Deps, principal: Principal, parent: BatchRecord, codes: frozenset[str] | None
+) -> tuple[tuple[str, str, Any], ...]:
+    """The parent's requests the child runs. A file batch that failed before its requests
+    were stored may have failed reading its own copy of its input: when that copy cannot be
+    read, they come from its input file, if the caller still holds it (409 otherwise)."""
+    file_id = parent.input_file_id if parent.input_method == "file" else None
+    try:
+        return tuple(unfinished(deps, parent, codes))
+    except StorageError:
+        if file_id is None or not _whole_input(parent):
+            raise
+        logger.warning(
+            "retry: the batch's own input copy cannot be read, reading its input file",
+            extra={"batch_id": parent.id, "file_id": file_id},
+            exc_info=True,
+        )
+    try:
+        source = files.visible_file(deps, principal, file_id)
+        return tuple(unfinished(deps, parent, codes, key=file_key(source.id)))
+    except (NotFound, StorageError):
+        raise Conflict(
+            f"Batch '{parent.id}''s input can no longer be read, nor its input file "
+            f"'{file_id}': submit the file again as a new batch.",
+            code="retry_input_unavailable",
+        ) from None
 
 
 def _never_run(record: BatchRecord) -> str:
@@ -192,7 +236,18 @@ def _opening(
     metadata: dict[str, str] | None,
     mode: Mode | None,
 ) -> Opening:
-    requests = tuple(unfinished(deps, parent, codes))
+    requests = _requests_to_run(deps, principal, parent, codes)
+    if (
+        not requests
+        and parent.status is BatchStatus.FAILED
+        and not parent.prepared
+        and not _whole_input(parent)
+    ):
+        raise BadRequest(
+            f"Batch '{parent.id}' has no request to retry: its input was refused and nothing of it "
+            "ran. Fix its input as its errors say, then submit it as a new batch.",
+            code="nothing_to_retry",
+        )
     if not requests:
         raise BadRequest(
             f"Batch '{parent.id}' has no request to retry: every one succeeded"
@@ -251,6 +306,12 @@ def _merged(deps: Deps, record: BatchRecord, *, generations: int) -> str:
     if deps.blobs.exists(key):
         return key
     parent = deps.batches.get(record.parent_batch_id)
+    # A parent that failed before its requests were stored ran none of them: its child ran
+    # all of them, so the child's results merge with those the parent would have merged.
+    while parent is not None and generations > 1 and _whole_input(parent.record):
+        if parent.record.parent_batch_id is None:
+            return own
+        parent, generations = deps.batches.get(parent.record.parent_batch_id), generations - 1
     if parent is None or generations <= 1:
         raise Conflict(
             f"The results of batch '{record.parent_batch_id}', which batch '{record.id}' retries, "

@@ -56,7 +56,12 @@ def row(batch: CountedBatch, now: float) -> dict[str, Any]:
     shown = batch_object(batch, now)
     metadata = record.metadata or {}
     retryable = rules.may_retry(
-        record.status, prepared=record.prepared, succeeded=counts.completed, total=record.total
+        record.status,
+        prepared=record.prepared,
+        succeeded=counts.completed,
+        total=record.total,
+        error=record.error,
+        refused=record.errors is not None,
     )
     issue = rules.issue(
         record.status,

@@ -10,7 +10,7 @@ Stored attribute names are short and fixed; they are mapped here, once, in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal
 from typing import Any, Literal
@@ -31,6 +31,23 @@ def shard_sk(shard: int) -> str:
 
 def shard_of_sk(sk: str) -> int:
     return int(sk.removeprefix(SHARD_PREFIX))
+
+
+# The ``error`` codes of a batch that failed inside the gateway, its input not refused
+# (``batch_failed``: as gateways before ``internal_error`` wrote it).
+INTERNAL_FAILURES = frozenset({"internal_error", "batch_failed"})
+
+
+def retries_whole_input(
+    status: BatchStatus, *, prepared: bool, error: Mapping[str, Any] | None, refused: bool
+) -> bool:
+    """Whether a retry of this ended batch runs its whole input again: it failed inside the
+    gateway (``INTERNAL_FAILURES``) before its requests were stored, while reading its input
+    file say, so none of them ran, and its input is still good (no validation report and no
+    whole-batch refusal, ``refused``: those are answered by fixing the input, not by running
+    it again). A batch whose requests were stored retries those that did not succeed."""
+    code = (error or {}).get("code")
+    return status is BatchStatus.FAILED and not prepared and not refused and code in INTERNAL_FAILURES
 
 
 def shard_totals(total: int, shards: int) -> list[int]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from batchgw.domain.batch import INTERNAL_FAILURES, retries_whole_input
 from batchgw.domain.spend import PauseReason
 from batchgw.domain.states import BatchStatus
 
@@ -96,11 +97,25 @@ def has_results(status: BatchStatus, *, finalized: bool) -> bool:
     return status in FINISHED and finalized
 
 
-def may_retry(status: BatchStatus, *, prepared: bool, succeeded: int, total: int) -> bool:
+def may_retry(
+    status: BatchStatus,
+    *,
+    prepared: bool,
+    succeeded: int,
+    total: int,
+    error: Mapping[str, Any] | None = None,
+    refused: bool = False,
+) -> bool:
     """Whether ``POST /v1/batches/{id}/retry`` takes the batch: it has finished with requests
-    that did not succeed, and they were stored (a failed batch whose input was never written,
-    refused or not, has nothing the retry could run again)."""
-    if status not in FINISHED or succeeded >= total:
+    that did not succeed, and they were stored, or it failed inside the gateway before they
+    were, its input still good (``retries_whole_input``: the retry runs all of it, however
+    few requests the batch had counted). A failed batch whose input was refused (``refused``:
+    it has a validation report) has nothing the retry could run again."""
+    if status not in FINISHED:
+        return False
+    if retries_whole_input(status, prepared=prepared, error=error, refused=refused):
+        return True
+    if succeeded >= total:
         return False
     return prepared or status is not BatchStatus.FAILED
 
@@ -108,7 +123,7 @@ def may_retry(status: BatchStatus, *, prepared: bool, succeeded: int, total: int
 # The batch-level error codes a user acts on alike: something failed inside the gateway
 # (``batch_failed`` is how a batch failed before ``internal_error`` was its code). Their
 # stored message is never shown: an older one may hold an exception's text.
-_INTERNAL = frozenset({"internal_error", "batch_failed"})
+_INTERNAL = INTERNAL_FAILURES
 _REFUSED_INPUT = "invalid_batch_input"
 _RETRY_OR_ASK = "Retry the batch; if it fails again, contact the operator with this batch's ID."
 _SUBMIT_OR_ASK = (

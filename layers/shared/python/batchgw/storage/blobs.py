@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord
@@ -308,11 +308,13 @@ class BlobStore:
         return None
 
     def iter_chunks(self, key: str, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+        """The object's bytes, streamed. Raises StorageError when it cannot be read, before
+        or while streaming (a read cut off, a checksum that does not match)."""
         try:
             body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
-        except ClientError as exc:
+            yield from body.iter_chunks(chunk)
+        except (ClientError, BotoCoreError) as exc:
             raise StorageError(f"could not read s3://{self._bucket}/{key}") from exc
-        yield from body.iter_chunks(chunk)
 
     def presigned_get(self, key: str, expires_in: int = 3600) -> Presigned:
         """A URL that downloads ``key``, valid for ``expires_in`` seconds or less (see
