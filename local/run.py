@@ -397,6 +397,9 @@ class LocalStack:
         if self._supervisor is not None:
             self._supervisor.join()
             self._supervisor = None
+        if self._resumer is not None:
+            self._resumer.join()  # its next call fails, moto dead: it ends
+            self._resumer = None
         with self._lock:
             self._terminate(list(self._children.values()), STOP_TIMEOUT_SECONDS)  # reaps the dead
             self._children.clear()

@@ -116,12 +116,22 @@ def test_make_run_prints_a_short_banner_logs_to_files_and_a_batch_adds_a_few_lin
     assert "BATCHGW_VERBOSE=1" in banner
     assert len(terminal.lines) <= 25, banner  # short
 
-    # Every process's output is in its own file.
-    logs = {path.name: path.read_text(errors="replace") for path in make_run.log_dir.glob("*.log")}
-    assert "moto listening" in logs["moto.log"]
-    assert "api adapter listening" in logs["api-0.log"]
-    assert "simulator listening" in logs["simulator.log"]
-    assert "polling" in logs["worker-0.0.log"] and "polling" in logs["worker-1.0.log"]
+    # Every process's output is in its own file (a process may open its port a moment before
+    # it says so).
+    for name, said in [
+        ("moto.log", "moto listening"),
+        ("api-0.log", "api adapter listening"),
+        ("simulator.log", "simulator listening"),
+        ("worker-0.0.log", "polling"),
+        ("worker-1.0.log", "polling"),
+    ]:
+        path = make_run.log_dir / name
+        wait_for(
+            lambda path=path, said=said: path.exists() and said in path.read_text(errors="replace"),
+            timeout=60,
+            interval=0.1,
+            what=f"{said!r} in {name}",
+        )
 
     before = len(terminal.after_banner())
     client = httpx.Client(
