@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 
@@ -183,6 +184,28 @@ def test_an_answer_lost_mid_way_is_reported_without_the_transports_words() -> No
     outcome = asyncio.run(_call(dropping))
     assert outcome.kind == "retry" and outcome.error is not None
     assert "internal" not in outcome.error["message"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        httpx.ConnectError("refused"),
+        httpx.WriteError("broken pipe"),
+        httpx.ReadError("connection reset"),
+        httpx.RemoteProtocolError("dropped mid-answer"),
+        httpx.ReadTimeout("slow to answer"),
+        httpx.DecodingError("bad gzip"),
+    ],
+)
+def test_a_transport_error_is_told_in_words_never_by_the_exceptions_name(error: httpx.HTTPError) -> None:
+    def raising(request: httpx.Request) -> httpx.Response:
+        raise error
+
+    outcome = asyncio.run(_call(raising))
+    assert outcome.error is not None
+    message = outcome.error["message"]
+    assert type(error).__name__ not in message and not re.search(r"\b[A-Z]\w*(?:Error|Timeout)\b", message)
+    assert "upstream" in message, message
 
 
 # --- no upstream can exhaust a worker ----------------------------------------------------------

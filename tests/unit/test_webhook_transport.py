@@ -4,6 +4,11 @@ resolves inside at connect time even if it was public when saved (fake resolver,
 
 from __future__ import annotations
 
+import re
+import socket
+import ssl
+import threading
+
 import httpx
 import pytest
 from batchgw.outbound import Answer, safe_post
@@ -77,7 +82,7 @@ def test_every_redirect_is_checked_again() -> None:
     followed = post(client(), "https://hooks.example.com/redirect-ok")
     assert followed.status == 200
     looping = post(client(), "https://hooks.example.com/loop")
-    assert looping.status is None and "redirects" in looping.error
+    assert looping.status is None and looping.error == "the receiver redirected more than 3 times"
 
 
 def test_retry_after_and_timeouts_are_reported() -> None:
@@ -150,3 +155,89 @@ def test_the_deadline_is_the_receivers_time_not_the_client_setup(monkeypatch: py
     monkeypatch.setattr(outbound, "_tls", slow_tls)
     answer = post(client(), "https://hooks.example.com/", timeout=0.5)
     assert (answer.status, answer.timed_out) == (200, False)
+
+
+# --- why a delivery failed, in words -------------------------------------------------------------
+
+# What an exception's name looks like in a message (ConnectError, SSLCertVerificationError...).
+EXCEPTION_NAME = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception|Timeout)\b")
+
+
+def raised_from(exc: httpx.HTTPError, cause: BaseException | None) -> httpx.MockTransport:
+    """A transport that fails as httpx does: its error raised from the socket's or TLS's."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        raise exc from cause
+
+    return httpx.MockTransport(handle)
+
+
+@pytest.mark.parametrize(
+    ("exc", "cause", "words"),
+    [
+        (
+            httpx.ConnectError("[Errno 111] Connection refused"),
+            ConnectionRefusedError(111, "refused"),
+            "refused",
+        ),
+        (httpx.ConnectError("[SSL] bad"), ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER]"), "TLS handshake"),
+        (
+            httpx.ConnectError("certificate verify failed"),
+            ssl.SSLCertVerificationError(1, "certificate verify failed: self-signed"),
+            "certificate could not be verified",
+        ),
+        (httpx.ReadError("reset"), ConnectionResetError(104, "reset by peer"), "closed the connection"),
+        (
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            None,
+            "not valid HTTP",
+        ),
+        (httpx.ReadError("EOF"), None, "the connection broke"),
+        (httpx.WriteError("broken pipe"), None, "while sending"),
+        (httpx.ConnectError("All connection attempts failed"), None, "could not be reached"),
+        (httpx.UnsupportedProtocol("odd"), None, "could not be sent"),
+    ],
+)
+def test_a_delivery_that_got_no_answer_says_why_in_words_never_the_exceptions_name(
+    exc: httpx.HTTPError, cause: BaseException | None, words: str
+) -> None:
+    answer = post(raised_from(exc, cause), "https://hooks.example.com/")
+    assert answer.status is None and answer.error is not None and words in answer.error
+    assert not EXCEPTION_NAME.search(answer.error) and type(exc).__name__ not in answer.error, answer.error
+
+
+def test_a_refused_connection_tls_failure_and_silence_read_in_words_on_real_sockets() -> None:
+    """The same words from httpx's real stack on loopback (their causes are chained as the
+    mocks above chain them): a closed port, a server that answers TLS's hello in plain HTTP,
+    and one that never answers."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    plain, silent = socket.socket(), socket.socket()
+    for server in (plain, silent):
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+    def answer_plainly() -> None:
+        conn, _ = plain.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+    threading.Thread(target=answer_plainly, daemon=True).start()
+
+    def send(url: str, timeout: float = 5) -> Answer:
+        return safe_post(
+            url, {}, b"{}", timeout=timeout, allow_private=True, resolve=lambda h, p: ["127.0.0.1"]
+        )
+
+    try:
+        assert send(f"http://127.0.0.1:{port}/").error == "the connection was refused"
+        tls = send(f"https://127.0.0.1:{plain.getsockname()[1]}/")
+        assert tls.error == "the TLS handshake with the receiver failed"
+        quiet = send(f"http://127.0.0.1:{silent.getsockname()[1]}/", timeout=0.5)
+        assert quiet.timed_out and quiet.error == "the receiver did not answer within 0.5 s"
+    finally:
+        plain.close()
+        silent.close()

@@ -8,8 +8,10 @@ an endpoint's test event (``api.webhook_endpoints``) the same way.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import json
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,7 @@ import httpx
 from batchgw.deps import Deps
 from batchgw.domain.addresses import Refused, check_addresses, check_url
 from batchgw.domain.webhooks import signature_header
+from batchgw.observability import logger
 from batchgw.storage.dns import Resolver
 from batchgw.storage.webhooks import Webhook
 
@@ -32,7 +35,13 @@ class Answer:
     status: int | None  # None: no answer (timed out, refused, unreachable)
     timed_out: bool = False
     retry_after: float | None = None
+    # Why it was not delivered, in words its owner reads in the delivery lists (never an
+    # exception's name: the log keeps that).
     error: str | None = None
+
+
+def _timed_out(timeout: float) -> Answer:
+    return Answer(None, timed_out=True, error=f"the receiver did not answer within {timeout:g} s")
 
 
 def post_event(
@@ -93,7 +102,7 @@ def safe_post(
     try:
         return asyncio.run(_post(url, headers, body, timeout, allow_private, resolve, transport))
     except TimeoutError:
-        return Answer(None, timed_out=True, error="timed out")
+        return _timed_out(timeout)
 
 
 async def _post(
@@ -117,8 +126,8 @@ async def _post(
                         target.host, resolve(target.host, target.port), allow_private=allow_private
                     )
                 )
-            except Refused as exc:
-                return Answer(None, error=f"refused: {exc}")
+            except Refused as exc:  # its words say why (``domain.addresses``)
+                return Answer(None, error=f"not sent, the address is refused: {exc}")
             address = addresses[0]
             parts = urlsplit(target.url)
             literal = f"[{address}]" if address.version == 6 else str(address)
@@ -137,18 +146,53 @@ async def _post(
             try:
                 response = await http.send(request, stream=True, follow_redirects=False)
             except httpx.TimeoutException:
-                return Answer(None, timed_out=True, error="timed out")
+                return _timed_out(timeout)
             except httpx.HTTPError as exc:
-                return Answer(None, error=f"{type(exc).__name__}: {exc}"[:300])
+                logger.warning(
+                    "webhook not answered",
+                    extra={"host": target.host, "error": f"{type(exc).__name__}: {exc}"[:300]},
+                )
+                return Answer(None, error=unanswered(exc))
             await response.aclose()  # judged on its status line: the body is not read
             location = response.headers.get("location")
             if response.status_code in _REDIRECTS and location:
                 url = urljoin(target.url, location)
                 if target.scheme == "https" and not url.lower().startswith("https://"):
-                    return Answer(response.status_code, error="a redirect left https")
+                    return Answer(
+                        response.status_code, error="a redirect left https for a plain http address"
+                    )
                 continue
             return Answer(response.status_code, retry_after=_retry_after(response.headers.get("retry-after")))
-    return Answer(None, error=f"more than {MAX_REDIRECTS} redirects")
+    return Answer(None, error=f"the receiver redirected more than {MAX_REDIRECTS} times")
+
+
+def unanswered(exc: BaseException) -> str:
+    """Why a POST got no answer, in words: what the exception (or one it was raised from)
+    says happened, never its name."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # httpx raises from httpcore, which raises from the socket's error
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return "the receiver's TLS certificate could not be verified"
+        if isinstance(seen, ssl.SSLError):
+            return "the TLS handshake with the receiver failed"
+        if isinstance(seen, ConnectionRefusedError) or getattr(seen, "errno", None) == errno.ECONNREFUSED:
+            return "the connection was refused"
+        if isinstance(seen, ConnectionResetError):
+            return "the receiver closed the connection before answering"
+        if isinstance(seen, socket.gaierror):
+            return "the receiver's address could not be found"
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(exc, httpx.ConnectError):
+        return "the receiver could not be reached"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "the receiver's answer was not valid HTTP, or it closed the connection before answering"
+    if isinstance(exc, httpx.ReadError):
+        return "the connection broke while waiting for the receiver's answer"
+    if isinstance(exc, httpx.WriteError):
+        return "the connection broke while sending the event"
+    return "the event could not be sent: the connection failed"
 
 
 @functools.cache

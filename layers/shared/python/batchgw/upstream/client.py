@@ -74,6 +74,18 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 REFUSED_CREDENTIALS = "the upstream provider refused the gateway's credentials"
 COULD_NOT_CONNECT = "could not connect to the upstream provider"
 TIMED_OUT = "the upstream call timed out"
+ANSWER_LOST = "the connection to the upstream provider was lost before its answer arrived"
+
+
+def answer_lost(exc: httpx.HTTPError) -> str:
+    """A request's error when its answer was lost on the way, in words (the exception's name
+    and text stay in the log)."""
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "the upstream provider closed the connection without a complete answer"
+    if isinstance(exc, httpx.ReadError):
+        return "the connection to the upstream provider broke while its answer was read"
+    return ANSWER_LOST
+
 
 _PATHS = {
     "/v1/chat/completions": "/chat/completions",
@@ -435,8 +447,7 @@ class _Exchange:
                 "upstream answer lost",
                 extra={"route": self.route.id, "error": scrub(f"{type(exc).__name__}: {exc}", secrets)},
             )
-            message = f"the connection to the upstream provider was lost ({type(exc).__name__})"
-            error = {"code": "upstream_error", "message": message, "status": None}
+            error = {"code": "upstream_error", "message": answer_lost(exc), "status": None}
             return Outcome("retry", error=error, usage_known=False)
         if answer.too_large:
             return _too_large(answer, self.max_bytes)
