@@ -308,6 +308,25 @@ def test_the_create_wizard_names_the_failing_line_then_submits_a_fixed_file(
     expect(page.locator("tr[data-file]")).to_have_count(1)
 
 
+def test_the_create_wizard_counts_every_problem_past_those_it_lists(
+    page: Page, stack: LocalStack, tmp_path: Path
+) -> None:
+    """The check lists 1,000 problems and counts the rest: the page says the true count,
+    shows the first rows and how many more there are."""
+    user = User(stack)
+    bad = tmp_path / "many.jsonl"
+    bad.write_bytes(_jsonl([_line(f"r{i}", max_completion_tokens=5) for i in range(1003)]))
+    sign_in(page, stack, user.key)
+    page.get_by_role("link", name="Create batch").first.click()
+    _through_the_wizard(page, bad, "many problems")
+    expect(page.get_by_role("alert")).to_contain_text("The file has 1,003 problems")
+    expect(page.locator("table.problems tbody tr")).to_have_count(200)
+    expect(page.locator("p.problems-more")).to_have_text(
+        "The first 200 are listed, and 803 more (the downloads list the first 1,000)."
+    )
+    expect(page.get_by_role("button", name="Submit batch", exact=True)).to_be_disabled()
+
+
 def test_a_submission_whose_answer_was_lost_finds_its_batch_after_a_reload(
     page: Page, stack: LocalStack, tmp_path: Path
 ) -> None:

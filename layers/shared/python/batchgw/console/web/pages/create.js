@@ -110,19 +110,30 @@ function Files({ onUse, refresh }) {
     </section>`;
 }
 
+// Rows of the problems table; the downloads hold every problem the check listed.
+const PROBLEM_ROWS = 200;
+
 function Problems({ check, body }) {
+  // The check lists up to 1,000 problems and counts the rest (problems_unlisted): the page
+  // says the true count, shows the first ones and how many more there are.
+  const listed = check.problems.length;
+  const total = listed + (check.problems_unlisted || 0);
+  const uncounted = check.problems_truncated && !check.problems_unlisted ? "+" : "";
+  const shown = Math.min(listed, PROBLEM_ROWS);
+  const more = total - shown;
   return html`
     <div>
-      <p class="error" role="alert">The file has ${count(check.problems.length)}${check.problems_truncated ? "+" : ""} problem${check.problems.length === 1 ? "" : "s"}: nothing can be submitted until they are fixed.</p>
+      <p class="error" role="alert">The file has ${count(total)}${uncounted} problem${total === 1 && !uncounted ? "" : "s"}: nothing can be submitted until they are fixed.</p>
       <div class="actions">
         <button type="button" onClick=${() => download("/v1/batches/preflight?format=csv", body, "preflight-problems.csv")}>Download as CSV</button>
         <button type="button" onClick=${() => download("/v1/batches/preflight?format=jsonl", body, "preflight-problems.jsonl")}>Download as JSONL</button>
       </div>
       <div class="table-wrap"><table class="problems">
         <thead><tr><th scope="col">Line</th><th scope="col">custom_id</th><th scope="col">Field</th><th scope="col">Problem</th></tr></thead>
-        <tbody>${check.problems.slice(0, 200).map((p, i) => html`<tr key=${i} data-line=${p.line ?? ""}>
+        <tbody>${check.problems.slice(0, shown).map((p, i) => html`<tr key=${i} data-line=${p.line ?? ""}>
           <td>${p.line ?? "—"}</td><td>${p.custom_id ?? "—"}</td><td>${p.field ?? "—"}</td><td>${p.message} <span class="note">(${p.code})</span></td></tr>`)}
         </tbody></table></div>
+      ${(more > 0 || uncounted) && html`<p class="note problems-more">The first ${count(shown)} are listed, and ${count(more)}${uncounted} more${listed > shown ? ` (the downloads list the first ${count(listed)})` : ""}.</p>`}
     </div>`;
 }
 
@@ -283,7 +294,7 @@ export function CreatePage({ capabilities, session }) {
             <p><strong>${file.filename}</strong> (${file.id}): ${scan.endpoint ? `${(TYPES.find(([e]) => e === scan.endpoint) || [0, scan.endpoint])[1]} requests, as ${scan.endpoint_from === "url" ? "the lines' url says" : "the bodies say"}` : "the type is not known yet"}.</p>
             ${scan.models_named && scan.models_named.length > 0 && html`<p>Models named in the file: ${scan.models_named.join(", ")}</p>`}
           </div>
-          ${fatal.length > 0 && html`<${Problems} check=${{ ...scan, problems: fatal }} body=${{ input_file_id: file.id }} />`}
+          ${fatal.length > 0 && html`<${Problems} check=${{ ...scan, problems: fatal, problems_unlisted: 0, problems_truncated: false }} body=${{ input_file_id: file.id }} />`}
           ${needsType && html`<fieldset><legend>No line says which type: choose one</legend>
             ${TYPES.map(([value, label]) => html`<label><input type="radio" name="type" value=${value} checked=${endpoint === value} onChange=${() => setEndpoint(value)} /> ${label}</label>`)}
           </fieldset>`}
