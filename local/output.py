@@ -178,7 +178,7 @@ class EventFeed:
 
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out if out is not None else sys.stdout
-        self._queue: queue.Queue[dict[str, Any] | str | None] = queue.Queue()
+        self._queue: queue.Queue[dict[str, Any] | str | list[str] | None] = queue.Queue()
         self._shown: OrderedDict[str, str] = OrderedDict()
         self._env: Mapping[str, str] | None = None
         self._store: BatchStore | None = None
@@ -214,10 +214,19 @@ class EventFeed:
         """An event the stack itself saw (a process replaced, files expired)."""
         self._queue.put(text)
 
+    def resuming(self, batch_ids: list[str]) -> None:
+        """These batches' workflows start again after a restart: their prepare step reports
+        them started again, which is no change to show (the stack notes how many resumed)."""
+        self._queue.put(list(batch_ids))
+
     # --- the feed's thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
+            if isinstance(item, list):
+                for batch_id in item:
+                    self._remember(batch_id, "started")
+                continue
             try:
                 text = item if isinstance(item, str) else self._describe(item)
             except Exception:  # an event is never worth the feed: the log has it whole
@@ -236,10 +245,7 @@ class EventFeed:
         state = self.BATCH_EVENTS[message]
         if self._shown.get(batch_id) == state:
             return None
-        self._shown[batch_id] = state
-        self._shown.move_to_end(batch_id)
-        while len(self._shown) > REMEMBERED_BATCHES:
-            self._shown.popitem(last=False)
+        self._remember(batch_id, state)
         if state == "started":
             return f"batch {batch_id} started: {record.get('total')} requests"
         if state == "paused":
@@ -253,6 +259,12 @@ class EventFeed:
         if state == "ended":
             return f"batch {batch_id} {record.get('status')}{self._counts(batch_id)}"
         return f"batch {batch_id} {state}"
+
+    def _remember(self, batch_id: str, state: str) -> None:
+        self._shown[batch_id] = state
+        self._shown.move_to_end(batch_id)
+        while len(self._shown) > REMEMBERED_BATCHES:
+            self._shown.popitem(last=False)
 
     @staticmethod
     def _other(message: str, record: Mapping[str, Any]) -> str:

@@ -144,13 +144,18 @@ def stack_clock(env: Mapping[str, str]) -> Callable[[], float]:
 
 
 def resume_workflows(
-    env: Mapping[str, str], keep_going: Callable[[], bool] = lambda: True
+    env: Mapping[str, str],
+    keep_going: Callable[[], bool] = lambda: True,
+    starting: Callable[[list[str]], None] | None = None,
 ) -> tuple[dict[str, int], PurgeSchedule]:
     """Start the workflow of every batch found in the stack's tables that has work left;
     what was started, and the schedule of the other batches' purges (its due ones started).
-    Stops early (StackStopping) once ``keep_going`` says no (the stack is stopping)."""
+    ``starting`` hears which batches are about to be started again (before any is). Stops
+    early (StackStopping) once ``keep_going`` says no (the stack is stopping)."""
     workflow, dynamodb = _workflow_and_table(env)
     saved = saved_batches(dynamodb, env[resources.BATCHES.env_var])
+    if starting is not None:
+        starting(saved.to_start)
     for batch_id in saved.to_start:
         _check(keep_going)
         workflow.start(batch_id)

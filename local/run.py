@@ -142,8 +142,9 @@ class LocalStack:
 
     What ``make run`` adds (``local.output``): ``log_max_bytes`` bounds each log file (it
     turns into ``<name>.log.1`` at that size), ``on_line`` sees each line of every child's
-    output, ``echo`` copies it to this process's stdout as well, and ``note`` hears of the
-    stack's own events (a child replaced). With any of them, the children's output comes
+    output, ``echo`` copies it to this process's stdout as well, ``note`` hears of the
+    stack's own events (a child replaced) and ``resuming`` of the batches whose workflows a
+    restored start starts again. With any of them, the children's output comes
     through a pipe that a thread of this process copies (otherwise the children write their
     log files themselves, costing this process nothing).
     """
@@ -167,6 +168,7 @@ class LocalStack:
         on_line: Callable[[str, bytes], None] | None = None,
         echo: bool = False,
         note: Callable[[str], None] | None = None,
+        resuming: Callable[[list[str]], None] | None = None,
     ) -> None:
         defaults = Ports.from_env()
         self._requested = Ports(
@@ -191,6 +193,7 @@ class LocalStack:
         self._on_line = on_line
         self._echo = echo
         self._note = note
+        self._resuming = resuming
         self.startup_timeout = startup_timeout
         # Absolute: moto runs in the repository root, whatever the caller's directory.
         self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
@@ -339,7 +342,9 @@ class LocalStack:
     def _resume(self) -> None:
         began = time.monotonic()
         try:
-            self.resumed, self._purges = resume_workflows(self.env, keep_going=lambda: self._started)
+            self.resumed, self._purges = resume_workflows(
+                self.env, keep_going=lambda: self._started, starting=self._resuming
+            )
         except Exception:
             if self._started:  # else: stopped meanwhile, moto gone
                 log.exception("workflows not started again")
@@ -736,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         on_line=feed.line,
         echo=verbose,
         note=feed.note,
+        resuming=feed.resuming,
     )
     began = time.monotonic()
     try:

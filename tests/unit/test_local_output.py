@@ -59,6 +59,9 @@ def test_the_feed_shows_one_line_per_batch_state_change_and_none_per_request() -
     ]:
         feed.line("moto", raw)
     feed.note("process worker-1.0 exited (code -9); replaced by worker-1.1")
+    feed.resuming(["b2"])  # after a restart: its prepare says it started again, no change
+    feed.line("moto", _line("batch started", batch_id="b2", total=1, chains=1))
+    feed.line("moto", _line("batch ended", batch_id="b2", status="failed"))
     feed.stop()
     lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
     assert lines == [
@@ -68,6 +71,7 @@ def test_the_feed_shows_one_line_per_batch_state_change_and_none_per_request() -
         "batch b1 completed",
         "setting BATCH_MIN_ROLE = free (by user-admin)",
         "process worker-1.0 exited (code -9); replaced by worker-1.1",
+        "batch b2 failed",
     ]
 
 
