@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-run lock run reset test test-fast lint format synth deploy diff admin-key config bench bench-yield cost chaos clean
+.PHONY: install install-run lock run reset test test-large test-fast lint format synth deploy diff admin-key config bench bench-yield cost chaos clean
 
 ## Python packages come from the lock files in requirements/ (exact versions, checked against
 ## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
@@ -66,12 +66,13 @@ install-run: $(RUN_STAMP) $(CONSOLE_VENDOR)
 ## Run the whole gateway locally (API on :8080, simulator on :8081). Ctrl-C stops it; its
 ## state is kept in $(STATE_DIR) for the next run (BATCHGW_PERSIST=0 keeps nothing).
 STATE_DIR ?= $(or $(BATCHGW_STATE_DIR),.local/state/$(or $(BATCHGW_PORT),8080))
+LOG_DIR ?= $(or $(BATCHGW_LOG_DIR),.local/logs/$(or $(BATCHGW_PORT),8080))
 run: install-run
 	$(PY) -m local.run
 
-## Forget the local stack's saved state (users, keys, batches, files, settings): the next run starts empty.
+## Forget the local stack's saved state (users, keys, batches, files, settings) and its logs: the next run starts empty.
 reset:
-	rm -rf -- "$(STATE_DIR)"
+	rm -rf -- "$(STATE_DIR)" "$(LOG_DIR)"
 
 ## Install and run the whole test suite: in two processes (pytest-xdist, a test file to each at
 ## a time), then the tests marked serial alone (latency goals; the check of every AWS call the
@@ -83,6 +84,11 @@ test: install
 	$(PYTEST) -n 2 --dist loadfile -m "not serial"; first=$$?; \
 	$(PYTEST) -m serial; second=$$?; \
 	exit $$(( first || second ))
+
+## The slow checks outside `make test`: 100 MB files through the Uploads API and the CLI are
+## validated, counted and start running (a few minutes).
+test-large: install
+	BATCHGW_LARGE_FILE_CHECKS=1 $(PYTEST) tests/e2e/test_large_files.py -k 100mb
 
 lint: install
 	$(VENV)/bin/ruff check .
