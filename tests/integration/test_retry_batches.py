@@ -189,24 +189,32 @@ def test_only_the_owner_retries_an_ended_batch(deps: Deps, monkeypatch: pytest.M
     assert status == 400 and answer["error"]["code"] == "nothing_to_retry"
 
 
-def test_a_file_batch_child_gets_its_own_input_file_and_result_files(
-    deps: Deps, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def create_file_batch(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch, texts: dict[str, str]
+) -> tuple[Any, dict[str, Any]]:
+    """Alice's file batch of a chat request per ``texts`` entry: its input file and the batch."""
     lines = [
         {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": chat(custom_id, text)["body"]}
-        for custom_id, text in TEXTS.items()
+        for custom_id, text in texts.items()
     ]
     upload = files.new_input_file(
         deps, ALICE, "in.jsonl", b"".join(json.dumps(x).encode() + b"\n" for x in lines)
     )
-    status, parent = call(
+    status, batch = call(
         deps,
         monkeypatch,
         "POST",
         "/v1/batches",
         body={"input_file_id": upload.id, "endpoint": CHAT_URL, "completion_window": "24h"},
     )
-    assert status == 200, parent
+    assert status == 200, batch
+    return upload, batch
+
+
+def test_a_file_batch_child_gets_its_own_input_file_and_result_files(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upload, parent = create_file_batch(deps, monkeypatch, TEXTS)
     run_to_end(deps, parent["id"])
 
     status, child = call(deps, monkeypatch, "POST", f"/v1/batches/{parent['id']}/retry")
@@ -263,21 +271,7 @@ def file_batch_failed_reading_its_input(deps: Deps, monkeypatch: pytest.MonkeyPa
     """A file batch whose prepare failed reading its own copy of its input (as a copy whose
     checksum did not match did), and which the workflow's failure step then failed: nothing
     of it was validated, counted or stored. Its id and its input file's."""
-    lines = [
-        {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": chat(custom_id, text)["body"]}
-        for custom_id, text in FINE.items()
-    ]
-    upload = files.new_input_file(
-        deps, ALICE, "in.jsonl", b"".join(json.dumps(x).encode() + b"\n" for x in lines)
-    )
-    status, batch = call(
-        deps,
-        monkeypatch,
-        "POST",
-        "/v1/batches",
-        body={"input_file_id": upload.id, "endpoint": CHAT_URL, "completion_window": "24h"},
-    )
-    assert status == 200, batch
+    upload, batch = create_file_batch(deps, monkeypatch, FINE)
 
     def unreadable(*_: Any, **__: Any) -> Any:
         raise StorageError("could not read the batch's input copy")
