@@ -241,19 +241,33 @@ def _tokens(usage: dict[str, Any], name: str) -> int:
     return value
 
 
+# One client per event loop: its pooled connections belong to the loop that opened them, so a
+# client is never used on another loop. The keys are weak, yet an entry would keep its own
+# loop alive (the client's connections reference the loop), so the entries of closed loops are
+# dropped (``_forget_closed_loops``) and the two are then garbage together.
 _http_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def http_client() -> httpx.AsyncClient:
-    """One pooled client per event loop (Lambda reuses its loop across invocations)."""
+    """The running loop's pooled client. Lambda reuses its loop across invocations, so the
+    client and its connections are too; a caller that makes a loop per invocation
+    (``asyncio.run``) gets a client per loop, and the cache lets go of the closed loops'."""
     loop = asyncio.get_running_loop()
     client = _http_clients.get(loop)
     if client is None:
+        _forget_closed_loops()
         client = httpx.AsyncClient(limits=httpx.Limits(max_connections=512, max_keepalive_connections=256))
         _http_clients[loop] = client
     return client
+
+
+def _forget_closed_loops() -> None:
+    """Drop the clients of loops that have closed (nothing can run on them again, nor close
+    their clients): what the loop and its client held goes with them at the next collection."""
+    for loop in [loop for loop in list(_http_clients.keys()) if loop.is_closed()]:
+        _http_clients.pop(loop, None)
 
 
 async def run_request(
