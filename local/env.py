@@ -11,6 +11,7 @@ Also here: what every local process needs to call a real handler the way Lambda 
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import importlib
 import importlib.util
@@ -407,6 +408,15 @@ def load_handler_copy(path: str) -> Handler:
     return _handler_of(module, path, attr)
 
 
+@dataclass(eq=False)
+class _Environment:
+    """One execution environment: its handler (its own module globals) and its event loop,
+    which every invocation in it runs on, as Lambda's runtime keeps one loop per process."""
+
+    handler: Handler
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+
+
 class HandlerPool:
     """Lambda execution environments for one handler, created on demand and reused.
 
@@ -416,11 +426,16 @@ class HandlerPool:
     environment gets its own copy of the handler's module (the first one is the module
     itself); one environment serves one invocation at a time. ``max_size`` bounds the
     concurrency, as a function's reserved concurrency would (None: unbounded).
+
+    Each environment also has one event loop, the invoking thread's current loop while it
+    runs (``asyncio.get_event_loop()`` answers it): on Lambda the handler's process keeps
+    the loop it made on its first invocation, and Powertools' ``AsyncBatchProcessor`` runs
+    every invocation on it once ``LAMBDA_TASK_ROOT`` is set (``lambda_runtime_env``).
     """
 
     def __init__(self, path: str, max_size: int | None = None) -> None:
         self.path = path
-        self._idle: list[Handler] = []
+        self._idle: list[_Environment] = []
         self._created = 0
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_size) if max_size else None
@@ -440,33 +455,68 @@ class HandlerPool:
             self._slots.acquire()
         try:
             with self._lock:
-                handler = self._idle.pop() if self._idle else None
+                found = self._idle.pop() if self._idle else None
                 first = self._created == 0
-                if handler is None:
+                if found is None:
                     self._created += 1
-            if handler is None:
+            if found is None:
                 try:
-                    handler = load_handler(self.path) if first else load_handler_copy(self.path)
+                    found = _Environment(load_handler(self.path) if first else load_handler_copy(self.path))
                 except BaseException:
                     with self._lock:
                         self._created -= 1
                     raise
+            asyncio.set_event_loop(found.loop)
             try:
-                yield handler
+                yield found.handler
             except Exception:
-                self._release(handler)
+                self._release(found)
                 raise
             except BaseException:
+                found.loop.close()
                 raise  # the environment died with its invocation: the next one starts cold
             else:
-                self._release(handler)
+                self._release(found)
+            finally:
+                asyncio.set_event_loop(None)  # the thread's next invocation may be another environment's
         finally:
             if self._slots is not None:
                 self._slots.release()
 
-    def _release(self, handler: Handler) -> None:
+    def _release(self, found: _Environment) -> None:
         with self._lock:
-            self._idle.append(handler)
+            self._idle.append(found)
+
+
+def lambda_runtime_env(function_name: str, handler_path: str, *, memory_mb: int) -> dict[str, str]:
+    """The variables Lambda's runtime sets in each execution environment of a function, with
+    local values (the task root is the repository; the log stream names the process).
+
+    Code reads them to tell Lambda from elsewhere: Powertools' ``AsyncBatchProcessor`` reuses
+    the environment's event loop only when ``LAMBDA_TASK_ROOT`` is set, and makes (and leaves)
+    a new loop per invocation otherwise. ``AWS_LAMBDA_RUNTIME_API`` is left out: nothing here
+    answers the runtime API.
+    """
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return {
+        "LAMBDA_TASK_ROOT": str(REPO_ROOT),
+        "LAMBDA_RUNTIME_DIR": sys.prefix,
+        "_HANDLER": handler_path,
+        "AWS_EXECUTION_ENV": f"AWS_Lambda_python{version}",
+        "AWS_LAMBDA_FUNCTION_NAME": function_name,
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_mb),
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function_name}",
+        "AWS_LAMBDA_LOG_STREAM_NAME": log_stream_name(),
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+    }
+
+
+def log_stream_name() -> str:
+    """This process's log stream, as its Lambda context and runtime variables name it."""
+    return f"local/{os.getpid()}"
 
 
 @dataclass
@@ -493,7 +543,7 @@ class LambdaContext:
 
     @property
     def log_stream_name(self) -> str:
-        return f"local/{os.getpid()}"
+        return log_stream_name()
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))

@@ -18,6 +18,10 @@ does what Lambda's event source mapping does for the deployed worker:
 Invocations run in threads of one process, each in an execution environment of its own
 (``local.env.HandlerPool``: a module-level Powertools ``BatchProcessor`` holds the records
 of the invocation running in it, so two invocations must not share a copy of the module).
+The process has the variables Lambda's runtime sets (``local.env.lambda_runtime_env``:
+``LAMBDA_TASK_ROOT``, ``AWS_LAMBDA_FUNCTION_NAME``...), and each environment one event loop
+that all its invocations run on, so an async handler runs as on Lambda: Powertools'
+``AsyncBatchProcessor`` reuses the loop rather than making one per invocation.
 SIGTERM/SIGINT stop receiving and give running invocations ``--grace-seconds`` to end.
 """
 
@@ -47,6 +51,7 @@ from local.env import (
     WORKER_HANDLER_ENV,
     HandlerPool,
     LambdaContext,
+    lambda_runtime_env,
     setup_logging,
 )
 from local.invocations import record_invocation
@@ -56,6 +61,7 @@ log = logging.getLogger("local.poller")
 DEFAULT_TIMEOUT_SECONDS = 900.0
 MAX_BATCH_SIZE = 10  # one ReceiveMessage; the mapping's batching window is not modelled
 DEFAULT_CONCURRENCY = 8
+DEFAULT_MEMORY_MB = 1024  # what the Lambda context and AWS_LAMBDA_FUNCTION_MEMORY_SIZE report
 # How long an idle slot's ReceiveMessage waits for a message: SQS's longest, as Lambda's event
 # source mapping long-polls. moto answers as soon as a message arrives (``local.moto_server``),
 # so it costs no latency, and an idle slot makes 3 receives a minute instead of 60.
@@ -150,6 +156,7 @@ class Poller:
         wait_seconds: int = LONG_POLL_SECONDS,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         function_name: str = f"{PREFIX}-worker",
+        memory_mb: int = DEFAULT_MEMORY_MB,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch size must be within 1..{MAX_BATCH_SIZE}")
@@ -160,6 +167,7 @@ class Poller:
         self.wait_seconds = wait_seconds
         self.timeout_seconds = timeout_seconds
         self.function_name = function_name
+        self.memory_mb = memory_mb
         if sqs is None:
             # The event source mapping's own calls count too when a benchmark counts calls.
             session = aws.get_clients().session
@@ -229,7 +237,11 @@ class Poller:
         timeout = self.timeout_seconds
         try:
             with self.handlers.environment() as handler:
-                context = LambdaContext(function_name=self.function_name, timeout_seconds=timeout)
+                context = LambdaContext(
+                    function_name=self.function_name,
+                    timeout_seconds=timeout,
+                    memory_limit_in_mb=self.memory_mb,
+                )
                 started = time.monotonic()
                 response = handler(event, context)
         except Exception:
@@ -306,15 +318,17 @@ def main(argv: list[str] | None = None) -> None:
         help="the function timeout (default: BATCH_WORKER_TIMEOUT_SECONDS or 900)",
     )
     parser.add_argument("--function-name", default=f"{PREFIX}-worker")
+    parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="the function's memory")
     parser.add_argument("--grace-seconds", type=float, default=10.0)
     parser.add_argument("--name", default="worker", help="the name in log lines")
     args = parser.parse_args(argv)
     setup_logging(args.name)
     if not args.queue_url:
         parser.error(f"--queue-url (or {WORK_QUEUE.env_var}) is required")
-    # As in the function's environment on Lambda; its AWS calls (and the mapping's, which Lambda
-    # makes with the function's role) are recorded as its own.
-    os.environ[aws.FUNCTION_NAME_ENV] = args.function_name
+    # As in the function's environment on Lambda (its AWS calls, and the mapping's, which Lambda
+    # makes with the function's role, are recorded under its AWS_LAMBDA_FUNCTION_NAME); set
+    # before the handler is imported, as the runtime sets them before it loads the handler.
+    os.environ.update(lambda_runtime_env(args.function_name, args.handler, memory_mb=args.memory_mb))
     poller = Poller(
         args.queue_url,
         args.handler,
@@ -323,6 +337,7 @@ def main(argv: list[str] | None = None) -> None:
         wait_seconds=args.wait_seconds,
         timeout_seconds=args.timeout_seconds,
         function_name=args.function_name,
+        memory_mb=args.memory_mb,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
