@@ -6,15 +6,19 @@ priced as a batch request is, is charged once, and answers errors in its SDK's s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 from typing import Any
 
 import pytest
+from batchgw.api import auth
 from batchgw.deps import Deps
+from batchgw.domain.errors import ApiError
 from batchgw.domain.interactive import OWN, InteractiveLoad
-from batchgw.passthrough import load
+from batchgw.passthrough import load, serve
+from batchgw.storage.slots import Hold, UserTake
 from batchgw.storage.spend import Payer
 
 from functions.interactive import handler as interactive
@@ -225,3 +229,84 @@ def test_with_the_shared_load_off_its_requests_still_take_batch_slots_and_other_
     share = deps.shares.share("sim-chat")
     assert (share.interactive, share.slots) == (1, cap - 1)
     running.join(10)
+
+
+# --- a burst against a small quota ------------------------------------------------------------
+
+
+def burst(deps: Deps, bodies: list[dict[str, Any]]) -> list[int]:
+    """Send ``bodies`` at once (concurrently, as many Lambda environments would) and give
+    each answer's status: 200, or the refusal's."""
+    principal = auth.authenticate(deps, "Bearer sk-local-alice")
+
+    async def one(body: dict[str, Any]) -> int:
+        try:
+            reply = await serve.serve(
+                deps, principal, CHAT, json.dumps(body).encode(), anthropic_version=None
+            )
+        except ApiError as exc:
+            refused.append(str(exc.code))
+            return exc.status
+        return reply.status
+
+    async def every() -> list[int]:
+        return list(await asyncio.gather(*(one(body) for body in bodies)))
+
+    refused: list[str] = []
+    statuses = asyncio.run(every())
+    assert set(refused) <= {"quota_reserved", "daily_quota_exceeded"}, refused
+    return statuses
+
+
+def test_a_burst_of_twenty_at_a_quota_of_three_requests_cost_spends_at_most_four(
+    deps: Deps, sim: Simulator
+) -> None:
+    one = chat("[[sim latency_ms=400]] hello", max_tokens=3)
+    assert call(CHAT, one)[0] == 200
+    cost = spent_today(deps)  # what one such request costs
+    assert cost > 0
+    deps.accounts.change_user("user-alice", {"daily_quota_nano": cost + 3 * cost})
+    statuses = burst(deps, [one] * 20)
+    assert statuses.count(200) >= 1 and set(statuses) <= {200, 429}
+    assert spent_today(deps) - cost <= 4 * cost  # before: all twenty ran and were charged
+    assert requests_seen(sim) == 1 + statuses.count(200)  # a refused request called no model
+    # Every hold was let go with its request's end.
+    assert deps.user_slots.read("user-alice").interactive == {}
+    assert deps.user_slots.read("user-alice").reserved(deps.clock()) == 0
+
+
+def test_a_running_request_holds_its_most_cost_and_a_dead_ones_hold_expires_on_its_own(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps.accounts.change_user("user-alice", {"daily_quota_nano": 10**9})
+    # The process dies after its charge, before it lets its hold go: nothing releases it.
+    monkeypatch.setattr(deps.user_slots, "release_interactive", lambda user_id, token: None)
+    assert call(CHAT, chat("hi", max_tokens=3))[0] == 200
+    slots = deps.user_slots.read("user-alice")
+    (hold,) = slots.interactive.values()
+    assert hold.reserved > 0 and hold.key_id == ALICE.key_id
+    assert slots.reserved(clock()) == hold.reserved  # counts while it could still be running
+    clock.advance(hold.until - clock() + 1)
+    assert deps.user_slots.read("user-alice").reserved(clock()) == 0  # expired: counts for nothing
+    assert call(CHAT, chat("hi", max_tokens=3))[0] == 200  # and the next request's hold removes it
+    assert hold not in deps.user_slots.read("user-alice").interactive.values()
+
+
+def test_interactive_and_batch_holds_count_together_and_neither_takes_the_others_place(deps: Deps) -> None:
+    slots = deps.user_slots
+    now = deps.clock()
+    # An interactive hold first: the item exists before any batch slot map does.
+    assert slots.hold_interactive(
+        "user-bob", "i1", Hold(now + 60, reserved=70, key_id="kb"), version=0, gone=[]
+    )
+    assert (
+        slots.take("user-bob", "b1", Hold(now + 60, reserved=30, key_id="kb"), cap=1, now=now)
+        is UserTake.TAKEN
+    )
+    read = slots.read("user-bob")
+    assert set(read.holds) == {"b1"} and set(read.interactive) == {"i1"}  # no batch slot taken by it
+    assert read.reserved(now) == 100 and read.reserved(now, key_id="kb", besides="b1") == 70
+    # A hold judged against an older version is refused: the reservations changed since.
+    assert not slots.hold_interactive("user-bob", "i2", Hold(now + 60, reserved=1), version=0, gone=[])
+    slots.release_interactive("user-bob", "i1")
+    assert slots.read("user-bob").reserved(now) == 30

@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 import pytest
 from batchgw.domain.accounts import KeyRecord, UserRecord, UserStatus
 from batchgw.domain.spend import (
+    Blocked,
     Judgement,
     PauseReason,
     Spend,
+    blocked,
     day_of,
     judge,
     month_of,
@@ -162,3 +164,22 @@ def test_what_is_left_to_spend_is_the_least_room_of_every_quota_and_budget_reser
     assert room_left(user, key, Spend(today=300, month=9_500, reserved=100), NOTHING) == 400
     assert room_left(user, key, Spend(today=100, month=100), Spend(month=4_800)) == 200  # the key's
     assert room_left(user, key, Spend(today=2_000, month=2_000), NOTHING) == 0  # over: none left
+
+
+def test_a_request_that_cannot_wait_is_blocked_by_charges_or_by_reservations_saying_which() -> None:
+    user = replace(USER, daily_quota_nano=100, monthly_quota_nano=1_000)
+    key = replace(KEY, daily_budget_nano=50)
+    assert blocked(USER, KEY, NOTHING, NOTHING) is None
+    assert blocked(user, KEY, Spend(today=60, month=60, reserved=39), NOTHING) is None
+    # Charges alone used it up: not worth trying again today.
+    assert blocked(user, KEY, Spend(today=100, month=100), NOTHING) == Blocked(PauseReason.DAILY_QUOTA)
+    # Requests still running, at their most, would reach it: try again once they end.
+    assert blocked(user, KEY, Spend(today=60, month=60, reserved=40), NOTHING) == Blocked(
+        PauseReason.DAILY_QUOTA, by_reservations=True
+    )
+    assert blocked(user, KEY, Spend(today=0, month=990, reserved=10), NOTHING) == Blocked(
+        PauseReason.MONTHLY_QUOTA, by_reservations=True
+    )
+    assert blocked(USER, key, NOTHING, Spend(today=10, reserved=40)) == Blocked(
+        PauseReason.KEY_BUDGET, by_reservations=True
+    )

@@ -175,6 +175,22 @@ def owner_refusal(user: UserRecord | None, key: KeyRecord | None, now: float) ->
     return None
 
 
+def owner_standing(
+    user: UserRecord | None, key: KeyRecord | None, *, now: float, min_role: str, recheck_seconds: float
+) -> Standing | None:
+    """What the batch's key and its owner's account alone say of its next request, quotas
+    and budgets aside: it fails (the key or account may no longer run it), it pauses (the
+    owner's role is below ``min_role``, checked again ``recheck_seconds`` on), or None: they
+    let it run. The first judgement of ``judge``, and all a provider-run batch's step asks."""
+    refused = owner_refusal(user, key, now)
+    if refused is not None:
+        return Standing(Judgement.UNAUTHORIZED, message=refused)
+    assert user is not None
+    if role_rank(user.role) < role_rank(min_role):
+        return Standing(Judgement.PAUSE, PauseReason.ROLE, until=None, check_at=now + recheck_seconds)
+    return None
+
+
 def judge(
     user: UserRecord | None,
     key: KeyRecord | None,
@@ -187,13 +203,11 @@ def judge(
     reservation_wait_seconds: float,
 ) -> Standing:
     """What the owner's account allows the batch's next request now (see the module)."""
-    refused = owner_refusal(user, key, now)
-    if refused is not None:
-        return Standing(Judgement.UNAUTHORIZED, message=refused)
+    standing = owner_standing(user, key, now=now, min_role=min_role, recheck_seconds=recheck_seconds)
+    if standing is not None:
+        return standing
     assert user is not None and key is not None
     recheck = now + recheck_seconds
-    if role_rank(user.role) < role_rank(min_role):
-        return Standing(Judgement.PAUSE, PauseReason.ROLE, until=None, check_at=recheck)
     reason = used_up(user, key, user_spend, key_spend)
     if reason is not None:
         until = _renewal(reason, key, key_spend, now)
@@ -224,6 +238,48 @@ def _reserved_in_the_way(spend: Spend, limit: Limit) -> bool:
         return False
     return (limit.daily is not None and spend.today + spend.reserved >= limit.daily) or (
         limit.monthly is not None and spend.month + spend.reserved >= limit.monthly
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Why a request that cannot wait (an interactive one) is refused now: the quota or
+    budget in the way, and whether only the reservations of requests still running put it
+    there (what was charged leaves room: it may be tried again once they end)."""
+
+    reason: PauseReason
+    by_reservations: bool = False
+
+
+def blocked(user: UserRecord, key: KeyRecord, user_spend: Spend, key_spend: Spend) -> Blocked | None:
+    """What stops a request now, counting the requests still running at what they may cost
+    (None: it may run). A request is let through only while what was charged and reserved
+    stays under every ceiling, so a burst passes one by at most one request's most."""
+    reason = used_up(user, key, user_spend, key_spend)
+    if reason is not None:
+        return Blocked(reason)
+    user_limit, key_limit = limit_of_user(user), limit_of_key(key)
+    if _reserved_in_the_way(user_spend, Limit(user_limit.daily)):
+        return Blocked(PauseReason.DAILY_QUOTA, by_reservations=True)
+    if _reserved_in_the_way(user_spend, Limit(monthly=user_limit.monthly)):
+        return Blocked(PauseReason.MONTHLY_QUOTA, by_reservations=True)
+    if _reserved_in_the_way(key_spend, key_limit):
+        return Blocked(PauseReason.KEY_BUDGET, by_reservations=True)
+    return None
+
+
+_HELD_REFUSALS = {
+    PauseReason.DAILY_QUOTA: "daily cost quota",
+    PauseReason.MONTHLY_QUOTA: "monthly cost quota",
+    PauseReason.KEY_BUDGET: "API key's budget",
+}
+
+
+def held_refusal(reason: PauseReason) -> str:
+    """What a request refused because requests still running may use up ``reason`` says."""
+    return (
+        f"Your requests still running may use up your {_HELD_REFUSALS[reason]} (each counts at "
+        "the most it may cost until its cost is charged); try again once they end."
     )
 
 

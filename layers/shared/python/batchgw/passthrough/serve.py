@@ -4,13 +4,14 @@
    same limits, the same model rules, a priced model); ``stream: true`` is refused, since
    API Gateway's HTTP API and Lambda return an answer whole.
 2. The caller's daily and monthly quotas and the key's budgets: a used-up one answers 429,
-   as a new batch is refused.
+   as a new batch is refused; the caller's requests still running count at what they may
+   cost (``reserve``), so a burst passes a quota or budget by at most one request's most.
 3. The request goes to its model's routes (any of them: batch-allowed or not), failing over
    a route that refuses the connection, as batch work does, within
    ``INTERACTIVE_TIMEOUT_SECONDS``; it counts as interactive load on its model the whole
    time (``load.in_flight``), so batch work gives way to it.
 4. Its cost, when its usage is known, is charged to the caller and the key once, at the
-   model's price: the price a batch request pays.
+   model's price: the price a batch request pays; then its reservation is let go.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from typing import Any
 
 from batchgw.deps import Deps
 from batchgw.domain.attempts import AttemptEntry
-from batchgw.domain.errors import BadRequest, ServiceUnavailable, TooManyRequests
+from batchgw.domain.errors import BadRequest, ServiceUnavailable
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
-from batchgw.domain.spend import refusal, reservation_tokens
+from batchgw.domain.spend import reservation_tokens
 from batchgw.observability import logger, metrics
 from batchgw.passthrough.answers import MESSAGES, Reply, of_outcome
 from batchgw.passthrough.load import in_flight
-from batchgw.storage.spend import SPEND_SHARDS, Payer, used_up_now
+from batchgw.passthrough.reserve import reserved
+from batchgw.storage.spend import SPEND_SHARDS, Payer
 from batchgw.upstream import client, routing
 from batchgw.validation import RequestInvalid
 from batchgw.validation.create import plan_body
@@ -65,9 +67,6 @@ async def serve(
     except RequestInvalid as exc:
         raise BadRequest(exc.message, param=_body_param(exc.param), code=exc.code) from exc
     payer = Payer(principal.user_id, principal.key_id)
-    used_up = await asyncio.to_thread(used_up_now, deps.accounts, deps.spend, payer, deps.clock())
-    if used_up is not None:
-        raise TooManyRequests(refusal(used_up), code=f"{used_up.value}_exceeded")
     routes = routing.plan(deps, spec, deps.clock(), interactive=True)
     if not routes.routes:
         raise ServiceUnavailable(
@@ -76,30 +75,37 @@ async def serve(
             code="service_unavailable",
         )
     settings = deps.settings
-    started = time.monotonic()
-    async with in_flight(deps, spec.id):
-        outcome = await client.run_request(
-            spec,
-            routes.routes,
-            endpoint,
-            body,
-            timeout=min(settings.batch_upstream_timeout_seconds, INTERACTIVE_TIMEOUT_SECONDS),
-            anthropic_version=version,
-            max_bytes=MAX_ANSWER_BYTES,
-            secret_ttl=settings.batch_upstream_secret_ttl_seconds,
-            source=client.INTERACTIVE,
+    timeout = min(settings.batch_upstream_timeout_seconds, INTERACTIVE_TIMEOUT_SECONDS)
+    # What it may cost at most: held against the caller's quotas and budgets until charged.
+    most = 0
+    if spec.price is not None:
+        most = spec.price.cost_nano(
+            *reservation_tokens(body, endpoint, model_max_output=spec.max_output_tokens)
         )
-    latency_ms = round((time.monotonic() - started) * 1000)
-    routing.note(deps, spec, outcome, deps.clock())
-    cost = None
-    if outcome.usage_known and spec.price is not None:
-        cost = spec.price.cost_nano(outcome.input_tokens, outcome.output_tokens)
-        await _charge(deps, payer, cost)
-    elif outcome.route is not None and spec.price is not None:
-        # Its cost is unknown (the answer was lost, too large or never came): it counts
-        # against the caller's quotas at the most it could have cost.
-        most = reservation_tokens(body, endpoint, model_max_output=spec.max_output_tokens)
-        await _charge(deps, payer, 0, unknown=spec.price.cost_nano(*most))
+    async with reserved(deps, payer, most, call_seconds=timeout):
+        started = time.monotonic()
+        async with in_flight(deps, spec.id):
+            outcome = await client.run_request(
+                spec,
+                routes.routes,
+                endpoint,
+                body,
+                timeout=timeout,
+                anthropic_version=version,
+                max_bytes=MAX_ANSWER_BYTES,
+                secret_ttl=settings.batch_upstream_secret_ttl_seconds,
+                source=client.INTERACTIVE,
+            )
+        latency_ms = round((time.monotonic() - started) * 1000)
+        routing.note(deps, spec, outcome, deps.clock())
+        cost = None
+        if outcome.usage_known and spec.price is not None:
+            cost = spec.price.cost_nano(outcome.input_tokens, outcome.output_tokens)
+            await _charge(deps, payer, cost)
+        elif outcome.route is not None and spec.price is not None:
+            # Its cost is unknown (the answer was lost, too large or never came): it counts
+            # against the caller's quotas at the most it could have cost.
+            await _charge(deps, payer, 0, unknown=most)
     reply = of_outcome(endpoint, outcome)
     _record(principal, endpoint, spec.id, outcome, reply, latency_ms=latency_ms, cost_nano=cost)
     entry = AttemptEntry.of_call(

@@ -197,6 +197,7 @@ def _state_of(item: dict[str, Any] | None) -> SlotState:
 # The clauses of a user's slot map's conditional writes.
 version_unchanged = "(attribute_not_exists(v) OR v = :v)"
 room_or_held = f"({token_held} OR {room_left})"
+INTERACTIVE_PREFIX = "i:"  # an interactive request's hold: i:<token>, beside the map of slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,19 +212,25 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class UserSlots:
-    """A user's slot map as read: every hold by token, and the map's version."""
+    """A user's slot map as read: every hold by token, the holds of their interactive
+    requests (no slot of the role's cap: reservations only), and the map's version."""
 
     holds: dict[str, Hold]
     version: int = 0
+    interactive: dict[str, Hold] = field(default_factory=dict)
 
     def reserved(self, now: float, *, key_id: str | None = None, besides: str | None = None) -> int:
-        """What the user's live holds (only ``key_id``'s, if given) may still cost, leaving
-        out the hold ``besides``."""
+        """What the user's live holds, batch and interactive (only ``key_id``'s, if given),
+        may still cost, leaving out the hold ``besides``."""
         return sum(
             hold.reserved
-            for token, hold in self.holds.items()
+            for token, hold in (*self.holds.items(), *self.interactive.items())
             if hold.until >= now and token != besides and (key_id is None or hold.key_id == key_id)
         )
+
+    def expired_interactive(self, now: float) -> list[str]:
+        """The interactive holds whose request is long gone (their process died)."""
+        return [token for token, hold in self.interactive.items() if hold.until < now]
 
 
 class UserTake(StrEnum):
@@ -266,7 +273,12 @@ class UserSlotStore:
         if item is None:
             return UserSlots({})
         holds = {token: _hold_of(value) for token, value in (item.get("s") or {}).items()}
-        return UserSlots(holds, int(item.get("v", 0)))
+        interactive = {
+            name[len(INTERACTIVE_PREFIX) :]: _hold_of(value)
+            for name, value in item.items()
+            if name.startswith(INTERACTIVE_PREFIX) and isinstance(value, dict)
+        }
+        return UserSlots(holds, int(item.get("v", 0)), interactive)
 
     def read(self, user_id: str) -> UserSlots:
         return self.parse(self._table.get(self.key(user_id)))
@@ -315,12 +327,48 @@ class UserSlotStore:
         release = Update(extra_remove=["s.#t"], names={"#t": token})
         self._table.update(self.key(user_id), release, failure=f"could not release a slot of {user_id}")
 
-    def _create(self, user_id: str) -> None:
-        self._table.put(
-            {"pk": f"uslots#{user_id}", "sk": "slots", "s": {}, "v": 0},
-            condition=slots_not_exist,
-            failure=f"could not create the slots of {user_id}",
+    # An interactive request's hold is an attribute of its own (i:<token>), beside the map of
+    # slots: it takes no slot of the role's cap, but its reservation counts with theirs.
+
+    def hold_interactive(
+        self, user_id: str, token: str, hold: Hold, *, version: int, gone: list[str]
+    ) -> bool:
+        """Hold ``hold`` for interactive request ``token`` if the map is still at ``version``
+        (no reservation was added since it was read), removing the expired interactive holds
+        ``gone`` (as read at that version). False when another request changed it first."""
+        names = {"#t": f"{INTERACTIVE_PREFIX}{token}"} | {
+            f"#g{i}": f"{INTERACTIVE_PREFIX}{t}" for i, t in enumerate(gone)
+        }
+        take = Update(
+            extra_set=["#t = :hold", "v = if_not_exists(v, :zero) + :one"],
+            extra_remove=[f"#g{i}" for i in range(len(gone))],
+            condition=version_unchanged,
+            names=names,
+            values={
+                ":hold": {"u": timestamp(hold.until), "n": hold.reserved, "k": hold.key_id},
+                ":one": 1,
+                ":zero": 0,
+                ":v": version,
+            },
         )
+        return self._table.update(
+            self.key(user_id), take, failure=f"could not hold a reservation of {user_id}"
+        )
+
+    def release_interactive(self, user_id: str, token: str) -> None:
+        release = Update(extra_remove=["#t"], names={"#t": f"{INTERACTIVE_PREFIX}{token}"})
+        self._table.update(
+            self.key(user_id), release, failure=f"could not release a reservation of {user_id}"
+        )
+
+    def _create(self, user_id: str) -> None:
+        # An update, not a put: the item may hold interactive reservations and a version already.
+        create = Update(
+            extra_set=["s = :empty", "v = if_not_exists(v, :zero)"],
+            condition=slots_not_exist,
+            values={":empty": {}, ":zero": 0},
+        )
+        self._table.update(self.key(user_id), create, failure=f"could not create the slots of {user_id}")
 
     def _purge(self, user_id: str, expired: dict[str, Any]) -> None:
         names = {f"#e{i}": token for i, token in enumerate(expired)}

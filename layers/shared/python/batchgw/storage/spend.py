@@ -146,9 +146,11 @@ class SpendStore:
         self, payer: Payer, now: float, extra: Sequence[dict[str, Any]]
     ) -> tuple[Spend, Spend, list[dict[str, Any]]]:
         """The user's and the key's spend, and those of the ``extra`` keys of the same table
-        that exist (as plain items): a Query and a BatchGetItem, both strongly consistent."""
-        user, key = self.read(payer, now)
+        that exist (as plain items): a BatchGetItem, then a Query, both strongly consistent.
+        The extras (a slot map's reservations) are read first: a request charged and then
+        released between the reads counts in both, never in neither."""
         extras = [from_item(raw) for raw in self._table.get_many(list(extra))] if extra else []
+        user, key = self.read(payer, now)
         return user, key, extras
 
 
