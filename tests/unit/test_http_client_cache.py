@@ -11,6 +11,7 @@ import asyncio
 import gc
 import time
 import weakref
+from typing import Any
 
 import httpx
 from batchgw.upstream import client as upstream_client
@@ -41,7 +42,7 @@ async def _talk_once() -> tuple[weakref.ref[httpx.AsyncClient], weakref.ref[asyn
     return weakref.ref(client), weakref.ref(asyncio.get_running_loop())
 
 
-def _freed_within(deadline_seconds: float, *refs: weakref.ref[object]) -> bool:
+def _freed_within(deadline_seconds: float, *refs: weakref.ref[Any]) -> bool:
     """Collect until every referent is gone, or the deadline passes."""
     deadline = time.monotonic() + deadline_seconds
     while time.monotonic() < deadline:
