@@ -18,6 +18,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from batchgw import inputs
+from batchgw.api import prompts
 from batchgw.api.accounts import require_admin
 from batchgw.api.batches import batches_of, every_batch, list_every_batch, visible_batch
 from batchgw.api.params import (
@@ -37,13 +38,13 @@ from batchgw.domain import codec, money
 from batchgw.domain.attempts import AttemptEntry, log_key
 from batchgw.domain.batch import BatchRecord, CountedBatch, Tally
 from batchgw.domain.decisions import not_run_error
-from batchgw.domain.errors import BadRequest, Forbidden, NotFound
+from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.fairness import held_by_batch
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.results import result_line
 from batchgw.domain.states import UNFINISHED_STATUSES, RequestStatus
-from batchgw.storage.audit import ENTRY_ID, AuditEntry
+from batchgw.storage.audit import ENTRY_ID
 from batchgw.storage.reqlog import ENTRY_ID as LOG_ENTRY_ID
 from batchgw.storage.reqlog import HOUR_SECONDS, SOURCES, HourCounts, Source
 from batchgw.storage.reqlog import entry_id as log_entry_id
@@ -365,7 +366,6 @@ def _totals(batches: list[CountedBatch]) -> dict[str, Any]:
 
 # --- a batch's prompts, and the audit of who read them ------------------------------------------
 
-PROMPTS_READ = "batch.requests.read"
 # An entry larger than this shows its request and answer as a note (the page must fit Lambda's
 # answer; the output file has them whole).
 _PROMPT_ENTRY_MOST_BYTES = ANSWER_LIMIT // 4
@@ -377,10 +377,7 @@ def batch_requests(deps: Deps, principal: Principal, batch_id: str, params: Para
     not kept (DB_STORE_FULL_CONTENT off). Each page read is audited against the batch's owner
     (``batch.requests.read``) before it is answered."""
     require_admin(principal)
-    if not deps.settings.db_store_full_content:
-        raise Forbidden(
-            "Prompts are not kept on this gateway (DB_STORE_FULL_CONTENT is off).", code="prompts_not_stored"
-        )
+    prompts.require_kept(deps)
     record = visible_batch(deps, principal, batch_id).record
     limit = int_param(params, "limit", default=20, low=1, high=100)
     after_index = index_after(record, params)
@@ -402,16 +399,12 @@ def batch_requests(deps: Deps, principal: Principal, batch_id: str, params: Para
     )
     if page["data"]:
         shown = page["data"]
-        deps.audit.record(
+        prompts.record_read(
+            deps,
+            principal,
             record.owner,
-            AuditEntry(
-                action=PROMPTS_READ,
-                actor=principal.user_id,
-                key_id=principal.key_id,
-                target=record.id,
-                detail=f"requests {shown[0]['custom_id']!r} to {shown[-1]['custom_id']!r} ({len(shown)})",
-                at=deps.clock(),
-            ),
+            target=record.id,
+            detail=f"requests {shown[0]['custom_id']!r} to {shown[-1]['custom_id']!r} ({len(shown)})",
         )
     return page
 

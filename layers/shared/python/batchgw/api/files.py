@@ -15,6 +15,7 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any, get_args
 
+from batchgw.api import prompts
 from batchgw.api.auth import require_role
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import (
@@ -214,10 +215,19 @@ def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[st
     return fields
 
 
-def upload_file(deps: Deps, principal: Principal, content_type: str | None, body: bytes) -> dict[str, Any]:
-    """POST /v1/files."""
+def may_create_file(deps: Deps, principal: Principal) -> None:
+    """The rule every route that makes an input file of the caller's from bytes it is given
+    or writes checks first (``POST /v1/files``, the console's export of a batch's unfinished
+    requests): 403 below BATCH_MIN_ROLE, then one upload of BATCH_FILE_UPLOADS_PER_HOUR
+    counted (429 ``upload_rate_limited``), a refused one too. The storage limit is checked
+    where the bytes are stored (``new_input_file``)."""
     require_role(deps, principal, "upload files")
     count_upload(deps, principal)
+
+
+def upload_file(deps: Deps, principal: Principal, content_type: str | None, body: bytes) -> dict[str, Any]:
+    """POST /v1/files."""
+    may_create_file(deps, principal)
     fields, data = multipart_file(
         deps,
         content_type,
@@ -324,8 +334,23 @@ def delete_all_of(deps: Deps, owner: str) -> None:
 
 def file_content(deps: Deps, principal: Principal, file_id: str) -> Download:
     """The file's bytes inline when small, else a presigned URL; with its SHA-256. A file
-    whose bytes went meanwhile (a delete or purge between the two reads) is not found."""
+    whose bytes went meanwhile (a delete or purge between the two reads) is not found.
+
+    An administrator's read of another user's file is a read of that user's content, as the
+    Prompts view's is (``api.prompts``): every file holds prompts or the answers to them (an
+    input file, a retry's or an export's, its requests; an output file, the answers; an error
+    file, the errors, which may quote a request). So it is refused with 403 where prompts are
+    not kept, and recorded as ``batch.requests.read`` against the owner before it is answered."""
     record = visible_file(deps, principal, file_id)
+    if record.owner != principal.user_id:
+        prompts.require_kept(deps)
+        prompts.record_read(
+            deps,
+            principal,
+            record.owner,
+            target=record.id,
+            detail=f"content of {record.purpose} file {record.filename!r} ({record.bytes} bytes)",
+        )
     if binary_out_bytes(record.bytes) <= ANSWER_LIMIT:
         try:
             body = deps.blobs.get(file_key(file_id))
