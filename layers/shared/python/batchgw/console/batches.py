@@ -344,7 +344,10 @@ def export_unfinished(deps: Deps, principal: Principal, batch_id: str) -> dict[s
     """POST /console/api/batches/{id}/export-unfinished: a finished Chat or Embeddings batch's
     failed, expired and cancelled requests as a new input file of the caller (each line as
     the batch stored it: its custom_id, url, method and body, on the canonical model), to fix
-    and submit as a new batch. Counted against the caller's storage like any upload."""
+    and submit as a new batch. It makes a file as ``POST /v1/files`` does, under the same rule
+    (``files.may_create_file``: 403 below BATCH_MIN_ROLE, one upload of the hour's counted) and
+    against the same storage limit (429 ``file_storage_limit``)."""
+    files.may_create_file(deps, principal)
     batch = deps.batches.get(batch_id)
     if batch is None or batch.record.owner != principal.user_id:
         raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id")
