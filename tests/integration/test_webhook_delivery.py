@@ -116,11 +116,32 @@ def test_a_failing_receiver_gets_the_same_webhook_id_until_it_answers_2xx(
     (event,) = queued_events(deps)
     receiver.plans[HOOK] = [500, 503]
     assert deliver(deps, event) == Later(5)
+    clock.advance(5)
     assert deliver(deps, event) == Later(30)
+    clock.advance(30)
     assert deliver(deps, event) is None
     assert [h["webhook-id"] for h, _, _ in receiver.at(HOOK)] == [event.event_id] * 3
     (listed,) = webhooks.list_events(deps, ALICE)["data"]
     assert listed["attempts"] == 3 and listed["last_status"] == 200
+
+
+def test_an_event_that_arrives_before_its_next_attempt_waits_for_it_untried(
+    deps: Deps, receiver: Receiver, clock: FakeClock
+) -> None:
+    """As a queue re-created from the delivery records delivers it (a local stack's restart)."""
+    webhooks.put_webhook(deps, ALICE, {"url": receiver.url(HOOK)})
+    ended_batch(deps)
+    (event,) = queued_events(deps)
+    receiver.plans[HOOK] = [500]
+    assert deliver(deps, event) == Later(5)
+    clock.advance(2)
+    assert deliver(deps, event) == Later(3)  # early: held for the rest of its backoff
+    assert len(receiver.at(HOOK)) == 1
+    clock.advance(3)
+    assert deliver(deps, event) is None
+    assert len(receiver.at(HOOK)) == 2
+    (listed,) = webhooks.list_events(deps, ALICE)["data"]
+    assert listed["attempts"] == 2 and listed["last_status"] == 200
 
 
 def test_410_disables_the_endpoint_until_it_is_saved_again(deps: Deps, receiver: Receiver) -> None:
@@ -144,7 +165,9 @@ def test_three_timeouts_suspend_the_endpoint_and_it_recovers(
     (event,) = queued_events(deps)
     receiver.plans[HOOK] = ["hang", "hang", "hang"]
     assert deliver(deps, event) == Later(5)
+    clock.advance(5)
     assert deliver(deps, event) == Later(30)
+    clock.advance(30)
     assert deliver(deps, event) == Later(600)  # suspended
     assert webhooks.get_webhook(deps, ALICE)["suspended_until"] is not None
     seen = len(receiver.at(HOOK))

@@ -15,6 +15,9 @@ checked when resolved, on every redirect, and connected to as checked), and judg
 
 ``deliver`` answers ``Later(seconds)`` when the event must wait: the handler keeps the
 message invisible that long (the group waits behind it), so a wait needs no delay queue.
+The delivery record names the next attempt's time, and an event that arrives before it waits
+for it untried: a queue re-created from the records (a local stack's restart,
+``local.resume``) holds each waiting event as the lost queue did.
 A delivery that dies at any line comes back with its message: at least once; receivers
 deduplicate on ``webhook-id``.
 """
@@ -33,6 +36,9 @@ from batchgw.storage.webhooks import Delivery, Webhook
 
 MAX_ATTEMPTS = 8
 TIMEOUTS_TO_SUSPEND = 3
+# An event arriving this little before its next attempt is on time (the invocation that held
+# it and this one read their clocks apart): it is tried, not held for a second more.
+EARLY_ARRIVAL_SLACK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,8 @@ def deliver(
     if message.test:
         _test(deps, hook, message, record, transport)
         return None
+    if record.next_attempt_at is not None and record.next_attempt_at - now > EARLY_ARRIVAL_SLACK_SECONDS:
+        return Later(record.next_attempt_at - now)  # its backoff or suspension is not over
     if hook is None or not hook.enabled or message.type not in hook.event_types:
         if hook is None:
             why = "no webhook"
