@@ -31,7 +31,7 @@ from batchgw.domain.errors import (
     TooManyRequests,
 )
 from batchgw.domain.files import FileRecord, file_key
-from batchgw.domain.modes import PROVIDER_WINDOW, Mode
+from batchgw.domain.modes import PROVIDER_WINDOW, Mode, ModeChoice
 from batchgw.domain.principal import Principal
 from batchgw.domain.spend import TokenCost, most_cost, over_budget_message, refusal
 from batchgw.domain.states import BatchStatus
@@ -39,7 +39,7 @@ from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.observability import logger
 from batchgw.storage.blobs import own_input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
-from batchgw.storage.spend import Payer, room_now, used_up_now
+from batchgw.storage.spend import Payer, reserve_provider, used_up_now
 from batchgw.storage.workflow import Next
 from batchgw.validation.create import (
     COMPLETION_WINDOWS,
@@ -262,8 +262,28 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
     else:
         check_file_batches(deps)
     _check_spend(deps, principal)
+    held = False
     if prices is not None and isinstance(given, InlineInput):
-        _check_most_cost(deps, principal, opening.endpoint, given, prices)
+        held = _reserve_most_cost(deps, principal, creating.batch_id, opening.endpoint, given, prices)
+    try:
+        return _open(deps, principal, creating, opening, label, seconds, choice, prices)
+    except BaseException:
+        if held:  # nothing stored: its hold goes too (a create that died leaves it to expire)
+            deps.user_slots.release_provider(principal.user_id, creating.batch_id)
+        raise
+
+
+def _open(
+    deps: Deps,
+    principal: Principal,
+    creating: Creating,
+    opening: Opening,
+    label: str,
+    seconds: float | None,
+    choice: ModeChoice | None,
+    prices: dict[str, list[str]] | None,
+) -> dict[str, Any]:
+    given = opening.input
     batch_id = creating.batch_id
     clock_now = deps.clock()
     now = int(clock_now)
@@ -410,22 +430,32 @@ def _check_spend(deps: Deps, principal: Principal) -> None:
         raise TooManyRequests(refusal(reason), code=f"{reason.value}_exceeded")
 
 
-def _check_most_cost(
-    deps: Deps, principal: Principal, endpoint: str, given: InlineInput, prices: dict[str, list[str]]
-) -> None:
+def _reserve_most_cost(
+    deps: Deps,
+    principal: Principal,
+    batch_id: str,
+    endpoint: str,
+    given: InlineInput,
+    prices: dict[str, list[str]],
+) -> bool:
     """429 ``budget_exceeded`` when a batch run on its provider's batch service could cost
-    more, at its batch price, than the caller's quotas and budget leave: nothing here stops
-    its requests one by one once the provider has them (OMG's create-time check, spec 001)."""
-    room = room_now(deps.accounts, deps.spend, Payer(principal.user_id, principal.key_id), deps.clock())
-    if room is None:
-        return
+    more, at its batch price, than the caller's quotas and budget leave, counting the provider
+    batches already accepted and not yet charged: nothing here stops its requests one by one
+    once the provider has them (OMG's create-time check, spec 001). Else that most is held
+    for the batch until it is charged or ends (``storage.spend.reserve_provider``); whether a
+    hold was written (none when nothing limits the caller)."""
     lines = (
         (_cost_of(prices, model), body, deps.catalog.models[model].max_output_tokens)
         for _, model, body in given.requests
     )
     most = most_cost(lines, endpoint)
-    if most > room:
+    payer = Payer(principal.user_id, principal.key_id)
+    held, room = reserve_provider(
+        deps.accounts, deps.spend, deps.user_slots, deps.batches, payer, batch_id, most, deps.clock()
+    )
+    if room is not None:
         raise TooManyRequests(over_budget_message(most, room), code="budget_exceeded")
+    return held
 
 
 def _cost_of(prices: dict[str, list[str]], model: str) -> TokenCost:

@@ -231,8 +231,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "adaptive": access(read=(ADMIN,), write=(WORKER,)),
     # storage.slots: model and per-user concurrency leases, shown to administrators
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
-    # (a user's slot map also holds their interactive requests' reservations)
-    "uslots#*": access(write=(WORKER, INTERACTIVE)),
+    # (a user's slot map also holds their interactive requests' reservations, and the
+    # provider-run batches' they were accepted, written by the api's create)
+    "uslots#*": access(write=(WORKER, INTERACTIVE, API)),
     # storage.spend: charged in the attempt's own transaction (an interactive request's on
     # its own; the lost attempts of a request the reconciler ends, in its end), read for
     # quotas and /v1/me

@@ -198,6 +198,7 @@ def _state_of(item: dict[str, Any] | None) -> SlotState:
 version_unchanged = "(attribute_not_exists(v) OR v = :v)"
 room_or_held = f"({token_held} OR {room_left})"
 INTERACTIVE_PREFIX = "i:"  # an interactive request's hold: i:<token>, beside the map of slots
+PROVIDER_PREFIX = "p:"  # a provider-run batch's hold: p:<batch id>, beside the map of slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +219,7 @@ class UserSlots:
     holds: dict[str, Hold]
     version: int = 0
     interactive: dict[str, Hold] = field(default_factory=dict)
+    provider: dict[str, Hold] = field(default_factory=dict)  # by batch id (``storage.spend``)
 
     def reserved(self, now: float, *, key_id: str | None = None, besides: str | None = None) -> int:
         """What the user's live holds, batch and interactive (only ``key_id``'s, if given),
@@ -237,6 +239,15 @@ class UserTake(StrEnum):
     TAKEN = "taken"
     FULL = "full"  # the user has as many requests running as their role allows
     CHANGED = "changed"  # another request changed the reservations since they were read
+
+
+def _beside(item: dict[str, Any], prefix: str) -> dict[str, Hold]:
+    """The holds kept beside the map of slots under ``prefix``, by what follows it."""
+    return {
+        name[len(prefix) :]: _hold_of(value)
+        for name, value in item.items()
+        if name.startswith(prefix) and isinstance(value, dict)
+    }
 
 
 def _hold_of(value: Any) -> Hold:
@@ -273,12 +284,9 @@ class UserSlotStore:
         if item is None:
             return UserSlots({})
         holds = {token: _hold_of(value) for token, value in (item.get("s") or {}).items()}
-        interactive = {
-            name[len(INTERACTIVE_PREFIX) :]: _hold_of(value)
-            for name, value in item.items()
-            if name.startswith(INTERACTIVE_PREFIX) and isinstance(value, dict)
-        }
-        return UserSlots(holds, int(item.get("v", 0)), interactive)
+        return UserSlots(
+            holds, int(item.get("v", 0)), _beside(item, INTERACTIVE_PREFIX), _beside(item, PROVIDER_PREFIX)
+        )
 
     def read(self, user_id: str) -> UserSlots:
         return self.parse(self._table.get(self.key(user_id)))
@@ -328,7 +336,8 @@ class UserSlotStore:
         self._table.update(self.key(user_id), release, failure=f"could not release a slot of {user_id}")
 
     # An interactive request's hold is an attribute of its own (i:<token>), beside the map of
-    # slots: it takes no slot of the role's cap, but its reservation counts with theirs.
+    # slots: it takes no slot of the role's cap, but its reservation counts with theirs. A
+    # provider-run batch's is too (p:<batch id>), counted only by provider batches' checks.
 
     def hold_interactive(
         self, user_id: str, token: str, hold: Hold, *, version: int, gone: list[str]
@@ -336,9 +345,27 @@ class UserSlotStore:
         """Hold ``hold`` for interactive request ``token`` if the map is still at ``version``
         (no reservation was added since it was read), removing the expired interactive holds
         ``gone`` (as read at that version). False when another request changed it first."""
-        names = {"#t": f"{INTERACTIVE_PREFIX}{token}"} | {
-            f"#g{i}": f"{INTERACTIVE_PREFIX}{t}" for i, t in enumerate(gone)
-        }
+        return self._hold_beside(
+            user_id, f"{INTERACTIVE_PREFIX}{token}", hold, version, [f"{INTERACTIVE_PREFIX}{t}" for t in gone]
+        )
+
+    def release_interactive(self, user_id: str, token: str) -> None:
+        self._release_beside(user_id, f"{INTERACTIVE_PREFIX}{token}")
+
+    def hold_provider(
+        self, user_id: str, batch_id: str, hold: Hold, *, version: int, gone: list[str]
+    ) -> bool:
+        """Hold what provider-run batch ``batch_id`` may cost, as ``hold_interactive`` does,
+        removing the holds of the batches ``gone`` (ended, or never stored)."""
+        return self._hold_beside(
+            user_id, f"{PROVIDER_PREFIX}{batch_id}", hold, version, [f"{PROVIDER_PREFIX}{b}" for b in gone]
+        )
+
+    def release_provider(self, user_id: str, batch_id: str) -> None:
+        self._release_beside(user_id, f"{PROVIDER_PREFIX}{batch_id}")
+
+    def _hold_beside(self, user_id: str, name: str, hold: Hold, version: int, gone: list[str]) -> bool:
+        names = {"#t": name} | {f"#g{i}": g for i, g in enumerate(gone)}
         take = Update(
             extra_set=["#t = :hold", "v = if_not_exists(v, :zero) + :one"],
             extra_remove=[f"#g{i}" for i in range(len(gone))],
@@ -355,8 +382,8 @@ class UserSlotStore:
             self.key(user_id), take, failure=f"could not hold a reservation of {user_id}"
         )
 
-    def release_interactive(self, user_id: str, token: str) -> None:
-        release = Update(extra_remove=["#t"], names={"#t": f"{INTERACTIVE_PREFIX}{token}"})
+    def _release_beside(self, user_id: str, name: str) -> None:
+        release = Update(extra_remove=["#t"], names={"#t": name})
         self._table.update(
             self.key(user_id), release, failure=f"could not release a reservation of {user_id}"
         )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchgw.domain.accounts import KeyRecord, UserRecord
+from batchgw.domain.errors import StorageError
 from batchgw.domain.spend import (
     PauseReason,
     Spend,
@@ -37,7 +38,9 @@ from batchgw.domain.spend import (
     used_up,
 )
 from batchgw.storage.accounts import AccountStore
+from batchgw.storage.batches import BatchStore
 from batchgw.storage.dynamo import Table, Update, from_item
+from batchgw.storage.slots import Hold, UserSlotStore
 
 SPEND_SHARDS = 8
 MONTH = "mo"
@@ -178,3 +181,103 @@ def _limited(
         return None
     user_spend, key_spend = spend.read(payer, now)
     return user, key, user_spend, key_spend
+
+
+# --- provider-run batches: accepted, not yet charged -------------------------------------------
+#
+# A provider-run batch's requests are not stopped one by one once its provider has them, so its
+# create (or, for a file batch, its first step) checks their most cost against what is left
+# (``room_for_provider``) and holds it (``reserve_provider``): a hold p:<batch id> beside the
+# owner's slot map, written conditionally on the map's version, so two creates judged against
+# the same holds cannot both pass. A hold counts what its batch may still cost: its most less
+# what its lines were charged so far, nothing once the batch has ended or runs on the gateway
+# (its requests then reserve one by one), and, for a batch never stored (its create died after
+# the hold), nothing after ``PROVIDER_UNSTORED_SECONDS``. Every batch ends (and its record goes
+# at last), so no hold counts for ever; one that counts for nothing is removed by the next hold.
+
+PROVIDER_UNSTORED_SECONDS = 300  # a hold whose batch was never stored counts this long (its create died)
+_RESERVE_TRIES = 8  # reads and holds while other requests of the payer keep changing the map
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRoom:
+    """What the payer may still spend on a provider-run batch (None: nothing limits them),
+    as read at slot map ``version``, and the holds that count for nothing now (``gone``)."""
+
+    room: int | None
+    version: int = 0
+    gone: tuple[str, ...] = ()
+
+
+def room_for_provider(
+    accounts: AccountStore,
+    spend: SpendStore,
+    slots: UserSlotStore,
+    batches: BatchStore,
+    payer: Payer,
+    now: float,
+    *,
+    besides: str | None = None,
+) -> ProviderRoom:
+    """What the payer's quotas and budgets leave for a provider-run batch: what was charged,
+    less the reservations of their requests running and what the provider batches they were
+    accepted (other than ``besides``) may still cost. The slot map is read before the spend."""
+    user, keys = accounts.account(payer.user_id)
+    key = next((k for k in keys if k.id == payer.key_id), None)
+    if user is None or key is None or not needs_spend(user, key):
+        return ProviderRoom(None)
+    held = slots.read(payer.user_id)
+    user_spend, key_spend = spend.read(payer, now)
+    key_id = payer.key_id or ""
+    user_held, key_held = held.reserved(now), held.reserved(now, key_id=key_id)
+    gone = []
+    for batch_id, hold in held.provider.items():
+        left = _provider_left(batches, batch_id, hold, now)
+        if left is None:
+            gone.append(batch_id)
+        elif batch_id != besides:
+            user_held += left
+            key_held += left if hold.key_id == key_id else 0
+    room = room_left(
+        user,
+        key,
+        Spend(user_spend.today, user_spend.month, user_held),
+        Spend(key_spend.today, key_spend.month, key_held),
+    )
+    return ProviderRoom(room, held.version, tuple(gone))
+
+
+def _provider_left(batches: BatchStore, batch_id: str, hold: Hold, now: float) -> int | None:
+    """What a provider-run batch's hold still counts (None: nothing, ever again)."""
+    batch = batches.get(batch_id)
+    if batch is None:
+        return hold.reserved if hold.until >= now else None  # its create may still store it
+    record = batch.record
+    if record.status.is_final or not record.on_provider:
+        return None
+    return max(0, hold.reserved - batch.counts.cost_nano)
+
+
+def reserve_provider(
+    accounts: AccountStore,
+    spend: SpendStore,
+    slots: UserSlotStore,
+    batches: BatchStore,
+    payer: Payer,
+    batch_id: str,
+    most: int,
+    now: float,
+) -> tuple[bool, int | None]:
+    """Hold ``most`` for provider-run batch ``batch_id`` if what is left covers it: (whether
+    a hold was written, what is left when it did not cover it). Nothing is held for a payer
+    no quota or budget limits: (False, None)."""
+    for _ in range(_RESERVE_TRIES):
+        left = room_for_provider(accounts, spend, slots, batches, payer, now, besides=batch_id)
+        if left.room is None:
+            return False, None
+        if most > left.room:
+            return False, left.room
+        hold = Hold(until=now + PROVIDER_UNSTORED_SECONDS, reserved=most, key_id=payer.key_id or "")
+        if slots.hold_provider(payer.user_id, batch_id, hold, version=left.version, gone=list(left.gone)):
+            return True, None
+    raise StorageError(f"the reservations of {payer.user_id} kept changing")
