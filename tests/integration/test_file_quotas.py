@@ -120,3 +120,14 @@ def test_an_upload_in_parts_is_assembled_streaming_checked_and_counted_once(sim:
     assert file is not None and file.bytes == len(whole) and file.sha256 == hashlib.sha256(whole).hexdigest()
     assert deps.blobs.get(file_key(file.id)) == whole
     assert deps.usage.read(ALICE.user_id).file_bytes == len(whole)
+
+
+def test_a_presigned_upload_takes_an_upload_of_the_hour_by_the_same_rule_a_refused_one_too(
+    sim: Simulator,
+) -> None:
+    deps = make_deps(sim, FakeClock(), BATCH_FILE_UPLOADS_PER_HOUR="2")
+    with pytest.raises(BadRequest):  # a refused declaration fails, and still counts
+        files.presign_upload(deps, ALICE, {"filename": "x.jsonl", "purpose": "fine-tune", "bytes": 10})
+    files.presign_upload(deps, ALICE, {"filename": "x.jsonl", "purpose": "batch", "bytes": 10})
+    with pytest.raises(TooManyRequests):
+        upload(deps)

@@ -217,10 +217,11 @@ def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[st
 
 def may_create_file(deps: Deps, principal: Principal) -> None:
     """The rule every route that makes an input file of the caller's from bytes it is given
-    or writes checks first (``POST /v1/files``, the console's export of a batch's unfinished
-    requests): 403 below BATCH_MIN_ROLE, then one upload of BATCH_FILE_UPLOADS_PER_HOUR
-    counted (429 ``upload_rate_limited``), a refused one too. The storage limit is checked
-    where the bytes are stored (``new_input_file``)."""
+    or writes checks first (``POST /v1/files``, a presigned upload, the console's export of a
+    batch's unfinished requests): 403 below BATCH_MIN_ROLE, then one upload of
+    BATCH_FILE_UPLOADS_PER_HOUR counted (429 ``upload_rate_limited``), a refused one too. The
+    storage limit is checked where the bytes are stored (``new_input_file``, or the
+    presigned upload's completion)."""
     require_role(deps, principal, "upload files")
     count_upload(deps, principal)
 
@@ -396,9 +397,8 @@ def presign_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any
     URL for them (valid for an hour, or less when the credentials that sign it end sooner:
     ``expires_at`` says when). ``POST /v1/files/{id}/complete`` then checks the object's size
     and records its SHA-256; until then the file cannot be used."""
-    require_role(deps, principal, "upload files")
+    may_create_file(deps, principal)  # a refused declaration counts, as a refused upload does
     filename, size = declared_file(deps, body)
-    count_upload(deps, principal)
     record = _input_record(deps, principal, filename, size, pending=True)
     upload = deps.blobs.presigned_put(incoming_key(record.id), size, expires_in=UPLOAD_SECONDS)
     deps.files.create(record)
