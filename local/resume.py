@@ -1,4 +1,15 @@
-"""After a restored start (``local.state``): start every batch's workflow again.
+"""After a restored start (``local.state``): queue again what the lost queues held, and start
+every batch's workflow again.
+
+The queues are not snapshotted (on AWS, SQS keeps its messages across anything; the local
+stack's moto starts with empty queues), so what they held is made again from the records:
+
+- a webhook event whose delivery waits for its next attempt (its delivery record names it:
+  ``storage.webhooks.waiting_delivery``) is queued again, each user's in their order; it
+  waits for that attempt as the lost message did (``run.webhooks.deliver`` holds an early
+  arrival), so it is delivered, as if nothing had happened (an event queued but not yet
+  tried has no delivery record: one lost in that moment is not sent);
+- a running batch's chains (the work queue's messages) are sent again by its workflow, below.
 
 A snapshot keeps the batches' records, not the Step Functions executions that ran them
 nor the queue messages their chains were made of. So, once the stack's resources exist,
@@ -42,7 +53,10 @@ from typing import Any
 import boto3
 from batchgw.config import resources
 from batchgw.domain.batch import RECORD_SK, BatchRecord
+from batchgw.domain.webhooks import EventMessage
 from batchgw.storage.dynamo import from_item
+from batchgw.storage.queue import EventQueue
+from batchgw.storage.webhooks import DELIVERIES_PREFIX, waiting_delivery
 from batchgw.storage.workflow import Workflow
 
 from local.env import CLOCK_OFFSET_ENV
@@ -81,6 +95,29 @@ def saved_batches(dynamodb: Any, table: str) -> Saved:
     return saved
 
 
+def waiting_events(dynamodb: Any, table: str) -> list[EventMessage]:
+    """The webhook events whose delivery waits for its next attempt, read from the control
+    table's delivery records; each user's in the order of their events (the FIFO order the
+    lost queue kept them in)."""
+    events = []
+    for page in dynamodb.get_paginator("scan").paginate(
+        TableName=table,
+        ConsistentRead=True,
+        FilterExpression="begins_with(pk, :deliveries)",
+        ExpressionAttributeValues={":deliveries": {"S": DELIVERIES_PREFIX}},
+    ):
+        for raw in page["Items"]:
+            waiting = waiting_delivery(from_item(raw))
+            if waiting is not None:
+                user_id, delivery = waiting
+                events.append(
+                    EventMessage(
+                        delivery.event_id, user_id, delivery.batch_id, delivery.type, delivery.created_ms
+                    )
+                )
+    return sorted(events, key=lambda event: (event.user_id, event.created_at, event.event_id))
+
+
 class PurgeSchedule:
     """The purges of finished batches that got no execution, each due at its retention end."""
 
@@ -113,7 +150,7 @@ class PurgeSchedule:
             started += 1
 
 
-def _workflow_and_table(env: Mapping[str, str]) -> tuple[Workflow, Any]:
+def _clients(env: Mapping[str, str]) -> tuple[Workflow, Any, EventQueue]:
     session = boto3.session.Session(
         region_name=env["AWS_DEFAULT_REGION"],
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
@@ -125,7 +162,8 @@ def _workflow_and_table(env: Mapping[str, str]) -> tuple[Workflow, Any]:
         session.client("stepfunctions", endpoint_url=endpoint),  # type: ignore[call-overload]
         env["BATCHGW_STATE_MACHINE_ARN"],
     )
-    return workflow, dynamodb
+    sqs = session.client("sqs", endpoint_url=endpoint)  # type: ignore[call-overload]
+    return workflow, dynamodb, EventQueue(sqs, env[resources.WEBHOOK_QUEUE.env_var])
 
 
 class StackStopping(Exception):
@@ -148,11 +186,16 @@ def resume_workflows(
     keep_going: Callable[[], bool] = lambda: True,
     starting: Callable[[list[str]], None] | None = None,
 ) -> tuple[dict[str, int], PurgeSchedule]:
-    """Start the workflow of every batch found in the stack's tables that has work left;
-    what was started, and the schedule of the other batches' purges (its due ones started).
+    """Queue again every webhook event waiting for its next attempt, and start the workflow
+    of every batch found in the stack's tables that has work left; what was queued and
+    started, and the schedule of the other batches' purges (its due ones started).
     ``starting`` hears which batches are about to be started again (before any is). Stops
     early (StackStopping) once ``keep_going`` says no (the stack is stopping)."""
-    workflow, dynamodb = _workflow_and_table(env)
+    workflow, dynamodb, events = _clients(env)
+    waiting = waiting_events(dynamodb, env[resources.CONTROL.env_var])
+    for event in waiting:
+        _check(keep_going)
+        events.send(event)
     saved = saved_batches(dynamodb, env[resources.BATCHES.env_var])
     if starting is not None:
         starting(saved.to_start)
@@ -164,6 +207,11 @@ def resume_workflows(
         workflow.start_purge(batch_id)
     schedule = PurgeSchedule(workflow, saved.kept, stack_clock(env))
     due = schedule.run_due()
-    started = {"batches": len(saved.to_start), "purges": len(saved.to_purge) + due, "kept": len(schedule)}
+    started = {
+        "events": len(waiting),
+        "batches": len(saved.to_start),
+        "purges": len(saved.to_purge) + due,
+        "kept": len(schedule),
+    }
     log.info("workflows started again", extra=started)
     return started, schedule

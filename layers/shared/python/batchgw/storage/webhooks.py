@@ -18,6 +18,7 @@ from batchgw.storage.dynamo import Table, Update, from_item
 
 EVENTS_KEPT_SECONDS = 7 * 86400
 EVENTS_SHOWN = 100
+DELIVERIES_PREFIX = "whevents#"  # the partition of one user's delivery records: this and the user id
 
 
 class Sealer(Protocol):
@@ -162,13 +163,13 @@ class WebhookStore:
 
     @staticmethod
     def _event_key(user_id: str, created_ms: int, event_id: str) -> dict[str, Any]:
-        return {"pk": {"S": f"whevents#{user_id}"}, "sk": {"S": f"{created_ms:013d}#{event_id}"}}
+        return {"pk": {"S": f"{DELIVERIES_PREFIX}{user_id}"}, "sk": {"S": f"{created_ms:013d}#{event_id}"}}
 
     def record(self, user_id: str, created_ms: int, delivery: Delivery, *, now: float) -> None:
         """Store what became of a delivery (created or updated whole)."""
         self._table.put(
             {
-                "pk": f"whevents#{user_id}",
+                "pk": f"{DELIVERIES_PREFIX}{user_id}",
                 "sk": f"{created_ms:013d}#{delivery.event_id}",
                 "event_id": delivery.event_id,
                 "type": delivery.type,
@@ -214,6 +215,20 @@ class WebhookStore:
             )
         ]
         self._table.delete_many(keys)
+
+
+def waiting_delivery(item: dict[str, Any]) -> tuple[str, Delivery] | None:
+    """A control table item (plain values: ``from_item``) as (its user's id, the delivery) if
+    it is a delivery record waiting for its next attempt (tried, neither delivered nor given
+    up: ``next_attempt_at`` is set); else None. A waiting delivery's event is in the webhook
+    queue, invisible until then: what a queue that lost it must hold again."""
+    pk = str(item.get("pk", ""))
+    if not pk.startswith(DELIVERIES_PREFIX) or "event_id" not in item:
+        return None
+    delivery = _delivery_of(item)
+    if delivery.delivered_at is not None or delivery.next_attempt_at is None:
+        return None
+    return pk.removeprefix(DELIVERIES_PREFIX), delivery
 
 
 def _delivery_of(item: dict[str, Any]) -> Delivery:
