@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from batchgw.api import batches, files
 from batchgw.deps import Deps
+from batchgw.domain.batch import RECORD_SK
 from batchgw.domain.errors import ApiError, StorageError
 from batchgw.domain.files import incoming_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import BatchStatus
-from batchgw.domain.usage import FILE_BUCKET_SECONDS, OverLimit, UsageLimits
+from batchgw.domain.usage import FILE_BUCKET_SECONDS, OverLimit, UsageLimits, file_bucket
 from batchgw.run import lifecycle
 from batchgw.storage import aws
 
@@ -265,7 +266,7 @@ def test_an_expired_files_bytes_leave_the_count_with_its_hour_and_are_not_releas
     assert usage.file_bytes == 0 and sum(usage.buckets.values()) == 0
 
 
-def test_a_batchs_input_copy_counts_until_its_record_is_deleted_once_or_its_backstop_hour_passes(
+def test_a_batchs_input_copy_counts_until_its_record_is_deleted_once_whatever_its_backstop_does(
     sim: Simulator,
 ) -> None:
     clock = FakeClock(1_800_000_000.0 + 600)
@@ -276,21 +277,59 @@ def test_a_batchs_input_copy_counts_until_its_record_is_deleted_once_or_its_back
     sizes = {b: r.input_bytes for b, r in copies.items() if r is not None}
     assert min(sizes.values()) > 0
     assert deps.usage.read(ALICE.user_id).file_bytes == sum(sizes.values())
+    assert deps.usage.read(ALICE.user_id).held_bytes == sizes  # each under its own entry
 
     at_once(2, lambda: batches.delete_batch(deps, ALICE, deleted))
     lifecycle.purge(deps, deleted)
     assert deps.usage.read(ALICE.user_id).file_bytes == sizes[kept]
 
-    # The kept batch's record outlives its backstop (its workflow died): the copy's bytes
-    # leave the count with that hour, and deleting the record later takes nothing off again.
+    # The kept batch runs past the hour of the backstop it was created with (a batch without a
+    # window moves its backstop on at each reconcile): its copy still counts, as its own.
     record = copies[kept]
-    assert record is not None and record.input_until is not None
-    clock.now = record.input_until + FILE_BUCKET_SECONDS
+    assert record is not None and record.ttl is not None
+    clock.now = record.ttl + FILE_BUCKET_SECONDS
+    upload(deps, 100)
+    assert deps.usage.read(ALICE.user_id).file_bytes == 100 + sizes[kept]
+    # Its end moves the bytes to the hour of its final backstop, where they count until its purge.
+    lifecycle.fail(deps, kept)
+    ended = deps.batches.get_record(kept)
+    assert ended is not None and ended.input_until == ended.ttl and ended.ttl is not None
+    usage = deps.usage.read(ALICE.user_id)
+    assert usage.held_bytes == {} and usage.buckets[file_bucket(ended.ttl)] == sizes[kept]
+    assert usage.file_bytes == 100 + sizes[kept]
+    at_once(2, lambda: batches.delete_batch(deps, ALICE, kept))
+    assert deps.usage.read(ALICE.user_id).file_bytes == 100
+
+
+def test_an_ended_batchs_record_that_outlives_its_backstop_hour_counts_no_more(sim: Simulator) -> None:
+    clock = FakeClock(1_800_000_000.0 + 600)
+    deps = make_deps(sim, clock, BATCH_RETENTION_DAYS="1")
+    kept = create(deps, ALICE, 2)["id"]
+    lifecycle.fail(deps, kept)
+    ended = deps.batches.get_record(kept)
+    assert ended is not None and ended.input_until is not None
+    # Its purge never ran: the copy's bytes leave the count with its hour, and deleting the
+    # record later takes nothing off again.
+    clock.now = ended.input_until + FILE_BUCKET_SECONDS
     upload(deps, 100)
     assert deps.usage.read(ALICE.user_id).file_bytes == 100
-    lifecycle.fail(deps, kept)
     batches.delete_batch(deps, ALICE, kept)
     assert deps.usage.read(ALICE.user_id).file_bytes == 100
+
+
+def test_an_unfinished_batch_whose_record_vanished_is_released_with_its_copy_by_the_next_refused_create(
+    sim: Simulator,
+) -> None:
+    deps = make_deps(sim, FakeClock(), BATCH_MAX_ACTIVE_PER_USER="1")
+    gone = create(deps, ALICE, 2)["id"]
+    assert deps.usage.read(ALICE.user_id).file_bytes > 0
+    # DynamoDB's TTL removes the record of a batch whose workflow died: no release is written.
+    raw = aws.get_clients().dynamodb
+    raw.delete_item(TableName=deps.settings.batches_table, Key={"pk": {"S": gone}, "sk": {"S": RECORD_SK}})
+    create(deps, ALICE, 1)  # over one active batch as counted: the vanished one is found and released
+    usage = deps.usage.read(ALICE.user_id)
+    assert gone not in usage.held and gone not in usage.held_bytes
+    assert usage.batches == 1 and usage.file_bytes == sum(usage.held_bytes.values()) > 0
 
 
 def test_the_usage_record_keeps_one_bucket_per_hour_of_retention_at_most(sim: Simulator) -> None:
@@ -316,3 +355,36 @@ def test_a_presigned_upload_counts_when_completed_and_waits_for_room_over_the_li
     files.delete_file(deps, ALICE, first)
     assert code_of(lambda: files.complete_presigned(deps, ALICE, file_id)) == "ok"  # the upload was kept
     assert deps.usage.read(ALICE.user_id).file_bytes == 1000
+
+
+def test_five_batches_from_one_file_are_refused_once_their_copies_reach_the_limit_and_a_purge_frees_one(
+    sim: Simulator,
+) -> None:
+    lines = b"".join(json.dumps(chat_request(f"f-{i}", f"hello {i}")).encode() + b"\n" for i in range(20))
+    # The file and two copies of it fit; a third copy would not.
+    deps = make_deps(
+        sim, FakeClock(), BATCH_FILES_MAX_TOTAL_MB_PER_USER=str((3.5 * len(lines)) / 1024 / 1024)
+    )
+    file_id = files.new_input_file(deps, ALICE, "in.jsonl", lines).id
+    body = json.dumps(
+        {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    ).encode()
+    made: list[str] = []
+    refusals: list[ApiError] = []
+    for _ in range(5):
+        try:
+            made.append(batches.create_batch(deps, ALICE, body)["id"])
+        except ApiError as exc:
+            refusals.append(exc)
+    assert len(made) == 2 and len(refusals) == 3
+    for refused in refusals:
+        assert (refused.status, refused.code) == (429, "file_storage_limit")
+        assert refused.body()["error"]["type"] == "rate_limit_error"
+        assert "copies of their inputs your batches keep" in refused.message
+    assert deps.usage.read(ALICE.user_id).file_bytes == 3 * len(lines)  # nothing stored for those
+    # A batch's end alone keeps its copy (until its purge); its purge frees it.
+    lifecycle.fail(deps, made[0])
+    assert code_of(lambda: batches.create_batch(deps, ALICE, body)) == "file_storage_limit"
+    lifecycle.purge(deps, made[0])
+    assert deps.usage.read(ALICE.user_id).file_bytes == 2 * len(lines)
+    assert code_of(lambda: batches.create_batch(deps, ALICE, body)) == "ok"

@@ -330,9 +330,10 @@ def _open(
         size = deps.blobs.put_lines_gz(own_input_key(record), lines)
     else:
         size = given.write(own_input_key(record))
-    # The copy counts as the owner's input-file bytes until the record is deleted, at the
-    # latest until its backstop (``domain.usage``).
-    return _store_and_start(deps, replace(record, input_bytes=size, input_until=record.ttl))
+    # The copy counts as the owner's input-file bytes until the record is deleted: held as
+    # its own while it is unfinished, from its end at the latest until its backstop
+    # (``domain.usage``).
+    return _store_and_start(deps, replace(record, input_bytes=size))
 
 
 def check_file_batches(deps: Deps) -> None:

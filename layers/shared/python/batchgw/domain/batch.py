@@ -108,8 +108,9 @@ class BatchRecord:
     input_method: InputMethod = "inline"
     input_file_id: str | None = None
     # Its own copy of its input, in bytes as stored, counted in its owner's input-file bytes
-    # until its record is deleted, or at the latest until the hour of ``input_until``
-    # (``domain.usage``). 0: not counted (a batch stored before copies were).
+    # until its record is deleted: while unfinished under its own entry (``input_until``
+    # None), from its end at the latest until the hour of ``input_until``, set then
+    # (``domain.usage``; a batch stored before this had it set at create). 0: not counted.
     input_bytes: int = 0
     input_until: int | None = None
     total: int = 0

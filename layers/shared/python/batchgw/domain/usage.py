@@ -7,8 +7,14 @@ limit, so two calls racing at a limit cannot both pass.
 
 A batch's own copy of its input (a file batch's copy of its file, an inline batch's
 requests as stored) counts as input-file bytes too, from the write that creates the batch to
-the one that deletes its record (its purge, or its owner's delete), in the hour its record may
-vanish in at the latest (``BatchRecord.input_until``), as if it were a file expiring then.
+the one that deletes its record (its purge, or its owner's delete). While the batch is
+unfinished its bytes are held under its own entry (``hb:<batch id>``), whatever its record's
+TTL backstop does meanwhile (a batch without a window moves it on at each reconcile); the
+write that ends the batch moves them into the hour its record may vanish in at the latest
+(``BatchRecord.input_until``, set then), as if it were a file expiring then. So the record
+holds one entry per unfinished batch, never one per batch kept. An entry whose batch vanished
+unfinished (DynamoDB's TTL removing a batch whose workflow died) is released as its requests
+are (``storage.usage.release_vanished``).
 
 Input files leave the count when they expire, with no write of their own: their bytes are
 kept per *expiry hour* (the hour at or after the file's ``expires_at``), and an hour that
@@ -28,10 +34,15 @@ from batchgw.domain import codec
 FILE_BUCKET_SECONDS = 3600
 BUCKET_PREFIX = "f"  # a bucket's attribute: f<hour>, hours since the epoch
 HELD_PREFIX = "held:"  # a batch's attribute: held:<batch id>, the requests it charged
+HELD_BYTES_PREFIX = "hb:"  # an unfinished batch's attribute: hb:<batch id>, its input copy's bytes
 
 
 def held_attribute(batch_id: str) -> str:
     return f"{HELD_PREFIX}{batch_id}"
+
+
+def held_bytes_attribute(batch_id: str) -> str:
+    return f"{HELD_BYTES_PREFIX}{batch_id}"
 
 
 def file_bucket(expires_at: int) -> int:
@@ -75,7 +86,9 @@ class Usage:
     requests: int = 0  # requests charged by unfinished batches (some may have ended)
     releases: int = 0  # batches released so far: a charge that read the record names it
     held: dict[str, int] = field(default_factory=dict)  # batch id -> the requests it charged
-    file_bytes: int = 0  # bytes of input files, the expired hours not dropped yet included
+    # bytes of input files and copies, the expired hours not dropped yet included
+    file_bytes: int = 0
+    held_bytes: dict[str, int] = field(default_factory=dict)  # unfinished batch id -> its copy's bytes
     # An hour held, the earliest unless the retention was shortened since: when a drop is due.
     first_bucket: int | None = None
     buckets: dict[int, int] = field(default_factory=dict)  # expiry hour -> bytes
@@ -110,6 +123,11 @@ class Usage:
                 if name.startswith(HELD_PREFIX)
             },
             file_bytes=int(item.get("fbytes", 0)),
+            held_bytes={
+                name[len(HELD_BYTES_PREFIX) :]: int(value)
+                for name, value in item.items()
+                if name.startswith(HELD_BYTES_PREFIX)
+            },
             first_bucket=None if first is None else int(first),
             buckets={
                 int(name[len(BUCKET_PREFIX) :]): int(value)

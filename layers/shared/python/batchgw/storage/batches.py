@@ -224,8 +224,8 @@ class BatchStore:
     def create(self, record: BatchRecord, limits: UsageLimits, *, now: float) -> OverLimit | None:
         """Store a new batch's record and count it in its owner's usage, in one transaction:
         one unfinished batch more, and its requests (a file batch's are counted once its file
-        is read: ``charge_requests``), and its input copy's ``input_bytes`` as input-file bytes
-        until its ``input_until`` (``domain.usage``). OverLimit, with nothing stored, when that
+        is read: ``charge_requests``), and its input copy's ``input_bytes`` as input-file bytes,
+        under its own entry until it ends (``domain.usage``). OverLimit, with nothing stored, when that
         would take the owner over ``limits``. A retry's child batch is listed on its parent in
         the same transaction: ParentChanged, with nothing stored, when the parent is gone, is
         no longer its owner's, or lists ``MAX_CHILDREN`` already."""
@@ -528,14 +528,23 @@ class BatchStore:
         statuses = list(from_statuses)
         if any(status.is_final for status in statuses):
             raise ValueError("a batch ends from an unfinished status")
+        copy_held = True  # until a try finds its input copy's entry gone
         for _ in range(_USAGE_TRIES):
             record = self.get_record(batch_id)
             if record is None or record.status not in statuses:
                 return None
             if not record.charged:
                 return self._change(batch_id, fields, from_statuses=statuses, remove=remove, halt=True)
+            release = UsageStore.release_batch(batch_id, record.total)
+            # Its input copy's bytes move to the hour its record may vanish in at the latest.
+            until = fields.get("ttl", record.ttl)
+            settles = copy_held and _copy_held(record) and until is not None
+            if settles:
+                assert until is not None
+                settle = UsageStore.settle_copy(batch_id, size=record.input_bytes, until=until)
+                release = UsageStore.joined(release, settle)
             update = self._update(
-                fields,
+                {**fields, "input_until": until} if settles else fields,
                 statuses,
                 remove,
                 extra=[(total_is, {"#total": "total"}, {":total": record.total}), _shards_clause(record)],
@@ -543,13 +552,15 @@ class BatchStore:
             cancelled = self._table.transact(
                 [
                     {"Update": update.request(self._table.name, self._key(batch_id))},
-                    self._usage.action(record.owner, UsageStore.release_batch(batch_id, record.total)),
+                    self._usage.action(record.owner, release),
                     *self._shard_marks(record, halt=True),
                 ],
                 failure=f"could not end {batch_id}",
             )
             if cancelled is None:
                 return self.get_record(batch_id)
+            if settles and cancelled.failed(1):
+                copy_held = False  # released as vanished meanwhile: nothing left to move
         raise StorageError(f"batch {batch_id} kept changing while it was ended")
 
     def _update(
@@ -638,7 +649,7 @@ class BatchStore:
         read: tuple[Usage, int] | None = None  # the usage as read, and the requests ended of it
         most_bytes = 0
         if copy is not None:
-            assert limits.max_file_bytes is not None and copy.input_until is not None
+            assert limits.max_file_bytes is not None
             most_bytes = limits.max_file_bytes - copy.input_bytes
         for _ in range(_USAGE_TRIES):
             ended = 0 if read is None else read[1]
@@ -653,11 +664,7 @@ class BatchStore:
                     releases=None if read is None else read[0].releases,
                 )
                 if copy is not None:
-                    assert copy.input_until is not None
-                    bytes_charge = UsageStore.charge_file(
-                        size=copy.input_bytes, expires_at=copy.input_until, most_bytes=most_bytes, now=now
-                    )
-                    charge = UsageStore.joined(charge, bytes_charge)
+                    charge = UsageStore.joined(charge, _copy_charge(copy, most_bytes, now))
                 cancelled = self._table.transact(
                     [action, *also, self._usage.action(owner, charge)], failure=f"could not count {batch_id}"
                 )
@@ -697,7 +704,7 @@ class BatchStore:
             batch = self.get(batch_id)
             if batch is None:
                 vanished = True
-                self._usage.release_vanished(owner, batch_id, charged)
+                self._usage.release_vanished(owner, batch_id, charged, usage.held_bytes.get(batch_id, 0))
                 continue
             ended += batch.record.total - batch.unfinished_requests
         return None if vanished else ended
@@ -718,12 +725,12 @@ class BatchStore:
         halted, in that transaction too, as is its input copy's count (unless that hour was
         dropped already: its bytes left the count then). False when there was no record to
         remove."""
-        copy_counted = True  # until a try finds its hour dropped
+        copy_counted = True  # until a try finds its hour dropped (or its entry gone)
         for _ in range(_USAGE_TRIES):
             record = self.get_record(batch_id)
             if record is None:
                 return False
-            copy_counted = copy_counted and _copy_counted(record, now)
+            copy = _copy_release(record, now) if copy_counted else None
             usage: Update | None = None
             tombstones = self._files.tombstone_actions(_result_files(record), owner=record.owner, now=now)
             conditions = [batch_exists]
@@ -743,9 +750,7 @@ class BatchStore:
                 conditions.append(status_is)
                 names["#status"] = "status"
                 values[":status"] = record.status.value
-            if copy_counted:
-                assert record.input_until is not None
-                copy = UsageStore.release_file(size=record.input_bytes, expires_at=record.input_until)
+            if copy is not None:
                 usage = copy if usage is None else UsageStore.joined(usage, copy)
             if usage is not None:
                 actions.append(self._usage.action(record.owner, usage))
@@ -767,7 +772,7 @@ class BatchStore:
             cancelled = self._table.transact([{"Delete": delete}, *actions, *tombstones], failure=failure)
             if cancelled is None:
                 return True
-            if copy_counted and cancelled.failed(len(actions)):
+            if copy is not None and cancelled.failed(len(actions)):
                 copy_counted = False  # its hour was dropped meanwhile: nothing left to release
         raise StorageError(f"batch {batch_id} kept changing while it was deleted")
 
@@ -917,14 +922,32 @@ class BatchStore:
         return cancelled is None
 
 
-def _copy_counted(record: BatchRecord, now: float) -> bool:
-    """Whether the batch's input copy may still count in its owner's usage: it was counted,
-    and its hour has not passed (once it has, the hour is dropped, the copy's bytes with it)."""
-    return (
-        bool(record.input_bytes)
-        and record.input_until is not None
-        and (file_bucket(record.input_until) > current_hour(now))
+def _copy_held(record: BatchRecord) -> bool:
+    """Whether the batch's input copy is held under its own entry (it is unfinished, and was
+    stored since copies were held so: ``domain.usage``)."""
+    return bool(record.input_bytes) and record.input_until is None
+
+
+def _copy_charge(record: BatchRecord, most_bytes: int, now: float) -> Update:
+    """The charge of a new batch's input copy: under its own entry while it is unfinished."""
+    if record.input_until is None:
+        return UsageStore.charge_copy(record.id, size=record.input_bytes, most_bytes=most_bytes, now=now)
+    return UsageStore.charge_file(
+        size=record.input_bytes, expires_at=record.input_until, most_bytes=most_bytes, now=now
     )
+
+
+def _copy_release(record: BatchRecord, now: float) -> Update | None:
+    """What deleting the batch's record releases of its input copy's count: its own entry
+    while it is unfinished; from its end, its hour's bytes unless that hour has passed (the
+    hour was dropped, the copy's bytes with it). None: nothing counted."""
+    if not record.input_bytes:
+        return None
+    if record.input_until is None:
+        return UsageStore.release_copy(record.id, record.input_bytes)
+    if file_bucket(record.input_until) > current_hour(now):
+        return UsageStore.release_file(size=record.input_bytes, expires_at=record.input_until)
+    return None
 
 
 def _result_files(record: BatchRecord) -> list[str]:

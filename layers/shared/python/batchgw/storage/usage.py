@@ -1,7 +1,7 @@
 """Each user's usage record, in the control table (see ``domain.usage``):
 
     pk usage#<user id>   sk usage   batches, requests, v, held:<batch id>...,
-                                    fbytes, fnext, f<hour>...
+                                    fbytes, fnext, f<hour>..., hb:<batch id>...
 
 Nothing is written here on its own but the dropping of expired file hours: the charges
 and releases are updates that join the transaction of the change they count
@@ -25,7 +25,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchgw.domain.usage import Usage, bucket_attribute, current_hour, file_bucket, held_attribute
+from batchgw.domain.usage import (
+    Usage,
+    bucket_attribute,
+    current_hour,
+    file_bucket,
+    held_attribute,
+    held_bytes_attribute,
+)
 from batchgw.storage.dynamo import Table, Update
 
 USAGE_SK = "usage"
@@ -39,6 +46,8 @@ still_held_as_read = "#held = :held"
 bytes_below_limit = "(attribute_not_exists(fbytes) OR fbytes <= :most_bytes)"
 no_hour_due = "(attribute_not_exists(fnext) OR fnext > :hour)"
 hour_held = "attribute_exists(#hour)"
+copy_held = "attribute_exists(#copy)"
+copy_held_as_read = "#copy = :copy"
 first_hour_is = "fnext = :first"
 
 
@@ -94,18 +103,27 @@ class UsageStore:
         ends or deletes the batch, whose own condition makes it happen once."""
         return Update(add={"batches": -1, "requests": -requests, "v": 1}, remove=[held_attribute(batch_id)])
 
-    def release_vanished(self, user_id: str, batch_id: str, requests: int) -> bool:
-        """Release a batch whose record is gone without its release, if the record still
-        counts it as read (False otherwise)."""
+    def release_vanished(self, user_id: str, batch_id: str, requests: int, copy_bytes: int = 0) -> bool:
+        """Release a batch whose record is gone without its release (and its input copy's
+        ``copy_bytes`` held while it was unfinished), if the record still counts it as read
+        (False otherwise)."""
         release = self.release_batch(batch_id, requests)
+        names = {"#held": held_attribute(batch_id)}
+        values: dict[str, Any] = {":held": requests}
+        condition = still_held_as_read
+        if copy_bytes:
+            release = self.joined(release, self.release_copy(batch_id, copy_bytes))
+            names |= {"#copy": held_bytes_attribute(batch_id)}
+            values[":copy"] = copy_bytes
+            condition += f" AND {copy_held_as_read}"
         return self._table.update(
             self.key(user_id),
             Update(
                 add=release.add,
                 remove=release.remove,
-                condition=still_held_as_read,
-                names={"#held": held_attribute(batch_id)},
-                values={":held": requests},
+                condition=condition,
+                names={**release.names, **names},
+                values=values,
             ),
             failure=f"could not release {batch_id} of {user_id}",
         )
@@ -136,6 +154,42 @@ class UsageStore:
             extra_set=["fnext = if_not_exists(fnext, :bucket)"],
             condition=f"{bytes_below_limit} AND {no_hour_due}",
             values={":most_bytes": most_bytes, ":hour": current_hour(now), ":bucket": bucket},
+        )
+
+    @staticmethod
+    def charge_copy(batch_id: str, *, size: int, most_bytes: int, now: float) -> Update:
+        """Count an unfinished batch's input copy, ``size`` bytes, under its own entry, if the
+        record holds at most ``most_bytes`` and no expired hour is left to drop."""
+        return Update(
+            add={"fbytes": size, held_bytes_attribute(batch_id): size},
+            condition=f"{bytes_below_limit} AND {no_hour_due}",
+            values={":most_bytes": most_bytes, ":hour": current_hour(now)},
+        )
+
+    @staticmethod
+    def release_copy(batch_id: str, size: int) -> Update:
+        """The input copy of a batch deleted unfinished, ``size`` bytes fewer, if still held
+        under its entry."""
+        return Update(
+            add={"fbytes": -size},
+            remove=[held_bytes_attribute(batch_id)],
+            condition=copy_held,
+            names={"#copy": held_bytes_attribute(batch_id)},
+        )
+
+    @staticmethod
+    def settle_copy(batch_id: str, *, size: int, until: int) -> Update:
+        """A batch ends: its input copy's ``size`` bytes move from its own entry to the hour of
+        ``until`` (its record's TTL backstop), where they count until its purge releases them
+        (``release_file``) or that hour passes. The total does not change."""
+        bucket = file_bucket(until)
+        return Update(
+            add={bucket_attribute(bucket): size},
+            remove=[held_bytes_attribute(batch_id)],
+            extra_set=["fnext = if_not_exists(fnext, :bucket)"],
+            condition=copy_held,
+            names={"#copy": held_bytes_attribute(batch_id)},
+            values={":bucket": bucket},
         )
 
     @staticmethod
