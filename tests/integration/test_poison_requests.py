@@ -54,7 +54,9 @@ def test_an_exception_while_calling_becomes_the_requests_outcome(
     assert [(r["status"], r["error"]["code"]) for r in results(deps, batch_id)] == [
         ("failed", "upstream_error")
     ] * 2
-    assert "RuntimeError" in results(deps, batch_id)[0]["error"]["message"]
+    message = results(deps, batch_id)[0]["error"]["message"]
+    assert "internal failure" in message and "Retry the batch" in message  # words a user can act on
+    assert "RuntimeError" not in message and "a bug in the call path" not in message  # the logs keep them
     assert receive_all(deps) == []  # nothing comes back to be tried again
 
 
