@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import openai
 import pytest
+from openai import OpenAI
 
 from local.run import LocalStack
 from tests.e2e.conftest import STACK_ENV, Account, Api, chat, root, stack_for
@@ -80,6 +82,37 @@ def test_a_used_up_quota_refuses_new_batches_with_429(quotas: LocalStack) -> Non
     assert refused.json()["error"]["code"] == "daily_quota_exceeded"
     assert "daily" in refused.json()["error"]["message"]
     assert user.api.http.get("/batches").status_code == 200  # reading still works
+
+
+def test_a_burst_of_twenty_interactive_requests_at_a_quota_of_three_requests_cost_spends_at_most_four(
+    quotas: LocalStack,
+) -> None:
+    user = Account(quotas)
+    key = user.api.http.headers["authorization"].removeprefix("Bearer ")
+    client = OpenAI(base_url=quotas.api_url, api_key=key, max_retries=0)
+    ask: dict[str, Any] = {
+        "model": "sim-chat",
+        "messages": [{"role": "user", "content": "[[sim latency_ms=500]] hello"}],
+        "max_tokens": 3,
+    }
+    client.chat.completions.create(**ask)
+    one = user.api.http.get("/me").json()["spend_today_usd"]  # what one such request costs
+    assert one > 0
+    user.update(daily_quota_usd=4 * one)  # room for three more
+
+    def send(_: int) -> str:
+        try:
+            client.chat.completions.create(**ask)
+        except openai.RateLimitError as exc:
+            return str(exc.code)
+        return "ok"
+
+    with ThreadPoolExecutor(20) as pool:
+        outcomes = list(pool.map(send, range(20)))
+    assert "ok" in outcomes and set(outcomes) <= {"ok", "quota_reserved", "daily_quota_exceeded"}
+    spent = user.api.http.get("/me").json()["spend_today_usd"]
+    assert spent - one <= 4 * one * (1 + 1e-6)  # without reservations all twenty ran
+    assert spent == pytest.approx(one * (1 + outcomes.count("ok")))
 
 
 def test_a_key_budget_pauses_only_that_keys_batches(quotas: LocalStack) -> None:
