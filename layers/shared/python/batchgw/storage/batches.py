@@ -46,7 +46,7 @@ from batchgw.domain.batch import (
 from batchgw.domain.errors import StorageError
 from batchgw.domain.files import RESULT_KINDS, result_file_id
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
-from batchgw.domain.usage import OverLimit, Usage, UsageLimits, current_hour, file_bucket
+from batchgw.domain.usage import OverLimit, Usage, UsageLimits
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
 from batchgw.storage.files import FileStore
 from batchgw.storage.usage import UsageStore
@@ -537,14 +537,13 @@ class BatchStore:
                 return self._change(batch_id, fields, from_statuses=statuses, remove=remove, halt=True)
             release = UsageStore.release_batch(batch_id, record.total)
             # Its input copy's bytes move to the hour its record may vanish in at the latest.
-            until = fields.get("ttl", record.ttl)
-            settles = copy_held and _copy_held(record) and until is not None
-            if settles:
-                assert until is not None
-                settle = UsageStore.settle_copy(batch_id, size=record.input_bytes, until=until)
+            until: int | None = fields.get("ttl", record.ttl)
+            settle = None  # (held under its own entry while it ran: ``domain.usage``)
+            if until is not None and copy_held and record.input_bytes and record.input_until is None:
+                settle = UsageStore.settle_copy(batch_id, record.input_bytes, until)
                 release = UsageStore.joined(release, settle)
             update = self._update(
-                {**fields, "input_until": until} if settles else fields,
+                {**fields, "input_until": until} if settle is not None else fields,
                 statuses,
                 remove,
                 extra=[(total_is, {"#total": "total"}, {":total": record.total}), _shards_clause(record)],
@@ -559,7 +558,7 @@ class BatchStore:
             )
             if cancelled is None:
                 return self.get_record(batch_id)
-            if settles and cancelled.failed(1):
+            if settle is not None and cancelled.failed(1):
                 copy_held = False  # released as vanished meanwhile: nothing left to move
         raise StorageError(f"batch {batch_id} kept changing while it was ended")
 
@@ -664,7 +663,10 @@ class BatchStore:
                     releases=None if read is None else read[0].releases,
                 )
                 if copy is not None:
-                    charge = UsageStore.joined(charge, _copy_charge(copy, most_bytes, now))
+                    held = UsageStore.charge_copy(
+                        batch_id, copy.input_bytes, copy.input_until, most_bytes, now
+                    )
+                    charge = UsageStore.joined(charge, held)
                 cancelled = self._table.transact(
                     [action, *also, self._usage.action(owner, charge)], failure=f"could not count {batch_id}"
                 )
@@ -730,7 +732,8 @@ class BatchStore:
             record = self.get_record(batch_id)
             if record is None:
                 return False
-            copy = _copy_release(record, now) if copy_counted else None
+            copy = UsageStore.release_copy(record.id, record.input_bytes, record.input_until, now)
+            copy = copy if copy_counted else None
             usage: Update | None = None
             tombstones = self._files.tombstone_actions(_result_files(record), owner=record.owner, now=now)
             conditions = [batch_exists]
@@ -920,34 +923,6 @@ class BatchStore:
             failure=f"could not finish shard {shard} of {batch_id}",
         )
         return cancelled is None
-
-
-def _copy_held(record: BatchRecord) -> bool:
-    """Whether the batch's input copy is held under its own entry (it is unfinished, and was
-    stored since copies were held so: ``domain.usage``)."""
-    return bool(record.input_bytes) and record.input_until is None
-
-
-def _copy_charge(record: BatchRecord, most_bytes: int, now: float) -> Update:
-    """The charge of a new batch's input copy: under its own entry while it is unfinished."""
-    if record.input_until is None:
-        return UsageStore.charge_copy(record.id, size=record.input_bytes, most_bytes=most_bytes, now=now)
-    return UsageStore.charge_file(
-        size=record.input_bytes, expires_at=record.input_until, most_bytes=most_bytes, now=now
-    )
-
-
-def _copy_release(record: BatchRecord, now: float) -> Update | None:
-    """What deleting the batch's record releases of its input copy's count: its own entry
-    while it is unfinished; from its end, its hour's bytes unless that hour has passed (the
-    hour was dropped, the copy's bytes with it). None: nothing counted."""
-    if not record.input_bytes:
-        return None
-    if record.input_until is None:
-        return UsageStore.release_copy(record.id, record.input_bytes)
-    if file_bucket(record.input_until) > current_hour(now):
-        return UsageStore.release_file(size=record.input_bytes, expires_at=record.input_until)
-    return None
 
 
 def _result_files(record: BatchRecord) -> list[str]:

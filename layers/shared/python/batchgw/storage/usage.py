@@ -111,8 +111,9 @@ class UsageStore:
         names = {"#held": held_attribute(batch_id)}
         values: dict[str, Any] = {":held": requests}
         condition = still_held_as_read
-        if copy_bytes:
-            release = self.joined(release, self.release_copy(batch_id, copy_bytes))
+        copy = self.release_copy(batch_id, copy_bytes) if copy_bytes else None
+        if copy is not None:
+            release = self.joined(release, copy)
             names |= {"#copy": held_bytes_attribute(batch_id)}
             values[":copy"] = copy_bytes
             condition += f" AND {copy_held_as_read}"
@@ -157,9 +158,13 @@ class UsageStore:
         )
 
     @staticmethod
-    def charge_copy(batch_id: str, *, size: int, most_bytes: int, now: float) -> Update:
-        """Count an unfinished batch's input copy, ``size`` bytes, under its own entry, if the
-        record holds at most ``most_bytes`` and no expired hour is left to drop."""
+    def charge_copy(batch_id: str, size: int, until: int | None, most_bytes: int, now: float) -> Update:
+        """Count a new batch's input copy, ``size`` bytes, under its own entry while it is
+        unfinished (``until`` None; else in the hour of ``until``, as a batch stored before
+        entries were), if the record holds at most ``most_bytes`` and no expired hour is left
+        to drop."""
+        if until is not None:
+            return UsageStore.charge_file(size=size, expires_at=until, most_bytes=most_bytes, now=now)
         return Update(
             add={"fbytes": size, held_bytes_attribute(batch_id): size},
             condition=f"{bytes_below_limit} AND {no_hour_due}",
@@ -167,18 +172,26 @@ class UsageStore:
         )
 
     @staticmethod
-    def release_copy(batch_id: str, size: int) -> Update:
-        """The input copy of a batch deleted unfinished, ``size`` bytes fewer, if still held
-        under its entry."""
-        return Update(
-            add={"fbytes": -size},
-            remove=[held_bytes_attribute(batch_id)],
-            condition=copy_held,
-            names={"#copy": held_bytes_attribute(batch_id)},
-        )
+    def release_copy(batch_id: str, size: int, until: int | None = None, now: float = 0.0) -> Update | None:
+        """What deleting a batch's record releases of its input copy's ``size`` bytes: its own
+        entry while it is unfinished (``until`` None), if still held; from its end, the bytes
+        of the hour of ``until`` unless that hour has passed (dropped, the bytes with it: None).
+        None too when nothing was counted (``size`` 0)."""
+        if not size:
+            return None
+        if until is None:
+            return Update(
+                add={"fbytes": -size},
+                remove=[held_bytes_attribute(batch_id)],
+                condition=copy_held,
+                names={"#copy": held_bytes_attribute(batch_id)},
+            )
+        if file_bucket(until) > current_hour(now):
+            return UsageStore.release_file(size=size, expires_at=until)
+        return None
 
     @staticmethod
-    def settle_copy(batch_id: str, *, size: int, until: int) -> Update:
+    def settle_copy(batch_id: str, size: int, until: int) -> Update:
         """A batch ends: its input copy's ``size`` bytes move from its own entry to the hour of
         ``until`` (its record's TTL backstop), where they count until its purge releases them
         (``release_file``) or that hour passes. The total does not change."""
