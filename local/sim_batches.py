@@ -11,16 +11,21 @@ Each line of a provider batch is answered as the same request sent on its own wo
   line), ``{"action": "partial", "lines": N}`` (the first N lines; the rest stay in
   progress), ``{"action": "fail"}`` (OpenAI: failed, no line run), ``{"action": "expire"}``
   (the lines not run expire), or ``{"action": "start"}`` (validating to in progress).
+  ``{"action": "lose"}`` makes the provider forget the batch, its files with it: from then on
+  it answers 404 for it, as a provider that lost it does (or this simulator after a restart).
 
 ``POST /_sim/provider-batches`` ``{"auto_seconds": S | null, "submit_failure":
-"queue_full" | "rate_limited" | null, "max_lines": N}`` sets how batches behave: a
-``submit_failure`` makes creates fail as the provider does when its queue is full (OpenAI: a
-batch created failed at once, ``errors.data[0].code`` ``batch_queue_full``; Anthropic: 529
-``overloaded_error``) or when it rate-limits them (429); ``max_lines`` lowers the lines a
-batch may have. ``GET /_sim/provider-batches`` lists every batch (id, provider, status,
-custom ids, metadata, reads by id (``polls``), times, whether deleted) and file (and the files
-deleted); ``POST /_sim/reset`` forgets them. ``DELETE /v1/files/{id}`` deletes a file;
-``DELETE /v1/messages/batches/{id}`` an ended message batch (400 before it ended).
+"queue_full" | "rate_limited" | null, "retry_after": S | null, "max_lines": N}`` sets how
+batches behave: a ``submit_failure`` makes creates fail as the provider does when its queue
+is full (OpenAI: a batch created failed at once, ``errors.data[0].code``
+``batch_queue_full``; Anthropic: 529 ``overloaded_error``) or when it rate-limits them (429,
+with ``Retry-After: S`` when ``retry_after`` is set); ``max_lines`` lowers the lines a batch
+may have. ``GET /_sim/provider-batches`` lists every batch (id, provider, status, custom ids,
+metadata, reads by id (``polls``), times, whether deleted) and file (and the files deleted),
+and ``lines``: how many lines the provider has taken in batches since its last reset (its own
+count of what was submitted to it, lost batches included); ``POST /_sim/reset`` forgets them.
+``DELETE /v1/files/{id}`` deletes a file; ``DELETE /v1/messages/batches/{id}`` an ended
+message batch (400 before it ended).
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ _CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _OPENAI_TARGETS = ("/v1/chat/completions", "/v1/embeddings", "/v1/responses")
 
 Provider = Literal["openai", "anthropic"]
+# What a path of these APIs answers: status, JSON body or bytes, and extra headers.
+Handled = tuple[int, Any, tuple[tuple[str, str], ...]]
 # One line answered: (status, body) of the same request sent on its own (None: it hung).
 Answer = Callable[[str, dict[str, Any], Mapping[str, str]], tuple[int, Any] | None]
 
@@ -89,7 +96,9 @@ class ProviderBatches:
         self.deleted_files: set[str] = set()
         self.auto_seconds: float | None = 0.0
         self.submit_failure: str | None = None
+        self.retry_after: float | None = None
         self.max_lines: int | None = None
+        self.lines_taken = 0  # lines of every batch created (the provider's own count)
 
     def reset(self) -> None:
         with self._lock:
@@ -97,24 +106,29 @@ class ProviderBatches:
             self.files.clear()
             self.deleted_files.clear()
             self.auto_seconds, self.submit_failure, self.max_lines = 0.0, None, None
+            self.retry_after, self.lines_taken = None, 0
 
     # --- routing ----------------------------------------------------------------------------
 
-    def handle(
-        self, method: str, path: str, headers: Mapping[str, str], raw: bytes
-    ) -> tuple[int, Any] | None:
-        """(status, JSON body or bytes) for a path of these APIs; None for any other path."""
+    def handle(self, method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Handled | None:
+        """(status, JSON body or bytes, extra headers) for a path of these APIs; None for any
+        other path."""
         parts = path.strip("/").split("/")
         with self._lock:
             if parts[:2] == ["_sim", "provider-batches"]:
-                return self._control(method, parts[2:], raw)
-            if parts[:2] == ["v1", "files"]:
-                return self._files(method, parts[2:], headers, raw)
-            if parts[:3] == ["v1", "messages", "batches"]:
-                return self._anthropic(method, parts[3:], headers, raw)
-            if parts[:2] == ["v1", "batches"]:
-                return self._openai(method, parts[2:], raw)
-        return None
+                answered = self._control(method, parts[2:], raw)
+            elif parts[:2] == ["v1", "files"]:
+                answered = self._files(method, parts[2:], headers, raw)
+            elif parts[:3] == ["v1", "messages", "batches"]:
+                answered = self._anthropic(method, parts[3:], headers, raw)
+            elif parts[:2] == ["v1", "batches"]:
+                answered = self._openai(method, parts[2:], raw)
+            else:
+                return None
+        status, body = answered
+        refused_for_load = status in (429, 529) and self.retry_after is not None
+        extra = (("Retry-After", f"{self.retry_after:g}"),) if refused_for_load else ()
+        return status, body, extra
 
     # --- controls ---------------------------------------------------------------------------
 
@@ -136,6 +150,7 @@ class ProviderBatches:
                 ],
                 "files": sorted(self.files),
                 "deleted_files": sorted(self.deleted_files),
+                "lines": self.lines_taken,
             }
         body = _json(raw)
         if not rest and method == "POST" and isinstance(body, dict):
@@ -143,6 +158,8 @@ class ProviderBatches:
                 self.auto_seconds = body["auto_seconds"]
             if "submit_failure" in body:
                 self.submit_failure = body["submit_failure"]
+            if "retry_after" in body:
+                self.retry_after = body["retry_after"]
             if "max_lines" in body:
                 self.max_lines = body["max_lines"]
             return 200, {"auto_seconds": self.auto_seconds, "submit_failure": self.submit_failure}
@@ -160,9 +177,21 @@ class ProviderBatches:
             self._fail(batch, "simulated_failure", "the provider failed the batch")
         elif action == "expire":
             self._close(batch, "expired", {"type": "expired"})
+        elif action == "lose":
+            return 200, self._lose(batch)
         else:
-            return 400, _openai_error("action must be start, complete, partial, fail or expire", "bad_action")
+            return 400, _openai_error(
+                "action must be start, complete, partial, fail, expire or lose", "bad_action"
+            )
         return 200, {"id": batch.id, "status": batch.status}
+
+    def _lose(self, batch: ProviderBatch) -> dict[str, Any]:
+        """Forget ``batch`` and its files, as a provider that lost them: 404 from now on."""
+        del self.batches[batch.id]
+        for file_id in (batch.input_file_id, batch.output_file_id, batch.error_file_id):
+            if file_id is not None:
+                self.files.pop(file_id, None)
+        return {"id": batch.id, "status": "lost"}
 
     # --- OpenAI: files ----------------------------------------------------------------------
 
@@ -246,6 +275,7 @@ class ProviderBatches:
             batch.status, batch.times["failed_at"] = "failed", time.time()
         else:
             batch.lines = lines
+            self.lines_taken += len(lines)
         return 200, self._openai_object(batch)
 
     def _openai_object(self, batch: ProviderBatch) -> dict[str, Any]:
@@ -346,6 +376,7 @@ class ProviderBatches:
         )
         batch.times["in_progress_at"] = batch.created_at
         self.batches[batch.id] = batch
+        self.lines_taken += len(lines)
         return 200, self._anthropic_object(batch)
 
     def _anthropic_object(self, batch: ProviderBatch) -> dict[str, Any]:

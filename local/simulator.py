@@ -969,10 +969,10 @@ class SimulatorCore:
             return self._switch_backup(method, raw)
         provided = self.provider_batches.handle(method, path, headers, raw)
         if provided is not None:
-            status, answer = provided
+            status, answer, extra = provided
             if isinstance(answer, bytes):
-                return Reply(status, answer, content_type="application/jsonl")
-            return _json_reply(status, answer)
+                return Reply(status, answer, extra, content_type="application/jsonl")
+            return _json_reply(status, answer, extra)
         try:
             endpoint = Endpoint(path)
         except ValueError:

@@ -10,7 +10,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import Deps, get_deps
 from batchgw.observability import logger, metrics, new_tracer
-from batchgw.provider.executor import provider_park, provider_step
+from batchgw.provider.executor import provider_park, provider_purge, provider_step
 from batchgw.run import lifecycle, reconcile
 
 STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
@@ -23,7 +23,8 @@ STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
     "fail": lambda deps, event: lifecycle.fail(
         deps, event["batch_id"], lifecycle.cause_of(event.get("error"))
     ),
-    "purge": lambda deps, event: lifecycle.purge(deps, event["batch_id"]),
+    # What a provider-run batch left at its provider goes first (nothing for any other batch).
+    "purge": lambda deps, event: provider_purge(deps, event["batch_id"]),
     "provider": lambda deps, event: provider_step(deps, event["batch_id"]),
     "provider_park": lambda deps, event: provider_park(deps, event["batch_id"], event["token"]),
 }

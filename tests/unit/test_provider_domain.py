@@ -15,6 +15,7 @@ from batchgw.domain.provider import (
     index_of,
     line_id,
     openai_line,
+    runs_provider_batches,
     scrub_ids,
 )
 
@@ -100,3 +101,22 @@ def test_anthropic_results_become_answers_with_their_error_status() -> None:
     assert errored is not None and errored.status == 400
     canceled = anthropic_line({"custom_id": "r2", "result": {"type": "canceled"}})
     assert canceled is not None and canceled.unrun == "cancelled"
+
+
+def test_only_an_administrators_false_keeps_provider_batches_off_a_route() -> None:
+    assert runs_provider_batches(None)  # the route's default: its batch service and price allow it
+    assert runs_provider_batches(True)
+    assert not runs_provider_batches(False)
+
+
+def test_a_part_runs_at_the_provider_from_its_submit_until_it_ended_there() -> None:
+    part = Part(0, "m", "cloud", 0, 2, 2)
+    assert not part.live and not part.ended
+    assert part.replace(status=PartStatus.SUBMITTING).live
+    assert part.replace(status=PartStatus.SUBMITTED, provider_batch_id="b").live
+    assert part.replace(suspect_from=1.0, suspect_to=2.0).live  # a lost submit's batch may run
+    lost = part.replace(status=PartStatus.LOST, provider_batch_id="b", provider_file_id="f")
+    assert lost.ended and not lost.live and lost.left_at_provider
+    assert not lost.replace(cleaned=True).left_at_provider
+    refused = part.replace(status=PartStatus.COLLECTED)  # rejected at submit: nothing made there
+    assert refused.ended and not refused.left_at_provider

@@ -185,4 +185,39 @@ def test_bad_lines_fail_an_openai_batch_and_bad_custom_ids_refuse_an_anthropic_o
     listed = call(core, "GET", "/_sim/provider-batches")[1]
     assert [b["provider"] for b in listed["batches"]] == ["openai"]
     call(core, "POST", "/_sim/reset")
-    assert call(core, "GET", "/_sim/provider-batches")[1] == {"batches": [], "files": [], "deleted_files": []}
+    assert call(core, "GET", "/_sim/provider-batches")[1] == {
+        "batches": [],
+        "files": [],
+        "deleted_files": [],
+        "lines": 0,
+    }
+
+
+def test_the_provider_counts_the_lines_it_takes_and_forgets_a_batch_it_loses(core: SimulatorCore) -> None:
+    call(core, "POST", "/_sim/provider-batches", {"auto_seconds": None})
+    batch = openai_batch(core, [chat_line("a", "x"), chat_line("b", "y")])
+    messages = {
+        "requests": [{"custom_id": "m", "params": {"model": "sim-claude", "max_tokens": 8, "messages": []}}]
+    }
+    _, message_batch = call(core, "POST", "/v1/messages/batches", messages, anthropic_version="2023-06-01")
+    assert call(core, "GET", "/_sim/provider-batches")[1]["lines"] == 3
+    _, lost = call(core, "POST", f"/_sim/provider-batches/{batch['id']}", {"action": "lose"})
+    assert lost == {"id": batch["id"], "status": "lost"}
+    assert call(core, "GET", f"/v1/batches/{batch['id']}")[0] == 404
+    assert call(core, "GET", f"/v1/files/{batch['input_file_id']}")[0] == 404  # its files with it
+    call(core, "POST", f"/_sim/provider-batches/{message_batch['id']}", {"action": "lose"})
+    path = f"/v1/messages/batches/{message_batch['id']}"
+    assert call(core, "GET", path, anthropic_version="2023-06-01")[0] == 404
+    listed = call(core, "GET", "/_sim/provider-batches")[1]
+    assert listed["batches"] == [] and listed["lines"] == 3  # what it took stays counted
+    call(core, "POST", "/_sim/reset")
+    assert call(core, "GET", "/_sim/provider-batches")[1]["lines"] == 0
+
+
+def test_a_refused_submit_says_when_to_try_again_when_told_to(core: SimulatorCore) -> None:
+    call(core, "POST", "/_sim/provider-batches", {"submit_failure": "rate_limited", "retry_after": 2})
+    file_id = upload(core, [chat_line("a", "x")])
+    body = json.dumps({"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}).encode()
+    reply = core.handle("POST", "/v1/batches", {}, body)
+    assert reply is not None and reply.status == 429 and ("Retry-After", "2") in reply.headers
+    assert call(core, "GET", "/_sim/provider-batches")[1]["lines"] == 0

@@ -54,6 +54,7 @@ UNITS: dict[str, MetricUnit] = {
     "ProviderBatchesSubmitted": COUNT,
     "ProviderOrphansCancelled": COUNT,
     "ProviderCleanupFailed": COUNT,
+    "ProviderBatchesLost": COUNT,
 }
 
 

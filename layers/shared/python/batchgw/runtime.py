@@ -41,6 +41,7 @@ from batchgw.domain.interactive import (
     limited,
     peak,
 )
+from batchgw.domain.provider import runs_provider_batches
 from batchgw.domain.runtime import Overrides
 from batchgw.observability import logger
 from batchgw.storage.adaptive import AdaptiveStore
@@ -240,6 +241,16 @@ class LiveConfig:
         """The routes of ``model`` batch work may use (none for an unknown model)."""
         spec = self._catalog.models.get(model) if self._catalog is not None else None
         return [] if spec is None else [route for route in spec.routes if self.batch_allowed(spec, route)]
+
+    def forbidden_routes(self, model: str) -> frozenset[str]:
+        """The ids of ``model``'s routes that provider-run batches may not use: those an
+        administrator forbade batch work on (``domain.provider.runs_provider_batches``)."""
+        spec = self._catalog.models.get(model) if self._catalog is not None else None
+        if spec is None:
+            return frozenset()
+        return frozenset(
+            route.id for route in spec.routes if not runs_provider_batches(self.route_choice(spec, route))
+        )
 
     def set_route_choice(self, model: str, route: str, allowed: bool | None, *, by: str, now: float) -> None:
         self._store.set_route(model, route, allowed, by=by, now=now)

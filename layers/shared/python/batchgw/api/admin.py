@@ -152,10 +152,11 @@ def _model_object(deps: Deps, model: str, queued: dict[str, int]) -> dict[str, A
 
 def _provider_batch(deps: Deps, model: str) -> dict[str, Any] | None:
     """Where the model's batches may run on a provider's batch service: the route, the
-    endpoints, and the batch price (None: nowhere)."""
+    endpoints, and the batch price (None: nowhere, or only on routes an administrator forbade)."""
     spec = deps.catalog.models[model]
-    endpoints = [e for e in spec.endpoints if spec.provider_batch_route(e) is not None]
-    route = spec.provider_batch_route(endpoints[0]) if endpoints else None
+    forbidden = deps.live.forbidden_routes(model)
+    endpoints = [e for e in spec.endpoints if spec.provider_batch_route(e, forbidden) is not None]
+    route = spec.provider_batch_route(endpoints[0], forbidden) if endpoints else None
     price = None if route is None else spec.batch_price_on(route)
     if route is None or price is None:
         return None

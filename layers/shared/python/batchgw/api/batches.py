@@ -16,7 +16,7 @@ from batchgw.api.files import batch_input_file, larger_inputs, storage_limit, st
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
-from batchgw.config.catalog import ENDPOINTS, execution_of, price_of
+from batchgw.config.catalog import ENDPOINTS, execution_of, not_on_provider, price_of
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
@@ -183,7 +183,7 @@ def _file_opening(
     metadata = check_metadata(body.get("metadata"))
     mode = requested_mode(body.get("execution_mode"), metadata)
     if mode is Mode.PROVIDER and window != PROVIDER_WINDOW:
-        raise batch_not_supported(endpoint, (), window or "")
+        raise batch_not_supported(deps, endpoint, (), window or "")
     file = batch_input_file(deps, principal, body.get("input_file_id"))
     # The batch keeps its own copy: deleting the input file later does not affect it.
     return Opening(
@@ -253,10 +253,15 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
         # end cancels the provider batch, as any window's end does).
         asked = opening.window or PROVIDER_WINDOW
         choice, prices = execution_of(
-            deps.catalog, opening.mode, endpoint=opening.endpoint, models=given.models, window=asked
+            deps.catalog,
+            opening.mode,
+            endpoint=opening.endpoint,
+            models=given.models,
+            window=asked,
+            forbidden=deps.live.forbidden_routes,
         )
         if choice is None:
-            raise batch_not_supported(opening.endpoint, given.models, asked)
+            raise batch_not_supported(deps, opening.endpoint, given.models, asked)
         if choice.mode is Mode.GATEWAY:
             _check_routes(deps, given.models)
     else:
@@ -381,13 +386,12 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
     return batch_object(CountedBatch(record), deps.clock())
 
 
-def batch_not_supported(endpoint: str, models: Sequence[str], window: str) -> Forbidden:
-    """The 403 of a batch asked to run on its provider's batch service that may not."""
-    if window != PROVIDER_WINDOW:
-        why = f"only a {PROVIDER_WINDOW} completion window runs on a provider's batch service"
-    else:
-        named = ", ".join(repr(m) for m in models) or "its models"
-        why = f"no route of {named} has a batch price for {endpoint}"
+def batch_not_supported(deps: Deps, endpoint: str, models: Sequence[str], window: str) -> Forbidden:
+    """The 403 of a batch asked to run on its provider's batch service that may not, saying
+    why (``config.catalog.not_on_provider``)."""
+    why = not_on_provider(
+        deps.catalog, endpoint=endpoint, models=models, window=window, forbidden=deps.live.forbidden_routes
+    )
     return Forbidden(
         f"The batch cannot run in execution_mode 'provider': {why}.",
         param="execution_mode",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from batchgw.domain import money
 from batchgw.domain.errors import BadRequest
-from batchgw.domain.modes import Mode, ModeChoice, choose_mode
+from batchgw.domain.modes import PROVIDER_WINDOW, Mode, ModeChoice, choose_mode
 
 Endpoint = Literal["/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"]
 ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
@@ -158,17 +158,24 @@ class ModelSpec(BaseModel):
         """An embedding model's backends follow their locality; they have no per-route choice."""
         return self.endpoints == ["/v1/embeddings"]
 
-    def provider_batch_route(self, endpoint: str) -> Route | None:
-        """The route whose provider's batch service may run this model's ``endpoint`` at a
-        batch price (the first such, enabled, not on the gateway's own servers); None:
-        none may (``batch_not_supported``)."""
+    def provider_batch_routes(self, endpoint: str) -> list[Route]:
+        """The routes whose provider's batch service may run this model's ``endpoint`` at a
+        batch price: enabled, with a batch service and price, not on the gateway's own
+        servers, in the model's order."""
         native = PROVIDER_BATCH_ENDPOINTS.get(self.protocol, ())
         if endpoint not in native or endpoint not in self.endpoints:
-            return None
-        for route in self.routes:
-            if route.enabled and route.batch_api and not route.local and self.batch_price_on(route):
-                return route
-        return None
+            return []
+        return [
+            route
+            for route in self.routes
+            if route.enabled and route.batch_api and not route.local and self.batch_price_on(route)
+        ]
+
+    def provider_batch_route(self, endpoint: str, forbidden: Collection[str] = ()) -> Route | None:
+        """The first of ``provider_batch_routes`` that is not one of the ``forbidden`` route
+        ids (an administrator forbade batch work on those); None: none may run the model's
+        batches (``batch_not_supported``)."""
+        return next((r for r in self.provider_batch_routes(endpoint) if r.id not in forbidden), None)
 
     def batch_price_on(self, route: Route) -> Price | None:
         """What a request costs on ``route``'s batch service (None: it has no batch price)."""
@@ -238,17 +245,33 @@ def get_catalog(path: str) -> Catalog:
     return load_catalog(path)
 
 
+# The route ids of a model an administrator forbade batch work on (``LiveConfig.forbidden_routes``).
+Forbidden = Callable[[str], Collection[str]]
+
+
+def _none_forbidden(model: str) -> Collection[str]:
+    return ()
+
+
 def execution_of(
-    catalog: Catalog, requested: Mode, *, endpoint: str, models: Sequence[str], window: str
+    catalog: Catalog,
+    requested: Mode,
+    *,
+    endpoint: str,
+    models: Sequence[str],
+    window: str,
+    forbidden: Forbidden = _none_forbidden,
 ) -> tuple[ModeChoice | None, dict[str, list[str]] | None]:
     """Where a batch of ``models`` on ``endpoint`` runs (``domain.modes.choose_mode``), and,
     run on the provider, each model's batch price, fixed now ({model: [input, output]}
-    dollars per million tokens). (None, None): it asked for the provider and may not."""
+    dollars per million tokens). A route an administrator forbade (``forbidden``) is never
+    one to run on. (None, None): it asked for the provider and may not (``not_on_provider``
+    says why)."""
     prices: dict[str, list[str]] = {}
     cheaper = True
     for model in models:
         spec = catalog.models.get(model)
-        route = None if spec is None else spec.provider_batch_route(endpoint)
+        route = None if spec is None else spec.provider_batch_route(endpoint, forbidden(model))
         price = None if spec is None or route is None else spec.batch_price_on(route)
         if spec is None or price is None:
             prices = {}
@@ -261,6 +284,35 @@ def execution_of(
     if choice is None:
         return None, None
     return choice, prices if choice.mode is Mode.PROVIDER else None
+
+
+def not_on_provider(
+    catalog: Catalog,
+    *,
+    endpoint: str,
+    models: Sequence[str],
+    window: str,
+    forbidden: Forbidden = _none_forbidden,
+) -> str:
+    """Why a batch of ``models`` on ``endpoint`` with ``window`` may not run on a provider's
+    batch service (``execution_of`` answered None): the words of ``batch_not_supported``."""
+    if window != PROVIDER_WINDOW:
+        return f"only a {PROVIDER_WINDOW} completion window runs on a provider's batch service"
+    for model in models:
+        spec = catalog.models.get(model)
+        barred = forbidden(model)
+        if spec is None or not barred or spec.provider_batch_route(endpoint, barred) is not None:
+            continue
+        ids = [r.id for r in spec.provider_batch_routes(endpoint) if r.id in barred]
+        if ids:
+            routes = "route " + ", ".join(f"'{i}'" for i in ids)
+            which = "its only route" if len(ids) == 1 else "each of its routes"
+            return (
+                f"an administrator forbade batch work on {routes} of '{model}', {which} with a batch "
+                f"service for {endpoint}"
+            )
+    named = ", ".join(repr(m) for m in models) or "its models"
+    return f"no route of {named} has a batch price for {endpoint}"
 
 
 def _cheaper(batch: Price, standard: Price) -> bool:

@@ -32,6 +32,9 @@ class ModeReason(StrEnum):
     WINDOW = "window_not_24h"  # auto: only a 24h window runs on a provider
     NOT_CHEAPER = "provider_batch_price_not_cheaper"  # auto: the batch price is no lower
     SUBMIT_FAILED = "provider_submit_failed"  # auto: the provider refused it, so it runs here
+    # auto: an administrator forbade its provider batch route before all of it was submitted
+    ROUTE_FORBIDDEN = "provider_batch_route_forbidden"
+    PROVIDER_LOST = "provider_batch_lost"  # auto: the provider lost a batch of it, so the rest runs here
 
 
 @dataclass(frozen=True, slots=True)

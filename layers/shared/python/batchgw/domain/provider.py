@@ -42,6 +42,7 @@ class PartStatus(StrEnum):
     SUBMITTED = "submitted"  # the provider has it: polled until it ends
     COLLECTED = "collected"  # its lines are our requests' ends
     SKIPPED = "skipped"  # never submitted: the batch stopped first
+    LOST = "lost"  # the provider no longer knows its batch: what was not collected ended otherwise
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +84,22 @@ class Part:
 
     @property
     def ended(self) -> bool:
-        return self.status in (PartStatus.COLLECTED, PartStatus.SKIPPED)
+        return self.status in (PartStatus.COLLECTED, PartStatus.SKIPPED, PartStatus.LOST)
+
+    @property
+    def live(self) -> bool:
+        """Whether a provider batch of this part may run at the provider now: submitted (or
+        its submit sent) and not ended there, or one a lost submit may have left that is not
+        looked for yet."""
+        sent = self.status in (PartStatus.SUBMITTING, PartStatus.SUBMITTED)
+        return sent or self.suspect_to is not None
 
     @property
     def left_at_provider(self) -> bool:
-        """Collected, with what its provider batch left there not deleted yet."""
-        return self.status is PartStatus.COLLECTED and self.provider_batch_id is not None and not self.cleaned
+        """Ended, with what its provider batch left there (its files, the message batch) not
+        deleted yet."""
+        made = self.provider_batch_id is not None or self.provider_file_id is not None
+        return self.status in (PartStatus.COLLECTED, PartStatus.LOST) and made and not self.cleaned
 
     def orphans_due_in(self, now: float, grace: float) -> float | None:
         """Seconds until the provider batches a lost submit may have left are looked for
@@ -192,6 +203,15 @@ class Planner:
         start, lines, _ = self._open.pop(model)
         n = self._first + len(self.parts)
         self.parts.append(Part(n, model, self._routes[model][0], start, end, lines, rerun=self._rerun))
+
+
+def runs_provider_batches(choice: bool | None) -> bool:
+    """Whether a route with a batch service and price (``batch_api``) may take provider-run
+    batches, given an administrator's batch choice for it (``batch_allowed``; None: none):
+    unless they forbade batch work on it. The route's locality plays no part: the operator who
+    gave the route a batch service and price allowed it this one use (its default), and an
+    administrator's ``false`` withdraws that, for provider mode and ``auto`` alike."""
+    return choice is not False
 
 
 def line_id(index: int) -> str:

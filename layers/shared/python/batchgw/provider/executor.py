@@ -13,11 +13,23 @@ by its mark before it is sent again (OpenAI; Anthropic keeps no mark, see ``_rec
 
 Neither our ids nor the user's custom_ids reach the provider (``domain.provider.line_id``),
 and the provider's ids stay in the part: every message from it is scrubbed of them.
+
+A provider-run batch keeps a gateway-run batch's promises: each step checks its key and
+owner again as a chain does before each request (``domain.spend.owner_standing``), so a key
+revoked or an owner suspended or deleted fails it (what the provider has is cancelled there,
+nothing more is submitted) and a role below BATCH_MIN_ROLE pauses it (nothing more is
+submitted); a route an administrator forbade takes nothing more; with BATCH_ENABLED off the
+step sends nothing to any provider and moves nothing on (``_idle``); a provider batch the
+provider no longer knows ends the part (``_lost``); and while a provider batch may run at
+the provider, the batch carries a run mark (``LIVE_MARK``), so a delete waits for its cancel
+as it waits for a gateway-run batch's running requests, and the purge deletes what is left
+there (``provider_purge``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import uuid
 from collections.abc import Iterator
@@ -43,11 +55,12 @@ from batchgw.domain.provider import (
     scrub_ids,
 )
 from batchgw.domain.request import RequestRecord, clean_message
-from batchgw.domain.spend import most_cost, over_budget_message
+from batchgw.domain.spend import Judgement, Standing, most_cost, over_budget_message, owner_standing
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
-from batchgw.provider.services import BatchService, Polled, Refused, Submitted
+from batchgw.provider.services import BatchService, Gone, Polled, Refused, Submitted
 from batchgw.run import attempt, lifecycle
+from batchgw.run.owner import account_of, key_of
 from batchgw.storage.requests import ClaimKind
 from batchgw.storage.spend import Payer, room_now
 from batchgw.storage.workflow import Next, step
@@ -56,6 +69,8 @@ from batchgw.upstream.client import classify
 # Lines recorded at once while a part is collected, the part saying how far it got after each.
 COLLECT_CHUNK = 10
 _STATUS_CODES = {"queue_full": "provider_batch_queue_full", "rate_limited": "provider_rate_limited"}
+# The batch's run mark while a provider batch of it may run at the provider (``_note_live``).
+LIVE_MARK = "provider"
 
 
 def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
@@ -65,7 +80,12 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
         return step(Next.FINALIZE)
     if not batch.on_provider:
         return lifecycle.park_step(deps, batch)  # it runs on the gateway's chains now
+    if not deps.settings.batch_enabled:
+        return _idle(deps, batch)
+    batch, held = _check_owner(deps, batch)
     parts = deps.provider_parts.parts(batch_id)
+    if not parts and _stopping(batch, deps.clock()):
+        return _finish(deps, batch_id)  # stopped before anything was planned: nothing was sent
     if not parts:
         planned = _plan(deps, batch)
         if isinstance(planned, dict):
@@ -84,8 +104,9 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
             if part.left_at_provider:
                 _discard(deps, batch, part)
             continue
-        moved = _move(deps, batch, part)
+        moved = _move(deps, batch, part, held)
         if isinstance(moved, dict):
+            _note_live(deps, batch_id, 0)
             return moved  # the batch runs on the gateway after all
         if moved is not None:
             waits.append(moved)
@@ -93,10 +114,78 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
         closes_in = _window_closes_in(batch, deps.clock())
         if closes_in is not None:
             waits.append(closes_in)  # its stop cancels the provider batches then
-        return step(Next.PROVIDER, max(0, min(waits)))
+        wait = max(0, min(waits))
+        _note_live(deps, batch_id, wait)
+        return step(Next.PROVIDER, wait)
     if _planned_reruns(deps, batch, len(parts)):
         return step(Next.PROVIDER)
     return _finish(deps, batch_id)
+
+
+def _idle(deps: Deps, batch: BatchRecord) -> dict[str, Any]:
+    """BATCH_ENABLED is off: send nothing to any provider and move nothing on (no part is
+    submitted, polled, cancelled or collected; no cancel, window's end or owner's failure is
+    acted on: each needs the provider, or would end requests the provider may have run and
+    billed), as a disabled worker stops claiming and sweeping; look again when a gateway
+    chain would (what the provider already has runs on there, within its own window). The
+    batch's run mark is kept while a provider batch of it may run (a delete still waits)."""
+    settings = deps.settings
+    wait = max(1, math.ceil(max(settings.runtime_refresh_seconds, settings.batch_slot_wait_seconds)))
+    _note_live(deps, batch.id, wait)
+    logger.info("provider step idle: batch inference is disabled", extra={"batch_id": batch.id})
+    return step(Next.PROVIDER, wait)
+
+
+def _check_owner(deps: Deps, batch: BatchRecord) -> tuple[BatchRecord, Standing | None]:
+    """Check the batch's key and owner again, as a chain does before each request (the
+    account read as ``run.owner`` reads it, judged by ``domain.spend.owner_standing``): a key
+    revoked or expired, or an owner suspended or deleted, fails the batch
+    (``owner_unauthorized``: it stops, so this step cancels what the provider has and submits
+    nothing more); a role below BATCH_MIN_ROLE pauses it, as it pauses a gateway-run batch
+    (nothing more is submitted; what the provider has runs on and is collected) until it is
+    raised. The batch after, and the pause that holds its planned parts (None: none). A batch
+    that stops already (cancel, window, failure) is not checked."""
+    if _stopping(batch, deps.clock()):
+        return batch, None
+    user, keys = asyncio.run(account_of(deps, batch.owner))
+    settings = deps.settings
+    standing = owner_standing(
+        user,
+        key_of(batch, keys),
+        now=deps.clock(),
+        min_role=settings.batch_min_role,
+        recheck_seconds=settings.batch_quota_recheck_seconds,
+    )
+    if standing is None:
+        if batch.paused is not None:
+            batch = deps.batches.resume(batch.id) or batch
+            logger.info("batch resumed", extra={"batch_id": batch.id})
+        return batch, None
+    if standing.judgement is Judgement.UNAUTHORIZED:
+        message = standing.message or "The batch's key or owner may no longer run it."
+        failed = deps.batches.fail_for_owner(batch.id, {"code": "owner_unauthorized", "message": message})
+        if failed is not None:
+            logger.warning("batch failing for its owner", extra={"batch_id": batch.id, "reason": message})
+        return failed or deps.batches.get_record(batch.id) or batch, None
+    assert standing.reason is not None
+    if batch.paused is None or batch.paused.get("reason") != standing.reason.value:
+        paused = {"reason": standing.reason.value, "until": standing.until, "check_at": standing.check_at}
+        batch = deps.batches.pause(batch.id, paused) or batch
+        logger.info("batch paused", extra={"batch_id": batch.id, **paused})
+    return batch, standing
+
+
+def _note_live(deps: Deps, batch_id: str, wait: float) -> None:
+    """Mark the batch as running (``BatchStore.mark_run``) while a provider batch of it may
+    run at the provider, until one step's longest run after the next is due (a workflow
+    that died stops renewing it); drop the mark once none may. A delete of the batch, or of
+    its owner, waits for the mark as for a gateway-run batch's running requests: the batch
+    is cancelled first, its provider batches with it."""
+    if any(part.live for part in deps.provider_parts.parts(batch_id)):
+        until = deps.clock() + wait + deps.settings.batch_worker_timeout_seconds
+        deps.batches.mark_run(batch_id, LIVE_MARK, until=until)
+    else:
+        deps.batches.unmark_run(batch_id, LIVE_MARK)
 
 
 def provider_park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
@@ -108,6 +197,8 @@ def provider_park(deps: Deps, batch_id: str, token: str) -> dict[str, Any]:
     def due(batch: BatchRecord | None) -> Next | None:
         if batch is None:
             return Next.FINALIZE
+        if not deps.settings.batch_enabled:
+            return None  # the step would do nothing: it looks again when its wait ends
         parts = deps.provider_parts.parts(batch_id) if batch.stopping else []
         return Next.PROVIDER if any(not p.ended and not p.stop_seen for p in parts) else None
 
@@ -170,7 +261,11 @@ def _planned_reruns(deps: Deps, batch: BatchRecord, first: int) -> bool:
 def _routes(deps: Deps, batch: BatchRecord) -> dict[str, tuple[str, str]]:
     routes: dict[str, tuple[str, str]] = {}
     for model in batch.models:
-        route = deps.catalog.models[model].provider_batch_route(batch.endpoint)
+        spec = deps.catalog.models[model]
+        # An allowed route, else the forbidden one: its parts take nothing (``_forbidden``).
+        route = spec.provider_batch_route(
+            batch.endpoint, deps.live.forbidden_routes(model)
+        ) or spec.provider_batch_route(batch.endpoint)
         if route is None:
             raise ValueError(f"{batch.id}: model {model!r} has no provider batch route any more")
         routes[model] = (route.id, route.protocol)
@@ -178,12 +273,22 @@ def _routes(deps: Deps, batch: BatchRecord) -> dict[str, tuple[str, str]]:
 
 
 def _service(deps: Deps, batch: BatchRecord, part: Part) -> BatchService:
-    spec = deps.catalog.models[part.model]
-    route = next(r for r in spec.routes if r.id == part.route)
+    service = _service_of(deps, part, batch.anthropic_version)
+    if service is None:
+        raise ValueError(f"{batch.id}: route {part.route!r} of {part.model!r} is no longer configured")
+    return service
+
+
+def _service_of(deps: Deps, part: Part, anthropic_version: str | None) -> BatchService | None:
+    """The batch service of ``part``'s route (None: its model or route left the config)."""
+    spec = deps.catalog.models.get(part.model)
+    route = None if spec is None else next((r for r in spec.routes if r.id == part.route), None)
+    if route is None:
+        return None
     return BatchService(
         route,
         secret_ttl=deps.settings.batch_upstream_secret_ttl_seconds,
-        anthropic_version=batch.anthropic_version,
+        anthropic_version=anthropic_version,
     )
 
 
@@ -191,14 +296,19 @@ def _stopping(batch: BatchRecord, now: float) -> bool:
     return batch.stopping or batch.window_closed(now)
 
 
-def _move(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | None:
+def _move(deps: Deps, batch: BatchRecord, part: Part, held: Standing | None) -> int | dict[str, Any] | None:
     """Move ``part`` on: seconds until it is looked at again, the route of a batch that runs
-    on the gateway after all, or None when it ended."""
+    on the gateway after all, or None when it ended. A planned part is held (not submitted)
+    while its owner's account pauses the batch (``held``)."""
     now = deps.clock()
     if part.status is PartStatus.PLANNED:
         if _stopping(batch, now):
             _save(deps, batch, part.replace(status=PartStatus.SKIPPED))  # the stop's sweep ends its requests
             return None
+        if part.route in deps.live.forbidden_routes(part.model):
+            return _forbidden(deps, batch, part)
+        if held is not None:
+            return max(1, math.ceil((held.check_at or now) - now))
         if part.retry_at is not None and part.retry_at > now:
             return int(part.retry_at - now) + 1
         return _submit(deps, batch, part)
@@ -206,6 +316,8 @@ def _move(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | 
         if part.status is PartStatus.SUBMITTING:
             return _recover(deps, batch, part)
         return _poll(deps, batch, part)
+    except Gone:
+        return _lost(deps, batch, part)
     except httpx.HTTPError as exc:
         # The provider could not be reached, or answered an error: looked at again later
         # (the window's end stops it in the end), never failing the batch for a blip.
@@ -317,6 +429,114 @@ def _refused(deps: Deps, batch: BatchRecord, part: Part, refused: Refused) -> in
     _end_left(deps, batch, part, End(RequestStatus.FAILED, Tally(failed=1), error={**error, "status": None}))
     _save(deps, batch, part.replace(status=PartStatus.COLLECTED, error=error))
     return None
+
+
+def _run_here(deps: Deps, batch: BatchRecord, part: Part, reason: ModeReason) -> dict[str, Any] | None:
+    """Run on the gateway what is left of an ``auto`` batch whose ``part`` cannot go on at
+    the provider, when none of its other parts runs there now (none could be run twice): its
+    parts not submitted are skipped, and its chains run every request not ended yet. None:
+    it is not an ``auto`` batch, or another part runs at the provider."""
+    if batch.mode_requested != Mode.AUTO.value:
+        return None
+    others = [p for p in deps.provider_parts.parts(batch.id) if p.n != part.n]
+    if any(p.live for p in others):
+        return None
+    for other in [part, *others]:
+        if not other.ended:
+            _save(deps, batch, other.replace(status=PartStatus.SKIPPED))
+    return lifecycle.run_on_gateway(deps, batch.id, reason=reason.value)
+
+
+def _forbidden(deps: Deps, batch: BatchRecord, part: Part) -> dict[str, Any] | None:
+    """A planned part whose route an administrator forbade batch work on since the batch was
+    created: nothing of it is sent there. An ``auto`` batch runs here instead (``_run_here``);
+    else the part's requests fail ``batch_route_unavailable``, as a gateway-run batch's queued
+    request of a model that lost its last batch route fails when its turn comes."""
+    logger.warning(
+        "provider batch route forbidden",
+        extra={"batch_id": batch.id, "part": part.n, "model": part.model, "route": part.route},
+    )
+    here = _run_here(deps, batch, part, ModeReason.ROUTE_FORBIDDEN)
+    if here is not None:
+        return here
+    message = (
+        f"An administrator forbade batch work on route '{part.route}' of '{part.model}' before this "
+        "request was sent to its provider's batch service; it was not run."
+    )
+    error = {"code": "batch_route_unavailable", "message": message}
+    _end_left(deps, batch, part, End(RequestStatus.FAILED, Tally(failed=1), error={**error, "status": None}))
+    _save(deps, batch, part.replace(status=PartStatus.COLLECTED, error=error))
+    return None
+
+
+def _lost(deps: Deps, batch: BatchRecord, part: Part) -> int | dict[str, Any] | None:
+    """The provider no longer knows the part's batch (404 on it or on its results): lost on
+    its side, or forgotten (the local stack's simulator restarted). Nothing more will come
+    of it: it is told to cancel all the same (should it come back, it stops there), the part
+    ends (``lost``, tried for its files at each step like a collected one), and its requests
+    not recorded end now: as the batch's stop ends them (a cancel reaches ``cancelled``), run
+    on the gateway for an ``auto`` batch (``_run_here``), or else failed
+    ``provider_batch_lost``."""
+    part = deps.provider_parts.part(batch.id, part.n) or part  # a collect that died saved it since
+    assert part.provider_batch_id is not None
+    metrics.count("ProviderBatchesLost", model=part.model)
+    logger.warning(
+        "provider batch lost",
+        extra={"batch_id": batch.id, "part": part.n, "provider_batch_id": part.provider_batch_id},
+    )
+    with contextlib.suppress(httpx.HTTPError):
+        _service(deps, batch, part).cancel(part.provider_batch_id)
+    message = (
+        "The provider's batch service no longer knows the batch this request was sent in (it lost "
+        "it), so its answer cannot be read; it was not recorded as run."
+    )
+    error = {"code": "provider_batch_lost", "message": message}
+    lost = _save(deps, batch, part.replace(status=PartStatus.LOST, error=error))
+    if lost is None:
+        return 0  # another step moved it: look again
+    _discard(deps, batch, lost)  # what may be left of it there (an input file)
+    fresh = deps.batches.get_record(batch.id) or batch
+    if _stopping(fresh, deps.clock()):
+        return None  # its Cancel or Expire step ends what is left, as for any stop
+    here = _run_here(deps, fresh, lost, ModeReason.PROVIDER_LOST)
+    if here is not None:
+        return here
+    _end_left(deps, fresh, lost, End(RequestStatus.FAILED, Tally(failed=1), error={**error, "status": None}))
+    return None
+
+
+def provider_purge(deps: Deps, batch_id: str) -> dict[str, Any]:
+    """The batch's purge (``lifecycle.purge``), once what its parts left at the provider is
+    deleted there as far as the provider can be reached now: a provider batch that may still
+    run there (a delete after its workflow failed, which no longer marks it running) is
+    cancelled, and the files or message batch of one that ended are deleted. What cannot be
+    deleted now is counted (``ProviderCleanupFailed``) and logged with the provider's ids, for
+    the operator: the gateway's own records are purged all the same."""
+    batch = deps.batches.get_record(batch_id)
+    version = None if batch is None else batch.anthropic_version
+    for part in deps.provider_parts.parts(batch_id):
+        if part.provider_batch_id is None or part.cleaned or part.status is PartStatus.SKIPPED:
+            continue
+        service = _service_of(deps, part, version)
+        try:
+            if service is None:
+                raise httpx.HTTPError("its route is no longer configured")
+            if part.live:
+                service.cancel(part.provider_batch_id)
+            service.discard(part.provider_batch_id, part.provider_file_id)
+        except httpx.HTTPError as exc:
+            metrics.count("ProviderCleanupFailed", model=part.model)
+            logger.error(
+                "provider batch left at the provider by a purge",
+                extra={
+                    "batch_id": batch_id,
+                    "part": part.n,
+                    "provider_batch_id": part.provider_batch_id,
+                    "provider_file_id": part.provider_file_id,
+                    "error": str(exc),
+                },
+            )
+    return lifecycle.purge(deps, batch_id)
 
 
 def _recover(deps: Deps, batch: BatchRecord, part: Part) -> int | None:
@@ -470,7 +690,7 @@ def _discard(deps: Deps, batch: BatchRecord, part: Part) -> None:
     or the message batch with its results): our records hold every line now, and the
     provider need not keep the batch's requests and answers for its own retention. Tried at
     each step until it is done; a provider that cannot be reached by the batch's last step
-    leaves them (``ProviderCleanupFailed``)."""
+    leaves them (``ProviderCleanupFailed``; the purge asks once more, ``provider_purge``)."""
     assert part.provider_batch_id is not None
     try:
         _service(deps, batch, part).discard(part.provider_batch_id, part.provider_file_id)
@@ -532,6 +752,8 @@ def _left_end(deps: Deps, batch: BatchRecord, polled: Polled, ids: tuple[str | N
     fresh = deps.batches.get_record(batch.id) or batch
     if fresh.status is BatchStatus.CANCELLING:
         return Verdict.CANCELLED
+    if fresh.owner_failed:
+        return Verdict.OWNER_FAILED
     if fresh.window_closed(deps.clock()) or fresh.expiring:
         return Verdict.EXPIRED
     error = {
@@ -579,6 +801,7 @@ async def _claim(deps: Deps, batch: BatchRecord, index: int) -> RequestRecord | 
 
 def _finish(deps: Deps, batch_id: str) -> dict[str, Any]:
     """Every part ended: the batch routes as a gateway-run one whose chains are done."""
+    _note_live(deps, batch_id, 0)
     batch = deps.batches.get_record(batch_id)
     if batch is None:
         return step(Next.FINALIZE)

@@ -6,6 +6,7 @@ in the lifecycle function), each within ``CALL_TIMEOUT_SECONDS``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,11 @@ class Refused(Exception):
     @property
     def later(self) -> bool:
         return self.code in ("queue_full", "rate_limited")
+
+
+class Gone(Exception):
+    """The provider no longer knows a batch it made for us (404 on it, or on its results):
+    lost on its side, or forgotten, as a restarted simulator forgets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,22 +117,32 @@ class BatchService:
         )
         _refused(upload)
         file_id = str(upload.json()["id"])
-        created = self._call(
-            "POST",
-            "/batches",
-            json={
-                "input_file_id": file_id,
-                "endpoint": endpoint,
-                "completion_window": "24h",
-                "metadata": {REF_KEY: ref},
-            },
-        )
-        _refused(created)
+        try:
+            created = self._call(
+                "POST",
+                "/batches",
+                json={
+                    "input_file_id": file_id,
+                    "endpoint": endpoint,
+                    "completion_window": "24h",
+                    "metadata": {REF_KEY: ref},
+                },
+            )
+            _refused(created)
+        except Refused:
+            self._drop_file(file_id)  # the prompts it uploaded do not stay at the provider
+            raise
         batch = created.json()
         polled = _openai_polled(batch)
         if polled.status == "failed" and (polled.error or {}).get("code") == "batch_queue_full":
             raise Refused("queue_full", str((polled.error or {}).get("message") or "batch queue full"))
         return Submitted(str(batch["id"]), file_id)
+
+    def _drop_file(self, file_id: str) -> None:
+        """Delete an uploaded file no batch took, if the provider can be reached now."""
+        # Unreachable now: the provider's own retention of unused files removes it.
+        with contextlib.suppress(httpx.HTTPError):
+            _deleted(self._call("DELETE", f"/files/{file_id}"))
 
     def find(self, ref: str) -> Submitted | None:
         """The batch a submit marked ``ref`` made, if the provider can say (OpenAI's metadata;
@@ -174,11 +190,12 @@ class BatchService:
     # --- poll, cancel, collect --------------------------------------------------------------
 
     def poll(self, batch_id: str) -> Polled:
+        """The batch as the provider has it now; raises Gone when it no longer knows it."""
         path = (
             f"/messages/batches/{batch_id}" if self.route.protocol == "anthropic" else f"/batches/{batch_id}"
         )
         answer = self._call("GET", path)
-        answer.raise_for_status()
+        _known(answer)
         body = answer.json()
         if self.route.protocol == "anthropic":
             status = str(body.get("processing_status"))
@@ -186,13 +203,16 @@ class BatchService:
         return _openai_polled(body)
 
     def cancel(self, batch_id: str) -> None:
+        """Ask the provider to cancel the batch (what it finished stays). Ended meanwhile
+        (409) or unknown to it (404: nothing left to cancel) is done."""
         answer = self._call("POST", f"{self._batches}/{batch_id}/cancel")
-        if answer.status_code >= 400 and answer.status_code != 409:  # 409: it ended meanwhile
+        if answer.status_code >= 400 and answer.status_code not in (404, 409):
             answer.raise_for_status()
 
     def results(self, batch_id: str, polled: Polled) -> Iterator[LineResult]:
         """The ended batch's lines, as our requests' answers, read as they arrive (a result
-        file of 200 MB is never held whole), in the provider's order (the same each time)."""
+        file of 200 MB is never held whole), in the provider's order (the same each time).
+        Raises Gone when the provider no longer has them."""
         if self.route.protocol == "anthropic":
             yield from _lines(self._stream(f"/messages/batches/{batch_id}/results"), anthropic_line)
             return
@@ -205,18 +225,22 @@ class BatchService:
             httpx.Client(timeout=CALL_TIMEOUT_SECONDS) as client,
             client.stream("GET", f"{self._base}{path}", headers=self._headers()) as answer,
         ):
-            answer.raise_for_status()
+            _known(answer)
             yield from answer.iter_lines()
 
     def discard(self, batch_id: str, input_file_id: str | None) -> None:
         """Delete what an ended and collected batch left at the provider: OpenAI's input,
         output and error files; Anthropic's message batch (its results with it). Gone
-        already (a step that died after deleting) is deleted."""
+        already (a step that died after deleting, a batch the provider lost) is deleted."""
         if self.route.protocol == "anthropic":
             _deleted(self._call("DELETE", f"/messages/batches/{batch_id}"))
             return
-        polled = self.poll(batch_id)
-        for file_id in (input_file_id, polled.output_file_id, polled.error_file_id):
+        try:
+            polled: Polled | None = self.poll(batch_id)
+        except Gone:
+            polled = None  # its input file may be left all the same
+        made = () if polled is None else (polled.output_file_id, polled.error_file_id)
+        for file_id in (input_file_id, *made):
             if file_id:
                 _deleted(self._call("DELETE", f"/files/{file_id}"))
 
@@ -262,6 +286,14 @@ def _refused(answer: httpx.Response) -> None:
     if answer.status_code in (503, 529) or answer.status_code >= 500:
         raise Refused("queue_full", message, retry_after)
     raise Refused("rejected", message)
+
+
+def _known(answer: httpx.Response) -> None:
+    """Raise Gone for a 404 (the provider does not know the batch), the error of any other
+    failed answer (looked at again later)."""
+    if answer.status_code == 404:
+        raise Gone(f"the provider answered 404 for {answer.request.url.path}")
+    answer.raise_for_status()
 
 
 def _deleted(answer: httpx.Response) -> None:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from batchgw import inputs
-from batchgw.config.catalog import execution_of
+from batchgw.config.catalog import execution_of, not_on_provider
 from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
@@ -206,6 +206,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         endpoint=batch.endpoint,
         models=models,
         window=batch.completion_window,
+        forbidden=deps.live.forbidden_routes,
     )
     on_gateway = choice is not None and choice.mode is Mode.GATEWAY
     unroutable = [model for model in models if on_gateway and not deps.live.batch_routes(model)]
@@ -215,8 +216,15 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
                 "code": "batch_not_supported",
                 "line": None,
                 "param": "execution_mode",
-                "message": f"The batch cannot run in execution_mode 'provider': no route of "
-                f"{', '.join(models)} has a batch price for {batch.endpoint}.",
+                "message": "The batch cannot run in execution_mode 'provider': "
+                + not_on_provider(
+                    deps.catalog,
+                    endpoint=batch.endpoint,
+                    models=models,
+                    window=batch.completion_window,
+                    forbidden=deps.live.forbidden_routes,
+                )
+                + ".",
             }
         ]
     elif report.ok and unroutable:

@@ -62,6 +62,12 @@ async def account_of(deps: Deps, user_id: str) -> tuple[UserRecord | None, list[
     return cached[1], cached[2]
 
 
+def key_of(batch: BatchRecord, keys: list[KeyRecord]) -> KeyRecord | None:
+    """The key that created ``batch``, of its owner's ``keys`` (None: gone; any key at all
+    for a batch stored without one)."""
+    return _ANY_KEY if batch.key_id is None else next((k for k in keys if k.id == batch.key_id), None)
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     standing: Standing
@@ -82,7 +88,7 @@ class OwnerGate:
         what the request may cost reserved."""
         deps, batch = self._deps, self._batch
         user, keys = await account_of(deps, batch.owner)
-        key = _ANY_KEY if batch.key_id is None else next((k for k in keys if k.id == batch.key_id), None)
+        key = key_of(batch, keys)
         limited = user is not None and key is not None and needs_spend(user, key)
         # What the request may cost at most: held against the owner's quotas while it runs,
         # and charged at its end if its cost is never known (``reserved``).

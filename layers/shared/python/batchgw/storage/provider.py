@@ -38,6 +38,11 @@ class ProviderParts:
             )
         ]
 
+    def part(self, batch_id: str, n: int) -> Part | None:
+        """Part ``n`` of the batch as stored now (None: no such part)."""
+        item = self._table.get({"pk": {"S": batch_id}, "sk": {"S": part_sk(n)}}, consistent=True)
+        return None if item is None else Part.from_item({**item["part"], "version": item["v"]})
+
     def plan(self, batch_id: str, parts: Sequence[Part]) -> bool:
         """Store the batch's plan, once: False when a plan was stored already (by a step that
         ran before this one; read that one)."""
