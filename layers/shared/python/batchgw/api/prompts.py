@@ -1,8 +1,10 @@
 """An administrator's read of another user's content (their prompts, and the answers beside
-them), whichever route makes it: the Prompts view (``GET /admin/batch/jobs/{id}/requests``)
-and a file's content (``GET /v1/files/{id}/content``). One rule for both: refused with 403
-where the gateway keeps no prompts (DB_STORE_FULL_CONTENT off), and recorded as
-``batch.requests.read`` against the owner before it is answered (``storage.audit``)."""
+them), whichever route makes it: the Prompts view (``GET /admin/batch/jobs/{id}/requests``),
+a file's content (``GET /v1/files/{id}/content``) and a batch's results
+(``GET /v1/batches/{id}/results``, ``/output.jsonl``, merged or not). One rule for all:
+refused with 403 where the gateway keeps no prompts (DB_STORE_FULL_CONTENT off), and
+recorded as ``batch.requests.read`` against the owner before it is answered
+(``storage.audit``), one entry per read call."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from batchgw.api import prompts
 from batchgw.api.batches import visible_batch
 from batchgw.api.params import (
     ANSWER_LIMIT,
@@ -37,10 +38,23 @@ def results_page(
 ) -> dict[str, Any] | Download:
     """GET /v1/batches/{id}/results: up to ``limit`` results after ``after``, in order, as
     many as fit the response (``has_more`` says the rest follows). A first result too large
-    to fit alone is answered as a redirect to the page, written to S3."""
+    to fit alone is answered as a redirect to the page, written to S3.
+
+    The results are the answers to the owner's prompts: an administrator's read of another
+    user's is refused where prompts are not kept and recorded against the owner before the
+    page is read (``api.prompts``), one entry per page."""
     record = visible_batch(deps, principal, batch_id).record
+    another_users = record.owner != principal.user_id
+    if another_users:
+        prompts.require_kept(deps)
     limit = int_param(params, "limit", default=100, low=1, high=1000)
     after_index = index_after(record, params)
+    if another_users:
+        after = last(params, "after")
+        where = "from the first" if after_index < 0 else f"after {after!r}"
+        prompts.record_read(
+            deps, principal, record.owner, target=record.id, detail=f"results page {where} (limit {limit})"
+        )
     if record.prepared or record.status.is_final:
         return _stored_page(deps, record, after_index=after_index, limit=limit)
     return _unwritten_page(deps, record, _Page(), after_index=after_index, limit=limit)
@@ -185,8 +199,13 @@ def _custom_ids(deps: Deps, record: BatchRecord) -> Iterator[str]:
 
 def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
     """Every result as one JSONL document, once the batch has ended: the object finalize
-    wrote, inline when it fits the response, else a redirect to it."""
+    wrote, inline when it fits the response, else a redirect to it. An administrator's read
+    of another user's is refused where prompts are not kept, and recorded against the owner
+    before it is answered (``api.prompts``)."""
     record = visible_batch(deps, principal, batch_id).record
+    another_users = record.owner != principal.user_id
+    if another_users:
+        prompts.require_kept(deps)
     if not record.status.is_final:
         raise Conflict(
             f"Batch '{batch_id}' has not ended yet (status {record.status.value}).",
@@ -201,6 +220,10 @@ def output_jsonl(deps: Deps, principal: Principal, batch_id: str) -> Download:
             f"Batch '{batch_id}' failed before its results could be written; read them page by page "
             f"from /v1/batches/{batch_id}/results.",
             code="batch_results_unavailable",
+        )
+    if another_users:
+        prompts.record_read(
+            deps, principal, record.owner, target=record.id, detail=f"output.jsonl ({size} bytes)"
         )
     return stored_download(deps, key, size)
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from batchgw import inputs
-from batchgw.api import files, idempotency
+from batchgw.api import files, idempotency, prompts
 from batchgw.api.auth import require_role
 from batchgw.api.batches import (
     Creating,
@@ -285,11 +285,23 @@ def merged_output(deps: Deps, principal: Principal, batch_id: str) -> Download:
     batches it retries (its parent's, and theirs), one line per custom_id in its first
     batch's order: a request's line from the last batch that ran it. Written once to S3,
     the first time it is asked for (every batch in the line has ended), then answered as
-    the batch's own output is."""
+    the batch's own output is. An administrator's read of another user's is refused where
+    prompts are not kept, and recorded against the owner (one entry, naming the batch read;
+    its ancestors are the same owner's) before it is answered (``api.prompts``)."""
     batch = deps.batches.get(batch_id)
-    if batch is None or (batch.record.owner != principal.user_id and not principal.is_admin):
+    record = None if batch is None else batch.record
+    if record is None or (record.owner != principal.user_id and not principal.is_admin):
         raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id")
-    return stored_download(deps, _merged(deps, batch.record, generations=MAX_GENERATIONS))
+    another_users = record.owner != principal.user_id
+    if another_users:
+        prompts.require_kept(deps)
+    key = _merged(deps, record, generations=MAX_GENERATIONS)
+    if another_users:
+        merged = "its own results alone" if key == export_key(record.id) else "with the batches it retries"
+        prompts.record_read(
+            deps, principal, record.owner, target=record.id, detail=f"output.jsonl?merged=true ({merged})"
+        )
+    return stored_download(deps, key)
 
 
 def _merged(deps: Deps, record: BatchRecord, *, generations: int) -> str:

@@ -61,8 +61,11 @@ class Settings(BaseModel):
         True,
         alias="DB_STORE_FULL_CONTENT",
         description=(
-            "Administrators may open a batch's stored requests and answers (GET "
-            "/admin/batch/jobs/{batch_id}/requests, each read audited); off: that route answers 403"
+            "Administrators may read another user's stored requests and answers (GET "
+            "/admin/batch/jobs/{batch_id}/requests, GET /v1/files/{file_id}/content, GET "
+            "/v1/batches/{batch_id}/results and /output.jsonl, merged or not; each read audited); "
+            "off: those routes answer 403 prompts_not_stored to an administrator reading another "
+            "user's content (the owner still reads their own)"
         ),
     )
     batch_files_enabled: bool = Field(
