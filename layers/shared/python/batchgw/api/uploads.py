@@ -7,11 +7,10 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from batchgw.api.auth import require_role
 from batchgw.api.files import (
     UPLOAD_SECONDS,
-    count_upload,
     declared_file,
+    may_create_file,
     multipart_file,
     streamed_input_file,
 )
@@ -28,13 +27,14 @@ def _upload_pk(upload_id: str) -> str:
 
 
 def create_upload(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
-    """POST /v1/uploads: declare a file that will arrive in parts."""
-    require_role(deps, principal, "upload files")
+    """POST /v1/uploads: declare a file that will arrive in parts, under the rule every route
+    that makes an input file checks (``files.may_create_file``): a refused declaration counts,
+    as a refused upload does."""
+    may_create_file(deps, principal)
     filename, size = declared_file(deps, body)
     mime = body.get("mime_type")
     if not isinstance(mime, str) or not mime:
         raise BadRequest("'mime_type' must be a non-empty string.", param="mime_type")
-    count_upload(deps, principal)
     now = int(deps.clock())
     upload_id = f"upload_{uuid.uuid4().hex}"
     record = {
