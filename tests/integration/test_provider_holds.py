@@ -11,8 +11,8 @@ import pytest
 from batchgw.deps import Deps
 from batchgw.domain.errors import ApiError
 from batchgw.run import lifecycle
-from batchgw.storage.spend import PROVIDER_UNSTORED_SECONDS, Payer, room_for_provider
 from batchgw.storage.slots import Hold
+from batchgw.storage.spend import PROVIDER_UNSTORED_SECONDS, Payer, room_for_provider
 
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps
@@ -57,12 +57,12 @@ def test_five_provider_batches_that_each_fit_the_quota_alone_are_not_all_accepte
             create(deps, ten(tag), "provider")
         assert (refused.value.status, refused.value.code) == (429, "budget_exceeded")
         assert "more than your quotas and budget leave" in refused.value.message
-    assert [h for h in deps.user_slots.read("user-alice").provider] == [first["id"]]  # refused: no hold
+    assert list(deps.user_slots.read("user-alice").provider) == [first["id"]]  # refused: no hold
     # Its end charges what it cost and gives the rest of its hold back.
     assert drive(deps, first["id"])["next"] == "finalize"
     assert lifecycle.finalize(deps, first["id"])["status"] == "completed"
     spent = deps.spend.read(PAYER, deps.clock())[0].today
-    assert 0 < spent and room(deps) == 200_000_000 - spent
+    assert spent > 0 and room(deps) == 200_000_000 - spent
     second = create(deps, ten("f"), "provider")
     assert second["execution_mode"] == "provider"
     # The next hold removed the ended batch's.
