@@ -5,9 +5,11 @@ written leaves none behind, and a hold whose batch was never stored stops counti
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from batchgw.api import batches, files
 from batchgw.deps import Deps
 from batchgw.domain.errors import ApiError
 from batchgw.run import lifecycle
@@ -23,6 +25,7 @@ from tests.support import FakeClock
 pytestmark = pytest.mark.usefixtures("aws_env")
 
 PAYER = Payer(ALICE.user_id, ALICE.key_id)
+CHAT_URL = "/v1/chat/completions"
 
 
 @pytest.fixture
@@ -89,3 +92,34 @@ def test_a_hold_whose_batch_was_never_stored_counts_only_for_a_while(deps: Deps,
     assert room(deps) == 600_000_000
     clock.advance(PROVIDER_UNSTORED_SECONDS + 1)
     assert room(deps) == 1_000_000_000
+
+
+def test_provider_file_batches_created_together_hold_their_most_as_each_is_planned(
+    deps: Deps, sim: Simulator
+) -> None:
+    # A file batch's requests are known only once its first provider step reads them: that step
+    # holds their most as an inline create does, so the next file batch's plan counts it.
+    set_user(deps, "user-alice", daily_quota_usd=0.2)  # one batch's most fits, two do not
+    created = [create_file(deps, ten(tag)) for tag in "abc"]  # accepted: nothing read yet
+    assert [drive(deps, batch["id"])["next"] for batch in created] == ["finalize"] * 3
+    assert lifecycle.finalize(deps, created[0]["id"])["status"] == "completed"  # the simulator ran it at once
+    for batch in created[1:]:
+        record = deps.batches.get_record(batch["id"])
+        assert record is not None and record.error is not None
+        assert record.error["code"] == "budget_exceeded"
+    assert list(deps.user_slots.read("user-alice").provider) == [created[0]["id"]]
+    assert len(provider_batches(sim)) == 1  # nothing of the others was sent
+
+
+def create_file(deps: Deps, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    lines = [{"method": "POST", "url": CHAT_URL, **request} for request in requests]
+    upload = files.new_input_file(
+        deps, ALICE, "in.jsonl", b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    )
+    body = {
+        "input_file_id": upload.id,
+        "endpoint": CHAT_URL,
+        "completion_window": "24h",
+        "execution_mode": "provider",
+    }
+    return batches.create_batch(deps, ALICE, json.dumps(body).encode())

@@ -232,8 +232,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.slots: model and per-user concurrency leases, shown to administrators
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
     # (a user's slot map also holds their interactive requests' reservations, and the
-    # provider-run batches' they were accepted, written by the api's create)
-    "uslots#*": access(write=(WORKER, INTERACTIVE, API)),
+    # provider-run batches' they were accepted, written by the api's create and, for a file
+    # batch, by the lifecycle's first provider step)
+    "uslots#*": access(write=(WORKER, INTERACTIVE, API, LIFECYCLE)),
     # storage.spend: charged in the attempt's own transaction (an interactive request's on
     # its own; the lost attempts of a request the reconciler ends, in its end), read for
     # quotas and /v1/me
@@ -253,8 +254,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # admin function too, for the Admin Batches tab's calls to /admin/...
     "session#*": access(read=(ADMIN,), write=(API,)),
     "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
-    # storage.audit: administrators' reads of a user's content, recorded as they read
-    "audit#*": access(write=(ADMIN,)),
+    # storage.audit: administrators' reads of a user's content, recorded as they read (the
+    # admin's Prompts; the api's file content and batch results read by an administrator)
+    "audit#*": access(write=(ADMIN, API)),
     # storage.reqlog: every upstream call, batch or interactive, and their counts per hour
     "rlog#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE)),
     "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE)),

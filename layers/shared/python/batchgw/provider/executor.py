@@ -62,7 +62,7 @@ from batchgw.provider.services import BatchService, Gone, Polled, Refused, Submi
 from batchgw.run import attempt, lifecycle
 from batchgw.run.owner import account_of, key_of
 from batchgw.storage.requests import ClaimKind
-from batchgw.storage.spend import Payer, room_now
+from batchgw.storage.spend import Payer, reserve_provider, room_for_provider
 from batchgw.storage.workflow import Next, step
 from batchgw.upstream.client import classify
 
@@ -217,14 +217,20 @@ def _plan(deps: Deps, batch: BatchRecord) -> list[Part] | dict[str, Any]:
     before any of it is sent (``budget_exceeded``: a file batch's requests are known only
     now; an inline one's create checked them already)."""
     planner = Planner(_routes(deps, batch), max_lines=deps.settings.batch_provider_max_lines)
-    room = room_now(deps.accounts, deps.spend, Payer(batch.owner, batch.key_id), deps.clock())
+    payer, now = Payer(batch.owner, batch.key_id), deps.clock()
+    stores = (deps.accounts, deps.spend, deps.user_slots, deps.batches)
+    # what is left counts the provider batches accepted besides this one (created together)
+    room = room_for_provider(*stores, payer, now, besides=batch.id).room
     most = 0
     for request in deps.requests.all(batch.id):
         planner.add(request.index, request.model, len(request.request_packed or b"") or 1024)
         if room is not None and most <= room:
             most += _most_cost_of(deps, batch, request)
-    if room is not None and most > room:
-        return {"code": "budget_exceeded", "message": over_budget_message(most, room)}
+    if room is not None:
+        # held until its lines are charged or it ends, so the next one's plan counts it
+        _, short = reserve_provider(*stores, payer, batch.id, most, now) if most <= room else (False, room)
+        if short is not None:
+            return {"code": "budget_exceeded", "message": over_budget_message(most, short)}
     return planner.done(batch.total)
 
 
