@@ -18,7 +18,7 @@ Lambda function is given.
    configured memory. The local worker process also holds its poller, so the figure is a
    little above what the function itself needs.
 
-``python -m bench.worker_memory [--batches N] [--requests N]`` (about three minutes);
+``python -m bench.worker_memory [--batches N] [--requests N]`` (about five minutes);
 ``--smoke``: a few batches, to check that it runs (seconds).
 """
 
