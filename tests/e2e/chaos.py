@@ -132,6 +132,10 @@ class ChaosConfig:
     # provider, the simulator's OpenAI batch API): their workflow's provider step dies at
     # AWS calls like any task, and duplicated chain messages reach them too.
     provider_batches: int = 0
+    # Of the provider-run batches, this many run under a key of their own (alice's) that an
+    # administrator revokes mid-run: each must end (owner_unauthorized, or as it was) with
+    # every request's one outcome, sending the provider nothing more.
+    revocations: int = 0
 
 
 @dataclass
@@ -147,6 +151,7 @@ class ChaosReport:
     reporters: int = 0  # interactive load reporters, every one of which died mid-run
     reports: int = 0  # the load reports they made
     provider_batches: int = 0  # batches run on the provider's batch service
+    revoked: dict[str, str] = field(default_factory=dict)  # by batch whose key was revoked: how it ended
     statuses: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     upstream_seen: int = 0
@@ -202,6 +207,8 @@ class ChaosReport:
     def lines(self) -> list[str]:
         return [
             f"batches {self.batches} ({dict(self.statuses)}; {self.provider_batches} on the provider)",
+            f"keys revoked mid-run {len(self.revoked)} "
+            f"(their batches ended {dict(Counter(self.revoked.values()))})",
             f"requests {self.requests} ({dict(self.outcomes)})",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "
             f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}, "
@@ -368,6 +375,12 @@ class Chaos:
         self.created_at: dict[str, float] = {}  # by batch: when its create's answer came
         self.kills_at: list[float] = []
         self.reporters: list[Reporter] = []
+        self.admin = httpx.Client(
+            base_url=stack.api_url.removesuffix("/v1"),
+            headers={"Authorization": "Bearer sk-local-admin"},
+            timeout=30,
+        )
+        self.revocable: dict[str, str] = {}  # by provider-run batch with a key of its own: the key's id
         self.deadline = math.inf
         self.report.lease_seconds = float(CHAOS_ENV["BATCH_LEASE_SECONDS"])
 
@@ -432,9 +445,16 @@ class Chaos:
         on_provider = number < self.config.provider_batches
         self.report.provider_batches += on_provider
         mode = {"execution_mode": "provider"} if on_provider else {}
-        resp = self.api.post("/batches", json={"requests": requests, **mode})
+        key = None
+        if on_provider and number < self.config.revocations:
+            key = self.admin.post("/admin/users/user-alice/keys", json={"name": f"chaos {number}"})
+            key.raise_for_status()
+        headers = {"Authorization": f"Bearer {key.json()['key']}"} if key is not None else {}
+        resp = self.api.post("/batches", json={"requests": requests, **mode}, headers=headers)
         resp.raise_for_status()
         batch_id = str(resp.json()["id"])
+        if key is not None:
+            self.revocable[batch_id] = str(key.json()["id"])
         self.created_at[batch_id] = time.time()
         return batch_id
 
@@ -447,11 +467,18 @@ class Chaos:
             + ["reporter dies"] * len(self.reporters)
         )
         self.rng.shuffle(actions)
+        # The revocations come first, while the provider still runs those batches (its
+        # simulated batches end within seconds).
+        actions = ["revoke"] * len(self.revocable) + actions
         cancellable = list(batch_ids)
         living = list(self.reporters)
+        revocable = list(self.revocable)
         for action in actions:
             time.sleep(self.rng.uniform(0.3, 1.5))
-            if action == "reporter dies":
+            if action == "revoke":
+                batch_id = revocable.pop(self.rng.randrange(len(revocable)))
+                self.admin.post(f"/admin/keys/{self.revocable[batch_id]}/revoke").raise_for_status()
+            elif action == "reporter dies":
                 living.pop(self.rng.randrange(len(living))).die()
                 self.report.reporters += 1
             elif action == "kill":
@@ -629,6 +656,8 @@ class Chaos:
     def _check_batch(self, batch_id: str, batch: dict[str, Any]) -> None:
         violations = self.report.violations
         self.report.statuses[batch["status"]] += 1
+        if batch_id in self.revocable:
+            self.report.revoked[batch_id] = str((batch.get("error") or {}).get("code") or batch["status"])
         if batch["status"] == "failed":
             self.report.failed_batches.append(f"{batch_id}: {(batch.get('error') or {}).get('message')}")
         results = self._results(batch_id)
@@ -764,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
     defaults = ChaosConfig()
     parser = argparse.ArgumentParser(description="A seeded chaos run on a local stack; prints the totals.")
     names = ("seed", "batches", "requests", "kills", "duplicates", "cancels", "workers", "reporters")
-    for name in (*names, "provider_batches"):
+    for name in (*names, "provider_batches", "revocations"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--window-seconds", type=float, default=defaults.window_seconds)
     parser.add_argument("--reconcile-seconds", type=float, default=defaults.reconcile_seconds)
