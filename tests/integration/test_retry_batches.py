@@ -197,9 +197,12 @@ def create_file_batch(
         {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": chat(custom_id, text)["body"]}
         for custom_id, text in texts.items()
     ]
-    upload = files.new_input_file(
-        deps, ALICE, "in.jsonl", b"".join(json.dumps(x).encode() + b"\n" for x in lines)
-    )
+    return file_batch_of(deps, monkeypatch, b"".join(json.dumps(x).encode() + b"\n" for x in lines))
+
+
+def file_batch_of(deps: Deps, monkeypatch: pytest.MonkeyPatch, content: bytes) -> tuple[Any, dict[str, Any]]:
+    """Alice's file batch of ``content``, as uploaded: its input file and the batch."""
+    upload = files.new_input_file(deps, ALICE, "in.jsonl", content)
     status, batch = call(
         deps,
         monkeypatch,
@@ -338,15 +341,7 @@ def test_a_batch_failed_before_its_requests_were_stored_retries_from_its_input_f
 
 def test_a_refused_input_file_has_nothing_to_retry(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = json.dumps({"custom_id": "a", "method": "POST", "url": CHAT_URL, "body": {"model": "sim-chat"}})
-    upload = files.new_input_file(deps, ALICE, "bad.jsonl", bad.encode() + b"\n")
-    status, batch = call(
-        deps,
-        monkeypatch,
-        "POST",
-        "/v1/batches",
-        body={"input_file_id": upload.id, "endpoint": CHAT_URL, "completion_window": "24h"},
-    )
-    assert status == 200, batch
+    _, batch = file_batch_of(deps, monkeypatch, bad.encode() + b"\n")
     lifecycle.prepare(deps, batch["id"])
     _, batch = call(deps, monkeypatch, "GET", f"/v1/batches/{batch['id']}")
     assert batch["status"] == "failed" and batch["error"]["code"] == "invalid_batch_input"
