@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,20 +22,10 @@ from batchgw.config import resources
 from local import env as local_env
 from local.run import LocalStack
 from tests.integration import runtime_handlers
+from tests.support import wait_for
 
 HANDLER = f"{runtime_handlers.__name__}.handler"
 SLOW_SECONDS = 3.0  # how long the first of two overlapping invocations runs: the second starts meanwhile
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +58,7 @@ def send(stack: LocalStack) -> Callable[[dict[str, Any]], None]:
 
 def _report(reports: Path, name: str) -> dict[str, Any]:
     path = reports / f"{name}.json"
-    wait_for(path.exists)
+    wait_for(path.exists, timeout=30.0, what=f"{path.name} written")
     return dict(json.loads(path.read_text()))
 
 
