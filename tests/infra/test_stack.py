@@ -22,7 +22,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 from batchgw.config import resources
 from batchgw.config.settings import Settings
-from batchgw.run.lifecycle import StillRunning
+from batchgw.run.ending import StillRunning
 from batchgw.run.prepare_lease import PrepareBusy
 from constructs import IConstruct
 

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps
@@ -64,7 +64,7 @@ def test_an_admins_read_of_another_users_file_is_audited_against_the_owner_befor
     body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     batch_id = started(deps, monkeypatch, body, 2)
     lifecycle.park(deps, batch_id, "t")
-    assert lifecycle.finalize(deps, batch_id)["status"] == "completed"
+    assert ending.finalize(deps, batch_id)["status"] == "completed"
     output = call(deps, monkeypatch, "GET", f"/v1/batches/{batch_id}")[1]["output_file_id"]
     clock.advance(1)  # the entries list newest first
     status, answers = call(deps, monkeypatch, "GET", f"/v1/files/{output}/content", key=ADMIN)

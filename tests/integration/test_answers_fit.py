@@ -17,7 +17,7 @@ from batchgw.api import batches, files
 from batchgw.deps import Deps
 from batchgw.domain.chains import decode
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage.blobs import export_key
 
@@ -59,7 +59,7 @@ def run_batch(deps: Deps, texts: list[str]) -> str:
     for message in receive_all(deps):
         asyncio.run(run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 900))
     lifecycle.park(deps, batch["id"], "t")
-    lifecycle.finalize(deps, batch["id"])
+    ending.finalize(deps, batch["id"])
     return str(batch["id"])
 
 

@@ -20,7 +20,7 @@ from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd, RequestRecord
 from batchgw.domain.states import UNFINISHED_STATUSES, RequestStatus
-from batchgw.run import attempt, lifecycle, reconcile
+from batchgw.run import attempt, ending, lifecycle, reconcile
 from batchgw.run.chain import run_message
 from batchgw.storage.requests import ClaimKind, RequestStore
 from batchgw.upstream.client import classify
@@ -76,7 +76,7 @@ def finish(deps: Deps, batch_id: str) -> dict[str, Any]:
     """Park (finding the batch done) and finalize, as the workflow would."""
     lifecycle.park(deps, batch_id, "token")
     assert deps.workflow.woken[-1] == ("token", {"next": "finalize", "wait_seconds": 0})  # type: ignore[attr-defined]
-    lifecycle.finalize(deps, batch_id)
+    ending.finalize(deps, batch_id)
     return batches.get_batch(deps, ALICE, batch_id)
 
 
@@ -133,7 +133,7 @@ def test_the_reconciler_ends_the_abandoned_requests_of_a_cancelled_batch(sim: Si
     clock.advance(61)
     assert reconcile.reconcile(deps, batch_id)["next"] == "finalize"
     assert statuses(deps, batch_id) == [("cancelled", "batch_cancelled")] * 2
-    lifecycle.finalize(deps, batch_id)
+    ending.finalize(deps, batch_id)
     done = batches.get_batch(deps, ALICE, batch_id)
     assert done["status"] == "cancelled" and done["cost_unknown_attempts"] == 1  # the lost attempt
 
@@ -227,7 +227,7 @@ def test_a_reconcile_left_behind_leaves_the_ttl_of_a_batch_that_ended_since(
     running = deps.batches.get(batch_id)  # what a reconcile the workflow lost track of read
     for message in receive_all(deps):
         run(deps, decode(message["Body"]), "w")
-    lifecycle.finalize(deps, batch_id)
+    ending.finalize(deps, batch_id)
     ended = deps.batches.get_record(batch_id)
     assert ended is not None and ended.status.value == "completed" and ended.ttl is not None
 
@@ -264,8 +264,8 @@ def test_a_failed_workflow_step_fails_the_batch_visibly_and_waits_for_what_still
     failure = "FlexibleChecksumError"
     detail = {"errorMessage": "Expected checksum nA9nMw== did not match", "errorType": failure}
     error = {"Error": failure, "Cause": json.dumps(detail)}
-    with pytest.raises(lifecycle.StillRunning):  # the workflow calls the step again
-        lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
+    with pytest.raises(ending.StillRunning):  # the workflow calls the step again
+        ending.fail(deps, batch_id, ending.cause_of(error))
     batch = batches.get_batch(deps, ALICE, batch_id)  # stopped, not ended while a request runs
     assert batch["status"] == "in_progress" and batch["failed_at"] is None
     # The user reads a stable code and what to do; the exception stays in the log.
@@ -280,7 +280,7 @@ def test_a_failed_workflow_step_fails_the_batch_visibly_and_waits_for_what_still
     assert verdict(deps.batches.get_record(batch_id), clock()) is Verdict.OWNER_FAILED  # nothing starts
 
     clock.advance(61)  # the running request's lease ran out: its worker is gone
-    ended = lifecycle.fail(deps, batch_id, lifecycle.cause_of(error))
+    ended = ending.fail(deps, batch_id, ending.cause_of(error))
     assert ended["status"] == "failed" and ended["purge_at"]
     assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 3
     batch = batches.get_batch(deps, ALICE, batch_id)
@@ -295,11 +295,11 @@ def test_a_request_still_running_when_its_batch_failed_is_ended_by_its_worker_an
     batch_id = prepared(deps, 2)
     receive_all(deps)
     held = claim(deps, batch_id, 0)
-    with pytest.raises(lifecycle.StillRunning):
-        lifecycle.fail(deps, batch_id, "a step failed")
+    with pytest.raises(ending.StillRunning):
+        ending.fail(deps, batch_id, "a step failed")
     answer = b'{"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}'
     settle(deps, batch_id, held, classify("/v1/chat/completions", 200, answer, {}))  # its answer came
-    assert lifecycle.fail(deps, batch_id, "a step failed")["status"] == "failed"
+    assert ending.fail(deps, batch_id, "a step failed")["status"] == "failed"
     assert statuses(deps, batch_id) == [("completed", None), ("failed", "batch_failed")]
     counts = spec_counts(batches.get_batch(deps, ALICE, batch_id))
     assert counts == {"total": 2, "completed": 1, "failed": 1}
@@ -320,14 +320,14 @@ def test_a_fail_step_that_died_midway_is_finished_when_the_workflow_calls_it_aga
         raise StepDied("after the batch failed, before its requests were swept")
 
     with monkeypatch.context() as patched:
-        patched.setattr(lifecycle, "sweep", died)
+        patched.setattr(ending, "sweep", died)
         with pytest.raises(StepDied):
-            lifecycle.fail(deps, batch_id, "a step failed")
+            ending.fail(deps, batch_id, "a step failed")
     assert batches.get_batch(deps, ALICE, batch_id)["status"] == "in_progress"  # stopped, not ended
     assert {status for status, _ in statuses(deps, batch_id)} == {"queued"}
 
     for _ in range(2):  # the workflow's retry, then one more: counted once
-        assert lifecycle.fail(deps, batch_id, "a step failed")["status"] == "failed"
+        assert ending.fail(deps, batch_id, "a step failed")["status"] == "failed"
         assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 5
         counts = spec_counts(batches.get_batch(deps, ALICE, batch_id))
         assert counts == {"total": 5, "completed": 0, "failed": 5}
@@ -345,7 +345,7 @@ def test_a_batch_failed_before_prepare_recorded_anything_fails_every_request_onc
     assert len(list(deps.requests.all(batch_id))) == 4
 
     for _ in range(2):
-        assert lifecycle.fail(deps, batch_id, "States.TaskFailed")["status"] == "failed"
+        assert ending.fail(deps, batch_id, "States.TaskFailed")["status"] == "failed"
         assert statuses(deps, batch_id) == [("failed", "batch_failed")] * 4
         counts = spec_counts(batches.get_batch(deps, ALICE, batch_id))
         assert counts == {"total": 4, "completed": 0, "failed": 4}

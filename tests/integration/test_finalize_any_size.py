@@ -14,7 +14,7 @@ from batchgw.deps import Deps
 from batchgw.domain.chains import decode
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage import aws
 from batchgw.storage.blobs import export_key
@@ -83,7 +83,7 @@ def check_result_objects(deps: Deps, batch_id: str, n: int) -> dict[str, Any]:
 def test_result_files_are_written_in_many_parts(sim: Simulator, small_parts: None) -> None:
     deps = make_deps(sim, FakeClock(), BATCH_RESULT_PART_BYTES=str(PART_BYTES))
     batch_id = file_batch(deps, 40)
-    assert lifecycle.finalize(deps, batch_id)["status"] == "completed"
+    assert ending.finalize(deps, batch_id)["status"] == "completed"
     batch = check_result_objects(deps, batch_id, 40)
     output = files.get_file(deps, ALICE, batch["output_file_id"])
     content = files.file_content(deps, ALICE, batch["output_file_id"])
@@ -110,12 +110,12 @@ def test_a_finalize_that_dies_mid_way_resumes_where_it_stopped(
 
     monkeypatch.setattr(deps.blobs, "upload_part", dies_on_the_seventh)
     with pytest.raises(RuntimeError):
-        lifecycle.finalize(deps, batch_id)
+        ending.finalize(deps, batch_id)
     record = deps.batches.get_record(batch_id)
     assert record is not None and record.status == "finalizing" and record.finalize_cursor
     written = sum(target["parts"] for target in record.finalize_cursor.values())
     assert written == 6
-    assert lifecycle.finalize(deps, batch_id)["status"] == "completed"  # the workflow's retry
+    assert ending.finalize(deps, batch_id)["status"] == "completed"  # the workflow's retry
     check_result_objects(deps, batch_id, 40)
     assert uploads > 7
 
@@ -126,10 +126,10 @@ def test_a_finalize_out_of_time_saves_its_cursor_and_the_next_one_goes_on(
     clock = FakeClock()
     deps = make_deps(sim, clock, BATCH_RESULT_PART_BYTES=str(PART_BYTES))
     batch_id = file_batch(deps, 40)
-    assert lifecycle.finalize(deps, batch_id, deadline=clock() - 1) == {
+    assert ending.finalize(deps, batch_id, deadline=clock() - 1) == {
         "status": "finalizing",
         "purge_at": None,
     }
     assert batches.get_batch(deps, ALICE, batch_id)["status"] == "finalizing"
-    assert lifecycle.finalize(deps, batch_id, deadline=clock() + 600)["status"] == "completed"
+    assert ending.finalize(deps, batch_id, deadline=clock() + 600)["status"] == "completed"
     check_result_objects(deps, batch_id, 40)

@@ -14,7 +14,7 @@ from batchgw.api import results as results_api
 from batchgw.deps import Deps
 from batchgw.domain.chains import decode
 from batchgw.domain.request import RequestRecord, request_id
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage.requests import ClaimKind
 
@@ -176,7 +176,7 @@ def test_a_batch_failed_before_its_requests_were_all_written_lists_the_rest_as_f
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deps, batch_id = _crashed_mid_write(sim, monkeypatch)
-    lifecycle.fail(deps, batch_id, "States.TaskFailed")  # prepare's retries ran out
+    ending.fail(deps, batch_id, "States.TaskFailed")  # prepare's retries ran out
 
     page = results_api.results_page(deps, ALICE, batch_id, {"limit": ["1000"]})
     assert isinstance(page, dict)
@@ -185,5 +185,5 @@ def test_a_batch_failed_before_its_requests_were_all_written_lists_the_rest_as_f
     assert page["has_more"] is False
     counted = spec_counts(batches.get_batch(deps, ALICE, batch_id))
     assert counted == {"total": N, "completed": 0, "failed": N}
-    lifecycle.fail(deps, batch_id, "States.TaskFailed")  # a retried step counts nothing again
+    ending.fail(deps, batch_id, "States.TaskFailed")  # a retried step counts nothing again
     assert spec_counts(batches.get_batch(deps, ALICE, batch_id)) == counted

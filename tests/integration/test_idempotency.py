@@ -12,7 +12,7 @@ from batchgw.api import accounts, batches, idempotency
 from batchgw.deps import Deps
 from batchgw.domain.errors import ApiError
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps
@@ -122,7 +122,7 @@ def test_a_key_is_remembered_until_a_day_after_its_batch_ends(sim: Simulator) ->
     lifecycle.prepare(deps, first["id"])
     batches.cancel_batch(deps, ALICE, first["id"])
     lifecycle.cancel(deps, first["id"])
-    lifecycle.finalize(deps, first["id"])
+    ending.finalize(deps, first["id"])
     clock.advance(DAY - 1)
     assert create(deps, ALICE, "k1")["id"] == first["id"]
     clock.advance(2)

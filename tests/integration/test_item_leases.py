@@ -20,7 +20,7 @@ from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd
 from batchgw.domain.states import RequestStatus
-from batchgw.run import attempt, lifecycle
+from batchgw.run import attempt, ending, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage import aws
 
@@ -178,9 +178,9 @@ def test_a_batch_runs_to_completed_with_results_in_submission_order(sim: Simulat
     assert woken == []  # nothing parked yet: the park step finds the batch done itself
     lifecycle.park(deps, batch_id, "token-1")
     assert woken == [("token-1", {"next": "finalize", "wait_seconds": 0})]
-    ended = lifecycle.finalize(deps, batch_id)
+    ended = ending.finalize(deps, batch_id)
     assert ended["status"] == "completed"
-    assert lifecycle.finalize(deps, batch_id) == ended  # idempotent
+    assert ending.finalize(deps, batch_id) == ended  # idempotent
 
     batch = batches.get_batch(deps, ALICE, batch_id)
     assert batch["status"] == "completed"

@@ -15,7 +15,7 @@ from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, RequestMessage, decode
 from batchgw.domain.principal import Principal
 from batchgw.observability import MetricsBuffer
-from batchgw.run import attempt, lifecycle, reconcile
+from batchgw.run import attempt, ending, lifecycle, reconcile
 from batchgw.run.chain import run_message
 
 from local.simulator import Simulator
@@ -48,8 +48,9 @@ def test_the_metrics_of_one_batch_add_up_to_its_request_counts(
     for module in (
         "batchgw.observability",
         "batchgw.run.attempt",
-        "batchgw.run.lifecycle",
+        "batchgw.run.ending",
         "batchgw.run.slot",
+        "batchgw.run.stopped",
     ):
         monkeypatch.setattr(f"{module}.metrics", buffer)
     monkeypatch.setattr(observability, "metrics", buffer)
@@ -67,7 +68,7 @@ def test_the_metrics_of_one_batch_add_up_to_its_request_counts(
     run(deps, RequestMessage(batch["id"], 3))  # the retry succeeds
     batches.cancel_batch(deps, ALICE, batch["id"])
     lifecycle.cancel(deps, batch["id"])
-    lifecycle.finalize(deps, batch["id"])
+    ending.finalize(deps, batch["id"])
     documents = buffer.flush()
 
     final = batches.get_batch(deps, ALICE, batch["id"])

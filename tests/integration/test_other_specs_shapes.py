@@ -12,7 +12,7 @@ from batchgw.deps import Deps
 from batchgw.domain.chains import RequestMessage
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 
 from local.simulator import Simulator
 from tests.integration.conftest import make_deps, receive_all
@@ -235,7 +235,7 @@ def test_a_purge_or_delete_hides_a_file_before_its_bytes_go(
     receive_all(deps)
     run(deps, RequestMessage(batch["id"], 0))
     lifecycle.park(deps, batch["id"], "t")
-    lifecycle.finalize(deps, batch["id"])
+    ending.finalize(deps, batch["id"])
     ended = call(deps, monkeypatch, "GET", f"/v1/batches/{batch['id']}")[1]
     output_file_id = ended["output_file_id"]
     assert output_file_id is not None, ended

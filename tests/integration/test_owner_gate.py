@@ -16,7 +16,7 @@ from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, dec
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
 from batchgw.domain.spend import next_day, next_month
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage import aws
 from batchgw.storage.slots import Hold
@@ -239,7 +239,7 @@ def test_a_revoked_key_fails_its_batch_keeping_what_finished_and_what_was_runnin
     assert deps.workflow.woken[-1] == ("token", {"next": "cancel", "wait_seconds": 0})  # type: ignore[attr-defined]
     assert lifecycle.cancel(deps, batch_id)["next"] == "park"  # the running one finishes
     settle(deps, batch_id, running, Outcome("success", status_code=200, body={"ok": True}))
-    lifecycle.finalize(deps, batch_id)
+    ending.finalize(deps, batch_id)
 
     batch = batches.get_batch(deps, ADMIN, batch_id)
     assert batch["status"] == "failed"

@@ -18,7 +18,7 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import RequestStatus
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 from batchgw.run.prepare_lease import PrepareBusy, PrepareLost
 from batchgw.storage.requests import ClaimKind
 
@@ -140,13 +140,13 @@ def test_a_batch_fails_only_once_no_prepare_can_write_its_requests(
 ) -> None:
     deps, clock, batch_id = _died_at_second_chunk(sim, monkeypatch)
 
-    with pytest.raises(lifecycle.StillRunning):  # its lease has not run out: it may still write
-        lifecycle.fail(deps, batch_id, "Prepare")
+    with pytest.raises(ending.StillRunning):  # its lease has not run out: it may still write
+        ending.fail(deps, batch_id, "Prepare")
     record = _record(deps, batch_id)
     assert record.owner_failed and not record.status.is_final
 
     clock.advance(LEASE + 1)
-    assert lifecycle.fail(deps, batch_id, "Prepare")["status"] == "failed"
+    assert ending.fail(deps, batch_id, "Prepare")["status"] == "failed"
     counted = deps.batches.get(batch_id)
     assert counted is not None
     assert counted.counts.failed == N and counted.counts.completed == 0

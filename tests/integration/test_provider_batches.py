@@ -17,7 +17,7 @@ from batchgw.domain.errors import ApiError
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import RequestStatus
 from batchgw.provider.executor import provider_step
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps, receive_all
@@ -87,7 +87,7 @@ def test_a_provider_mode_batch_runs_on_the_providers_batch_service_at_the_batch_
     # Fresh provider-side ids: neither ours nor the user's custom_ids went to the provider.
     assert submitted["custom_ids"] == [f"r{i}" for i in range(5)]
     assert all(r.status is RequestStatus.SUCCEEDED for r in deps.requests.all(created["id"]))
-    lifecycle.finalize(deps, created["id"])
+    ending.finalize(deps, created["id"])
     batch = deps.batches.get(created["id"])
     assert batch is not None and batch.record.status.value == "completed"
     # The same requests run by the gateway cost twice as much (sim-chat's batch discount: 0.5).
@@ -250,19 +250,19 @@ def test_a_provider_that_cannot_delete_a_collected_batch_yet_is_asked_again_at_t
 def test_a_long_collect_stops_in_time_and_the_next_step_goes_on_from_its_last_chunk(
     sim: Simulator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from batchgw.provider import executor
+    from batchgw.provider import collecting
 
     deps = make_deps(sim, clock, BATCH_WORKER_TIMEOUT_SECONDS="20")  # a step collects for 10 s at most
     created = create(deps, [chat_request(f"s-{i}", "hi") for i in range(25)], "provider")
     lifecycle.prepare(deps, created["id"])
     provider_step(deps, created["id"])  # submitted
-    real = executor.attempt.settle
+    real = collecting.attempt.settle
 
     async def a_second_each(*args: Any, **kwargs: Any) -> Any:
         clock.advance(1)
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(executor.attempt, "settle", a_second_each)
+    monkeypatch.setattr(collecting.attempt, "settle", a_second_each)
     assert provider_step(deps, created["id"]) == {"next": "provider", "wait_seconds": 0}
     [part] = deps.provider_parts.parts(created["id"])
     assert (part.status.value, part.collected) == ("submitted", 10)
@@ -283,7 +283,7 @@ def test_the_retry_of_a_provider_batch_runs_on_the_providers_batch_service_too(
     requests = [chat_request(f"y-{i}", "hi" if i else "hi [[sim status=400]]") for i in range(3)]
     parent = create(deps, requests, "provider")
     drive(deps, parent["id"])
-    lifecycle.finalize(deps, parent["id"])
+    ending.finalize(deps, parent["id"])
     child = retry.retry_batch(deps, ALICE, parent["id"], b"", None)
     assert (child["execution_mode"], child["execution_mode_reason"]) == ("provider", "requested")
     assert drive(deps, child["id"])["next"] == "finalize"
@@ -389,7 +389,7 @@ def test_a_provider_batch_over_the_quota_when_its_requests_are_read_fails_budget
     created = create(deps, [chat_request(f"q-{i}", "hi") for i in range(10)], "provider")
     set_user(deps, "user-alice", daily_quota_usd=0.05)
     assert drive(deps, created["id"])["next"] == "finalize"
-    assert lifecycle.finalize(deps, created["id"])["status"] == "failed"
+    assert ending.finalize(deps, created["id"])["status"] == "failed"
     batch = deps.batches.get_record(created["id"])
     assert batch is not None and batch.error is not None and batch.error["code"] == "budget_exceeded"
     assert provider_batches(sim) == []
@@ -425,7 +425,7 @@ def test_a_window_that_closes_cancels_the_provider_batch_and_expires_what_it_did
     assert after["status"] == "cancelled"
     statuses = [r.status for r in deps.requests.all(created["id"])]
     assert statuses == [RequestStatus.SUCCEEDED, RequestStatus.EXPIRED, RequestStatus.EXPIRED]
-    lifecycle.finalize(deps, created["id"])
+    ending.finalize(deps, created["id"])
     record = deps.batches.get_record(created["id"])
     assert record is not None and record.status.value == "expired"
 
@@ -433,12 +433,12 @@ def test_a_window_that_closes_cancels_the_provider_batch_and_expires_what_it_did
 def test_a_collect_that_dies_goes_on_from_the_lines_it_recorded(
     deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from batchgw.provider import executor
+    from batchgw.provider import collecting
 
     created = create(deps, [chat_request(f"d-{i}", "hi") for i in range(25)], "provider")
     lifecycle.prepare(deps, created["id"])
     assert provider_step(deps, created["id"])["next"] == "provider"  # submitted
-    real, settled = executor.attempt.settle, [0]
+    real, settled = collecting.attempt.settle, [0]
 
     async def dying(*args: Any, **kwargs: Any) -> Any:
         settled[0] += 1
@@ -446,7 +446,7 @@ def test_a_collect_that_dies_goes_on_from_the_lines_it_recorded(
             raise RuntimeError("the step died")
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(executor.attempt, "settle", dying)
+    monkeypatch.setattr(collecting.attempt, "settle", dying)
     with pytest.raises(RuntimeError):
         provider_step(deps, created["id"])
     [part] = deps.provider_parts.parts(created["id"])
@@ -466,20 +466,20 @@ def test_a_collect_that_dies_goes_on_from_the_lines_it_recorded(
 def test_a_step_that_died_takes_its_own_requests_back_without_a_lost_attempt(
     deps: Deps, sim: Simulator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from batchgw.provider import executor
+    from batchgw.provider import collecting
 
     created = create(deps, [chat_request(f"o-{i}", "hi") for i in range(3)], "provider")
     lifecycle.prepare(deps, created["id"])
     assert provider_step(deps, created["id"])["next"] == "provider"  # submitted
-    real = executor.attempt.settle
+    real = collecting.attempt.settle
 
     async def dying(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the step died holding its claims")
 
-    monkeypatch.setattr(executor.attempt, "settle", dying)
+    monkeypatch.setattr(collecting.attempt, "settle", dying)
     with pytest.raises(RuntimeError):
         provider_step(deps, created["id"])
-    monkeypatch.setattr(executor.attempt, "settle", real)
+    monkeypatch.setattr(collecting.attempt, "settle", real)
     clock.advance(deps.settings.batch_lease_seconds + 1)  # its claims' leases ran out meanwhile
     assert provider_step(deps, created["id"])["next"] == "finalize"
     ended = list(deps.requests.all(created["id"]))

@@ -12,7 +12,7 @@ import pytest
 from batchgw.api import batches, files
 from batchgw.deps import Deps
 from batchgw.domain.errors import ApiError
-from batchgw.run import lifecycle
+from batchgw.run import ending
 from batchgw.storage.slots import Hold
 from batchgw.storage.spend import PROVIDER_UNSTORED_SECONDS, Payer, room_for_provider
 
@@ -63,7 +63,7 @@ def test_five_provider_batches_that_each_fit_the_quota_alone_are_not_all_accepte
     assert list(deps.user_slots.read("user-alice").provider) == [first["id"]]  # refused: no hold
     # Its end charges what it cost and gives the rest of its hold back.
     assert drive(deps, first["id"])["next"] == "finalize"
-    assert lifecycle.finalize(deps, first["id"])["status"] == "completed"
+    assert ending.finalize(deps, first["id"])["status"] == "completed"
     spent = deps.spend.read(PAYER, deps.clock())[0].today
     assert spent > 0 and room(deps) == 200_000_000 - spent
     second = create(deps, ten("f"), "provider")
@@ -102,7 +102,7 @@ def test_provider_file_batches_created_together_hold_their_most_as_each_is_plann
     set_user(deps, "user-alice", daily_quota_usd=0.2)  # one batch's most fits, two do not
     created = [create_file(deps, ten(tag)) for tag in "abc"]  # accepted: nothing read yet
     assert [drive(deps, batch["id"])["next"] for batch in created] == ["finalize"] * 3
-    assert lifecycle.finalize(deps, created[0]["id"])["status"] == "completed"  # the simulator ran it at once
+    assert ending.finalize(deps, created[0]["id"])["status"] == "completed"  # the simulator ran it at once
     for batch in created[1:]:
         record = deps.batches.get_record(batch["id"])
         assert record is not None and record.error is not None

@@ -18,8 +18,9 @@ from batchgw.domain.errors import ApiError
 from batchgw.domain.principal import Principal
 from batchgw.domain.provider import PartStatus
 from batchgw.domain.states import RequestStatus
-from batchgw.provider.executor import provider_park, provider_purge, provider_step
-from batchgw.run import lifecycle
+from batchgw.provider.cleanup import provider_purge
+from batchgw.provider.executor import provider_park, provider_step
+from batchgw.run import ending, lifecycle
 
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps, receive_all
@@ -78,7 +79,7 @@ def refused_batch(deps: Deps, sim: Simulator, mode: str = "provider") -> str:
 def until_final(deps: Deps, batch_id: str) -> dict[str, Any]:
     routed = drive(deps, batch_id)
     assert routed["next"] == "finalize", routed
-    lifecycle.finalize(deps, batch_id)
+    ending.finalize(deps, batch_id)
     return batches.get_batch(deps, ADMIN, batch_id)
 
 
@@ -339,13 +340,13 @@ def test_a_cancel_of_a_batch_whose_provider_batch_was_lost_reaches_cancelled(
 def test_a_collect_the_provider_lost_halfway_ends_what_was_not_recorded(
     sim: Simulator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from batchgw.provider import executor
+    from batchgw.provider import collecting
 
     deps = make_deps(sim, clock, **FAST)
     created = create(deps, [chat_request(f"c-{i}", "hi") for i in range(15)], "provider")
     lifecycle.prepare(deps, created["id"])
     provider_step(deps, created["id"])  # submitted; the simulator ends it at its first poll
-    real, settled = executor.attempt.settle, [0]
+    real, settled = collecting.attempt.settle, [0]
 
     async def dying(*args: Any, **kwargs: Any) -> Any:
         settled[0] += 1
@@ -353,10 +354,10 @@ def test_a_collect_the_provider_lost_halfway_ends_what_was_not_recorded(
             raise RuntimeError("the step died")
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(executor.attempt, "settle", dying)
+    monkeypatch.setattr(collecting.attempt, "settle", dying)
     with pytest.raises(RuntimeError):
         provider_step(deps, created["id"])
-    monkeypatch.setattr(executor.attempt, "settle", real)
+    monkeypatch.setattr(collecting.attempt, "settle", real)
     [submitted] = listed(sim)["batches"]
     control(sim, f"/{submitted['id']}", action="lose")
     clock.advance(deps.settings.batch_lease_seconds + 1)

@@ -15,7 +15,7 @@ from batchgw.deps import Deps
 from batchgw.domain.chains import decode
 from batchgw.domain.errors import StorageError
 from batchgw.domain.principal import Principal
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.storage import batches as storage_batches
 from batchgw.storage.blobs import input_file_key
@@ -54,7 +54,7 @@ def run_to_end(deps: Deps, batch_id: str) -> None:
     for message in receive_all(deps):
         asyncio.run(run_message(deps, decode(message["Body"]), owner="w", deadline=deps.clock() + 900))
     lifecycle.park(deps, batch_id, "t")
-    lifecycle.finalize(deps, batch_id)
+    ending.finalize(deps, batch_id)
 
 
 def ended_inline_batch(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -284,7 +284,7 @@ def file_batch_failed_reading_its_input(deps: Deps, monkeypatch: pytest.MonkeyPa
         with pytest.raises(StorageError):
             lifecycle.prepare(deps, batch["id"])
     error = {"Error": "StorageError", "Cause": json.dumps({"errorMessage": "could not read"})}
-    assert lifecycle.fail(deps, batch["id"], lifecycle.cause_of(error))["status"] == "failed"
+    assert ending.fail(deps, batch["id"], ending.cause_of(error))["status"] == "failed"
     return str(batch["id"]), upload.id
 
 

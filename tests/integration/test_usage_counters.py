@@ -19,7 +19,7 @@ from batchgw.domain.files import incoming_key
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import FILE_BUCKET_SECONDS, OverLimit, UsageLimits, file_bucket
-from batchgw.run import lifecycle
+from batchgw.run import ending, lifecycle
 from batchgw.storage import aws
 
 from local.simulator import Simulator
@@ -111,7 +111,7 @@ def test_requests_that_ended_in_an_unfinished_batch_make_room(sim: Simulator) ->
     assert deps.batches.get_record(first).status is BatchStatus.CANCELLING  # type: ignore[union-attr]
     assert code_of(lambda: create(deps, ALICE, 4)) == "ok"
     assert code_of(lambda: create(deps, ALICE, 2)) == "queued_request_limit"  # 4 unfinished + 2
-    lifecycle.finalize(deps, first)
+    ending.finalize(deps, first)
     usage = deps.usage.read(ALICE.user_id)
     assert (usage.batches, usage.requests) == (1, 4)
 
@@ -126,9 +126,9 @@ def test_a_batch_that_ends_is_released_once_however_often_its_end_is_retried(sim
     lifecycle.prepare(deps, cancelled)
     cancel_unstarted(deps, cancelled)
     for _ in range(2):  # a retried step, and a fail after the end
-        lifecycle.fail(deps, failed, "a step failed")
-        lifecycle.finalize(deps, cancelled)
-        lifecycle.fail(deps, cancelled, "late")
+        ending.fail(deps, failed, "a step failed")
+        ending.finalize(deps, cancelled)
+        ending.fail(deps, cancelled, "late")
     assert deps.batches.get_record(failed).status is BatchStatus.FAILED  # type: ignore[union-attr]
     assert deps.batches.get_record(cancelled).status is BatchStatus.CANCELLED  # type: ignore[union-attr]
     usage = deps.usage.read(ALICE.user_id)
@@ -139,7 +139,7 @@ def test_deleting_an_unfinished_batch_releases_it_once_and_its_purge_does_not_ag
     deps = make_deps(sim, FakeClock())
     unfinished = create(deps, ALICE, 3)["id"]
     ended = create(deps, ALICE, 2)["id"]
-    lifecycle.fail(deps, ended)
+    ending.fail(deps, ended)
     at_once(2, lambda: batches.delete_batch(deps, ALICE, unfinished))
     batches.delete_batch(deps, ALICE, ended)
     for batch_id in (unfinished, ended):
@@ -291,7 +291,7 @@ def test_a_batchs_input_copy_counts_until_its_record_is_deleted_once_whatever_it
     upload(deps, 100)
     assert deps.usage.read(ALICE.user_id).file_bytes == 100 + sizes[kept]
     # Its end moves the bytes to the hour of its final backstop, where they count until its purge.
-    lifecycle.fail(deps, kept)
+    ending.fail(deps, kept)
     ended = deps.batches.get_record(kept)
     assert ended is not None and ended.input_until == ended.ttl and ended.ttl is not None
     usage = deps.usage.read(ALICE.user_id)
@@ -305,7 +305,7 @@ def test_an_ended_batchs_record_that_outlives_its_backstop_hour_counts_no_more(s
     clock = FakeClock(1_800_000_000.0 + 600)
     deps = make_deps(sim, clock, BATCH_RETENTION_DAYS="1")
     kept = create(deps, ALICE, 2)["id"]
-    lifecycle.fail(deps, kept)
+    ending.fail(deps, kept)
     ended = deps.batches.get_record(kept)
     assert ended is not None and ended.input_until is not None
     # Its purge never ran: the copy's bytes leave the count with its hour, and deleting the
@@ -383,7 +383,7 @@ def test_five_batches_from_one_file_are_refused_once_their_copies_reach_the_limi
         assert "copies of their inputs your batches keep" in refused.message
     assert deps.usage.read(ALICE.user_id).file_bytes == 3 * len(lines)  # nothing stored for those
     # A batch's end alone keeps its copy (until its purge); its purge frees it.
-    lifecycle.fail(deps, made[0])
+    ending.fail(deps, made[0])
     assert code_of(lambda: batches.create_batch(deps, ALICE, body)) == "file_storage_limit"
     lifecycle.purge(deps, made[0])
     assert deps.usage.read(ALICE.user_id).file_bytes == 2 * len(lines)

@@ -16,7 +16,7 @@ from batchgw.api import batches, webhooks
 from batchgw.deps import Deps
 from batchgw.domain.principal import Principal
 from batchgw.domain.webhooks import EventMessage
-from batchgw.run import lifecycle
+from batchgw.run import ending
 from batchgw.run.webhooks import Later, deliver
 from batchgw.storage import aws
 
@@ -59,7 +59,7 @@ def deps(sim: Simulator, clock: FakeClock) -> Deps:
 def ended_batch(deps: Deps) -> str:
     batch = batches.create_batch(deps, ALICE, body_of([chat_request("a", "hi")]))
     batches.cancel_batch(deps, ALICE, batch["id"])
-    lifecycle.finalize(deps, batch["id"])
+    ending.finalize(deps, batch["id"])
     return str(batch["id"])
 
 
@@ -83,7 +83,7 @@ def test_a_batch_end_is_announced_once_and_the_openai_sdk_verifies_the_delivery(
 ) -> None:
     secret = webhooks.put_webhook(deps, ALICE, {"url": receiver.url(HOOK)})["secret"]
     batch_id = ended_batch(deps)
-    lifecycle.finalize(deps, batch_id)  # the step retried: no second event
+    ending.finalize(deps, batch_id)  # the step retried: no second event
     (event,) = queued_events(deps)
     assert deps.batches.get_record(batch_id).event_pending is False  # type: ignore[union-attr]
     assert deliver(deps, event) is None

@@ -3,7 +3,9 @@
 ``chain`` runs a chain of a batch's requests (the worker's loop), ``attempt`` one
 request's call (made by ``batchgw.upstream``) and what is stored after it, ``slot`` the
 model slot a chain holds, ``completion`` a batch's shards and wake-up, ``lifecycle`` the
-workflow's steps, ``result_files`` the files a file batch ends with.
+workflow's steps that run a batch (prepare, park, expire, cancel, purge), ``stopped`` the
+requests of a stopped batch that will never run, ended, ``ending`` a batch's end (finalize,
+fail, its event and Idempotency-Key), ``result_files`` the files a file batch ends with.
 
 May import: ``upstream``, ``deps``, ``validation`` (the workflow validates file batches),
 ``storage``, ``config``, ``domain``. Only the handlers in ``functions/`` import it.

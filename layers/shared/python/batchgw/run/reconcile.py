@@ -37,13 +37,8 @@ from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.observability import logger, metrics
 from batchgw.run import completion
-from batchgw.run.lifecycle import (
-    end_abandoned,
-    lease_ran_out,
-    park_step,
-    running_leases_end,
-    sweep_stopped,
-)
+from batchgw.run.lifecycle import park_step, running_leases_end, sweep_stopped
+from batchgw.run.stopped import end_abandoned, lease_ran_out
 from batchgw.storage.workflow import Next, step
 
 

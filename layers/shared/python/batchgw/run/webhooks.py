@@ -1,6 +1,6 @@
 """Delivering batch events to their owner's webhook.
 
-An event is queued when its batch ends (``lifecycle.finalize``) on a FIFO queue grouped by
+An event is queued when its batch ends (``ending.finalize``) on a FIFO queue grouped by
 user, so one user's events go out one at a time and in order, beside other users'. Here one
 event is tried: signed (``domain.webhooks``), POSTed through ``safe_post`` (every address
 checked when resolved, on every redirect, and connected to as checked), and judged:
