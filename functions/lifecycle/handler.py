@@ -10,8 +10,9 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batchgw.deps import Deps, get_deps
 from batchgw.observability import logger, metrics, new_tracer
-from batchgw.provider.executor import provider_park, provider_purge, provider_step
-from batchgw.run import lifecycle, reconcile
+from batchgw.provider.cleanup import provider_purge
+from batchgw.provider.executor import provider_park, provider_step
+from batchgw.run import ending, lifecycle, reconcile
 
 STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
     "prepare": lambda deps, event: lifecycle.prepare(deps, event["batch_id"]),
@@ -19,10 +20,8 @@ STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
     "reconcile": lambda deps, event: reconcile.reconcile(deps, event["batch_id"]),
     "expire": lambda deps, event: lifecycle.expire(deps, event["batch_id"]),
     "cancel": lambda deps, event: lifecycle.cancel(deps, event["batch_id"]),
-    "finalize": lambda deps, event: lifecycle.finalize(deps, event["batch_id"]),
-    "fail": lambda deps, event: lifecycle.fail(
-        deps, event["batch_id"], lifecycle.cause_of(event.get("error"))
-    ),
+    "finalize": lambda deps, event: ending.finalize(deps, event["batch_id"]),
+    "fail": lambda deps, event: ending.fail(deps, event["batch_id"], ending.cause_of(event.get("error"))),
     # What a provider-run batch left at its provider goes first (nothing for any other batch).
     "purge": lambda deps, event: provider_purge(deps, event["batch_id"]),
     "provider": lambda deps, event: provider_step(deps, event["batch_id"]),

@@ -79,7 +79,7 @@ class Part:
     # workflow from its wait for the next poll (``provider_park``).
     stop_seen: bool = False
     # What its provider batch left at the provider (files, the message batch) is deleted,
-    # once every line is recorded (``executor._discard``).
+    # once every line is recorded (``cleanup.discard``).
     cleaned: bool = False
 
     @property
