@@ -73,7 +73,7 @@ BATCHES = TableSpec(
 
 # Requests: one item per request of a batch, keyed by the batch and the request's index.
 # No index: a claim or an end writes the item alone ("is any of this batch's work
-# running?" reads the batch's run marks: storage.batches).
+# running?" reads the batch's run marks: storage.batch_runs).
 REQUESTS = TableSpec(
     logical_id="Requests",
     settings_field="requests_table",

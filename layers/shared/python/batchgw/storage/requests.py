@@ -14,7 +14,7 @@ Timeline of one request's lease::
     running ──release──▶ queued (attempt given back; only while the batch runs)
 
 Ending a request and counting it in its batch's counter shard are one transaction. With
-a ``RunGuard``, the count also checks that the shard is not halted (``storage.batches``):
+a ``RunGuard``, the count also checks that the shard is not halted (``storage.batch_records``):
 the worker learns from that one write whether its batch still runs its requests.
 """
 

@@ -1,0 +1,135 @@
+"""A batch's counter shards: created when its requests are written, counted as they end.
+
+A batch's requests are counted in shards (``ctr#<k>``), each the ``left`` of its share of
+the requests, so that many workers count at once without contending on one item. The
+record's verbs that stop the batch mark every shard ``halt`` (``storage.batch_records``),
+so a worker counting a request's end learns of it in that one write.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from batchgw.domain.batch import SHARD_PREFIX, BatchRecord, ShardRecord, Tally, shard_sk
+from batchgw.domain.states import BatchStatus
+from batchgw.storage.batch_records import batch_exists, batch_key, record_update, shards_unset
+from batchgw.storage.dynamo import Table, Update, from_item, to_item
+
+# The clauses of the counter shards' conditional writes.
+shard_is_empty = "#left = :zero"
+shard_not_counted = "attribute_not_exists(done)"
+unwritten_not_counted = "attribute_not_exists(unwritten_counted)"
+
+
+class CounterShards:
+    """The part of ``BatchStore`` that writes and reads the batch's counter shards."""
+
+    _table: Table
+
+    def shards(self, batch_id: str) -> list[ShardRecord]:
+        return [
+            ShardRecord.from_item(from_item(raw))
+            for raw in self._table.query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":pk": {"S": batch_id}, ":p": {"S": SHARD_PREFIX}},
+                ConsistentRead=True,
+            )
+        ]
+
+    def correct_left(self, batch_id: str, shard: int, *, observed: int, actual: int) -> bool:
+        """Set a shard's ``left`` to ``actual``, only if it still is ``observed`` (nothing
+        was counted in it since it was read). For the reconciler, which found fewer
+        unfinished requests in the shard than it counts."""
+        return self._table.update(
+            batch_key(batch_id, shard_sk(shard)),
+            Update(
+                set={"left": actual},
+                condition="#left = :observed",
+                names={"#left": "left"},
+                values={":observed": observed},
+            ),
+            failure=f"could not correct shard {shard} of {batch_id}",
+        )
+
+    def count_unwritten(self, batch: BatchRecord, tally: Tally) -> bool:
+        """Count, with ``tally`` each, the requests prepare never wrote: those of a batch that
+        failed before they all were. Each shard's share and the record's note of it (the
+        attribute ``unwritten_counted``, which only this condition reads) are one transaction,
+        so they are counted once. False when
+        they were counted already, or none are missing."""
+        per_shard = Counter(batch.shard_of(index) for index in range(batch.written_count, batch.total))
+        if not batch.prepared or not per_shard:
+            return False
+        table = self._table.name
+        noted = Update(
+            set={"unwritten_counted": True}, condition=f"{batch_exists} AND {unwritten_not_counted}"
+        )
+        actions = [{"Update": noted.request(table, batch_key(batch.id))}]
+        for shard, n in sorted(per_shard.items()):
+            count = Update(add={"left": -n, **tally.counters(n)})
+            actions.append({"Update": count.request(table, batch_key(batch.id, shard_sk(shard)))})
+        return (
+            self._table.transact(actions, failure=f"could not count the unwritten requests of {batch.id}")
+            is None
+        )
+
+    def put_shards(self, batch_id: str, totals: Sequence[int]) -> None:
+        """Create the counter shards (idempotent: a retried prepare rewrites the same zeros)."""
+        self._table.put_many(
+            {"pk": batch_id, "sk": shard_sk(k), "left": left} for k, left in enumerate(totals)
+        )
+
+    def put_first_shards(
+        self,
+        batch_id: str,
+        totals: Sequence[int],
+        fields: dict[str, Any],
+        *,
+        from_statuses: Iterable[BatchStatus],
+    ) -> bool:
+        """Create the counter shards and note them in the record (``shards``, with
+        ``fields``) in one transaction, only if the record notes none yet and its status is
+        one of ``from_statuses``: however many steps try at once, the shards are created
+        once, and nothing counted in them is ever written over. False when the record's
+        condition did not hold."""
+        noted = record_update(
+            {"shards": len(totals), **fields},
+            from_statuses,
+            extra=[(shards_unset, {"#shards": "shards"}, {})],
+        )
+        table = self._table.name
+        actions: list[dict[str, Any]] = [{"Update": noted.request(table, batch_key(batch_id))}]
+        actions += [
+            {"Put": {"TableName": table, "Item": to_item({"pk": batch_id, "sk": shard_sk(k), "left": left})}}
+            for k, left in enumerate(totals)
+        ]
+        return (
+            self._table.transact(actions, failure=f"could not create the counter shards of {batch_id}")
+            is None
+        )
+
+    def count_shard_done(self, batch_id: str, shard: int) -> bool:
+        """Count shard ``shard`` as finished in the record, exactly once, if nothing is left in it.
+
+        The shard's ``done`` flag and the record's ``shards_done`` change in one
+        transaction, so a crash between them cannot lose or double the count. False when
+        the shard still has requests left or was counted already.
+        """
+        table = self._table.name
+        mark_done = Update(
+            set={"done": True},
+            condition=f"{shard_is_empty} AND {shard_not_counted}",
+            names={"#left": "left"},
+            values={":zero": 0},
+        )
+        count_it = Update(add={"shards_done": 1}, condition=batch_exists)
+        cancelled = self._table.transact(
+            [
+                {"Update": mark_done.request(table, batch_key(batch_id, shard_sk(shard)))},
+                {"Update": count_it.request(table, batch_key(batch_id))},
+            ],
+            failure=f"could not finish shard {shard} of {batch_id}",
+        )
+        return cancelled is None
