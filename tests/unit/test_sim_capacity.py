@@ -15,7 +15,8 @@ import pytest
 
 from local import sim_capacity
 from local.sim_capacity import Capacity, percentile, source_of
-from local.simulator import MODELS, Simulator
+from local.sim_protocol import MODELS
+from local.simulator import Simulator
 from tests.support import wait_for
 
 LATENCY_MS = 200

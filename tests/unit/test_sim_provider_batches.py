@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from local.simulator import SimulatorCore
+from local.sim_core import SimulatorCore
 
 BOUNDARY = "simboundary"
 CHAT = "/v1/chat/completions"

@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from local.simulator import TRICKLE_PIECE_BYTES, Simulator, parse_args, parse_directives
+from local.sim_directives import parse_directives
+from local.sim_http import TRICKLE_PIECE_BYTES
+from local.simulator import Simulator, parse_args
 from tests.support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
