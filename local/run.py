@@ -4,8 +4,10 @@ Starts, each as its own process with the same environment (``local.env.stack_env
 moto (``local.moto_server``), then creates the resources (``local.bootstrap``), then
 the simulator (``local.simulator``), the api adapter(s) (``local.adapter``), the worker
 pollers (``local.poller``, ``BATCHGW_WORKERS``, default 2) and a poller for any other
-queue whose handler exists. Ctrl-C or SIGTERM stops every child (SIGTERM, then SIGKILL)
-and exits 0; a child that dies on its own stops the rest and exits 1.
+queue whose handler exists (``local.pollers``: what each poller runs). Ctrl-C or SIGTERM
+stops every child (SIGTERM, then SIGKILL) and exits 0; a child that dies on its own stops
+the rest and exits 1. How one child is started, logged and stopped is ``local.children``;
+which run, in what order, and replacing the ones that crash is ``LocalStack`` here.
 
 Programmatic use (tests, benchmarks)::
 
@@ -28,18 +30,13 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import importlib.util
-import json
 import logging
 import os
-import runpy
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -48,30 +45,26 @@ from typing import IO, Any
 import boto3
 from batchgw.config import resources
 
-from local import lifecycle, output
+from local import children, lifecycle, output, pollers
 from local.bootstrap import bootstrap
+from local.children import Child
 from local.env import (
     API_HANDLER_ENV,
     API_PROCESSES_ENV,
     CHECKPOINT_SECONDS_ENV,
     DEFAULT_API_HANDLER,
     DEFAULT_CHECKPOINT_SECONDS,
-    DEFAULT_WORKER_HANDLER,
     HOST,
     REGION,
-    REPO_ROOT,
-    WORKER_HANDLER_ENV,
     WORKERS_ENV,
     Ports,
     StateDirInUse,
     lock_state_dir,
     port_open,
-    process_env,
     setup_logging,
     snapshot_path,
     stack_env,
     state_dir_from_env,
-    watch_parent,
 )
 from local.resume import PurgeSchedule, resume_workflows
 
@@ -79,9 +72,6 @@ log = logging.getLogger("local.run")
 
 DEFAULT_WORKERS = 2
 DEFAULT_API_PROCESSES = 1
-# Pollers for queues other than the work queue: logical id -> handler (JSON). By default a
-# queue "Xyz" feeds ``functions.xyz.handler.handler`` when that module exists.
-QUEUE_HANDLERS_ENV = "BATCHGW_QUEUE_HANDLERS"
 STOP_TIMEOUT_SECONDS = 10.0
 
 
@@ -89,47 +79,8 @@ class StackError(RuntimeError):
     """The stack did not start, or one of its processes died."""
 
 
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    process: subprocess.Popen[bytes]
-    log_file: IO[bytes] | None = None
-    expected_exit: bool = False
-    pump: threading.Thread | None = None  # copies its output to its log (``local.output``)
-
-    @property
-    def replaceable(self) -> bool:
-        """A handler process (api, worker, poller): one that crashes is replaced, as Lambda
-        replaces an execution environment. moto and the simulator hold state: they are not."""
-        return not self.name.startswith(("moto", "simulator"))
-
-
 SUPERVISE_SECONDS = 0.2
 LIFECYCLE_SECONDS = 5.0  # how often the bucket's lifecycle rules are applied
-
-
-def queue_handlers(environ: Mapping[str, str]) -> dict[str, str]:
-    """Queue logical id -> handler for every queue but the work queue (the workers' own)."""
-    raw = environ.get(QUEUE_HANDLERS_ENV, "").strip()
-    overrides: dict[str, str] = json.loads(raw) if raw else {}
-    table = {}
-    for queue in resources.QUEUES:
-        if queue is resources.WORK_QUEUE:
-            continue
-        path = overrides.get(queue.logical_id, f"functions.{queue.logical_id.lower()}.handler.handler")
-        module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if found:
-            table[queue.logical_id] = path
-        else:
-            log.warning(
-                "no handler for queue; not polled", extra={"queue": queue.logical_id, "handler": path}
-            )
-    return table
 
 
 class LocalStack:
@@ -305,27 +256,8 @@ class LocalStack:
                     )
             for index in range(self.workers):
                 self.start_worker(index)
-            for logical_id, path in queue_handlers(self.env).items():
-                spec = next(q for q in resources.QUEUES if q.logical_id == logical_id)
-                name = f"poller-{logical_id.lower()}"
-                self._spawn(
-                    name,
-                    "local.poller",
-                    "--queue-url",
-                    self.env[spec.env_var],
-                    "--handler",
-                    path,
-                    "--name",
-                    name,
-                    "--function-name",
-                    f"batchgw-{logical_id.lower()}",
-                    "--batch-size",
-                    str(spec.batch_size),
-                    # Events are few: two slots, not the work queue's eight (idle long polls
-                    # are SQS calls too).
-                    "--concurrency",
-                    "2",
-                )
+            for name, args in pollers.event_pollers(self.env).items():
+                self._spawn(name, "local.poller", *args)
             waited = [self.ports.api] if self.api else []
             waited += [self.ports.sim, self.ports.sim_backup] if self.simulator else []
             self._wait_ports(waited)
@@ -380,9 +312,9 @@ class LocalStack:
             self._resumer = None
         with self._lock:
             moto = self._children.pop("moto", None)
-            self._terminate(list(self._children.values()), timeout)
+            children.terminate(list(self._children.values()), timeout)
             if moto is not None:
-                self._terminate([moto], timeout)
+                children.terminate([moto], timeout)
             self._children.clear()
             self._worker_names.clear()
             self._release_state_dir()
@@ -406,7 +338,7 @@ class LocalStack:
             self._resumer.join()  # its next call fails, moto dead: it ends
             self._resumer = None
         with self._lock:
-            self._terminate(list(self._children.values()), STOP_TIMEOUT_SECONDS)  # reaps the dead
+            children.terminate(list(self._children.values()), STOP_TIMEOUT_SECONDS)  # reaps the dead
             self._children.clear()
             self._worker_names.clear()
             self._release_state_dir()
@@ -505,7 +437,9 @@ class LocalStack:
         dead = self.dead_children()
         if dead:
             codes = ", ".join(f"{n} (exit code {self._children[n].process.returncode})" for n in dead)
-            raise StackError(f"stopped unexpectedly: {codes}{self._log_hint(dead)}")
+            raise StackError(
+                f"stopped unexpectedly: {codes}{children.log_tails(self.log_dir, self._children, dead)}"
+            )
 
     # --- workers, for fault tests ------------------------------------------------------------
 
@@ -529,17 +463,7 @@ class LocalStack:
             raise StackError(f"worker {index} is running")
         generation = sum(1 for name in self._children if name.startswith(f"worker-{index}."))
         name = f"worker-{index}.{generation}"
-        handler = self.env.get(WORKER_HANDLER_ENV, DEFAULT_WORKER_HANDLER)
-        child = self._spawn(
-            name,
-            "local.poller",
-            "--queue-url",
-            self.env[resources.WORK_QUEUE.env_var],
-            "--handler",
-            handler,
-            "--name",
-            name,
-        )
+        child = self._spawn(name, "local.poller", *pollers.worker_args(self.env, name))
         self._worker_names[index] = name
         return child.process.pid
 
@@ -591,44 +515,17 @@ class LocalStack:
 
     # --- internals -------------------------------------------------------------------------------
 
-    @property
-    def _piped(self) -> bool:
-        """Whether the children's output comes through this process (``make run``'s way)."""
-        return self.log_dir is not None and (
-            self.log_max_bytes is not None or self._on_line is not None or self._echo
-        )
-
     def _spawn(self, name: str, module: str, *args: str) -> Child:
-        out: IO[bytes] | int | None = None
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            # piped: a thread of this process writes the file (``output.pump``); otherwise the
-            # child writes it, and _terminate closes this process's copy of it
-            out = subprocess.PIPE if self._piped else open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
-        argv = [sys.executable, "-m", "local.run", "--child", str(os.getpid()), module, *args]
-        process = subprocess.Popen(
-            argv,
-            env=process_env(self.env),
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-            start_new_session=True,  # Ctrl-C reaches local.run only, which stops children in order
+        child = children.spawn(
+            name,
+            module,
+            args,
+            env=self.env,
+            log_dir=self.log_dir,
+            log_max_bytes=self.log_max_bytes,
+            on_line=self._on_line,
+            echo=self._echo,
         )
-        child = Child(name, argv, process, out if not isinstance(out, int) else None)
-        if process.stdout is not None and self.log_dir is not None:
-            child.pump = threading.Thread(
-                target=output.pump,
-                args=(process.stdout, output.BoundedLog(self.log_dir / f"{name}.log", self.log_max_bytes)),
-                kwargs={
-                    "name": name,
-                    "on_line": self._on_line,
-                    "echo": sys.stdout.buffer if self._echo else None,
-                },
-                name=f"pump-{name}",
-                daemon=True,
-            )
-            child.pump.start()
         self._children[name] = child
         return child
 
@@ -640,49 +537,6 @@ class LocalStack:
                 if time.monotonic() > deadline:
                     raise StackError(f"port {port} did not open in {self.startup_timeout:.0f} s")
                 time.sleep(0.05)
-
-    def _terminate(self, children: list[Child], timeout: float) -> None:
-        for child in children:
-            child.expected_exit = True
-            if child.process.poll() is None:
-                child.process.terminate()
-        deadline = time.monotonic() + timeout
-        for child in children:
-            try:
-                child.process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("child ignored SIGTERM; killing", extra={"child": child.name})
-                child.process.kill()
-                child.process.wait()
-            if child.log_file:
-                child.log_file.close()
-            if child.pump is not None:
-                child.pump.join(timeout=5)  # its last lines reach the log
-
-    def _log_hint(self, names: list[str]) -> str:
-        if self.log_dir is None:
-            return ""
-        tails = []
-        for name in names:
-            pump = self._children[name].pump if name in self._children else None
-            if pump is not None:
-                pump.join(timeout=2)  # the dead child's last lines reach its log first
-            path = self.log_dir / f"{name}.log"
-            if path.exists():
-                tails.append(
-                    f"\n--- {path} (tail) ---\n"
-                    + "\n".join(path.read_text(errors="replace").splitlines()[-20:])
-                )
-        return "".join(tails)
-
-
-def _child_main(argv: list[str]) -> None:
-    """``local.run --child <parent pid> <module> [args]``: run ``module`` as ``__main__``, and
-    end it when the parent is gone."""
-    parent, module, *rest = argv
-    watch_parent(int(parent))
-    sys.argv = [module, *rest]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def _state_line(stack: LocalStack) -> str:
@@ -703,7 +557,7 @@ def _shown_path(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
-        _child_main(argv[1:])
+        children.child_main(argv[1:])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
