@@ -57,11 +57,21 @@ def aws_calls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(override) / os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
-def stack_for(tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]) -> LocalStack:
-    """A local stack on free ports (a context manager: ``with`` starts and stops it)."""
+def stack_for(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    env: dict[str, str],
+    *,
+    workers: int = 2,
+    **options: Any,
+) -> LocalStack:
+    """A local stack on free ports (a context manager: ``with`` starts and stops it);
+    ``options`` go to ``LocalStack`` (a ``state_dir`` and ``checkpoint_seconds`` to restart on)."""
     logs = tmp_path_factory.mktemp(f"{name}-logs")
     env = {**env, CALLS_DIR_ENV: str(aws_calls_dir(tmp_path_factory) / logs.name)}
-    return LocalStack(api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=2, log_dir=logs)
+    return LocalStack(
+        api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=workers, log_dir=logs, **options
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

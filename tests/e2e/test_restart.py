@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from moto import mock_aws
 from local.env import snapshot_path
 from local.run import LocalStack
 from local.state import apply, read
-from tests.e2e.conftest import FINAL, Api, aws_calls_dir, chat, root
+from tests.e2e.conftest import FINAL, Api, chat, root, stack_for
 from tests.support import wait_for
 
 # Short leases and reconciles: the requests the first stack's dead workers held are taken
@@ -47,21 +45,15 @@ MODELS = ("sim-chat", "sim-chat-only")
 END_TIMEOUT = 150.0
 
 
-@contextmanager
-def stack_on(tmp_path_factory: pytest.TempPathFactory, state_dir: Path, name: str) -> Iterator[LocalStack]:
-    logs = tmp_path_factory.mktemp(f"restart-{name}-logs")
-    env = {**ENV, "BATCHGW_AWS_CALLS_DIR": str(aws_calls_dir(tmp_path_factory) / logs.name)}
-    with LocalStack(
-        api_port=0,
-        sim_port=0,
-        moto_port=0,
-        env_overrides=env,
+def stack_on(tmp_path_factory: pytest.TempPathFactory, state_dir: Path, name: str) -> LocalStack:
+    return stack_for(
+        tmp_path_factory,
+        f"restart-{name}",
+        ENV,
         workers=2,
-        log_dir=logs,
         state_dir=state_dir,
         checkpoint_seconds=CHECKPOINT_SECONDS,
-    ) as running:
-        yield running
+    )
 
 
 def new_account(stack: LocalStack) -> tuple[str, str, str]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from local.run import LocalStack
-from tests.e2e.conftest import Api, aws_calls_dir, chat
+from tests.e2e.conftest import Api, chat, stack_for
 from tests.support import Receiver, wait_for
 
 # Webhooks that give up on nothing soon, with private (loopback) receivers allowed.
@@ -35,21 +34,15 @@ HOOK = "/restart"
 EARLY_SECONDS = 2.0
 
 
-@contextmanager
-def stack_on(tmp_path_factory: pytest.TempPathFactory, state_dir: Path, name: str) -> Iterator[LocalStack]:
-    logs = tmp_path_factory.mktemp(f"restart-webhooks-{name}-logs")
-    env = {**ENV, "BATCHGW_AWS_CALLS_DIR": str(aws_calls_dir(tmp_path_factory) / logs.name)}
-    with LocalStack(
-        api_port=0,
-        sim_port=0,
-        moto_port=0,
-        env_overrides=env,
+def stack_on(tmp_path_factory: pytest.TempPathFactory, state_dir: Path, name: str) -> LocalStack:
+    return stack_for(
+        tmp_path_factory,
+        f"restart-webhooks-{name}",
+        ENV,
         workers=1,
-        log_dir=logs,
         state_dir=state_dir,
         checkpoint_seconds=CHECKPOINT_SECONDS,
-    ) as running:
-        yield running
+    )
 
 
 @pytest.fixture
