@@ -4,11 +4,11 @@ every batch's workflow again.
 The queues are not snapshotted (on AWS, SQS keeps its messages across anything; the local
 stack's moto starts with empty queues), so what they held is made again from the records:
 
-- a webhook event whose delivery waits for its next attempt (its delivery record names it:
-  ``storage.webhooks.waiting_delivery``) is queued again, each user's in their order; it
-  waits for that attempt as the lost message did (``run.webhooks.deliver`` holds an early
-  arrival), so it is delivered, as if nothing had happened (an event queued but not yet
-  tried has no delivery record: one lost in that moment is not sent);
+- a webhook event whose delivery waits for its first or next attempt (its delivery record
+  names it, written before the event is queued: ``storage.webhooks.waiting_delivery``) is
+  queued again, each user's in their order; it waits for that attempt as the lost message
+  did (``run.webhooks.deliver`` holds an early arrival), so it is delivered as if nothing
+  had happened;
 - a running batch's chains (the work queue's messages) are sent again by its workflow, below.
 
 A snapshot keeps the batches' records, not the Step Functions executions that ran them

@@ -1,20 +1,25 @@
 """``local.resume.waiting_events``: the webhook events a restored stack queues again, read from
 the delivery records (``storage.webhooks.waiting_delivery``): those waiting for their next
-attempt, each user's in order; never a delivered one, one given up on, or a sample event."""
+attempt (one queued and never tried too), each user's in order; never a delivered one, one
+given up on, or a sample event."""
 
 from __future__ import annotations
 
+from batchgw.api import batches, webhooks
 from batchgw.deps import Deps
+from batchgw.domain.principal import Principal
 from batchgw.domain.webhooks import EventMessage
+from batchgw.run import ending
 from batchgw.storage import aws
 from batchgw.storage.webhooks import Delivery
 
 from local.resume import waiting_events
 from local.simulator import Simulator
-from tests.integration.conftest import make_deps
+from tests.integration.conftest import body_of, chat_request, make_deps
 from tests.support import FakeClock
 
 NOW = 1_800_000_000.0
+ALICE = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
 
 
 def _record(deps: Deps, user_id: str, delivery: Delivery) -> None:
@@ -55,3 +60,21 @@ def test_only_deliveries_waiting_for_their_next_attempt_are_queued_again_in_orde
         EventMessage("evt_2", "alice", "batch_2", "batch.failed", created + 5),
         EventMessage("evt_3", "bob", "batch_3", "batch.expired", created + 1),
     ]
+
+
+def test_an_event_queued_at_a_batch_end_and_never_tried_is_queued_again(
+    aws_env: None, sim: Simulator
+) -> None:
+    deps = make_deps(sim, FakeClock(NOW), BATCH_WEBHOOK_ALLOW_PRIVATE_TARGETS="true")
+    webhooks.put_webhook(deps, ALICE, {"url": "http://127.0.0.1:9/hook"})
+    batch = batches.create_batch(deps, ALICE, body_of([chat_request("a", "hi")]))
+    batches.cancel_batch(deps, ALICE, batch["id"])
+    ending.finalize(deps, batch["id"])
+    ending.finalize(deps, batch["id"])  # the step retried: still one event, its record unchanged
+
+    found = waiting_events(aws.get_clients().dynamodb, deps.settings.control_table)
+
+    (event,) = found
+    assert (event.user_id, event.batch_id, event.type) == (ALICE.user_id, batch["id"], "batch.cancelled")
+    (listed,) = webhooks.list_events(deps, ALICE)["data"]
+    assert (listed["id"], listed["attempts"], listed["next_attempt_at"]) == (event.event_id, 0, int(NOW))

@@ -23,6 +23,7 @@ from batchgw.run.result_files import write_results
 from batchgw.run.stopped import end_abandoned, lease_ran_out, sweep
 from batchgw.storage.dynamo import timestamp
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
+from batchgw.storage.webhooks import Delivery
 
 
 def retention_fields(deps: Deps, batch: BatchRecord, now: float) -> dict[str, Any]:
@@ -217,15 +218,21 @@ def announce(deps: Deps, batch: BatchRecord) -> None:
     """Queue the event of the batch's end for its owner's webhook, if it has one that is
     enabled, once: the event is marked pending with the final status and cleared here, and a
     step retried between the two sends the same event again (FIFO deduplication, and the
-    delivery record, keep it once)."""
+    delivery record, keep it once).
+
+    Its delivery record is written first, due now, so the saved state names every queued
+    event, tried or not: a local stack that restarts without its queue queues it again
+    (``local.resume``). A record already there (a retried step) is left as it is."""
     if not batch.event_pending or not batch.status.is_final:
         return
     hook = deps.webhooks.get(batch.owner)
     if hook is not None and hook.enabled:
         ended_at = batch.ended_at if batch.ended_at is not None else deps.clock()
-        deps.events.send(
-            EventMessage.of_batch(batch.id, batch.owner, batch.status.value, int(ended_at * 1000))
-        )
+        event = EventMessage.of_batch(batch.id, batch.owner, batch.status.value, int(ended_at * 1000))
+        now = deps.clock()
+        queued = Delivery(event.event_id, event.type, event.batch_id, event.created_at, next_attempt_at=now)
+        deps.webhooks.record(event.user_id, event.created_at, queued, now=now, only_new=True)
+        deps.events.send(event)
     deps.batches.clear_event_pending(batch.id)
 
 

@@ -165,9 +165,12 @@ class WebhookStore:
     def _event_key(user_id: str, created_ms: int, event_id: str) -> dict[str, Any]:
         return {"pk": {"S": f"{DELIVERIES_PREFIX}{user_id}"}, "sk": {"S": f"{created_ms:013d}#{event_id}"}}
 
-    def record(self, user_id: str, created_ms: int, delivery: Delivery, *, now: float) -> None:
-        """Store what became of a delivery (created or updated whole)."""
-        self._table.put(
+    def record(
+        self, user_id: str, created_ms: int, delivery: Delivery, *, now: float, only_new: bool = False
+    ) -> bool:
+        """Store what became of a delivery (created or updated whole); with ``only_new``, only
+        if it has no record yet (False: it had one, left as it was)."""
+        return self._table.put(
             {
                 "pk": f"{DELIVERIES_PREFIX}{user_id}",
                 "sk": f"{created_ms:013d}#{delivery.event_id}",
@@ -182,6 +185,7 @@ class WebhookStore:
                 "delivered_at": delivery.delivered_at,
                 "ttl": int(now + EVENTS_KEPT_SECONDS),
             },
+            condition="attribute_not_exists(pk)" if only_new else None,
             failure=f"could not record event {delivery.event_id}",
         )
 
@@ -219,9 +223,9 @@ class WebhookStore:
 
 def waiting_delivery(item: dict[str, Any]) -> tuple[str, Delivery] | None:
     """A control table item (plain values: ``from_item``) as (its user's id, the delivery) if
-    it is a delivery record waiting for its next attempt (tried, neither delivered nor given
-    up: ``next_attempt_at`` is set); else None. A waiting delivery's event is in the webhook
-    queue, invisible until then: what a queue that lost it must hold again."""
+    it is a delivery record waiting for its next attempt (queued and not yet tried, or tried
+    and neither delivered nor given up: ``next_attempt_at`` is set); else None. A waiting
+    delivery's event is in the webhook queue: what a queue that lost it must hold again."""
     pk = str(item.get("pk", ""))
     if not pk.startswith(DELIVERIES_PREFIX) or "event_id" not in item:
         return None
