@@ -13,6 +13,8 @@ import pytest
 from batchgw.api import files
 from batchgw.deps import Deps
 from batchgw.domain.principal import Principal
+from batchgw.storage.slots import Hold
+from batchgw.storage.spend import PROVIDER_UNSTORED_SECONDS
 
 from functions.admin import handler as admin_api
 from functions.api import handler as api
@@ -167,6 +169,21 @@ def test_the_answer_says_whether_the_cost_fits_what_the_quota_leaves(
     assert cost["fits"] == "no"
     set_daily_quota(deps, monkeypatch, 5)
     assert json.loads(call(deps, monkeypatch, {"input_file_id": file_id})["body"])["cost"]["fits"] == "yes"
+
+
+def test_what_is_left_counts_the_provider_batches_accepted_and_not_yet_charged(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A provider batch accepted a moment ago holds what it may cost: a create now would count
+    # it, and so does the check.
+    file_id = upload(deps, [chat("a"), chat("b")])
+    set_daily_quota(deps, monkeypatch, 0.05)
+    hold = Hold(until=deps.clock() + PROVIDER_UNSTORED_SECONDS, reserved=45_000_000, key_id="key_local_alice")
+    assert deps.user_slots.hold_provider("user-alice", "batch_accepted", hold, version=0, gone=[])
+    cost = json.loads(call(deps, monkeypatch, {"input_file_id": file_id, "max_tokens": 40})["body"])["cost"]
+    assert cost["spend_left_usd"] == pytest.approx(0.005) and cost["fits"] == "yes"
+    cost = json.loads(call(deps, monkeypatch, {"input_file_id": file_id})["body"])["cost"]
+    assert cost["fits"] == "maybe"  # 32,768 tokens of output fit 0.05 alone, not beside the hold
 
 
 def test_direct_requests_are_checked_as_a_create_would_and_bounded_per_model(

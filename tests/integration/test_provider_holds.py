@@ -14,7 +14,7 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import ApiError
 from batchgw.run import ending
 from batchgw.storage.slots import Hold
-from batchgw.storage.spend import PROVIDER_UNSTORED_SECONDS, Payer, room_for_provider
+from batchgw.storage.spend import PROVIDER_UNSTORED_SECONDS, Payer, room_after_holds
 
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps
@@ -44,7 +44,7 @@ def ten(tag: str) -> list[dict[str, Any]]:
 
 
 def room(deps: Deps) -> int | None:
-    return room_for_provider(
+    return room_after_holds(
         deps.accounts, deps.spend, deps.user_slots, deps.batches, PAYER, deps.clock()
     ).room
 

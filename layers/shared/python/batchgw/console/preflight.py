@@ -31,7 +31,7 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest
 from batchgw.domain.files import file_key
 from batchgw.domain.principal import Principal
-from batchgw.storage.spend import Payer, room_now
+from batchgw.storage.spend import Payer, room_after_holds
 from batchgw.validation import is_int, is_number
 from batchgw.validation.costs import CostBounds
 from batchgw.validation.create import validate_create
@@ -246,12 +246,13 @@ def _inline(
 
 def _cost(deps: Deps, principal: Principal, costs: CostBounds | None) -> dict[str, Any] | None:
     """What the checked requests may cost, and whether the caller's quotas and budgets
-    leave room for it (None: the check found problems)."""
+    leave room for it beside what their running requests and accepted provider batches may
+    still cost, as a create would count it (None: the check found problems)."""
     if costs is None:
         return None
-    return costs.shown(
-        room_now(deps.accounts, deps.spend, Payer(principal.user_id, principal.key_id), deps.clock())
-    )
+    stores = (deps.accounts, deps.spend, deps.user_slots, deps.batches)
+    payer = Payer(principal.user_id, principal.key_id)
+    return costs.shown(room_after_holds(*stores, payer, deps.clock()).room)
 
 
 def problems_csv(problems: list[dict[str, Any]]) -> str:

@@ -17,7 +17,7 @@ from batchgw.domain.spend import most_cost, over_budget_message
 from batchgw.domain.states import RequestStatus
 from batchgw.observability import logger
 from batchgw.provider.parts import is_stopping
-from batchgw.storage.spend import Payer, reserve_provider, room_for_provider
+from batchgw.storage.spend import Payer, reserve_provider, room_after_holds
 
 
 def plan(deps: Deps, batch: BatchRecord) -> list[Part] | dict[str, Any]:
@@ -29,7 +29,7 @@ def plan(deps: Deps, batch: BatchRecord) -> list[Part] | dict[str, Any]:
     payer, now = Payer(batch.owner, batch.key_id), deps.clock()
     stores = (deps.accounts, deps.spend, deps.user_slots, deps.batches)
     # what is left counts the provider batches accepted besides this one (created together)
-    room = room_for_provider(*stores, payer, now, besides=batch.id).room
+    room = room_after_holds(*stores, payer, now, besides=batch.id).room
     most = 0
     for request in deps.requests.all(batch.id):
         planner.add(request.index, request.model, len(request.request_packed or b"") or 1024)

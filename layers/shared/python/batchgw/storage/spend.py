@@ -164,13 +164,6 @@ def used_up_now(accounts: AccountStore, spend: SpendStore, payer: Payer, now: fl
     return None if limited is None else used_up(*limited)
 
 
-def room_now(accounts: AccountStore, spend: SpendStore, payer: Payer, now: float) -> int | None:
-    """What the payer may still spend before a quota or budget stops it, in nano-dollars
-    (``domain.spend.room_left``; None: nothing limits it)."""
-    limited = _limited(accounts, spend, payer, now)
-    return None if limited is None else room_left(*limited)
-
-
 def _limited(
     accounts: AccountStore, spend: SpendStore, payer: Payer, now: float
 ) -> tuple[UserRecord, KeyRecord, Spend, Spend] | None:
@@ -187,7 +180,7 @@ def _limited(
 #
 # A provider-run batch's requests are not stopped one by one once its provider has them, so its
 # create (or, for a file batch, its first step) checks their most cost against what is left
-# (``room_for_provider``) and holds it (``reserve_provider``): a hold p:<batch id> beside the
+# (``room_after_holds``) and holds it (``reserve_provider``): a hold p:<batch id> beside the
 # owner's slot map, written conditionally on the map's version, so two creates judged against
 # the same holds cannot both pass. A hold counts what its batch may still cost: its most less
 # what its lines were charged so far, nothing once the batch has ended or runs on the gateway
@@ -200,16 +193,16 @@ _RESERVE_TRIES = 8  # reads and holds while other requests of the payer keep cha
 
 
 @dataclass(frozen=True, slots=True)
-class ProviderRoom:
-    """What the payer may still spend on a provider-run batch (None: nothing limits them),
-    as read at slot map ``version``, and the holds that count for nothing now (``gone``)."""
+class RoomAfterHolds:
+    """What the payer may still spend (None: nothing limits them), as read at slot map
+    ``version``, and the provider holds that count for nothing now (``gone``)."""
 
     room: int | None
     version: int = 0
     gone: tuple[str, ...] = ()
 
 
-def room_for_provider(
+def room_after_holds(
     accounts: AccountStore,
     spend: SpendStore,
     slots: UserSlotStore,
@@ -218,14 +211,15 @@ def room_for_provider(
     now: float,
     *,
     besides: str | None = None,
-) -> ProviderRoom:
-    """What the payer's quotas and budgets leave for a provider-run batch: what was charged,
-    less the reservations of their requests running and what the provider batches they were
-    accepted (other than ``besides``) may still cost. The slot map is read before the spend."""
+) -> RoomAfterHolds:
+    """What the payer's quotas and budgets leave for new work (a provider-run batch, or the
+    console's check of a batch to come): what was charged, less the reservations of their
+    requests running and what the provider batches they were accepted (other than
+    ``besides``) may still cost. The slot map is read before the spend."""
     user, keys = accounts.account(payer.user_id)
     key = next((k for k in keys if k.id == payer.key_id), None)
     if user is None or key is None or not needs_spend(user, key):
-        return ProviderRoom(None)
+        return RoomAfterHolds(None)
     held = slots.read(payer.user_id)
     user_spend, key_spend = spend.read(payer, now)
     key_id = payer.key_id or ""
@@ -244,7 +238,7 @@ def room_for_provider(
         Spend(user_spend.today, user_spend.month, user_held),
         Spend(key_spend.today, key_spend.month, key_held),
     )
-    return ProviderRoom(room, held.version, tuple(gone))
+    return RoomAfterHolds(room, held.version, tuple(gone))
 
 
 def _provider_left(batches: BatchStore, batch_id: str, hold: Hold, now: float) -> int | None:
@@ -272,7 +266,7 @@ def reserve_provider(
     a hold was written, what is left when it did not cover it). Nothing is held for a payer
     no quota or budget limits: (False, None)."""
     for _ in range(_RESERVE_TRIES):
-        left = room_for_provider(accounts, spend, slots, batches, payer, now, besides=batch_id)
+        left = room_after_holds(accounts, spend, slots, batches, payer, now, besides=batch_id)
         if left.room is None:
             return False, None
         if most > left.room:
