@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-run lock run reset test test-large test-fast lint format synth deploy diff admin-key config bench bench-yield cost chaos clean
+.PHONY: install install-run lock run reset test test-large test-fast lint format synth deploy diff admin-key config bench bench-smoke bench-yield cost chaos clean
 
 ## Python packages come from the lock files in requirements/ (exact versions, checked against
 ## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
@@ -132,6 +132,10 @@ config: install-run
 
 bench: install
 	$(PY) -m bench.run
+
+## Every benchmark's entry point at a tiny size (a few minutes): proves each still runs; `make test` runs it too.
+bench-smoke: install
+	$(PY) -m bench.smoke $(ARGS)
 
 ## Does batch work give way to interactive traffic, and use what it leaves idle? (about 20 minutes:
 ## three runs of three 2-minute cycles; ARGS="--cycles 1" for a short one). Writes bench/last.json's
