@@ -27,23 +27,29 @@ X-Ray: each function's invocations sampled by the default rule at the run's thro
 
 The same workload runs twice: by the gateway's chains, and on the provider's batch service
 (``execution_mode`` provider: the simulator's OpenAI batch API, at sim-chat's batch price),
-each batch in its own window of the recording; both are printed side by side, each with the
-model's cost at the price its batch paid (``cost_by_mode``). The other keys are the
-gateway-run batch's.
+each batch in its own window of the recording; and a third time by the gateway beside
+interactive requests (``gateway_bursts``): the yield benchmark's bursts and quiet phases
+(``BURSTS``) through the gateway's interactive path, so its chains yield and wait for room.
+That window's usage less the same bursts' alone (run just before, subtracted once) is the
+batch's: the workers' time spent waiting, and the scheduling's reads and writes, priced.
+All three are printed side by side, each with the model's cost at the price its batch paid
+and its workers' GB-s and DynamoDB units per request (``cost_by_mode``). The other keys are
+the gateway-run batch's alone.
 
 The tables bill on demand unless the operator provisions them (``infra.capacity``): the same
 usage is also priced as provisioned capacity used at the autoscaling target's utilization,
 and at the lowest utilization auto scaling lets stand (``provisioned_cost``).
 
-Options: ``--n``, ``--workers``, ``--from-json`` (price the usage already in ``--out``, e.g.
-after a price change, without a run), ``--out`` (default ``bench/last.json``: its other keys are
-kept). Takes about 3 minutes at N = 500.
+Options: ``--n``, ``--workers``, ``--burst-seconds`` (each phase of the bursts), ``--from-json``
+(price the usage already in ``--out``, e.g. after a price change, without a run), ``--out``
+(default ``bench/last.json``: its other keys are kept). Takes about 5 minutes at N = 500.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import json
 import math
 import random
@@ -52,8 +58,10 @@ import string
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +71,17 @@ from batchgw.config import resources
 
 from bench import cost_model as m
 from bench import cost_replay, prices
+from bench.cost_report import (
+    print_breakdown,
+    print_modes,
+    print_provisioned,
+    provisioned_cost,
+    units_per_request,
+)
 from bench.gateway import FINAL_STATUSES, RESULTS_PAGE_LIMIT, api_client
 from bench.probes import peak_rss_mb, stack_processes
 from bench.workload import MODEL
-from infra.capacity import SCALE_IN_BELOW_POINTS, TableCapacity
+from bench.yield_run import Cycles, Interactive, Run, Sent
 from local.env import REPO_ROOT, queue_name
 from local.invocations import INVOCATIONS_DIR_ENV
 from local.run import LocalStack
@@ -78,10 +93,13 @@ LATENCY_MS = 2000
 REQUEST_BYTES = 1024  # a batch line's body, JSON
 RESPONSE_BYTES = 1024  # the upstream answer
 WARMUP_REQUESTS = 32
+# The third run's interactive load: the yield benchmark's bursts and quiet phases, scaled to this
+# workload's 2 s answers (6 a second hold 12 of the model's 16 slots; 1 a second, 2).
+BURSTS = Cycles(burst_rps=6, burst_seconds=15, quiet_rps=1, quiet_seconds=15, cycles=2)
+BURSTS_MODE = "gateway_bursts"
 POLL_SECONDS = 0.5
 CALIBRATION_POLLS = 10
 SETTLE_SECONDS = 2.0  # for trailing calls (deletes of the last messages) to reach moto
-GOAL_USD = 5.0
 # Lambda writes START, END and REPORT lines for every invocation (REPORT with X-Ray's fields).
 PLATFORM_LOG_BYTES_PER_INVOCATION = 420
 FUNCTIONS_SOURCE = REPO_ROOT / "infra" / "constructs" / "functions.py"
@@ -169,8 +187,10 @@ class CostRun:
     transition_note: str
     problems: list[str]
     peak_rss_mb: dict[str, float] = field(default_factory=dict)  # by role: the largest process's
-    mode: str = "gateway"  # where the batch ran (``execution_mode``)
+    mode: str = "gateway"  # where the batch ran (``execution_mode``), or ``gateway_bursts``
     model_cost_usd: float = 0.0  # what its requests cost at the model's price (the batch's usage.cost)
+    # ``gateway_bursts``: the same interactive bursts alone, subtracted once from the run's usage
+    interactive: RunWindow | None = None
 
 
 def log_bytes(log_dir: Path) -> dict[str, int]:
@@ -194,20 +214,22 @@ def _wait_sim(sim: httpx.Client, n: int, deadline: float) -> None:
 
 
 def _run_batch(
-    api: httpx.Client, sim: httpx.Client, n: int, prefix: str, mode: str = "gateway"
+    api: httpx.Client, sim: httpx.Client, n: int, prefix: str, mode: str = "gateway", *, alone: bool = True
 ) -> tuple[str, int, list[str], float]:
     """One batch to its end and every result read; returns its id, the status polls made,
     what was wrong with it, and what its requests cost at the model's price. A batch run on
-    the provider's batch service is polled from the start (the simulator answers its lines
-    at once, when the provider step first polls it)."""
-    sim.post("/_sim/reset").raise_for_status()
+    the provider's batch service, or beside interactive requests (not ``alone``: the
+    simulator's counts are theirs too), is polled from the start (a provider's lines are
+    answered at once, when the provider step first polls it)."""
+    if alone:
+        sim.post("/_sim/reset").raise_for_status()
     created = api.post(
         "/batches", content=batch_payload(n, prefix, mode), headers={"content-type": "application/json"}
     )
     created.raise_for_status()
     batch_id = str(created.json()["id"])
     deadline = time.monotonic() + 60 + 4 * n * LATENCY_MS / 1000 / MODEL_CAP
-    if mode == "gateway":
+    if mode == "gateway" and alone:
         _wait_sim(sim, n, deadline)
     polls = 0
     while True:
@@ -268,10 +290,91 @@ def _transitions(env: Mapping[str, str], batch_id: str) -> tuple[int, str]:
     return len(entered) + later, f"{path} (+{later} after {entered[-1]}, on its success path)"
 
 
-def run_cost_workload(n: int, workers: int = 2) -> tuple[list[CostRun], Path, Path]:
-    """Run the workload on a fresh recorded stack, once run by the gateway and once on the
-    provider's batch service (``execution_mode`` provider); returns the two runs, the
-    recording and the invocation records' directory."""
+@contextmanager
+def _window(recording: Path, logs: Path) -> Iterator[RunWindow]:
+    """The window of the recording, the clock and the logs the ``with`` block took (its
+    trailing calls given ``SETTLE_SECONDS`` to reach moto), filled in when it ends."""
+    before = log_bytes(logs)
+    window = RunWindow(cost_replay.count_lines(recording), 0, time.time(), 0.0, {})
+    yield window
+    time.sleep(SETTLE_SECONDS)
+    after = log_bytes(logs)
+    window.end_line, window.end = cost_replay.count_lines(recording), time.time()
+    window.log_bytes = {k: after[k] - before.get(k, 0) for k in after}
+
+
+def _bursts(stack: LocalStack, bursts: Cycles) -> list[Sent]:
+    """Interactive ``bursts`` through the gateway's interactive path, as the yield
+    benchmark sends them; what became of each request."""
+    sent = Run(BURSTS_MODE)
+    asyncio.run(Interactive(stack, LATENCY_MS, "gateway").run(bursts, sent, time.monotonic()))
+    return sent.sent
+
+
+def _failed_interactive(sent: Sequence[Sent], when: str) -> list[str]:
+    failed = [one for one in sent if one.status != 200]
+    if not sent or len(failed) > len(sent) // 20:
+        return [f"{len(failed)} of {len(sent)} interactive requests failed ({when})"]
+    return []
+
+
+def _measured_batch(
+    stack: LocalStack,
+    api: httpx.Client,
+    sim: httpx.Client,
+    recorded: tuple[Path, Path],
+    n: int,
+    mode: str,
+    prefix: str,
+    bursts: Cycles = BURSTS,
+) -> CostRun:
+    """One batch of the workload run in ``mode`` and the windows to price it by: its run, then
+    status polls alone (subtracted as many times as the run polled); for ``BURSTS_MODE``, first
+    the interactive bursts alone, then the batch run by the gateway beside the same bursts."""
+    interactive, problems = None, []
+    if mode == BURSTS_MODE:
+        print(f"  interactive bursts alone ({bursts.seconds:.0f} s)...", flush=True)
+        with _window(*recorded) as interactive:
+            problems += _failed_interactive(_bursts(stack, bursts), "alone")
+    execution = "gateway" if mode == BURSTS_MODE else mode
+    print(f"  batch of {n} ({mode} mode)...", flush=True)
+    with ThreadPoolExecutor(1) as beside:
+        bursts = beside.submit(_bursts, stack, bursts) if mode == BURSTS_MODE else None
+        t0 = time.monotonic()
+        with _window(*recorded) as run:
+            batch_id, polls, found, model_cost = _run_batch(
+                api, sim, n, prefix, execution, alone=bursts is None
+            )
+            seconds = time.monotonic() - t0
+        problems += found
+        if bursts is not None:
+            problems += _failed_interactive(bursts.result(), "beside the batch")
+    with _window(*recorded) as calibration:
+        for _ in range(CALIBRATION_POLLS):
+            api.get(f"/batches/{batch_id}").raise_for_status()
+    transitions, note = _transitions(stack.env, batch_id)
+    return CostRun(
+        n=n,
+        batch_id=batch_id,
+        seconds=seconds,
+        create_payload_bytes=len(batch_payload(n, prefix, execution)),
+        status_polls=polls,
+        run=run,
+        polls=calibration,
+        transitions=transitions,
+        transition_note=note,
+        problems=problems,
+        mode=mode,
+        model_cost_usd=model_cost,
+        interactive=interactive,
+    )
+
+
+def run_cost_workload(n: int, workers: int = 2, bursts: Cycles = BURSTS) -> tuple[list[CostRun], Path, Path]:
+    """Run the workload on a fresh recorded stack: run by the gateway, on the provider's batch
+    service (``execution_mode`` provider), and by the gateway beside interactive bursts
+    (``BURSTS_MODE``); returns the three runs, the recording and the invocation records'
+    directory."""
     work = Path(tempfile.mkdtemp(prefix="batchgw-cost-"))
     recording, invocations, logs = work / "moto-recording.jsonl", work / "invocations", work / "logs"
     invocations.mkdir()
@@ -292,44 +395,9 @@ def run_cost_workload(n: int, workers: int = 2) -> tuple[list[CostRun], Path, Pa
         print(f"  warm-up batch of {WARMUP_REQUESTS}...", flush=True)
         warm_problems = _run_batch(api, sim, WARMUP_REQUESTS, "w")[2]
         time.sleep(SETTLE_SECONDS)
-        for mode, prefix in (("gateway", "c"), ("provider", "p")):
-            first, start, logs_before = cost_replay.count_lines(recording), time.time(), log_bytes(logs)
-            print(f"  batch of {n} ({mode} mode)...", flush=True)
-            t0 = time.monotonic()
-            batch_id, polls, problems, model_cost = _run_batch(api, sim, n, prefix, mode)
-            seconds = time.monotonic() - t0
-            time.sleep(SETTLE_SECONDS)
-            run = RunWindow(first, cost_replay.count_lines(recording), start, time.time(), {})
-            logs_mid = log_bytes(logs)
-            run.log_bytes = {k: logs_mid[k] - logs_before[k] for k in logs_mid}
-            for _ in range(CALIBRATION_POLLS):
-                api.get(f"/batches/{batch_id}").raise_for_status()
-            time.sleep(SETTLE_SECONDS)
-            logs_after = log_bytes(logs)
-            calibration = RunWindow(
-                run.end_line,
-                cost_replay.count_lines(recording),
-                run.end,
-                time.time(),
-                {k: logs_after[k] - logs_mid[k] for k in logs_after},
-            )
-            transitions, note = _transitions(stack.env, batch_id)
-            runs.append(
-                CostRun(
-                    n=n,
-                    batch_id=batch_id,
-                    seconds=seconds,
-                    create_payload_bytes=len(batch_payload(n, prefix, mode)),
-                    status_polls=polls,
-                    run=run,
-                    polls=calibration,
-                    transitions=transitions,
-                    transition_note=note,
-                    problems=[f"warm-up: {p}" for p in warm_problems] + problems,
-                    mode=mode,
-                    model_cost_usd=model_cost,
-                )
-            )
+        for mode, prefix in (("gateway", "c"), ("provider", "p"), (BURSTS_MODE, "b")):
+            runs.append(_measured_batch(stack, api, sim, (recording, logs), n, mode, prefix, bursts))
+            runs[-1].problems[:0] = [f"warm-up: {p}" for p in warm_problems]
         peak = _peak_rss_by_role()
         stack.check()
     for cost_run in runs:
@@ -444,6 +512,9 @@ def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measur
         cost_replay.Window("run", cost_run.run.first_line, cost_run.run.end_line),
         cost_replay.Window("polls", cost_run.polls.first_line, cost_run.polls.end_line),
     ]
+    if cost_run.interactive is not None:
+        alone = cost_run.interactive
+        windows.append(cost_replay.Window("interactive", alone.first_line, alone.end_line))
     tallies = cost_replay.replay(requests, windows, polled)
     invocations = read_invocations(invocations_dir)
     memory = function_memory_mb()
@@ -471,6 +542,14 @@ def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measur
     # X-Ray's reservoir depends on time, not on calls: keep the run's own traces.
     per_poll = [u for u in per_poll if u.service != "X-Ray"]
     usage = _less(run_usage, per_poll, cost_run.status_polls)
+    if cost_run.interactive is not None:
+        # The interactive requests' own calls and invocations are theirs, not the batch's: what
+        # the same bursts cost alone is subtracted once (X-Ray kept, as for the polls).
+        alone = cost_run.interactive
+        interactive_usage = _window_usage(
+            tallies["interactive"], _in(alone, invocations), alone.log_bytes, memory, alone.end - alone.start
+        )
+        usage = _less(usage, [u for u in interactive_usage if u.service != "X-Ray"], 1)
     usage.append(m.UsageLine("Step Functions", "state transitions", "sfn_transition", cost_run.transitions))
     per_request = [m.UsageLine(u.service, u.component, u.price, u.quantity / cost_run.n) for u in usage]
 
@@ -521,118 +600,6 @@ def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measur
     return Measured(per_request, figures)
 
 
-# --- the report --------------------------------------------------------------------------------
-
-
-def print_breakdown(breakdown: m.CostBreakdown, figures: Mapping[str, Any]) -> None:
-    print(f"\n=== cost of one million requests on AWS ({prices.PRICES_NOTE}) ===")
-    workload = figures.get("workload", {})
-    if workload:
-        print(
-            "workload: {request_body_bytes} B request bodies, {response_bytes} B answers, "
-            "{upstream_latency_ms} ms upstream, batches of {batch_size}, model cap {model_cap}".format(
-                **workload
-            )
-        )
-    total = breakdown.total
-    print("\nby service (USD per million requests):")
-    for service, usd in breakdown.by_service().items():
-        print(f"  {service:<18} {usd:9.4f}  {usd / total:6.1%}")
-    print("\nby component:")
-    print(f"  {'service':<16} {'component':<58} {'units/M':>14} {'USD/M':>9}")
-    for line in sorted(breakdown.lines, key=lambda line: -line.usd_per_million):
-        if line.usd_per_million < 0.0005:
-            continue
-        units, dollars = f"{line.units_per_million:14,.1f}", f"{line.usd_per_million:9.4f}"
-        print(f"  {line.service:<16} {line.component[:58]:<58} {units} {dollars}")
-    verdict = "PASS" if total <= GOAL_USD else "FAIL"
-    print(f"\ntotal: ${total:.3f} per million requests (goal <= ${GOAL_USD:g}: {verdict})")
-    top = breakdown.dominant(3)
-    print(
-        "dominated by: "
-        + "; ".join(f"{line.service} {line.component} ${line.usd_per_million:.3f}" for line in top)
-    )
-    lambda_figures = figures.get("lambda", {})
-    if lambda_figures:
-        print("  lambda, as measured in the run window (its status polls included):")
-    for function, f in lambda_figures.items():
-        print(
-            f"  lambda {function}: {f['invocations_per_request']:.3f} invocations/request, "
-            f"mean {f['mean_seconds'] * 1000:.0f} ms at {f['memory_mb']} MB, "
-            f"{f['gb_seconds_per_request']:.4f} GB-s/request"
-        )
-    peak = figures.get("peak_rss_mb_by_role", {})
-    if peak:
-        print(
-            "  peak resident memory of the local processes: "
-            + ", ".join(f"{role} {mb:.0f} MB" for role, mb in sorted(peak.items()))
-        )
-    items = figures.get("dynamodb_items", {})
-    if items:
-        print("  dynamodb items (billed size: the larger of before and after), the most frequent:")
-        for component, f in list(items.items())[:14]:
-            print(
-                f"    {component[:60]:<60} {f['per_request']:6.3f}/request  mean {f['mean_bytes']:5} B"
-                f"  p90 {f['p90_bytes']:5} B  max {f['max_bytes']:5} B"
-            )
-    if "step_functions_transitions_per_batch" in figures:
-        print(f"  step functions: {figures['step_functions_transitions_per_batch']} transitions per batch")
-
-
-def units_per_request(usage: Sequence[m.UsageLine], price: str) -> float:
-    return sum(line.quantity for line in usage if line.price == price)
-
-
-def provisioned_cost(usage: Sequence[m.UsageLine], capacity: TableCapacity | None = None) -> dict[str, Any]:
-    """The same usage with the tables on provisioned capacity (``-c tableCapacity=provisioned``,
-    its defaults unless ``capacity`` says otherwise): at the target utilization, and at the
-    lowest utilization auto scaling lets stand (where it starts to lower the capacity)."""
-    capacity = capacity or TableCapacity(mode="provisioned")
-    target = capacity.target_utilization / 100
-    scale_in = (capacity.target_utilization - SCALE_IN_BELOW_POINTS) / 100
-    at_target, at_scale_in = (m.price(usage, m.provisioned_prices(u)) for u in (target, scale_in))
-    on_demand_unit = prices.DYNAMODB_WRITE_UNIT.each
-    scaled = sum(1 + len(spec.indexes) for spec in resources.TABLES)
-    return {
-        "target_utilization": target,
-        "usd_per_million_at_target": at_target.total,
-        "dynamodb_usd_per_million_at_target": at_target.by_service().get("DynamoDB", 0.0),
-        "scale_in_utilization": scale_in,
-        "usd_per_million_at_scale_in": at_scale_in.total,
-        # where a provisioned unit used costs what an on-demand one does
-        "break_even_utilization": prices.DYNAMODB_WRITE_CAPACITY_HOUR.each
-        / (m.SECONDS_PER_HOUR * on_demand_unit),
-        "write_units_per_request": units_per_request(usage, "dynamodb_wru"),
-        "read_units_per_request": units_per_request(usage, "dynamodb_rru"),
-        "tables_and_indexes": scaled,
-        "monthly_floor_usd": m.provisioned_monthly_floor(
-            (capacity.read_units[0], capacity.write_units[0]), scaled
-        ),
-    }
-
-
-def print_provisioned(figures: Mapping[str, Any]) -> None:
-    f = figures
-    print(
-        f"\nprovisioned tables (-c tableCapacity=provisioned, target {f['target_utilization']:.0%}):"
-        f" ${f['usd_per_million_at_target']:.3f} per million requests at the target (DynamoDB"
-        f" ${f['dynamodb_usd_per_million_at_target']:.3f}; goal <= ${GOAL_USD:g}:"
-        f" {'PASS' if f['usd_per_million_at_target'] <= GOAL_USD else 'FAIL'}),"
-        f" ${f['usd_per_million_at_scale_in']:.3f} at {f['scale_in_utilization']:.0%} (where auto scaling"
-        " starts to lower the capacity)"
-    )
-    print(
-        f"  cheaper than on demand above {f['break_even_utilization']:.0%} utilization; plus"
-        f" ${f['monthly_floor_usd']:.2f} a month whatever the load ({f['tables_and_indexes']} tables and"
-        " indexes at their minimum capacity, and the alarms target tracking makes)"
-    )
-    print(
-        f"  sizing: {f['write_units_per_request']:.2f} write and {f['read_units_per_request']:.2f} read units"
-        f" per request: R requests a second need R x {f['write_units_per_request']:.2f} /"
-        f" {f['target_utilization']:.2f} write capacity units"
-    )
-
-
 def cost_result(measured: Measured) -> dict[str, Any]:
     """The keys ``make cost`` (and ``make bench``) write into bench/last.json."""
     breakdown = m.price(measured.usage)
@@ -662,18 +629,16 @@ def cost_result(measured: Measured) -> dict[str, Any]:
     }
 
 
-def measure_cost(n: int = DEFAULT_N, workers: int = 2) -> dict[str, Any]:
-    """Run the named workload in both modes and return the cost keys (``cost_result``, of
-    the gateway-run batch), with both modes side by side (``cost_by_mode``)."""
-    cost_runs, recording, invocations = run_cost_workload(n, workers)
+def measure_cost(n: int = DEFAULT_N, workers: int = 2, bursts: Cycles = BURSTS) -> dict[str, Any]:
+    """Run the named workload in every mode and return the cost keys (``cost_result``, of
+    the gateway-run batch alone), with the modes side by side (``cost_by_mode``)."""
+    cost_runs, recording, invocations = run_cost_workload(n, workers, bursts)
     print("  replaying the recording...", flush=True)
     measured = {run.mode: measure(run, recording, invocations) for run in cost_runs}
     result = cost_result(measured["gateway"])
     print_breakdown(m.price(measured["gateway"].usage), measured["gateway"].figures)
     print_provisioned(result["cost_provisioned"])
-    result["cost_by_mode"] = by_mode = {
-        run.mode: mode_cost(m.price(measured[run.mode].usage).total, run) for run in cost_runs
-    }
+    result["cost_by_mode"] = by_mode = {run.mode: mode_cost(measured[run.mode], run) for run in cost_runs}
     result["cost_measurements"]["problems"] = [
         f"{run.mode}: {problem}" for run in cost_runs for problem in measured[run.mode].figures["problems"]
     ]
@@ -681,27 +646,29 @@ def measure_cost(n: int = DEFAULT_N, workers: int = 2) -> dict[str, Any]:
     return result
 
 
-def mode_cost(aws_per_million: float, run: CostRun) -> dict[str, Any]:
+def mode_cost(measured: Measured, run: CostRun) -> dict[str, Any]:
     """One mode's cost per million requests: AWS's, the model's (at the price the batch paid:
-    the standard price on the gateway, the batch price on the provider), and both."""
+    the standard price on the gateway, the batch price on the provider), and both; and per
+    request what differs most between the modes: the workers' time (beside interactive bursts,
+    the time chains spend waiting for room) and DynamoDB's units (the scheduling's reads and
+    writes among them)."""
+    aws = m.price(measured.usage).total
     model = run.model_cost_usd * 1_000_000 / run.n
+    worker_gb_seconds = sum(
+        u.quantity
+        for u in measured.usage
+        if u.price == "lambda_gb_second" and u.component.startswith("worker")
+    )
     return {
-        "aws_per_million_usd": round(aws_per_million, 4),
+        "aws_per_million_usd": round(aws, 4),
         "model_per_million_usd": round(model, 4),
-        "total_per_million_usd": round(aws_per_million + model, 4),
+        "total_per_million_usd": round(aws + model, 4),
         "batch_seconds": round(run.seconds, 1),
         "step_functions_transitions_per_batch": run.transitions,
+        "worker_gb_seconds_per_request": round(worker_gb_seconds, 6),
+        "dynamodb_write_units_per_request": round(units_per_request(measured.usage, "dynamodb_wru"), 3),
+        "dynamodb_read_units_per_request": round(units_per_request(measured.usage, "dynamodb_rru"), 3),
     }
-
-
-def print_modes(by_mode: Mapping[str, Mapping[str, Any]]) -> None:
-    print("\nper million requests, by where the batch ran (model cost at the price paid):")
-    print(f"  {'mode':<10}{'AWS':>12}{'model':>14}{'total':>14}{'batch s':>10}")
-    for mode, figures in by_mode.items():
-        print(
-            f"  {mode:<10}{figures['aws_per_million_usd']:>12.2f}{figures['model_per_million_usd']:>14.2f}"
-            f"{figures['total_per_million_usd']:>14.2f}{figures['batch_seconds']:>10.1f}"
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -710,6 +677,12 @@ def main(argv: list[str] | None = None) -> int:
         "--n", type=int, default=DEFAULT_N, help=f"requests in the batch (default {DEFAULT_N})"
     )
     parser.add_argument("--workers", type=int, default=2, help="worker poller processes (default 2)")
+    parser.add_argument(
+        "--burst-seconds",
+        type=float,
+        default=BURSTS.burst_seconds,
+        help=f"each burst and quiet phase of the interactive load (default {BURSTS.burst_seconds:g})",
+    )
     parser.add_argument("--from-json", action="store_true", help="price the usage already in --out; no run")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
@@ -723,7 +696,8 @@ def main(argv: list[str] | None = None) -> int:
         print_breakdown(m.price(usage), measured.figures)
         print_provisioned(result["cost_provisioned"])
     else:
-        result = measure_cost(args.n, args.workers)
+        phase = args.burst_seconds
+        result = measure_cost(args.n, args.workers, replace(BURSTS, burst_seconds=phase, quiet_seconds=phase))
     saved.update(result)
     args.out.write_text(json.dumps(saved, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

@@ -32,7 +32,7 @@ SMOKE: dict[str, tuple[str, ...]] = {
         *("--cycles", "1", "--burst-seconds", "4", "--quiet-seconds", "4", "--burst-rps", "4"),
         *("--quiet-rps", "1", "--batch", "60", "--capacity", "4", "--latency-ms", "200", "--out", "{out}"),
     ),
-    "cost": ("--n", "20", "--out", "{out}"),
+    "cost": ("--n", "20", "--burst-seconds", "2", "--out", "{out}"),
     "validation": ("--lines", "500"),
     "moto_cpu": ("--rounds", "1", "--per-round", "20"),
     "checkpoint": ("--items", "200", "--rounds", "1"),

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench import cost_model as m
-from bench.cost import function_memory_mb, log_bytes, provisioned_cost, remaining_transitions
+from bench.cost import function_memory_mb, log_bytes, remaining_transitions
 from bench.cost_replay import classify
+from bench.cost_report import provisioned_cost
 from infra.capacity import TableCapacity
 
 KB = 1024
