@@ -13,7 +13,7 @@ from batchgw.domain.fairness import gives_way, held_by_batch, token_of
 from batchgw.domain.interactive import BatchShare
 from batchgw.observability import logger, metrics
 from batchgw.run.aio import io, renewal
-from batchgw.runtime import BatchShares
+from batchgw.scheduling.share import BatchShares
 from batchgw.storage.slots import SlotGrant, SlotState, SlotStore
 
 
@@ -150,7 +150,7 @@ async def share_of(deps: Deps, model: str) -> BatchShare:
 
 
 async def slot_map_of(deps: Deps, model: str) -> SlotState:
-    """``model``'s slot map as this process sees it (``runtime.SlotBoard``): as last read
+    """``model``'s slot map as this process sees it (``scheduling.room.SlotBoard``): as last read
     when that is fresh, else read again off the event loop."""
     board = deps.board
     return await io(board.look, model) if board.due(model) else board.look(model)
