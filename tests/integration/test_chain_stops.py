@@ -356,7 +356,7 @@ def waiting_in_place(
     deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=3600)  # the cap is 1
     sent: list[WorkMessage] = []
     monkeypatch.setattr(deps.queue, "send", lambda message, delay_seconds=0: sent.append(message))
-    real_look = deps.board.look
+    real_look = deps.ledger.look
     looks = 0
 
     def look(model: str) -> Any:
@@ -368,7 +368,7 @@ def waiting_in_place(
             clock.advance(PEAK_HOLD_SECONDS + 1)  # its peak held no longer
         return real_look(model)
 
-    monkeypatch.setattr(deps.board, "look", look)
+    monkeypatch.setattr(deps.ledger, "look", look)
     return deps, batch_id, message, sent
 
 
@@ -390,7 +390,7 @@ def test_a_chain_that_went_for_room_in_place_and_holds_it_no_longer_counts_as_go
     # It went for the one slot, took it, ran both requests and let it go: the slot is room
     # for another chain of the process at once, not once its going has run out.
     assert sim.stats()["models"]["sim-chat"]["requests"] == 2
-    assert deps.board.going("sim-chat", 1)
+    assert deps.ledger.going("sim-chat", 1)
 
 
 def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhile_starts_nothing(

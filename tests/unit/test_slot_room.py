@@ -1,13 +1,14 @@
 """A model's room that no chain holds, as chains see it when they might split, or when
-they wait in place for a slot (``SlotBoard.going``)."""
+they wait in place for a slot (``SlotLedger.going``): one ledger per process."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from batchgw.domain.chains import ChainMessage
 from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import BatchShare, ShareWhy
-from batchgw.scheduling.room import SlotBoard, SlotRoom
+from batchgw.scheduling.room import SlotLedger
 from batchgw.scheduling.tuning import TUNING
 from batchgw.storage.slots import SlotState
 
@@ -28,7 +29,7 @@ class Clock:
         return self.now
 
 
-def room(held: list[int], slots: int = 16) -> tuple[SlotRoom, Clock, list[str]]:
+def room(held: list[int], slots: int = 16) -> tuple[SlotLedger, Clock, list[str]]:
     clock, reads = Clock(), []
 
     def running(model: str) -> int:
@@ -38,7 +39,7 @@ def room(held: list[int], slots: int = 16) -> tuple[SlotRoom, Clock, list[str]]:
         return held[0]
 
     shares: Any = Shares(slots)
-    return SlotRoom(shares, running, clock), clock, reads
+    return SlotLedger(shares, Any, running, clock), clock, reads  # type: ignore[arg-type]  # no slot map read
 
 
 def test_a_chain_takes_several_units_of_the_same_reads_room_and_no_unit_twice() -> None:
@@ -67,11 +68,11 @@ def test_room_is_read_at_most_once_per_interval_and_not_at_all_between() -> None
     slot_room, clock, reads = room([10])
     slot_room.take("m")
     clock.now += TUNING.room_read_seconds / 2
-    assert not slot_room.due("m")
+    assert not slot_room.room_due("m")
     slot_room.take("m")
     assert reads == ["m"]
     clock.now += TUNING.room_read_seconds / 2
-    assert slot_room.due("m")
+    assert slot_room.room_due("m")
 
 
 def test_a_gap_between_reads_or_an_unreadable_count_is_no_room() -> None:
@@ -117,7 +118,7 @@ def test_a_split_into_several_parts_takes_a_given_slot_first_then_the_reads_room
 
 def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() -> None:
     clock = Clock()
-    board = SlotBoard(Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board = SlotLedger(Any, Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(13)}, 0.0))
     # 13 held of a share of 16: three chains go, the fourth waits on.
     assert [board.going("m", 16) for _ in range(4)] == [True, True, True, False]
@@ -135,7 +136,7 @@ def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() 
 
 def test_a_chain_that_went_for_room_and_asked_for_it_no_longer_holds_back_another() -> None:
     clock = Clock()
-    board = SlotBoard(Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board = SlotLedger(Any, Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(14)}, 0.0))
     assert [board.going("m", 16) for _ in range(3)] == [True, True, False]
     board.took("m", "new", clock.now + 60)  # one of the two took its slot...
@@ -158,3 +159,18 @@ def test_a_chain_that_went_for_room_and_asked_for_it_no_longer_holds_back_anothe
     board.took("m", "newer", clock.now + 60)
     board.arrived("m")
     assert board.going("m", 15)  # 14 held of 15, none going
+
+
+def test_a_chain_splits_into_as_many_parts_as_the_room_it_takes_within_the_tunings_bounds() -> None:
+    held = [12]
+    ledger, clock, _ = room(held)
+    chain = ChainMessage("b1", 0, 0, 16)
+    assert ledger.ways(chain, total=10_000, chains=16) == TUNING.max_split_ways
+    assert ledger.ways(ChainMessage("b1", 0, 10_000 - 16 * 3, 16), total=10_000, chains=16) == 1  # 3 left
+    assert ledger.split("m", "b1", chain, 10_000, 16, most=4) is None  # one read: not room yet
+    clock.now += TUNING.room_read_seconds
+    held[0] = 14  # room 4, then 2: the smaller counts
+    parts = ledger.split("m", "b1", chain, 10_000, 16, most=4)
+    assert parts is not None and [part.stride for part in parts] == [48, 48, 48]
+    assert [part.next_index for part in parts] == [0, 16, 32]
+    assert ledger.split("m", "b1", parts[0], 10_000, 16, most=4) is None  # the room was handed out

@@ -18,7 +18,7 @@ from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
 from batchgw.live_config import LiveConfig
 from batchgw.scheduling.backpressure import Backpressure
 from batchgw.scheduling.pacing import CallPacer
-from batchgw.scheduling.room import SlotBoard, SlotRoom
+from batchgw.scheduling.room import SlotLedger
 from batchgw.scheduling.share import BatchShares
 from batchgw.scheduling.tuning import TUNING, Tuning
 from batchgw.storage.accounts import AccountStore
@@ -51,8 +51,9 @@ from batchgw.storage.workflow import Workflow
 class Deps:
     live: LiveConfig  # the settings with administrators' runtime overrides, and model caps
     shares: BatchShares  # each model's batch share beside the interactive load
-    room: SlotRoom  # room in each model's batch share that no chain holds (chains split)
-    board: SlotBoard  # which batches hold and wait for each model's slots (batches share a model)
+    # Each model's slots as this process knows them: the room no chain holds (chains split),
+    # and which batches hold and wait for them (batches share a model).
+    ledger: SlotLedger
     backpressure: Backpressure  # what batch answers say of each model's upstream
     interactive: InteractiveLoadStore  # the interactive load reports
     catalog: Catalog
@@ -112,8 +113,7 @@ def build_deps(
     return Deps(
         live=live,
         shares=shares,
-        room=SlotRoom(shares, running, clock, tuning=tuning),
-        board=SlotBoard(slots, clock, tuning=tuning),
+        ledger=SlotLedger(shares, slots, running, clock, tuning=tuning),
         backpressure=Backpressure(live, shares, limits, running, clock, tuning=tuning),
         interactive=interactive,
         catalog=catalog,

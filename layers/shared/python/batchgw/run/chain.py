@@ -44,24 +44,23 @@ from typing import Any
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
-from batchgw.domain.decisions import MAX_LOST_ATTEMPTS, Verdict, too_often_lost, unknown_model, verdict
+from batchgw.domain.decisions import Verdict, verdict
 from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestRecord
-from batchgw.domain.spend import Judgement, Standing
+from batchgw.domain.spend import Judgement
 from batchgw.domain.states import BatchStatus
 from batchgw.observability import logger, metrics
-from batchgw.run import attempt, completion
-from batchgw.run.aio import io, renewal
+from batchgw.run import attempt, completion, renewing
+from batchgw.run.aio import io
 from batchgw.run.attempt import After
 from batchgw.run.claim_ahead import ClaimAhead
 from batchgw.run.invisible import Invisible
-from batchgw.run.owner import OwnerGate
+from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
 from batchgw.run.slot import SlotHolder, share_of, slot_map_of
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
 from batchgw.scheduling.admission import Admission, Start, StopReason
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 from batchgw.storage.slots import SlotState
-from batchgw.storage.workflow import Next
 
 
 async def run_message(
@@ -175,8 +174,8 @@ class ChainRun:
             shards = await io(self.deps.batches.shards, self.batch.id)
             self.deps.stored.raise_to(self.batch.id, sum(shard.tally.stored_bytes for shard in shards))
         token = uuid.uuid4().hex
-        await self._mark(token)
-        marking = asyncio.create_task(self._keep_marked(token))
+        await renewing.mark(self.deps, self.batch.id, token)
+        marking = asyncio.create_task(renewing.keep_marked(self.deps, self.batch.id, token))
         stopped = Stopped(Why.ERROR)  # what an exception out of the loop leaves
         self.pacer.joined()
         try:
@@ -215,9 +214,8 @@ class ChainRun:
             if self.retries and not stopped.finished:
                 await self._hand_off_retries()
             if stopped.finished and self.slot.model is not None:
-                self.deps.room.give(
-                    self.slot.model, self.batch.id
-                )  # another of its batch's chains splits into it
+                # another of its batch's chains splits into it
+                self.deps.ledger.give(self.slot.model, self.batch.id)
             await self.slot.release()
             await self.owner_gate.release()
 
@@ -241,7 +239,7 @@ class ChainRun:
             return None
         model = self.batch.models[0]
         state = await io(self.deps.slots.read, model)
-        self.deps.board.saw(model, state)
+        self.deps.ledger.saw(model, state)
         paused_until = self.deps.health.paused_until(model)
         share = await share_of(self.deps, model)
         decision = self.admission.before_slot(self.batch.id, state, share, paused_until=paused_until, now=now)
@@ -276,7 +274,7 @@ class ChainRun:
                     return False
                 share = await share_of(deps, model)
                 await slot_map_of(deps, model)  # read again when due
-                if deps.board.going(model, share.slots):
+                if deps.ledger.going(model, share.slots):
                     self.going_for = model
                     self.verdict = None  # the batch may have stopped meanwhile: read it again
                     return True
@@ -288,7 +286,7 @@ class ChainRun:
             await self._read_batch()
             if self.verdict is not Verdict.RUN:
                 return False  # it leaves; its next run reads the batch and stops there
-            await self._wait_for_slot(model, deps.board.last(model), round_seconds)
+            await self._wait_for_slot(model, deps.ledger.last(model), round_seconds)
         return False
 
     async def _wait_for_slot(self, model: str, state: SlotState, wait: float) -> None:
@@ -305,16 +303,6 @@ class ChainRun:
             logger.warning(
                 "could not note the batch waiting", extra={"batch_id": self.batch.id}, exc_info=True
             )
-
-    async def _mark(self, token: str) -> bool:
-        until = self.deps.clock() + self.deps.settings.batch_lease_seconds
-        await renewal(self.deps.batches.mark_run, self.batch.id, token, until=until)
-        return True
-
-    async def _keep_marked(self, token: str) -> None:
-        while True:  # a failed renewal is tried again next time: the mark lasts a whole lease
-            await asyncio.sleep(self.deps.settings.batch_lease_seconds / 3)
-            await self._renewed("the run's mark", self._mark(token))
 
     async def _loop(self) -> Stopped:
         """Run the chain's requests one after another until a step stops it: that stop.
@@ -343,7 +331,7 @@ class ChainRun:
                     return stopped
                 continue
             held = claim.request
-            if await self._ended_poison(held):
+            if await attempt.ended_poison(self.deps, self.batch, held):
                 if self.lone:
                     return Stopped(Why.LONE_DONE)
                 self._advance(from_heap)
@@ -480,7 +468,7 @@ class ChainRun:
         grant = await self.slot.hold(held.model)
         went_for, self.going_for = self.going_for, None
         if grant.granted and went_for == held.model:  # it went for room it saw, and holds it
-            self.deps.board.arrived(held.model)
+            self.deps.ledger.arrived(held.model)
         # Refused, the room it saw was another process's: it counts as going on, and no other
         # chain of this process goes for that room until ``Tuning.going_seconds`` have passed.
         if grant.granted:
@@ -491,7 +479,7 @@ class ChainRun:
         decision = self.admission.refused(grant, share, now=now)
         if share is not None:
             # The expired waiters it drops are those seen last: no read on the way.
-            await self._wait_for_slot(held.model, self.deps.board.last(held.model), decision.seconds)
+            await self._wait_for_slot(held.model, self.deps.ledger.last(held.model), decision.seconds)
         if from_heap:
             heapq.heappush(self.retries, (now + decision.seconds, target))
         return Stopped.waiting(decision)
@@ -506,12 +494,11 @@ class ChainRun:
         if standing.runs:
             self.body = admission.body
             if self.latest.paused is not None:
-                await self._resume()
+                self.latest = await resume_batch(self.deps, self.batch.id) or self.latest.replace(paused=None)
             return None
         if standing.judgement is Judgement.UNAUTHORIZED:
-            if await self._fail_for_owner(
-                standing.message or "The batch's key or owner may no longer run it."
-            ):
+            why = standing.message or "The batch's key or owner may no longer run it."
+            if await fail_for_owner(self.deps, self.batch.id, why):
                 await attempt.end_unrun(self.deps, self.batch, held, Verdict.OWNER_FAILED)
                 return Stopped(Why.OWNER_UNAUTHORIZED)
             # The batch stopped otherwise first (a cancel, its window's end, a delete): the
@@ -526,44 +513,10 @@ class ChainRun:
         await attempt.release(self.deps, self.batch, held)
         after = max(0.0, (standing.check_at or now) - now)
         if standing.judgement is Judgement.PAUSE:
-            await self._pause(standing)
+            self.latest = await pause_batch(self.deps, self.batch.id, standing) or self.latest
         if from_heap:
             heapq.heappush(self.retries, (now + after, target))
         return Stopped(Why.OWNER_PAUSED if standing.judgement is Judgement.PAUSE else Why.OWNER_WAIT, after)
-
-    async def _pause(self, standing: Standing) -> None:
-        """Say on the batch why its owner's account holds it back, and until when."""
-        assert standing.reason is not None
-        paused = {"reason": standing.reason.value, "until": standing.until, "check_at": standing.check_at}
-        changed = await io(self.deps.batches.pause, self.batch.id, paused)
-        if changed is not None:
-            self.latest = changed
-        logger.info("batch paused", extra={"batch_id": self.batch.id, **paused})
-
-    async def _resume(self) -> None:
-        changed = await io(self.deps.batches.resume, self.batch.id)
-        self.latest = changed or self.latest.replace(paused=None)
-        logger.info("batch resumed", extra={"batch_id": self.batch.id})
-
-    async def _fail_for_owner(self, message: str) -> bool:
-        """The batch's key or owner may no longer run it: mark it failing (no request starts;
-        running ones finish) and wake its workflow to end the unstarted ones. False when the
-        batch was no longer in progress (cancelled, ended or deleted meanwhile): it does not
-        fail then."""
-        deps = self.deps
-        error = {"code": "owner_unauthorized", "message": message}
-        failed = await io(deps.batches.fail_for_owner, self.batch.id, error)
-        if failed is None:
-            return False
-        logger.warning("batch failing for its owner", extra={"batch_id": self.batch.id, "reason": message})
-        if failed.task_token is None or failed.cancel_swept:
-            return True  # not parked yet (it finds the batch failing when it parks) or done already
-        try:
-            if await io(deps.workflow.wake, failed.task_token, Next.CANCEL):
-                await io(deps.batches.clear_token, self.batch.id, failed.task_token)
-        except Exception:  # the reconciler routes it within a period
-            logger.warning("could not wake a failing batch's workflow", exc_info=True)
-        return True
 
     async def _read_batch(self) -> None:
         """Read the batch afresh (strongly consistent): what it allows the next request."""
@@ -574,26 +527,6 @@ class ChainRun:
         self.verdict = verdict(batch, self.deps.clock())
         if batch is not None and self.verdict is Verdict.RUN and _superseded(self.message, batch):
             self.verdict = Verdict.SUPERSEDED
-
-    async def _ended_poison(self, held: RequestRecord) -> bool:
-        """End, without running, a request that cannot run: its workers were lost too many
-        times, or its model left the configuration. True when it was ended."""
-        if held.lost > MAX_LOST_ATTEMPTS:
-            decision = too_often_lost(held)
-        elif held.model not in self.deps.catalog.models:
-            decision = unknown_model(held)
-        else:
-            return False
-        logger.warning(
-            "request not run",
-            extra={
-                "batch_id": self.batch.id,
-                "index": held.index,
-                "code": (decision.error or {}).get("code"),
-            },
-        )
-        await attempt.end(self.deps, self.batch, held, decision)
-        return True
 
     async def _ended_unrun(self, held: RequestRecord, from_heap: bool) -> bool:
         """Cancelled, deleted, past the window, or out of result storage: the claimed
@@ -616,7 +549,9 @@ class ChainRun:
             idle_ms = max(0.0, (started - self.answered_at) * 1000)
             metrics.value("AnswerToNextCall", idle_ms, model=held.model)
         slot_lost = asyncio.Event()
-        renewal = asyncio.create_task(self._keep_leased(held, slot_lost))
+        renewal = asyncio.create_task(
+            renewing.keep_leased(self.deps, self.batch.id, held, self.slot, self._claimed_ahead, slot_lost)
+        )
         body, self.body = self.body, None
         try:
             outcome = await attempt.call(deps, self.batch, held, body, stop=slot_lost)
@@ -651,51 +586,9 @@ class ChainRun:
             return Stopped(Why.LEASE_LOST, 0)
         return None
 
-    async def _keep_leased(self, held: RequestRecord, slot_lost: asyncio.Event) -> None:
-        """Renew the request's lease and the model's slot while the call runs: a lease of a
-        few minutes covers a call of any length, and a dead worker's request and slot come
-        back a few minutes later (the owner's slot was taken to outlast the call).
-
-        A request taken over meanwhile is left to its call (recording its end finds the
-        lease lost, as the other worker counts this attempt); a slot lost to another holder
-        sets ``slot_lost``, which stops the call (the attempt counted, of unknown cost, and
-        tried again), since running on would exceed the model's cap.
-        """
-        lease = self.deps.settings.batch_lease_seconds
-        leased = True
-        while True:
-            await asyncio.sleep(lease / 3)
-            if leased:
-                leased = await self._renewed("a request's lease", self._renew_request(held, lease))
-            ahead = self._claimed_ahead()
-            if ahead is not None:
-                await self._renewed(
-                    "the lease of the request claimed ahead", self._renew_request(ahead, lease)
-                )
-            if not await self._renewed("the model's slot", self.slot.keep()):
-                logger.warning(
-                    "slot lost during a call: stopping it",
-                    extra={"batch_id": self.batch.id, "index": held.index, "model": held.model},
-                )
-                slot_lost.set()
-                return
-
-    async def _renew_request(self, held: RequestRecord, lease: float) -> bool:
-        return await renewal(self.deps.requests.renew, held, until=self.deps.clock() + lease)
-
-    @staticmethod
-    async def _renewed(what: str, renewal: Coroutine[Any, Any, bool]) -> bool:
-        """Whether a renewal kept what it renews; a renewal that failed may be retried on
-        the next tick (the lease may still be long enough): it counts as kept."""
-        try:
-            return await renewal
-        except Exception:
-            logger.warning("could not renew during a call", extra={"renewing": what}, exc_info=True)
-            return True
-
     def _claim_ahead(self, now: float) -> None:
         """Claim the chain's next index while this request runs, for one lease, renewed with
-        the running request's (``_keep_leased``): if this worker dies, it runs out as soon
+        the running request's (``renewing.keep_leased``): if this worker dies, it runs out as soon
         as the running request's, and a stopped batch's reconciler ends both then."""
         if self.lone or not self._has_next() or self.next_index >= self.written or self._retry_due(now):
             return
@@ -724,32 +617,24 @@ class ChainRun:
         return due - now <= self.tuning.chain_retry_wait_seconds and due < limit
 
     async def _split_if_room(self, model: str) -> None:
-        """Split this chain (``domain.chains``) when its model has batch room that no chain
-        holds: in as many parts as there is room for new chains (``Tuning.max_split_ways`` at
-        most), each new one sent at once to take a unit of it. A chain that yielded, or ran
+        """Split this chain when its model has batch room that no chain holds
+        (``SlotLedger.split``), each new chain sent at once to take a unit of it. A chain that yielded, or ran
         slower requests, lags behind its batch's others; as those end, it splits, so the
         batch's end runs on as many chains as its model has room for."""
         message = self.message
         if not isinstance(message, ChainMessage) or self.taken_over.is_set():
             return
         here = message.resume_at(self.next_index, full=self.admission.full)
-        total, chains = self.batch.total, self.batch.chains or 1
-        min_part, max_factor = self.tuning.split_min_part, self.tuning.max_split_factor
-        most = here.ways(total, chains, self.tuning.max_split_ways, min_part=min_part, max_factor=max_factor)
+        ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
+        most = ledger.ways(here, total, chains)
         if most < 2:
             return
-        room = self.deps.room
-        batch_id = self.batch.id
-        new_chains = most - 1
-        taken = (
-            await io(room.take, model, batch_id, new_chains)
-            if room.due(model)
-            else room.take(model, batch_id, new_chains)
+        split = (self.batch.id, here, total, chains, most)
+        parts = (
+            await io(ledger.split, model, *split) if ledger.room_due(model) else ledger.split(model, *split)
         )
-        if not taken:
+        if parts is None:
             return
-        parts = here.split(total, chains, ways=1 + taken, min_part=min_part, max_factor=max_factor)
-        assert parts is not None  # ``ways`` allowed as many
         kept, *new = parts
         for each in new:
             await self._send(each, after=0)

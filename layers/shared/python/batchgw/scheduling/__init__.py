@@ -5,8 +5,8 @@
   interactive traffic, give way to another batch, paused, and the in-place wait's rounds;
 - ``share``: each model's batch share (``BatchShares``): its cap beside the interactive
   reports and the adaptive limits;
-- ``room``: this process's view of each model's slots: the room no chain holds, handed to
-  splits (``SlotRoom``), and which batches hold and wait for them (``SlotBoard``);
+- ``room``: this process's one ledger of each model's slots (``SlotLedger``): the room no
+  chain holds and the split it allows, and which batches hold and wait for the slots;
 - ``backpressure``: what batch answers say of a model's upstream, its adaptive limit moved;
 - ``pacing``: the call starts of one process, spaced apart (``CallPacer``).
 
