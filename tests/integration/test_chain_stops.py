@@ -20,7 +20,7 @@ from batchgw.domain.fairness import token_of
 from batchgw.domain.interactive import PEAK_HOLD_SECONDS
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
-from batchgw.run import attempt, chain, lifecycle
+from batchgw.run import attempt, lifecycle, model_gate
 from batchgw.run.chain import ChainRun, Why, run_message
 from batchgw.storage.slots import Hold
 
@@ -432,7 +432,7 @@ def test_a_chain_that_gave_way_leaves_once_it_has_waited_in_place_its_longest(
 ) -> None:
     deps, _, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=None, **SHORT_ROUNDS)
     short_rounds(deps, monkeypatch, yield_in_place_seconds=1.0)
-    looks = count_calls(monkeypatch, chain, "share_of")
+    looks = count_calls(monkeypatch, model_gate, "share_of")
     notes = count_calls(monkeypatch, deps.slots, "wait")
     asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert sent == [message.resume_at(0, full=1)] and sim.stats()["models"]["sim-chat"]["requests"] == 0
@@ -447,7 +447,7 @@ def test_a_cancel_while_a_chain_waits_in_place_ends_its_wait_at_the_round_and_st
 ) -> None:
     deps, batch_id, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=None, **SHORT_ROUNDS)
     short_rounds(deps, monkeypatch)
-    real_share_of = chain.share_of
+    real_share_of = model_gate.share_of
     looks = 0
 
     async def share_of(deps_: Deps, model: str) -> Any:
@@ -457,7 +457,7 @@ def test_a_cancel_while_a_chain_waits_in_place_ends_its_wait_at_the_round_and_st
             batches.cancel_batch(deps, ALICE, batch_id)
         return await real_share_of(deps_, model)
 
-    monkeypatch.setattr(chain, "share_of", share_of)
+    monkeypatch.setattr(model_gate, "share_of", share_of)
     asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert looks <= 1 + 2  # the first look (before it waits) and one round of two at most
     assert sent == [message.resume_at(0, full=1)]  # it left at the round's end ...

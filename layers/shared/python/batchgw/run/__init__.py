@@ -1,9 +1,10 @@
 """The run side: what the worker and the workflow call.
 
 ``chain`` runs a chain of a batch's requests (the worker's loop: claim, call, record;
-``stops`` says why a run stops, ``claim_ahead`` claims its next index while a call runs,
-``invisible`` keeps its messages invisible; ``batchgw.scheduling`` decides whether it may
-start a request on its model), ``attempt`` one
+``model_gate`` is its way to a model's slot, asking ``batchgw.scheduling`` whether it may
+start, ``owner`` the owner's gate, ``stops`` says why a run stops, ``claim_ahead`` claims
+its next index while a call runs, ``renewing`` keeps its leases, slot and mark alive during
+a call, ``invisible`` keeps its messages invisible), ``attempt`` one
 request's call (made by ``batchgw.upstream``) and what is stored after it, ``slot`` the
 model slot a chain holds, ``completion`` a batch's shards and wake-up, ``lifecycle`` the
 workflow's steps that run a batch (prepare, park, expire, cancel, purge), ``stopped`` the

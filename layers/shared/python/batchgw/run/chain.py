@@ -45,7 +45,6 @@ from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.decisions import Verdict, verdict
-from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.spend import Judgement
 from batchgw.domain.states import BatchStatus
@@ -55,12 +54,10 @@ from batchgw.run.aio import io
 from batchgw.run.attempt import After
 from batchgw.run.claim_ahead import ClaimAhead
 from batchgw.run.invisible import Invisible
+from batchgw.run.model_gate import ModelGate
 from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
-from batchgw.run.slot import SlotHolder, share_of, slot_map_of
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
-from batchgw.scheduling.admission import Admission, Start, StopReason
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
-from batchgw.storage.slots import SlotState
 
 
 async def run_message(
@@ -135,14 +132,15 @@ class ChainRun:
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
         self.prefetch: ClaimAhead | None = None  # the next index, claimed ahead
-        self.going_for: str | None = None  # the model this chain waited in place for, and went
         # What the batch allows (``batch`` was just read); None: read it afresh.
         self.verdict: Verdict | None = verdict(batch, deps.clock())
         self.latest = batch  # the batch as last read
         self.written = batch.written_count  # no request from here on is written yet (as last read)
         self.tuning = deps.tuning
         self.write_wait = self.tuning.write_wait_seconds  # how long the chain waits at that frontier next
-        self.slot = SlotHolder(deps, batch.id)
+        full = message.full if isinstance(message, ChainMessage) else 0
+        self.model_gate = ModelGate(deps, batch.id, full=full, deadline=deadline, taken_over=self.taken_over)
+        self.slot = self.model_gate.slot  # the model's slot the chain holds
         self.owner_gate = OwnerGate(deps, batch)
         self.pacer = deps.pacer
         self.body: Any = None  # the next request's body, when the owner's gate read it
@@ -150,13 +148,6 @@ class ChainRun:
         # once it waits: for room, a retry, its requests' writes). The time in between, its
         # slot idle, is the AnswerToNextCall metric: writing the end, the claim, the pacer.
         self.answered_at: float | None = None
-        # May the chain start a request on its model now (it counts the times in a row it
-        # found the model full: ``ChainMessage.full``).
-        self.admission = Admission(
-            lambda: deps.settings.batch_slot_wait_seconds,
-            full=message.full if isinstance(message, ChainMessage) else 0,
-            tuning=self.tuning,
-        )
 
     async def run(self) -> Stopped:
         """Run until a step stops the chain; the stop, once acted on (``_stop``).
@@ -222,10 +213,8 @@ class ChainRun:
     def _held_back(self) -> Stopped | None:
         """A stop when the batch's owner's quota, budget or role holds it back (as the batch
         says): the chain comes back when that is checked again."""
-        if not self._has_next():
-            return None
-        decision = self.admission.owner_paused(self.batch, self.deps.clock())
-        return None if isinstance(decision, Start) else Stopped.waiting(decision)
+        wait = self.model_gate.held_back(self.batch) if self._has_next() else None
+        return None if wait is None else Stopped.waiting(wait)
 
     async def _model_full(self) -> Stopped | None:
         """A stop when the chain finds its batch's one model full (or paused) before it takes
@@ -238,71 +227,27 @@ class ChainRun:
         if not self.deps.settings.batch_enabled or self.taken_over.is_set():
             return None
         model = self.batch.models[0]
-        state = await io(self.deps.slots.read, model)
-        self.deps.ledger.saw(model, state)
-        paused_until = self.deps.health.paused_until(model)
-        share = await share_of(self.deps, model)
-        decision = self.admission.before_slot(self.batch.id, state, share, paused_until=paused_until, now=now)
-        if isinstance(decision, Start):
-            return None
-        if decision.reason in (StopReason.MODEL_FULL, StopReason.YIELD):
-            await self._wait_for_slot(model, state, decision.seconds)
-        if decision.in_place and await self._room_again(model, decision.seconds):
+        wait = await self.model_gate.before_start(model, now)
+        if wait is None or (wait.in_place and await self._room_again(model, wait.seconds)):
             return None  # the slot write stays the judge
-        return Stopped.waiting(decision)
+        return Stopped.waiting(wait)
 
     async def _room_again(self, model: str, wait: float | None) -> bool:
-        """Whether ``model``'s batch share has room again while this chain waits in place,
-        as this process sees it (the batch is then read again before the chain's next
-        request): a chain that gave way to interactive traffic waits here, holding nothing,
-        looking as often as the share is read: a round of ``wait`` seconds, then further
-        rounds for as long as the share still gives way (``Admission.in_place_round``),
-        before it leaves for ``wait`` seconds. Each further round reads the batch (a cancel
-        that came meanwhile ends the wait, and the run it leaves for stops) and notes it
-        waiting again. (A chain that left at once came back by a message a second or two
-        later, and the room the traffic left stood empty until then.)"""
-        deps = self.deps
-        needed = deps.settings.batch_upstream_timeout_seconds + self.tuning.segment_margin_seconds
+        """Whether ``model``'s batch share has room again while this chain, having yielded,
+        waits in place (``ModelGate.wait_in_place``); the batch is then read again before
+        the chain's next request."""
         if wait is None or self.lone:
             return False
         self.answered_at = None
-        waited, round_seconds = 0.0, wait  # the first round as long as its note says
-        while self.deadline - deps.clock() - needed > round_seconds:
-            for _ in range(self.admission.looks(round_seconds)):
-                await asyncio.sleep(self.tuning.room_look_seconds)
-                if self.taken_over.is_set():
-                    return False
-                share = await share_of(deps, model)
-                await slot_map_of(deps, model)  # read again when due
-                if deps.ledger.going(model, share.slots):
-                    self.going_for = model
-                    self.verdict = None  # the batch may have stopped meanwhile: read it again
-                    return True
-            waited += round_seconds
-            next_round = self.admission.in_place_round(wait, waited, share)
-            if next_round is None:
-                return False
-            round_seconds = next_round
-            await self._read_batch()
-            if self.verdict is not Verdict.RUN:
-                return False  # it leaves; its next run reads the batch and stops there
-            await self._wait_for_slot(model, deps.ledger.last(model), round_seconds)
+        if await self.model_gate.wait_in_place(model, wait, self._still_runs):
+            self.verdict = None  # the batch may have stopped meanwhile: read it again
+            return True
         return False
 
-    async def _wait_for_slot(self, model: str, state: SlotState, wait: float) -> None:
-        """Note this chain's batch as waiting for a slot of ``model`` (``domain.fairness``)
-        until after this chain's next try: a batch that holds more than its part gives one
-        up meanwhile."""
-        now = self.deps.clock()
-        until = now + 2 * wait + self.deps.settings.batch_slot_wait_seconds
-        expired = [batch for batch, at in state.waiting.items() if at < now]
-        try:
-            await io(self.deps.slots.wait, model, self.batch.id, until=until, expired=expired)
-        except StorageError:
-            # Not noted, the batch waits as a first-come one would: the slot stays the judge.
-            logger.warning(
-                "could not note the batch waiting", extra={"batch_id": self.batch.id}, exc_info=True
-            )
+    async def _still_runs(self) -> bool:
+        """Whether the batch, read again, still allows the chain's next request."""
+        await self._read_batch()
+        return self.verdict is Verdict.RUN
 
     async def _loop(self) -> Stopped:
         """Run the chain's requests one after another until a step stops it: that stop.
@@ -465,24 +410,14 @@ class ChainRun:
     ) -> Stopped | None:
         """Hold a slot of the request's model (None); if full or paused, hand the request
         back and stop, the chain to ask again later."""
-        grant = await self.slot.hold(held.model)
-        went_for, self.going_for = self.going_for, None
-        if grant.granted and went_for == held.model:  # it went for room it saw, and holds it
-            self.deps.ledger.arrived(held.model)
-        # Refused, the room it saw was another process's: it counts as going on, and no other
-        # chain of this process goes for that room until ``Tuning.going_seconds`` have passed.
+        grant = await self.model_gate.hold(held.model)
         if grant.granted:
-            self.admission.granted()
             return None
         await attempt.release(self.deps, self.batch, held)
-        share = await share_of(self.deps, held.model) if Admission.needs_share(grant) else None
-        decision = self.admission.refused(grant, share, now=now)
-        if share is not None:
-            # The expired waiters it drops are those seen last: no read on the way.
-            await self._wait_for_slot(held.model, self.deps.ledger.last(held.model), decision.seconds)
+        wait = await self.model_gate.refused(held.model, grant, now)
         if from_heap:
-            heapq.heappush(self.retries, (now + decision.seconds, target))
-        return Stopped.waiting(decision)
+            heapq.heappush(self.retries, (now + wait.seconds, target))
+        return Stopped.waiting(wait)
 
     async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> Stopped | None:
         """Check the batch's key and owner again (``run.owner``): None to run ``held``. Else
@@ -624,7 +559,7 @@ class ChainRun:
         message = self.message
         if not isinstance(message, ChainMessage) or self.taken_over.is_set():
             return
-        here = message.resume_at(self.next_index, full=self.admission.full)
+        here = message.resume_at(self.next_index, full=self.model_gate.full)
         ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
         most = ledger.ways(here, total, chains)
         if most < 2:
@@ -658,7 +593,7 @@ class ChainRun:
             return
         message: WorkMessage = self.message
         if isinstance(message, ChainMessage):
-            message = message.resume_at(self.next_index, full=self.admission.full)
+            message = message.resume_at(self.next_index, full=self.model_gate.full)
         await self._send(message, after=after)
 
     async def _hand_off_retries(self) -> None:
