@@ -38,7 +38,6 @@ import asyncio
 import heapq
 import math
 import uuid
-from collections.abc import Coroutine
 from typing import Any
 
 from batchgw.deps import Deps
@@ -527,16 +526,9 @@ class ChainRun:
         as the running request's, and a stopped batch's reconciler ends both then."""
         if self.lone or not self._has_next() or self.next_index >= self.written or self._retry_due(now):
             return
-        index, lease = self.next_index, self.deps.settings.batch_lease_seconds
-
-        def send() -> Coroutine[Any, Any, Claim]:
-            return io(self.deps.requests.claim, self.batch.id, index, self.owner, self.deps.clock(), lease)
-
-        wait = min(
-            self.pacer.recent_length() * self.tuning.claim_ahead_share,
-            self.tuning.claim_ahead_wait_max_seconds,
-        )
-        self.prefetch = ClaimAhead(send, wait)
+        tuning = self.tuning
+        wait = min(self.pacer.recent_length() * tuning.claim_ahead_share, tuning.claim_ahead_wait_max_seconds)
+        self.prefetch = ClaimAhead.of(self.deps, self.batch.id, self.next_index, self.owner, wait)
 
     def _claimed_ahead(self) -> RequestRecord | None:
         """The request claimed ahead, once its claim has answered that this worker has it."""
@@ -605,19 +597,9 @@ class ChainRun:
 
     async def _give_back_prefetched(self) -> None:
         """Release an index claimed ahead that the chain will not run now."""
-        if self.prefetch is None:
-            return
-        prefetch, self.prefetch = self.prefetch, None
-        sent = prefetch.drop()
-        if sent is None:  # still waiting for its time: nothing was claimed
-            return
-        try:
-            claim = await sent
-        except Exception:  # the lease runs out on its own
-            logger.warning("claim ahead failed", exc_info=True)
-            return
-        if claim.kind is ClaimKind.CLAIMED and claim.request is not None:
-            await attempt.release(self.deps, self.batch, claim.request)
+        if self.prefetch is not None:
+            prefetch, self.prefetch = self.prefetch, None
+            await prefetch.give_back(self.deps, self.batch)
 
     async def _send(self, message: WorkMessage, *, after: float) -> None:
         await io(self.deps.queue.send, message, max(0, math.ceil(after)))

@@ -17,7 +17,6 @@ from batchgw.config.settings import Settings
 from batchgw.domain.adaptive import Adaptive
 from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import (
-    PEAK_HOLD_SECONDS,
     BatchShare,
     InteractiveLoad,
     batch_share,
@@ -112,10 +111,14 @@ class BatchShares:
 
     def held(self, *, read: bool = True) -> InteractiveLoad | None:
         """The load batch work gives way to: each model's most in flight in the loads read
-        over the last ``PEAK_HOLD_SECONDS`` (``domain.interactive.peak``); None while unreadable."""
+        over the last ``Tuning.peak_hold_seconds`` (``domain.interactive.peak``); None while unreadable."""
         if read:
             self.refresh()
-        return None if self._load is None else peak(self._recent, self._clock())
+        return (
+            None
+            if self._load is None
+            else peak(self._recent, self._clock(), self._tuning.peak_hold_seconds, self._tuning.quiet_seconds)
+        )
 
     def refresh(self) -> None:
         """Read the reports (and the limits) again if that is due."""
@@ -142,7 +145,9 @@ class BatchShares:
                 self._load = None
         else:
             self._load = InteractiveLoad.of(reports, now)
-            self._recent = [(at, load) for at, load in self._recent if now - at <= PEAK_HOLD_SECONDS]
+            self._recent = [
+                (at, load) for at, load in self._recent if now - at <= self._tuning.peak_hold_seconds
+            ]
             self._recent.append((now, self._load))
             self._read_ok_at = now
             self._warned_unreadable = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchgw.domain import chains
+from batchgw.domain import chains, interactive
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,11 @@ class Tuning:
     # How long a process goes by the last load it read when a read fails, before the load
     # counts as unknown (a transient error stops no batch work).
     unreadable_grace_seconds: float = 3.0
+    # How long the most interactive requests seen in flight keeps counting: busy traffic's
+    # dips of a request or two do not hand its slots to batch work (``domain.interactive.peak``)...
+    peak_hold_seconds: float = interactive.PEAK_HOLD_SECONDS
+    # ...unless the reads saw the model quiet this long: a burst's end does.
+    quiet_seconds: float = interactive.QUIET_SECONDS
 
     # --- the room: slots no chain holds, and the slot map -------------------------------------
     # How often a process reads how many of a model's slots batch chains hold: room is taken
