@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -133,6 +133,11 @@ def make_deps(sim: Simulator, clock: FakeClock, **overrides: Any) -> Deps:
     for user, key in local_accounts():
         deps.accounts.create(user, [key])
     return deps
+
+
+def tune(deps: Deps, monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
+    """Scheduling's constants changed for the runs started from now on (``scheduling.tuning``)."""
+    monkeypatch.setattr(deps, "tuning", replace(deps.tuning, **changes))
 
 
 def receive_all(deps: Deps) -> list[dict[str, Any]]:

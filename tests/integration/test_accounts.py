@@ -294,7 +294,7 @@ def test_a_revoke_made_in_another_process_reaches_this_ones_cached_key_within_a_
     import dataclasses
 
     from batchgw.api import accounts as accounts_api
-    from batchgw.runtime import LiveConfig
+    from batchgw.live_config import LiveConfig
     from batchgw.storage.aws import get_clients
     from batchgw.storage.runtime import RuntimeStore
 

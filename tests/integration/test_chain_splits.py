@@ -15,7 +15,7 @@ from batchgw.domain.principal import Principal
 from batchgw.domain.states import RequestStatus
 from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
-from batchgw.runtime import ROOM_READ_SECONDS
+from batchgw.scheduling.tuning import TUNING
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
@@ -39,7 +39,7 @@ def ticking(deps: Deps, clock: FakeClock) -> None:
     claim = deps.requests.claim
 
     def claimed(*args: Any, **kwargs: Any) -> Any:
-        clock.advance(ROOM_READ_SECONDS / 2)
+        clock.advance(TUNING.room_read_seconds / 2)
         return claim(*args, **kwargs)
 
     deps.requests.claim = claimed  # type: ignore[method-assign]

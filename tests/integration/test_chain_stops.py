@@ -20,12 +20,12 @@ from batchgw.domain.fairness import token_of
 from batchgw.domain.interactive import PEAK_HOLD_SECONDS
 from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestRecord
-from batchgw.run import attempt, chain, lifecycle
+from batchgw.run import attempt, lifecycle, model_gate
 from batchgw.run.chain import ChainRun, Why, run_message
 from batchgw.storage.slots import Hold
 
 from local.simulator import Simulator
-from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all, tune
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -136,7 +136,7 @@ def model_full(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
 
 def yielded(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     _, message = prepared(deps, ["hello 0"])
-    mp.setattr(chain, "YIELD_IN_PLACE_SECONDS", 0.0)  # one round in place, then it leaves
+    tune(deps, mp, yield_in_place_seconds=0.0)  # one round in place, then it leaves
     deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
     return Case(message, [(message.resume_at(0, full=1), 2, 4)])
 
@@ -356,7 +356,7 @@ def waiting_in_place(
     deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=3600)  # the cap is 1
     sent: list[WorkMessage] = []
     monkeypatch.setattr(deps.queue, "send", lambda message, delay_seconds=0: sent.append(message))
-    real_look = deps.board.look
+    real_look = deps.ledger.look
     looks = 0
 
     def look(model: str) -> Any:
@@ -368,7 +368,7 @@ def waiting_in_place(
             clock.advance(PEAK_HOLD_SECONDS + 1)  # its peak held no longer
         return real_look(model)
 
-    monkeypatch.setattr(deps.board, "look", look)
+    monkeypatch.setattr(deps.ledger, "look", look)
     return deps, batch_id, message, sent
 
 
@@ -390,7 +390,7 @@ def test_a_chain_that_went_for_room_in_place_and_holds_it_no_longer_counts_as_go
     # It went for the one slot, took it, ran both requests and let it go: the slot is room
     # for another chain of the process at once, not once its going has run out.
     assert sim.stats()["models"]["sim-chat"]["requests"] == 2
-    assert deps.board.going("sim-chat", 1)
+    assert deps.ledger.going("sim-chat", 1)
 
 
 def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhile_starts_nothing(
@@ -402,22 +402,22 @@ def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhil
     assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.CANCELLED.value]  # type: ignore[attr-defined]
 
 
-# Rounds in place of 0.25-0.5 s (the slot wait, jittered up to twice): one or two looks each.
+# Rounds in place of 0.25-0.5 s (the slot wait, jittered up to twice): one or two looks each
+# (with ``short_rounds``).
 SHORT_ROUNDS = {"BATCH_SLOT_WAIT_SECONDS": "0.25"}
 
 
-@pytest.fixture
-def short_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chain, "YIELD_ROUND_SECONDS", 0.25)
+def short_rounds(deps: Deps, monkeypatch: pytest.MonkeyPatch, **changes: float) -> None:
+    tune(deps, monkeypatch, yield_round_seconds=0.25, **changes)
 
 
-@pytest.mark.usefixtures("short_rounds")
 def test_a_chain_that_gave_way_waits_in_place_round_after_round_while_the_traffic_lasts(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
 ) -> None:
     # The traffic ends at the sixth look: past the first round, which was all a chain
     # waited in place before it left for as long again.
     deps, batch_id, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=6, **SHORT_ROUNDS)
+    short_rounds(deps, monkeypatch)
     reads = count_calls(monkeypatch, deps.batches, "get_record")
     asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert sent == [] and sim.stats()["models"]["sim-chat"]["requests"] == 2
@@ -427,28 +427,27 @@ def test_a_chain_that_gave_way_waits_in_place_round_after_round_while_the_traffi
     assert reads[0] >= 4
 
 
-@pytest.mark.usefixtures("short_rounds")
 def test_a_chain_that_gave_way_leaves_once_it_has_waited_in_place_its_longest(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
 ) -> None:
-    monkeypatch.setattr(chain, "YIELD_IN_PLACE_SECONDS", 1.0)
     deps, _, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=None, **SHORT_ROUNDS)
-    looks = count_calls(monkeypatch, chain, "share_of")
+    short_rounds(deps, monkeypatch, yield_in_place_seconds=1.0)
+    looks = count_calls(monkeypatch, model_gate, "share_of")
     notes = count_calls(monkeypatch, deps.slots, "wait")
     asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert sent == [message.resume_at(0, full=1)] and sim.stats()["models"]["sim-chat"]["requests"] == 0
     assert [r.why for r in logged if r.getMessage() == "chain stopped"] == [Why.YIELDED.value]  # type: ignore[attr-defined]
     # The first look before it waits, then more than one round in place, and 1 s of rounds at most.
-    assert 1 + 2 <= looks[0] <= 1 + round(1.0 / chain.ROOM_LOOK_SECONDS)
+    assert 1 + 2 <= looks[0] <= 1 + round(1.0 / deps.tuning.room_look_seconds)
     assert notes[0] >= 2  # noted waiting again for each further round
 
 
-@pytest.mark.usefixtures("short_rounds")
 def test_a_cancel_while_a_chain_waits_in_place_ends_its_wait_at_the_round_and_starts_nothing(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
 ) -> None:
     deps, batch_id, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=None, **SHORT_ROUNDS)
-    real_share_of = chain.share_of
+    short_rounds(deps, monkeypatch)
+    real_share_of = model_gate.share_of
     looks = 0
 
     async def share_of(deps_: Deps, model: str) -> Any:
@@ -458,7 +457,7 @@ def test_a_cancel_while_a_chain_waits_in_place_ends_its_wait_at_the_round_and_st
             batches.cancel_batch(deps, ALICE, batch_id)
         return await real_share_of(deps_, model)
 
-    monkeypatch.setattr(chain, "share_of", share_of)
+    monkeypatch.setattr(model_gate, "share_of", share_of)
     asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
     assert looks <= 1 + 2  # the first look (before it waits) and one round of two at most
     assert sent == [message.resume_at(0, full=1)]  # it left at the round's end ...

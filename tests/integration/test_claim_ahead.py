@@ -1,5 +1,5 @@
 """A chain claims its next request ahead while its call runs, once a share of the recent call
-length has passed (``run.chain.CLAIM_AHEAD_SHARE``), not beside the writes of the ends that
+length has passed (``Tuning.claim_ahead_share``), not beside the writes of the ends that
 answered with its call; and at once when it needs the claim sooner (moto, the simulator)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from batchgw.api import batches
 from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, decode
 from batchgw.domain.principal import Principal
-from batchgw.run import attempt, chain, lifecycle
+from batchgw.run import attempt, lifecycle
 from batchgw.run.chain import run_message
 
 from local.simulator import Simulator
-from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all, tune
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -65,8 +65,8 @@ def watched(
 
 def claims_wait(deps: Deps, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """Make each claim ahead wait ``seconds`` (a recent call length that long, and no cap below it)."""
-    monkeypatch.setattr(chain, "CLAIM_AHEAD_WAIT_MAX_SECONDS", seconds)
-    monkeypatch.setattr(deps.pacer, "recent_length", lambda: seconds / chain.CLAIM_AHEAD_SHARE)
+    tune(deps, monkeypatch, claim_ahead_wait_max_seconds=seconds)
+    monkeypatch.setattr(deps.pacer, "recent_length", lambda: seconds / deps.tuning.claim_ahead_share)
 
 
 def test_a_chain_claims_its_next_request_once_a_share_of_the_recent_call_length_has_passed(
@@ -79,7 +79,7 @@ def test_a_chain_claims_its_next_request_once_a_share_of_the_recent_call_length_
     assert claimed[1] < answered[0]
     # Then it was: the next claim waited a quarter of it (0.4 s) from the call's start,
     # and was still ahead of its own call.
-    assert claimed[2] - called[1] >= 0.4 * chain.CLAIM_AHEAD_SHARE * 0.9
+    assert claimed[2] - called[1] >= 0.4 * deps.tuning.claim_ahead_share * 0.9
     assert claimed[2] < answered[1]
 
 
@@ -101,7 +101,7 @@ def test_a_chain_that_stops_while_its_claim_ahead_waits_claims_nothing(
     claims_wait(deps, monkeypatch, 10.0)
     claimed, called, _ = watched(deps, monkeypatch)
     # Its invocation's time runs out during the first call: the chain stops there, handing on.
-    needed = deps.settings.batch_upstream_timeout_seconds + chain.SEGMENT_MARGIN_SECONDS
+    needed = deps.settings.batch_upstream_timeout_seconds + deps.tuning.segment_margin_seconds
     asyncio.run(run_message(deps, message, owner="w", deadline=time.time() + needed + 0.5))
     assert list(called) == [0] and list(claimed) == [0]  # the claim of request 1 was dropped unsent
     ahead = deps.requests.get(message.batch_id, 1)

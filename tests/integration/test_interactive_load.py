@@ -17,7 +17,7 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import PEAK_HOLD_SECONDS, ShareWhy
 from batchgw.run.slot import SlotHolder, share_of
-from batchgw.runtime import SHARES_MAX_AGE_SECONDS, UNREADABLE_GRACE_SECONDS
+from batchgw.scheduling.tuning import TUNING
 from batchgw.storage.aws import get_clients
 
 from local.simulator import Simulator
@@ -127,9 +127,9 @@ def test_the_worker_reads_the_reports_at_most_four_times_a_second(
     deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=10)
     for _ in range(50):
         assert deps.shares.share("sim-chat").slots == 4  # what it read less than a moment ago
-    clock.advance(SHARES_MAX_AGE_SECONDS * 0.9)
+    clock.advance(TUNING.shares_max_age_seconds * 0.9)
     assert deps.shares.share("sim-chat").slots == 4
-    clock.advance(SHARES_MAX_AGE_SECONDS * 0.2)
+    clock.advance(TUNING.shares_max_age_seconds * 0.2)
     assert deps.shares.share("sim-chat").slots == 2
     assert reads == 2
 
@@ -142,7 +142,7 @@ def test_while_the_reports_cannot_be_read_nothing_new_starts_and_a_running_reque
     unreadable(monkeypatch, deps)
     clock.advance(1.0)
     assert deps.shares.share("sim-chat").why is ShareWhy.CAP  # one failed read: the last load, for a moment
-    clock.advance(UNREADABLE_GRACE_SECONDS)
+    clock.advance(TUNING.unreadable_grace_seconds)
     share = deps.shares.share("sim-chat")
     assert (share.slots, share.why, share.yielding) == (0, ShareWhy.LOAD_UNKNOWN, True)
     assert not asyncio.run(SlotHolder(deps, "batch_test").hold("sim-chat")).granted  # nothing new starts
@@ -239,7 +239,7 @@ def test_a_chain_goes_by_a_recent_share_while_one_read_beside_the_chains_brings_
     monkeypatch.setattr(deps.interactive, "reports", slow)
 
     async def looks() -> tuple[list[int], int, int]:
-        clock.advance(SHARES_MAX_AGE_SECONDS * 1.5)  # due again, but recent
+        clock.advance(TUNING.shares_max_age_seconds * 1.5)  # due again, but recent
         seen = [(await share_of(deps, "sim-chat")).slots for _ in range(5)]  # no chain waits
         answer.set()
         deadline = time.monotonic() + 10
@@ -247,7 +247,7 @@ def test_a_chain_goes_by_a_recent_share_while_one_read_beside_the_chains_brings_
             await asyncio.sleep(0.01)
         after = (await share_of(deps, "sim-chat")).slots
         deps.interactive.report("gw", {"sim-chat": 3}, now=clock(), ttl_seconds=60)
-        clock.advance(SHARES_MAX_AGE_SECONDS * 2.5)  # too old to go by: the chain waits for the read
+        clock.advance(TUNING.shares_max_age_seconds * 2.5)  # too old to go by: the chain waits for the read
         return seen, after, (await share_of(deps, "sim-chat")).slots
 
     seen, after, waited = asyncio.run(looks())

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from batchgw.config.__main__ import main as config_cli
 from batchgw.deps import Deps
-from batchgw.runtime import LiveConfig
+from batchgw.live_config import LiveConfig
 from batchgw.storage.aws import get_clients
 from batchgw.storage.runtime import RuntimeStore
 

@@ -1,4 +1,4 @@
-"""Calls started in one worker process are spaced apart (``pacing``): spread over half the
+"""Calls started in one worker process are spaced apart (``scheduling.pacing``): spread over half the
 recent call length, so that requests of one length that started together do not all end
 together, and never so far apart that the process's chains run slower than their calls let
 them."""
@@ -11,7 +11,8 @@ import threading
 import time
 
 import pytest
-from batchgw.pacing import SPACING_MAX_SECONDS, SPREAD_SHARE, CallPacer
+from batchgw.scheduling.pacing import CallPacer
+from batchgw.scheduling.tuning import TUNING
 
 
 class FakeTime:
@@ -44,7 +45,7 @@ def test_calls_that_would_start_together_spread_over_half_a_calls_length() -> No
     time = FakeTime()
     pacer = pacer_with(time, chains=4, call_seconds=0.5)
     starts = asyncio.run(turns(pacer, 4))
-    assert SPREAD_SHARE == 0.5
+    assert TUNING.spread_share == 0.5
     assert [round(s - time.now, 6) for s in starts] == [0, 0.0625, 0.125, 0.1875]
     assert time.slept == [0.0625, 0.125, 0.1875]  # the first starts at once
 
@@ -88,7 +89,7 @@ def test_the_invocations_of_one_process_take_turns_on_its_pacer() -> None:
         thread.join()
     starts.sort()
     assert len(starts) == 3
-    assert all(b - a >= SPACING_MAX_SECONDS - 1e-9 for a, b in itertools.pairwise(starts))
+    assert all(b - a >= TUNING.spacing_max_seconds - 1e-9 for a, b in itertools.pairwise(starts))
 
 
 def test_one_long_call_spaces_the_calls_after_it_at_most_the_longest_spacing() -> None:
@@ -99,4 +100,4 @@ def test_one_long_call_spaces_the_calls_after_it_at_most_the_longest_spacing() -
     time.now += 60.0
     pacer.answered(started)  # one call of a minute: the recent length is 12.2 s
     assert pacer.recent_length() == pytest.approx(12.16)
-    assert pacer.spacing() == SPACING_MAX_SECONDS == 0.1  # not 1.5 s
+    assert pacer.spacing() == TUNING.spacing_max_seconds == 0.1  # not 1.5 s

@@ -11,7 +11,7 @@ from batchgw.config.catalog import Catalog, execution_of, not_on_provider
 from batchgw.config.settings import Settings
 from batchgw.domain.modes import Mode, ModeReason
 from batchgw.domain.runtime import Overrides
-from batchgw.runtime import LiveConfig
+from batchgw.live_config import LiveConfig
 
 CHAT = "/v1/chat/completions"
 

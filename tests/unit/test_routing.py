@@ -17,7 +17,7 @@ from batchgw.deps import Deps
 from batchgw.domain.health import RouteHealth
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.runtime import Overrides
-from batchgw.runtime import LiveConfig
+from batchgw.live_config import LiveConfig
 from batchgw.upstream import client as upstream
 from batchgw.upstream import routing
 

@@ -1,13 +1,15 @@
 """A model's room that no chain holds, as chains see it when they might split, or when
-they wait in place for a slot (``SlotBoard.going``)."""
+they wait in place for a slot (``SlotLedger.going``): one ledger per process."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from batchgw.domain.chains import ChainMessage
 from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import BatchShare, ShareWhy
-from batchgw.runtime import GOING_SECONDS, ROOM_READ_SECONDS, SlotBoard, SlotRoom
+from batchgw.scheduling.room import SlotLedger
+from batchgw.scheduling.tuning import TUNING
 from batchgw.storage.slots import SlotState
 
 
@@ -27,7 +29,7 @@ class Clock:
         return self.now
 
 
-def room(held: list[int], slots: int = 16) -> tuple[SlotRoom, Clock, list[str]]:
+def room(held: list[int], slots: int = 16) -> tuple[SlotLedger, Clock, list[str]]:
     clock, reads = Clock(), []
 
     def running(model: str) -> int:
@@ -37,14 +39,14 @@ def room(held: list[int], slots: int = 16) -> tuple[SlotRoom, Clock, list[str]]:
         return held[0]
 
     shares: Any = Shares(slots)
-    return SlotRoom(shares, running, clock), clock, reads
+    return SlotLedger(shares, Any, running, clock), clock, reads  # type: ignore[arg-type]  # no slot map read
 
 
 def test_a_chain_takes_several_units_of_the_same_reads_room_and_no_unit_twice() -> None:
     held = [8]
     slot_room, clock, reads = room(held)
     assert slot_room.take("m", most=3) == 0  # one read: not room yet
-    clock.now += ROOM_READ_SECONDS
+    clock.now += TUNING.room_read_seconds
     assert slot_room.take("m") == 1  # room 8 on both reads
     looked = len(reads)
     assert slot_room.take("m", most=3) == 3
@@ -57,7 +59,7 @@ def test_room_seen_on_two_reads_in_a_row_is_handed_out_once_per_unit() -> None:
     held = [13]
     slot_room, clock, _ = room(held)
     assert not slot_room.take("m")  # one read: a chain between its stop and return looks like room
-    clock.now += ROOM_READ_SECONDS
+    clock.now += TUNING.room_read_seconds
     held[0] = 14
     assert [slot_room.take("m") for _ in range(4)] == [True, True, False, False]  # min(3, 2)
 
@@ -65,21 +67,21 @@ def test_room_seen_on_two_reads_in_a_row_is_handed_out_once_per_unit() -> None:
 def test_room_is_read_at_most_once_per_interval_and_not_at_all_between() -> None:
     slot_room, clock, reads = room([10])
     slot_room.take("m")
-    clock.now += ROOM_READ_SECONDS / 2
-    assert not slot_room.due("m")
+    clock.now += TUNING.room_read_seconds / 2
+    assert not slot_room.room_due("m")
     slot_room.take("m")
     assert reads == ["m"]
-    clock.now += ROOM_READ_SECONDS / 2
-    assert slot_room.due("m")
+    clock.now += TUNING.room_read_seconds / 2
+    assert slot_room.room_due("m")
 
 
 def test_a_gap_between_reads_or_an_unreadable_count_is_no_room() -> None:
     held = [10]
     slot_room, clock, _ = room(held)
     slot_room.take("m")
-    clock.now += 3 * ROOM_READ_SECONDS  # too long ago to confirm anything
+    clock.now += 3 * TUNING.room_read_seconds  # too long ago to confirm anything
     assert not slot_room.take("m")
-    clock.now += ROOM_READ_SECONDS
+    clock.now += TUNING.room_read_seconds
     held[0] = -1
     assert not slot_room.take("m")
 
@@ -87,7 +89,7 @@ def test_a_gap_between_reads_or_an_unreadable_count_is_no_room() -> None:
 def test_a_model_whose_share_is_all_held_has_no_room() -> None:
     slot_room, clock, _ = room([8], slots=8)
     slot_room.take("m")
-    clock.now += ROOM_READ_SECONDS
+    clock.now += TUNING.room_read_seconds
     assert not slot_room.take("m")
 
 
@@ -98,7 +100,7 @@ def test_a_slot_given_by_a_chain_that_ended_is_room_for_its_batch_at_once_and_on
     assert slot_room.take("m", "b1")  # no read needed to confirm it
     assert not slot_room.take("m", "b1")  # handed out once
     slot_room.give("m", "b1")
-    clock.now += ROOM_READ_SECONDS  # not taken in time: another chain may hold it by now
+    clock.now += TUNING.room_read_seconds  # not taken in time: another chain may hold it by now
     assert not slot_room.take("m", "b1")
 
 
@@ -106,7 +108,7 @@ def test_a_split_into_several_parts_takes_a_given_slot_first_then_the_reads_room
     held = [14]
     slot_room, clock, _ = room(held)
     slot_room.take("m")
-    clock.now += ROOM_READ_SECONDS
+    clock.now += TUNING.room_read_seconds
     slot_room.give("m", "b1")
     assert slot_room.take("m", "b1", most=3) == 3  # the given unit, then 2 of the reads' room
     assert slot_room.take("m", "b1", most=3) == 0  # each handed out once
@@ -116,12 +118,12 @@ def test_a_split_into_several_parts_takes_a_given_slot_first_then_the_reads_room
 
 def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() -> None:
     clock = Clock()
-    board = SlotBoard(Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board = SlotLedger(Any, Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(13)}, 0.0))
     # 13 held of a share of 16: three chains go, the fourth waits on.
     assert [board.going("m", 16) for _ in range(4)] == [True, True, True, False]
     assert board.going("m", 17) and not board.going("m", 17)  # a share one larger: one more goes
-    clock.now += GOING_SECONDS
+    clock.now += TUNING.going_seconds
     # Those that went hold their slots by now (or another process does): the board says so.
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(16)}, 0.0))
     assert not board.going("m", 16)
@@ -134,26 +136,41 @@ def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() 
 
 def test_a_chain_that_went_for_room_and_asked_for_it_no_longer_holds_back_another() -> None:
     clock = Clock()
-    board = SlotBoard(Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board = SlotLedger(Any, Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(14)}, 0.0))
     assert [board.going("m", 16) for _ in range(3)] == [True, True, False]
     board.took("m", "new", clock.now + 60)  # one of the two took its slot...
     board.arrived("m")
     # ...and counts once, among the holders: 15 of 16, with one still on its way.
     assert not board.going("m", 16)
-    board.let_go("m", "t0")  # a slot let go: room again at once, not GOING_SECONDS later
+    board.let_go("m", "t0")  # a slot let go: room again at once, not going_seconds later
     assert board.going("m", 16)
     board.arrived("m")
     board.arrived("m")
     board.arrived("m")  # more arrivals than chains that went: nothing left to count
     assert board.going("m", 17)
     # A going that ran out is not the one an arrival takes off: the one still counting is.
-    clock.now += GOING_SECONDS
+    clock.now += TUNING.going_seconds
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(13)}, 0.0))
     assert board.going("m", 15)  # one whose chain never asks (it stopped on its way)
-    clock.now += 0.6 * GOING_SECONDS
+    clock.now += 0.6 * TUNING.going_seconds
     assert board.going("m", 15)
-    clock.now += 0.6 * GOING_SECONDS  # the first ran out, the second counts
+    clock.now += 0.6 * TUNING.going_seconds  # the first ran out, the second counts
     board.took("m", "newer", clock.now + 60)
     board.arrived("m")
     assert board.going("m", 15)  # 14 held of 15, none going
+
+
+def test_a_chain_splits_into_as_many_parts_as_the_room_it_takes_within_the_tunings_bounds() -> None:
+    held = [12]
+    ledger, clock, _ = room(held)
+    chain = ChainMessage("b1", 0, 0, 16)
+    assert ledger.ways(chain, total=10_000, chains=16) == TUNING.max_split_ways
+    assert ledger.ways(ChainMessage("b1", 0, 10_000 - 16 * 3, 16), total=10_000, chains=16) == 1  # 3 left
+    assert ledger.split("m", "b1", chain, 10_000, 16, most=4) is None  # one read: not room yet
+    clock.now += TUNING.room_read_seconds
+    held[0] = 14  # room 4, then 2: the smaller counts
+    parts = ledger.split("m", "b1", chain, 10_000, 16, most=4)
+    assert parts is not None and [part.stride for part in parts] == [48, 48, 48]
+    assert [part.next_index for part in parts] == [0, 16, 32]
+    assert ledger.split("m", "b1", parts[0], 10_000, 16, most=4) is None  # the room was handed out

@@ -7,7 +7,11 @@ The packages are the architecture; each says in its docstring what it may import
 - ``config``      settings, the model catalog, the resource specs. → domain
 - ``storage``     AWS adapters over one small DynamoDB kernel; SDK errors end here. → domain
 - ``validation``  pure checks of bodies and files, per target. → domain, config
-- ``deps``        wiring: the adapters a handler uses, built once per process. → storage, config, domain
+- ``live_config`` the live configuration: settings, stored overrides, model caps. → storage, config, domain
+- ``scheduling``  may a chain start a request on a model now (admission, share, room, backpressure,
+                  pacing, ``Tuning``). → storage, config, domain; no HTTP client, no Powertools
+- ``deps``        wiring: the adapters a handler uses, built once per process. → scheduling, live_config,
+                  storage, config, domain
 - ``api``         what the api function calls. → deps, validation, storage, config, domain
 - ``run``         what the worker and the workflow call. → deps, validation, storage, config, domain
 

@@ -2,7 +2,7 @@
 
 Tests build ``Deps`` themselves (a fake clock, moto-backed clients) instead.
 
-May import: ``runtime``, ``storage``, ``config``, ``domain``.
+May import: ``scheduling``, ``live_config``, ``storage``, ``config``, ``domain``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ from functools import lru_cache
 from batchgw.config.catalog import Catalog, get_catalog
 from batchgw.config.settings import Settings, get_settings
 from batchgw.domain.health import ModelHealth, RouteHealth, StoredResults
-from batchgw.pacing import CallPacer
-from batchgw.runtime import Backpressure, BatchShares, LiveConfig, SlotBoard, SlotRoom
+from batchgw.live_config import LiveConfig
+from batchgw.scheduling.backpressure import Backpressure
+from batchgw.scheduling.pacing import CallPacer
+from batchgw.scheduling.room import SlotLedger
+from batchgw.scheduling.share import BatchShares
+from batchgw.scheduling.tuning import TUNING, Tuning
 from batchgw.storage.accounts import AccountStore
 from batchgw.storage.adaptive import AdaptiveStore
 from batchgw.storage.audit import AuditLog
@@ -47,8 +51,9 @@ from batchgw.storage.workflow import Workflow
 class Deps:
     live: LiveConfig  # the settings with administrators' runtime overrides, and model caps
     shares: BatchShares  # each model's batch share beside the interactive load
-    room: SlotRoom  # room in each model's batch share that no chain holds (chains split)
-    board: SlotBoard  # which batches hold and wait for each model's slots (batches share a model)
+    # Each model's slots as this process knows them: the room no chain holds (chains split),
+    # and which batches hold and wait for them (batches share a model).
+    ledger: SlotLedger
     backpressure: Backpressure  # what batch answers say of each model's upstream
     interactive: InteractiveLoadStore  # the interactive load reports
     catalog: Catalog
@@ -79,6 +84,7 @@ class Deps:
     stored: StoredResults  # bytes of responses each batch stored, as this process knows them
     pacer: CallPacer  # this process's upstream calls, started a few ms apart
     clock: Callable[[], float]
+    tuning: Tuning = TUNING  # scheduling's timing and policy constants
 
     @property
     def settings(self) -> Settings:
@@ -86,7 +92,9 @@ class Deps:
         return self.live.settings
 
 
-def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] = time.time) -> Deps:
+def build_deps(
+    settings: Settings, catalog: Catalog, clock: Callable[[], float] = time.time, tuning: Tuning = TUNING
+) -> Deps:
     clients = get_clients()
     # Every request needs DynamoDB; the other clients are made when first used.
     s3, sqs = LazyClient(lambda: clients.s3), LazyClient(lambda: clients.sqs)
@@ -96,7 +104,7 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     live = LiveConfig(settings, RuntimeStore(clients.dynamodb, settings.control_table), catalog)
     interactive = InteractiveLoadStore(clients.dynamodb, settings.control_table)
     limits = AdaptiveStore(clients.dynamodb, settings.control_table)
-    shares = BatchShares(live, interactive, limits, clock)
+    shares = BatchShares(live, interactive, limits, clock, tuning=tuning)
     slots = SlotStore(clients.dynamodb, settings.control_table)
 
     def running(model: str) -> int:
@@ -105,9 +113,8 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
     return Deps(
         live=live,
         shares=shares,
-        room=SlotRoom(shares, running, clock),
-        board=SlotBoard(slots, clock),
-        backpressure=Backpressure(live, shares, limits, running, clock),
+        ledger=SlotLedger(shares, slots, running, clock, tuning=tuning),
+        backpressure=Backpressure(live, shares, limits, running, clock, tuning=tuning),
         interactive=interactive,
         catalog=catalog,
         batches=BatchStore(clients.dynamodb, settings.batches_table, usage, files),
@@ -144,8 +151,9 @@ def build_deps(settings: Settings, catalog: Catalog, clock: Callable[[], float] 
         health=ModelHealth(),
         route_health=RouteHealth(),
         stored=StoredResults(),
-        pacer=CallPacer(),
+        pacer=CallPacer(tuning=tuning),
         clock=clock,
+        tuning=tuning,
     )
 
 

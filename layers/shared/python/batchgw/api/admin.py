@@ -9,7 +9,7 @@ Routes: ``GET /admin/config``, ``PATCH|DELETE /admin/config/{NAME}``,
 ``GET /admin/batch/jobs/{batch_id}/attempts`` (the request log); the interactive load
 reports are ``api.interactive``'s. A change is stored
 in the control table and applies in this process at once, in every other within
-``BATCHGW_RUNTIME_REFRESH_SECONDS`` (see ``batchgw.runtime``).
+``BATCHGW_RUNTIME_REFRESH_SECONDS`` (see ``batchgw.live_config``).
 """
 
 from __future__ import annotations

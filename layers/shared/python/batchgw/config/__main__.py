@@ -6,7 +6,7 @@ deployed stack's (its ``ControlTableName`` output, read with your AWS credential
 gateway process sees a change within ``BATCHGW_RUNTIME_REFRESH_SECONDS``. Against the
 local stack, use ``make config ARGS="set BATCH_ENABLED false"``.
 
-An entry point, like the handlers in ``functions/``: it may import ``batchgw.runtime``.
+An entry point, like the handlers in ``functions/``: it may import ``batchgw.live_config``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import boto3
 
 from batchgw.config.settings import Settings
 from batchgw.domain.errors import ApiError
-from batchgw.runtime import LiveConfig
+from batchgw.live_config import LiveConfig
 from batchgw.storage.aws import get_clients
 from batchgw.storage.runtime import RuntimeStore
 

@@ -516,7 +516,7 @@ class Settings(BaseModel):
     # The local stack only: seconds added to the clock, so a test can start "now" just
     # before a UTC day or month ends (set from BATCHGW_FAKE_NOW by ``make run``).
     clock_offset_seconds: float = Field(0, alias="BATCHGW_CLOCK_OFFSET")
-    # How old the runtime overrides a process uses may be (``batchgw.runtime``): a change
+    # How old the runtime overrides a process uses may be (``batchgw.live_config``): a change
     # made through /admin/config reaches every process within about this long.
     runtime_refresh_seconds: float = Field(5, ge=0, alias="BATCHGW_RUNTIME_REFRESH_SECONDS")
 

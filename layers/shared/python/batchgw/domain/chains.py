@@ -25,24 +25,12 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-# A chain splits only with at least this many indexes left for each part: at a batch's end,
-# the last chains split down to two requests each, so its last requests run side by side as
-# long as the model has room.
+# The bounds of a split (``scheduling.tuning`` passes them; the figures behind them are in
+# docs/design/scheduling.md). At least this many indexes left for each part:
 SPLIT_MIN_PART = 2
-# The most parts a chain splits into at once. A chain splits between two of its requests, so
-# splits in two double a batch's chains once per request length at most: when interactive
-# traffic ends and leaves the room of ten chains to a batch it had held down to four, two
-# rounds of doubling (a request length each, plus the new chains' start) left most of that
-# room idle for two seconds of 500-ms requests in a yield run (15 chains 4 s after the burst
-# ended), and would for a minute of 30-s ones. Four parts fill it in one round. (In the
-# yield runs that followed, the room came a unit or two at a time as the share rose, taken
-# as it came: 4 of 157 splits took three parts, none four.)
+# The most parts a chain splits into at once:
 MAX_SPLIT_WAYS = 4
-# A chain's stride grows by splits to at most this many times the batch's first one. At 4,
-# a batch's end ran on the few chains left with their strides at the most, one request after
-# another (in a yield run, its last 100 requests on 8 chains, then 5, then 1); at 16, a
-# batch that had split through bursts of interactive traffic still ended on 9 chains of
-# about 5 requests each with room for 15.
+# A chain's stride grows by splits to at most this many times the batch's first one:
 MAX_SPLIT_FACTOR = 64
 
 
@@ -72,21 +60,37 @@ class ChainMessage:
         """The indexes of ``total`` this chain has left, its next one included."""
         return max(0, -(-(total - self.next_index) // self.stride))
 
-    def ways(self, total: int, chains: int, most: int = MAX_SPLIT_WAYS) -> int:
+    def ways(
+        self,
+        total: int,
+        chains: int,
+        most: int = MAX_SPLIT_WAYS,
+        *,
+        min_part: int = SPLIT_MIN_PART,
+        max_factor: int = MAX_SPLIT_FACTOR,
+    ) -> int:
         """The most parts (up to ``most``) this chain may split into now: each keeps at
-        least ``SPLIT_MIN_PART`` of what it has left, and the stride stays at most
-        ``MAX_SPLIT_FACTOR`` times the batch's first (``chains``: its first chain count).
-        1 when it does not split."""
-        left, widest = self.remaining(total), MAX_SPLIT_FACTOR * chains
-        fit = [k for k in range(2, most + 1) if left >= SPLIT_MIN_PART * k and k * self.stride <= widest]
+        least ``min_part`` of what it has left, and the stride stays at most ``max_factor``
+        times the batch's first (``chains``: its first chain count). 1 when it does not
+        split."""
+        left, widest = self.remaining(total), max_factor * chains
+        fit = [k for k in range(2, most + 1) if left >= min_part * k and k * self.stride <= widest]
         return max([1, *fit])
 
-    def split(self, total: int, chains: int, ways: int = 2) -> tuple[ChainMessage, ...] | None:
+    def split(
+        self,
+        total: int,
+        chains: int,
+        ways: int = 2,
+        *,
+        min_part: int = SPLIT_MIN_PART,
+        max_factor: int = MAX_SPLIT_FACTOR,
+    ) -> tuple[ChainMessage, ...] | None:
         """This chain in ``ways`` parts, when it may (``ways``): the chain itself, resuming at
         its next index with ``ways`` times its stride, then a new chain for each index between
         (its next index + stride, + 2 strides, ..., each on at the new stride). None when it
         does not split so."""
-        if ways < 2 or self.ways(total, chains, ways) < ways:
+        if ways < 2 or self.ways(total, chains, ways, min_part=min_part, max_factor=max_factor) < ways:
             return None
         wider = replace(self, stride=ways * self.stride, full=0)
         return wider, *(replace(wider, next_index=self.next_index + k * self.stride) for k in range(1, ways))

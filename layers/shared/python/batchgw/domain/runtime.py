@@ -1,5 +1,5 @@
 """What administrators changed at runtime: setting overrides, model caps and the routes
-batch work may use. Stored in the control table, read by every process (``batchgw.runtime``).
+batch work may use. Stored in the control table, read by every process (``batchgw.live_config``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,6 @@ any of its model's routes, charged once.
 ``load`` is the lease that counts it as in flight; ``reserve`` the hold of what it may cost
 against the caller's quotas and budgets while it runs; ``answers`` the shapes it answers in.
 
-May import: ``upstream``, ``deps``, ``runtime``, ``validation``, ``storage``, ``config``,
-``domain``. Only the handlers in ``functions/`` import it.
+May import: ``upstream``, ``deps``, ``scheduling``, ``live_config``, ``validation``,
+``storage``, ``config``, ``domain``. Only the handlers in ``functions/`` import it.
 """

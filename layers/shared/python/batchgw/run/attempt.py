@@ -18,7 +18,18 @@ from batchgw.deps import Deps
 from batchgw.domain.adaptive import signal_of
 from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.batch import BatchRecord, Tally
-from batchgw.domain.decisions import End, Retry, Verdict, decide, not_run, stopped_retry, verdict
+from batchgw.domain.decisions import (
+    MAX_LOST_ATTEMPTS,
+    End,
+    Retry,
+    Verdict,
+    decide,
+    not_run,
+    stopped_retry,
+    too_often_lost,
+    unknown_model,
+    verdict,
+)
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
 from batchgw.domain.states import RequestStatus
@@ -416,3 +427,20 @@ async def release(deps: Deps, batch: BatchRecord, held: RequestRecord) -> None:
     (cancelled or expired), since the step that settles unstarted requests may be past."""
     if await io(deps.requests.release, held) is Released.STOPPED:
         await end_unrun(deps, batch, held, await read_verdict(deps, batch.id))
+
+
+async def ended_poison(deps: Deps, batch: BatchRecord, held: RequestRecord) -> bool:
+    """End, without running, a request that cannot run: its workers were lost too many
+    times, or its model left the configuration. True when it was ended."""
+    if held.lost > MAX_LOST_ATTEMPTS:
+        decision = too_often_lost(held)
+    elif held.model not in deps.catalog.models:
+        decision = unknown_model(held)
+    else:
+        return False
+    logger.warning(
+        "request not run",
+        extra={"batch_id": batch.id, "index": held.index, "code": (decision.error or {}).get("code")},
+    )
+    await end(deps, batch, held, decision)
+    return True

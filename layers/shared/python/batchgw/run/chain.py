@@ -37,125 +37,26 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
-import random
 import uuid
-import weakref
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
-from batchgw.domain.decisions import MAX_LOST_ATTEMPTS, Verdict, too_often_lost, unknown_model, verdict
-from batchgw.domain.errors import StorageError
-from batchgw.domain.fairness import gives_way, held_by_batch
+from batchgw.domain.decisions import Verdict, verdict
 from batchgw.domain.request import RequestRecord
-from batchgw.domain.spend import Judgement, Standing
+from batchgw.domain.spend import Judgement
 from batchgw.domain.states import BatchStatus
 from batchgw.observability import logger, metrics
-from batchgw.run import attempt, completion
-from batchgw.run.aio import io, renewal
+from batchgw.run import attempt, completion, renewing
+from batchgw.run.aio import io
 from batchgw.run.attempt import After
-from batchgw.run.owner import OwnerGate
-from batchgw.run.slot import SlotHolder, share_of, slot_map_of
-from batchgw.runtime import SHARES_MAX_AGE_SECONDS
+from batchgw.run.claim_ahead import ClaimAhead
+from batchgw.run.invisible import Invisible
+from batchgw.run.model_gate import ModelGate
+from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
+from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
-from batchgw.storage.slots import SlotState
-from batchgw.storage.workflow import Next
-
-# Time kept in hand at the end of an invocation to send the chain's continuation.
-SEGMENT_MARGIN_SECONDS = 5.0
-# How long a chain that has walked all its indexes waits, slot in hand, for its next
-# retry to come due before it hands its retries to messages of their own instead.
-CHAIN_RETRY_WAIT_SECONDS = 30.0
-# A chain that finds its model full comes back after BATCH_SLOT_WAIT_SECONDS (jittered up to
-# twice that), doubled each time in a row it found it full, up to this factor. Each visit
-# costs a read, a claim and its release, a slot write, a message and the run's mark: with
-# many batches waiting on one busy model, a fixed short wait spends most of the store's
-# capacity on chains asking for a slot instead of on the requests that hold one.
-SLOT_WAIT_MAX_FACTOR = 4
-YIELD_WAIT_MAX_FACTOR = 2
-# How often a chain that gave way to interactive traffic looks for room again, in place
-# (``ChainRun._room_again``): as often as a process reads the batch shares.
-ROOM_LOOK_SECONDS = SHARES_MAX_AGE_SECONDS
-# How long in all a chain that gave way waits in place, round after round, before it leaves
-# for a round (its invocation's time, billed, against a message and its reads per round).
-YIELD_IN_PLACE_SECONDS = 30.0
-# Its further rounds in place last at least this long: each reads its batch and notes it
-# waiting again (two writes' worth per waiting chain and round, beside cheap looks in memory).
-YIELD_ROUND_SECONDS = 5.0
-# A chain claims its next request ahead while its call runs, once this share of the recent
-# call length has passed (at most CLAIM_AHEAD_WAIT_MAX_SECONDS), or at once when it needs it
-# sooner. Calls of one length started together answer together, and each chain's end is then
-# written while the others' are (``pacing``): a claim sent just after a call starts would
-# queue beside those writes, in the process's interpreter and at the store, and hold them.
-CLAIM_AHEAD_SHARE = 0.25
-CLAIM_AHEAD_WAIT_MAX_SECONDS = 1.0
-# A chain that reaches a request prepare has not written yet reads the batch again after
-# this long, doubled each time it is still not written, up to the maximum.
-WRITE_WAIT_SECONDS = 0.05
-WRITE_WAIT_MAX_SECONDS = 1.0
-
-
-class Why(StrEnum):
-    """Why a run of a chain (or of a lone request) stopped."""
-
-    FINISHED = "chain finished"  # walked all its indexes, no retry left: nothing left to start
-    RETRIES_LATER = "retries not due soon"  # walked all its indexes; its retries get messages
-    WINDOW_CLOSED = "window closed"  # the workflow ends the unstarted requests
-    TAKEN_OVER = "taken over"  # another run received this message: it has the chain
-    BATCH_DISABLED = "batch disabled"  # BATCH_ENABLED off: the chain asks again later
-    SEGMENT_DEADLINE = "segment deadline"  # this invocation's time is nearly up
-    MODEL_PAUSED = "model paused"  # the chain resumes after the model's pause
-    MODEL_FULL = "model full"  # no slot: the chain asks again later
-    YIELDED = "yielded"  # interactive traffic, or the upstream's backpressure, takes its free slots
-    GAVE_WAY = "gave way"  # another batch waits for a slot of the model (``domain.fairness``)
-    HELD_ELSEWHERE = "held by another worker"  # come back when its lease ends
-    LEASE_LOST = "lease lost"  # another worker took the request over while it ran
-    SUPERSEDED = "superseded"  # a newer generation of chains runs the batch
-    # The batch, as read, no longer allows a request to start (``Verdict``):
-    CANCELLED = "cancelled"
-    EXPIRED = "expired or ended"  # its window closed, or it is no longer in progress
-    FAILING = "failing"  # its key or owner may no longer run it
-    DELETED = "deleted"
-    RESULTS_FULL = "results full"  # a lone request ended unrun (a chain ends the rest so)
-    OWNER_UNAUTHORIZED = "owner unauthorized"  # this run found it: the batch now fails
-    OWNER_PAUSED = "owner paused"  # a quota, budget or the role holds the batch back
-    OWNER_WAIT = "owner wait"  # the owner's reservations stand in the way for a moment
-    LONE_DONE = "lone request done"  # the lone request ended (or had ended already)
-    LONE_RETRY = "lone request to retry"  # its next try is its own message, when due
-    LONE_EARLY = "lone request early"  # a retry's message came before its time
-    ERROR = "error"  # an exception ended the run: its message comes back
-
-
-# The reason a chain stops when the batch allows its next request no longer.
-_WHY_OF_VERDICT = {
-    Verdict.GONE: Why.DELETED,
-    Verdict.CANCELLED: Why.CANCELLED,
-    Verdict.EXPIRED: Why.EXPIRED,
-    Verdict.RESULTS_FULL: Why.RESULTS_FULL,
-    Verdict.OWNER_FAILED: Why.FAILING,
-    Verdict.SUPERSEDED: Why.SUPERSEDED,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Stopped:
-    """A run's stop, as its step decided it: ``why``, and ``resume_after`` seconds until the
-    chain's continuation is due (None: nothing to hand on). The continuation resumes the
-    chain at its next index (for a lone request: the request's own message again). The
-    run's one exit (``ChainRun._stop``) sends it and hands on the requests waiting on the
-    chain's heap: a step only decides."""
-
-    why: Why
-    resume_after: float | None = None
-
-    @property
-    def finished(self) -> bool:
-        """Whether the chain reached its end: nothing left for it to start."""
-        return self.why is Why.FINISHED
 
 
 async def run_message(
@@ -167,7 +68,7 @@ async def run_message(
     the chain runs: if this worker dies, the message (and so the chain) comes back after
     about one lease, not after the queue's long default visibility.
     """
-    taken_over = _Invisible.of_this_loop(deps).add(receipt) if receipt else asyncio.Event()
+    taken_over = Invisible.of_this_loop(deps).add(receipt) if receipt else asyncio.Event()
     try:
         batch = await io(deps.batches.get_record, message.batch_id)
         if batch is None or batch.status is not BatchStatus.IN_PROGRESS:
@@ -180,7 +81,7 @@ async def run_message(
         stopped = await run.run()
     finally:
         if receipt:
-            _Invisible.of_this_loop(deps).discard(receipt)
+            Invisible.of_this_loop(deps).discard(receipt)
         await flush_counts(deps)
     if stopped.finished:
         # Normally the last record woke the workflow; this covers a worker that died
@@ -200,111 +101,8 @@ async def flush_counts(deps: Deps) -> None:
         logger.warning("request counts not written yet", exc_info=True)
 
 
-def slot_wait(base: float, full: int, *, yielded: bool = False) -> float:
-    """How long a chain that found its model full ``full`` times in a row before this one
-    waits before it asks again (before jitter). One that gave way to interactive traffic
-    waits at most ``YIELD_WAIT_MAX_FACTOR`` times the base: that traffic's bursts end, and
-    the slots it leaves are batch work's again once they do."""
-    return base * min(2**full, YIELD_WAIT_MAX_FACTOR if yielded else SLOT_WAIT_MAX_FACTOR)
-
-
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:
     return isinstance(message, ChainMessage) and message.generation < batch.generation
-
-
-class _Invisible:
-    """The work messages whose chains run on this event loop (one invocation on Lambda),
-    kept invisible for one lease together: one call per ten messages every third of a
-    lease, not one per message.
-
-    A received message is invisible for the queue's long visibility; its first hold here
-    shortens that to one lease, so a dead worker's chains come back about a lease later. An
-    invocation starts all its messages' chains at once, so its first tick holds them all.
-    """
-
-    _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Invisible] = weakref.WeakKeyDictionary()
-
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-        self.receipts: dict[str, asyncio.Event] = {}  # each set when its message is taken over
-        self.task: asyncio.Task[None] | None = None
-
-    @classmethod
-    def of_this_loop(cls, deps: Deps) -> _Invisible:
-        loop = asyncio.get_running_loop()
-        found = cls._loops.get(loop)
-        if found is None or found.deps is not deps:
-            found = cls._loops[loop] = cls(deps)
-        return found
-
-    def add(self, receipt: str) -> asyncio.Event:
-        """Hold the message of ``receipt`` from now on; the event is set if another run took
-        it over (``_keep``)."""
-        taken_over = self.receipts[receipt] = asyncio.Event()
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._keep())
-        return taken_over
-
-    def discard(self, receipt: str) -> None:
-        self.receipts.pop(receipt, None)
-        if not self.receipts and self.task is not None:
-            self.task.cancel()  # nothing left to hold: no task outlives the invocation's chains
-            self.task = None
-
-    async def _keep(self) -> None:
-        lease = self.deps.settings.batch_lease_seconds
-        while self.receipts:
-            try:
-                lost = await renewal(self.deps.queue.hold_many, list(self.receipts), math.ceil(lease))
-            except Exception:  # tried again next tick: a message held late only comes back early
-                logger.warning("could not extend the messages' visibility", exc_info=True)
-                lost = []
-            for receipt in lost:
-                # Only a run that received the message again (its visibility ran out while
-                # this one was held up) deletes it, once that run ended or handed the chain
-                # on: this run must not hand it on as well, or the chain would run twice.
-                logger.warning("the message was taken over by another run: its receipt is gone")
-                taken_over = self.receipts.get(receipt)
-                if taken_over is not None:
-                    taken_over.set()
-                self.discard(receipt)
-            await asyncio.sleep(lease / 3)
-
-
-class _ClaimAhead:
-    """A chain's claim of its next index (``ChainRun._claim_ahead``), sent once ``wait``
-    seconds have passed or the chain wants it sooner; until sent, it can be dropped with
-    nothing claimed (a claim sent cannot: its answer says what to give back)."""
-
-    def __init__(self, send: Callable[[], Coroutine[Any, Any, Claim]], wait: float) -> None:
-        self._send = send
-        self._sent: asyncio.Future[Claim] | None = None
-        self._timer = asyncio.get_running_loop().call_later(wait, self.want)
-
-    def want(self) -> None:
-        """Send the claim now, if it was not sent yet."""
-        if self._sent is None:
-            self._timer.cancel()
-            self._sent = asyncio.ensure_future(self._send())
-
-    async def claim(self) -> Claim:
-        """The claim's answer, sent now if it was still waiting."""
-        self.want()
-        assert self._sent is not None
-        return await self._sent
-
-    def claimed(self) -> RequestRecord | None:
-        """The request claimed, once the claim has answered that this worker has it."""
-        sent = self._sent
-        if sent is None or not sent.done() or sent.cancelled() or sent.exception():
-            return None
-        claim = sent.result()
-        return claim.request if claim.kind is ClaimKind.CLAIMED else None
-
-    def drop(self) -> asyncio.Future[Claim] | None:
-        """Send nothing more: the claim sent, to give back what it claimed (None: none was)."""
-        self._timer.cancel()
-        return self._sent
 
 
 class ChainRun:
@@ -332,14 +130,16 @@ class ChainRun:
         self.next_index = message.index if isinstance(message, RequestMessage) else message.next_index
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
-        self.prefetch: _ClaimAhead | None = None  # the next index, claimed ahead
-        self.going_for: str | None = None  # the model this chain waited in place for, and went
+        self.prefetch: ClaimAhead | None = None  # the next index, claimed ahead
         # What the batch allows (``batch`` was just read); None: read it afresh.
         self.verdict: Verdict | None = verdict(batch, deps.clock())
         self.latest = batch  # the batch as last read
         self.written = batch.written_count  # no request from here on is written yet (as last read)
-        self.write_wait = WRITE_WAIT_SECONDS  # how long the chain waits at that frontier next
-        self.slot = SlotHolder(deps, batch.id)
+        self.tuning = deps.tuning
+        self.write_wait = self.tuning.write_wait_seconds  # how long the chain waits at that frontier next
+        full = message.full if isinstance(message, ChainMessage) else 0
+        self.model_gate = ModelGate(deps, batch.id, full=full, deadline=deadline, taken_over=self.taken_over)
+        self.slot = self.model_gate.slot  # the model's slot the chain holds
         self.owner_gate = OwnerGate(deps, batch)
         self.pacer = deps.pacer
         self.body: Any = None  # the next request's body, when the owner's gate read it
@@ -347,8 +147,6 @@ class ChainRun:
         # once it waits: for room, a retry, its requests' writes). The time in between, its
         # slot idle, is the AnswerToNextCall metric: writing the end, the claim, the pacer.
         self.answered_at: float | None = None
-        # The times in a row this chain found its model full (``ChainMessage.full``).
-        self.full = message.full if isinstance(message, ChainMessage) else 0
 
     async def run(self) -> Stopped:
         """Run until a step stops the chain; the stop, once acted on (``_stop``).
@@ -366,8 +164,8 @@ class ChainRun:
             shards = await io(self.deps.batches.shards, self.batch.id)
             self.deps.stored.raise_to(self.batch.id, sum(shard.tally.stored_bytes for shard in shards))
         token = uuid.uuid4().hex
-        await self._mark(token)
-        marking = asyncio.create_task(self._keep_marked(token))
+        await renewing.mark(self.deps, self.batch.id, token)
+        marking = asyncio.create_task(renewing.keep_marked(self.deps, self.batch.id, token))
         stopped = Stopped(Why.ERROR)  # what an exception out of the loop leaves
         self.pacer.joined()
         try:
@@ -406,20 +204,16 @@ class ChainRun:
             if self.retries and not stopped.finished:
                 await self._hand_off_retries()
             if stopped.finished and self.slot.model is not None:
-                self.deps.room.give(
-                    self.slot.model, self.batch.id
-                )  # another of its batch's chains splits into it
+                # another of its batch's chains splits into it
+                self.deps.ledger.give(self.slot.model, self.batch.id)
             await self.slot.release()
             await self.owner_gate.release()
 
     def _held_back(self) -> Stopped | None:
         """A stop when the batch's owner's quota, budget or role holds it back (as the batch
         says): the chain comes back when that is checked again."""
-        now = self.deps.clock()
-        if not self._has_next() or not self.batch.paused_at(now):
-            return None
-        assert self.batch.paused is not None
-        return Stopped(Why.OWNER_PAUSED, max(1.0, float(self.batch.paused["check_at"]) - now))
+        wait = self.model_gate.held_back(self.batch) if self._has_next() else None
+        return None if wait is None else Stopped.waiting(wait)
 
     async def _model_full(self) -> Stopped | None:
         """A stop when the chain finds its batch's one model full (or paused) before it takes
@@ -432,99 +226,27 @@ class ChainRun:
         if not self.deps.settings.batch_enabled or self.taken_over.is_set():
             return None
         model = self.batch.models[0]
-        state = await io(self.deps.slots.read, model)
-        self.deps.board.saw(model, state)
-        paused_until = max(state.paused_until, self.deps.health.paused_until(model))
-        share = await share_of(self.deps, model)
-        if paused_until > now:
-            return Stopped(Why.MODEL_PAUSED, self._full_wait(paused_until - now))
-        if state.running(now) < share.slots:
-            held = held_by_batch(state.holders, now)
-            if not gives_way(self.batch.id, share.slots, held, state.waiting_now(now), holding=False):
-                return None
-            return Stopped(Why.GAVE_WAY, self._full_wait())
-        why = Why.YIELDED if share.yielding else Why.MODEL_FULL
-        wait = self._full_wait(yielded=why is Why.YIELDED)
-        await self._wait_for_slot(model, state, wait)
-        if why is Why.YIELDED and await self._room_again(model, wait):
+        wait = await self.model_gate.before_start(model, now)
+        if wait is None or (wait.in_place and await self._room_again(model, wait.seconds)):
             return None  # the slot write stays the judge
-        return Stopped(why, wait)
+        return Stopped.waiting(wait)
 
     async def _room_again(self, model: str, wait: float | None) -> bool:
-        """Whether ``model``'s batch share has room again while this chain waits in place,
-        as this process sees it (the batch is then read again before the chain's next
-        request): a chain that gave way to interactive traffic waits here, holding nothing,
-        looking as often as the share is read: a round of ``wait`` seconds, then rounds of
-        ``YIELD_ROUND_SECONDS`` for as long as the share still gives way, at most
-        ``YIELD_IN_PLACE_SECONDS`` in all, before it leaves for ``wait`` seconds. Each further
-        round reads the batch (a cancel that came meanwhile ends the wait, and the run it
-        leaves for stops) and notes it waiting again.
-
-        Interactive traffic that comes and goes by a request or two moves the share up and
-        down every second or so; a chain that left at once came back by a message (a
-        receive, a read of its batch, of the slot map, a note, a send) a second or two
-        later, and the room the traffic left when it went stood empty until then. So did
-        the room a burst leaves when it ends, while the chains that had left for a round
-        were away: half of them, when each waited in place one round and left for one."""
-        deps = self.deps
-        needed = deps.settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS
+        """Whether ``model``'s batch share has room again while this chain, having yielded,
+        waits in place (``ModelGate.wait_in_place``); the batch is then read again before
+        the chain's next request."""
         if wait is None or self.lone:
             return False
         self.answered_at = None
-        waited, round_seconds = 0.0, wait  # the first round as long as its note says
-        while self.deadline - deps.clock() - needed > round_seconds:
-            for _ in range(max(1, round(round_seconds / ROOM_LOOK_SECONDS))):
-                await asyncio.sleep(ROOM_LOOK_SECONDS)
-                if self.taken_over.is_set():
-                    return False
-                share = await share_of(deps, model)
-                await slot_map_of(deps, model)  # read again when due
-                if deps.board.going(model, share.slots):
-                    self.going_for = model
-                    self.verdict = None  # the batch may have stopped meanwhile: read it again
-                    return True
-            waited += round_seconds
-            round_seconds = max(wait, YIELD_ROUND_SECONDS)
-            if not share.yielding or waited + round_seconds > YIELD_IN_PLACE_SECONDS:
-                return False
-            await self._read_batch()
-            if self.verdict is not Verdict.RUN:
-                return False  # it leaves; its next run reads the batch and stops there
-            await self._wait_for_slot(model, deps.board.last(model), round_seconds)
+        if await self.model_gate.wait_in_place(model, wait, self._still_runs):
+            self.verdict = None  # the batch may have stopped meanwhile: read it again
+            return True
         return False
 
-    async def _wait_for_slot(self, model: str, state: SlotState, wait: float) -> None:
-        """Note this chain's batch as waiting for a slot of ``model`` (``domain.fairness``)
-        until after this chain's next try: a batch that holds more than its part gives one
-        up meanwhile."""
-        now = self.deps.clock()
-        until = now + 2 * wait + self.deps.settings.batch_slot_wait_seconds
-        expired = [batch for batch, at in state.waiting.items() if at < now]
-        try:
-            await io(self.deps.slots.wait, model, self.batch.id, until=until, expired=expired)
-        except StorageError:
-            # Not noted, the batch waits as a first-come one would: the slot stays the judge.
-            logger.warning(
-                "could not note the batch waiting", extra={"batch_id": self.batch.id}, exc_info=True
-            )
-
-    def _full_wait(self, paused_for: float = 0.0, *, yielded: bool = False) -> float:
-        """How long this chain waits, having found its model full once more (or paused for
-        ``paused_for`` seconds): ``slot_wait`` jittered up to twice, the pause at least."""
-        base = self.deps.settings.batch_slot_wait_seconds
-        wait = slot_wait(base, self.full, yielded=yielded) * (1 + random.random())
-        self.full += 1
-        return max(wait, paused_for)
-
-    async def _mark(self, token: str) -> bool:
-        until = self.deps.clock() + self.deps.settings.batch_lease_seconds
-        await renewal(self.deps.batches.mark_run, self.batch.id, token, until=until)
-        return True
-
-    async def _keep_marked(self, token: str) -> None:
-        while True:  # a failed renewal is tried again next time: the mark lasts a whole lease
-            await asyncio.sleep(self.deps.settings.batch_lease_seconds / 3)
-            await self._renewed("the run's mark", self._mark(token))
+    async def _still_runs(self) -> bool:
+        """Whether the batch, read again, still allows the chain's next request."""
+        await self._read_batch()
+        return self.verdict is Verdict.RUN
 
     async def _loop(self) -> Stopped:
         """Run the chain's requests one after another until a step stops it: that stop.
@@ -553,7 +275,7 @@ class ChainRun:
                     return stopped
                 continue
             held = claim.request
-            if await self._ended_poison(held):
+            if await attempt.ended_poison(self.deps, self.batch, held):
                 if self.lone:
                     return Stopped(Why.LONE_DONE)
                 self._advance(from_heap)
@@ -608,7 +330,7 @@ class ChainRun:
         """The stop of a chain whose batch no longer allows its next request (as last read):
         nothing to hand on, the workflow settles what is left."""
         assert self.verdict is not None and self.verdict is not Verdict.RUN
-        return Stopped(_WHY_OF_VERDICT[self.verdict])
+        return Stopped(WHY_OF_VERDICT[self.verdict])
 
     async def _waited_for_writes(self) -> bool:
         """The chain's next request is not written yet: prepare writes a batch's requests
@@ -617,7 +339,7 @@ class ChainRun:
         workflow settles its unstarted requests once they are all written)."""
         self.answered_at = None
         await asyncio.sleep(self.write_wait)
-        self.write_wait = min(2 * self.write_wait, WRITE_WAIT_MAX_SECONDS)
+        self.write_wait = min(2 * self.write_wait, self.tuning.write_wait_max_seconds)
         await self._read_batch()
         return self.verdict in (Verdict.RUN, Verdict.RESULTS_FULL)
 
@@ -642,7 +364,7 @@ class ChainRun:
             return Stopped(
                 Why.BATCH_DISABLED, max(settings.runtime_refresh_seconds, settings.batch_slot_wait_seconds)
             )
-        if self.deadline - now < settings.batch_upstream_timeout_seconds + SEGMENT_MARGIN_SECONDS:
+        if self.deadline - now < settings.batch_upstream_timeout_seconds + self.tuning.segment_margin_seconds:
             return Stopped(Why.SEGMENT_DEADLINE, 0)
         model = self.slot.model
         if model is not None and self.deps.health.paused_until(model) > now:
@@ -687,29 +409,14 @@ class ChainRun:
     ) -> Stopped | None:
         """Hold a slot of the request's model (None); if full or paused, hand the request
         back and stop, the chain to ask again later."""
-        grant = await self.slot.hold(held.model)
-        went_for, self.going_for = self.going_for, None
-        if grant.granted and went_for == held.model:  # it went for room it saw, and holds it
-            self.deps.board.arrived(held.model)
-        # Refused, the room it saw was another process's: it counts as going on, and no other
-        # chain of this process goes for that room until GOING_SECONDS have passed.
+        grant = await self.model_gate.hold(held.model)
         if grant.granted:
-            self.full = 0
             return None
         await attempt.release(self.deps, self.batch, held)
-        if grant.paused_until is not None:
-            why, wait = Why.MODEL_PAUSED, self._full_wait(grant.paused_until - now)
-        elif grant.gave_way:
-            why, wait = Why.GAVE_WAY, self._full_wait()
-        else:
-            yielded = (await share_of(self.deps, held.model)).yielding
-            why = Why.YIELDED if yielded else Why.MODEL_FULL
-            wait = self._full_wait(yielded=yielded)
-            # The expired waiters it drops are those seen last: no read on the way.
-            await self._wait_for_slot(held.model, self.deps.board.last(held.model), wait)
+        wait = await self.model_gate.refused(held.model, grant, now)
         if from_heap:
-            heapq.heappush(self.retries, (now + wait, target))
-        return Stopped(why, wait)
+            heapq.heappush(self.retries, (now + wait.seconds, target))
+        return Stopped.waiting(wait)
 
     async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> Stopped | None:
         """Check the batch's key and owner again (``run.owner``): None to run ``held``. Else
@@ -721,12 +428,11 @@ class ChainRun:
         if standing.runs:
             self.body = admission.body
             if self.latest.paused is not None:
-                await self._resume()
+                self.latest = await resume_batch(self.deps, self.batch.id) or self.latest.replace(paused=None)
             return None
         if standing.judgement is Judgement.UNAUTHORIZED:
-            if await self._fail_for_owner(
-                standing.message or "The batch's key or owner may no longer run it."
-            ):
+            why = standing.message or "The batch's key or owner may no longer run it."
+            if await fail_for_owner(self.deps, self.batch.id, why):
                 await attempt.end_unrun(self.deps, self.batch, held, Verdict.OWNER_FAILED)
                 return Stopped(Why.OWNER_UNAUTHORIZED)
             # The batch stopped otherwise first (a cancel, its window's end, a delete): the
@@ -741,44 +447,10 @@ class ChainRun:
         await attempt.release(self.deps, self.batch, held)
         after = max(0.0, (standing.check_at or now) - now)
         if standing.judgement is Judgement.PAUSE:
-            await self._pause(standing)
+            self.latest = await pause_batch(self.deps, self.batch.id, standing) or self.latest
         if from_heap:
             heapq.heappush(self.retries, (now + after, target))
         return Stopped(Why.OWNER_PAUSED if standing.judgement is Judgement.PAUSE else Why.OWNER_WAIT, after)
-
-    async def _pause(self, standing: Standing) -> None:
-        """Say on the batch why its owner's account holds it back, and until when."""
-        assert standing.reason is not None
-        paused = {"reason": standing.reason.value, "until": standing.until, "check_at": standing.check_at}
-        changed = await io(self.deps.batches.pause, self.batch.id, paused)
-        if changed is not None:
-            self.latest = changed
-        logger.info("batch paused", extra={"batch_id": self.batch.id, **paused})
-
-    async def _resume(self) -> None:
-        changed = await io(self.deps.batches.resume, self.batch.id)
-        self.latest = changed or self.latest.replace(paused=None)
-        logger.info("batch resumed", extra={"batch_id": self.batch.id})
-
-    async def _fail_for_owner(self, message: str) -> bool:
-        """The batch's key or owner may no longer run it: mark it failing (no request starts;
-        running ones finish) and wake its workflow to end the unstarted ones. False when the
-        batch was no longer in progress (cancelled, ended or deleted meanwhile): it does not
-        fail then."""
-        deps = self.deps
-        error = {"code": "owner_unauthorized", "message": message}
-        failed = await io(deps.batches.fail_for_owner, self.batch.id, error)
-        if failed is None:
-            return False
-        logger.warning("batch failing for its owner", extra={"batch_id": self.batch.id, "reason": message})
-        if failed.task_token is None or failed.cancel_swept:
-            return True  # not parked yet (it finds the batch failing when it parks) or done already
-        try:
-            if await io(deps.workflow.wake, failed.task_token, Next.CANCEL):
-                await io(deps.batches.clear_token, self.batch.id, failed.task_token)
-        except Exception:  # the reconciler routes it within a period
-            logger.warning("could not wake a failing batch's workflow", exc_info=True)
-        return True
 
     async def _read_batch(self) -> None:
         """Read the batch afresh (strongly consistent): what it allows the next request."""
@@ -789,26 +461,6 @@ class ChainRun:
         self.verdict = verdict(batch, self.deps.clock())
         if batch is not None and self.verdict is Verdict.RUN and _superseded(self.message, batch):
             self.verdict = Verdict.SUPERSEDED
-
-    async def _ended_poison(self, held: RequestRecord) -> bool:
-        """End, without running, a request that cannot run: its workers were lost too many
-        times, or its model left the configuration. True when it was ended."""
-        if held.lost > MAX_LOST_ATTEMPTS:
-            decision = too_often_lost(held)
-        elif held.model not in self.deps.catalog.models:
-            decision = unknown_model(held)
-        else:
-            return False
-        logger.warning(
-            "request not run",
-            extra={
-                "batch_id": self.batch.id,
-                "index": held.index,
-                "code": (decision.error or {}).get("code"),
-            },
-        )
-        await attempt.end(self.deps, self.batch, held, decision)
-        return True
 
     async def _ended_unrun(self, held: RequestRecord, from_heap: bool) -> bool:
         """Cancelled, deleted, past the window, or out of result storage: the claimed
@@ -831,7 +483,9 @@ class ChainRun:
             idle_ms = max(0.0, (started - self.answered_at) * 1000)
             metrics.value("AnswerToNextCall", idle_ms, model=held.model)
         slot_lost = asyncio.Event()
-        renewal = asyncio.create_task(self._keep_leased(held, slot_lost))
+        renewal = asyncio.create_task(
+            renewing.keep_leased(self.deps, self.batch.id, held, self.slot, self._claimed_ahead, slot_lost)
+        )
         body, self.body = self.body, None
         try:
             outcome = await attempt.call(deps, self.batch, held, body, stop=slot_lost)
@@ -866,61 +520,15 @@ class ChainRun:
             return Stopped(Why.LEASE_LOST, 0)
         return None
 
-    async def _keep_leased(self, held: RequestRecord, slot_lost: asyncio.Event) -> None:
-        """Renew the request's lease and the model's slot while the call runs: a lease of a
-        few minutes covers a call of any length, and a dead worker's request and slot come
-        back a few minutes later (the owner's slot was taken to outlast the call).
-
-        A request taken over meanwhile is left to its call (recording its end finds the
-        lease lost, as the other worker counts this attempt); a slot lost to another holder
-        sets ``slot_lost``, which stops the call (the attempt counted, of unknown cost, and
-        tried again), since running on would exceed the model's cap.
-        """
-        lease = self.deps.settings.batch_lease_seconds
-        leased = True
-        while True:
-            await asyncio.sleep(lease / 3)
-            if leased:
-                leased = await self._renewed("a request's lease", self._renew_request(held, lease))
-            ahead = self._claimed_ahead()
-            if ahead is not None:
-                await self._renewed(
-                    "the lease of the request claimed ahead", self._renew_request(ahead, lease)
-                )
-            if not await self._renewed("the model's slot", self.slot.keep()):
-                logger.warning(
-                    "slot lost during a call: stopping it",
-                    extra={"batch_id": self.batch.id, "index": held.index, "model": held.model},
-                )
-                slot_lost.set()
-                return
-
-    async def _renew_request(self, held: RequestRecord, lease: float) -> bool:
-        return await renewal(self.deps.requests.renew, held, until=self.deps.clock() + lease)
-
-    @staticmethod
-    async def _renewed(what: str, renewal: Coroutine[Any, Any, bool]) -> bool:
-        """Whether a renewal kept what it renews; a renewal that failed may be retried on
-        the next tick (the lease may still be long enough): it counts as kept."""
-        try:
-            return await renewal
-        except Exception:
-            logger.warning("could not renew during a call", extra={"renewing": what}, exc_info=True)
-            return True
-
     def _claim_ahead(self, now: float) -> None:
         """Claim the chain's next index while this request runs, for one lease, renewed with
-        the running request's (``_keep_leased``): if this worker dies, it runs out as soon
+        the running request's (``renewing.keep_leased``): if this worker dies, it runs out as soon
         as the running request's, and a stopped batch's reconciler ends both then."""
         if self.lone or not self._has_next() or self.next_index >= self.written or self._retry_due(now):
             return
-        index, lease = self.next_index, self.deps.settings.batch_lease_seconds
-
-        def send() -> Coroutine[Any, Any, Claim]:
-            return io(self.deps.requests.claim, self.batch.id, index, self.owner, self.deps.clock(), lease)
-
-        wait = min(self.pacer.recent_length() * CLAIM_AHEAD_SHARE, CLAIM_AHEAD_WAIT_MAX_SECONDS)
-        self.prefetch = _ClaimAhead(send, wait)
+        tuning = self.tuning
+        wait = min(self.pacer.recent_length() * tuning.claim_ahead_share, tuning.claim_ahead_wait_max_seconds)
+        self.prefetch = ClaimAhead.of(self.deps, self.batch.id, self.next_index, self.owner, wait)
 
     def _claimed_ahead(self) -> RequestRecord | None:
         """The request claimed ahead, once its claim has answered that this worker has it."""
@@ -928,35 +536,32 @@ class ChainRun:
 
     def _worth_waiting(self, due: float) -> bool:
         now = self.deps.clock()
-        limit = self.deadline - self.deps.settings.batch_upstream_timeout_seconds - SEGMENT_MARGIN_SECONDS
-        return due - now <= CHAIN_RETRY_WAIT_SECONDS and due < limit
+        limit = (
+            self.deadline
+            - self.deps.settings.batch_upstream_timeout_seconds
+            - self.tuning.segment_margin_seconds
+        )
+        return due - now <= self.tuning.chain_retry_wait_seconds and due < limit
 
     async def _split_if_room(self, model: str) -> None:
-        """Split this chain (``domain.chains``) when its model has batch room that no chain
-        holds: in as many parts as there is room for new chains (``MAX_SPLIT_WAYS`` at
-        most), each new one sent at once to take a unit of it. A chain that yielded, or ran
+        """Split this chain when its model has batch room that no chain holds
+        (``SlotLedger.split``), each new chain sent at once to take a unit of it. A chain that yielded, or ran
         slower requests, lags behind its batch's others; as those end, it splits, so the
         batch's end runs on as many chains as its model has room for."""
         message = self.message
         if not isinstance(message, ChainMessage) or self.taken_over.is_set():
             return
-        here = message.resume_at(self.next_index, full=self.full)
-        total, chains = self.batch.total, self.batch.chains or 1
-        most = here.ways(total, chains)
+        here = message.resume_at(self.next_index, full=self.model_gate.full)
+        ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
+        most = ledger.ways(here, total, chains)
         if most < 2:
             return
-        room = self.deps.room
-        batch_id = self.batch.id
-        new_chains = most - 1
-        taken = (
-            await io(room.take, model, batch_id, new_chains)
-            if room.due(model)
-            else room.take(model, batch_id, new_chains)
+        split = (self.batch.id, here, total, chains, most)
+        parts = (
+            await io(ledger.split, model, *split) if ledger.room_due(model) else ledger.split(model, *split)
         )
-        if not taken:
+        if parts is None:
             return
-        parts = here.split(total, chains, ways=1 + taken)
-        assert parts is not None  # ``ways`` allowed as many
         kept, *new = parts
         for each in new:
             await self._send(each, after=0)
@@ -980,7 +585,7 @@ class ChainRun:
             return
         message: WorkMessage = self.message
         if isinstance(message, ChainMessage):
-            message = message.resume_at(self.next_index, full=self.full)
+            message = message.resume_at(self.next_index, full=self.model_gate.full)
         await self._send(message, after=after)
 
     async def _hand_off_retries(self) -> None:
@@ -992,19 +597,9 @@ class ChainRun:
 
     async def _give_back_prefetched(self) -> None:
         """Release an index claimed ahead that the chain will not run now."""
-        if self.prefetch is None:
-            return
-        prefetch, self.prefetch = self.prefetch, None
-        sent = prefetch.drop()
-        if sent is None:  # still waiting for its time: nothing was claimed
-            return
-        try:
-            claim = await sent
-        except Exception:  # the lease runs out on its own
-            logger.warning("claim ahead failed", exc_info=True)
-            return
-        if claim.kind is ClaimKind.CLAIMED and claim.request is not None:
-            await attempt.release(self.deps, self.batch, claim.request)
+        if self.prefetch is not None:
+            prefetch, self.prefetch = self.prefetch, None
+            await prefetch.give_back(self.deps, self.batch)
 
     async def _send(self, message: WorkMessage, *, after: float) -> None:
         await io(self.deps.queue.send, message, max(0, math.ceil(after)))

@@ -33,6 +33,7 @@ from batchgw.observability import logger
 from batchgw.run.aio import io
 from batchgw.storage.slots import Hold, UserSlots, UserSlotStore, UserTake
 from batchgw.storage.spend import Payer
+from batchgw.storage.workflow import Next
 
 # A key of a batch stored without one (created before keys were recorded): always valid.
 _ANY_KEY = KeyRecord(id="", user_id="", key_hash="", prefix="")
@@ -198,3 +199,40 @@ def priced(deps: Deps, endpoint: str, request: RequestRecord) -> tuple[Any, int]
         return body, 0
     input_tokens, output_tokens = reservation_tokens(body, endpoint, model_max_output=spec.max_output_tokens)
     return body, spec.price.cost_nano(input_tokens, output_tokens)
+
+
+async def pause_batch(deps: Deps, batch_id: str, standing: Standing) -> BatchRecord | None:
+    """Say on the batch why its owner's account holds it back, and until when: the batch as
+    changed (None when it was not)."""
+    assert standing.reason is not None
+    paused = {"reason": standing.reason.value, "until": standing.until, "check_at": standing.check_at}
+    changed = await io(deps.batches.pause, batch_id, paused)
+    logger.info("batch paused", extra={"batch_id": batch_id, **paused})
+    return changed
+
+
+async def resume_batch(deps: Deps, batch_id: str) -> BatchRecord | None:
+    """The owner's account lets the batch run again: it is no longer paused."""
+    changed = await io(deps.batches.resume, batch_id)
+    logger.info("batch resumed", extra={"batch_id": batch_id})
+    return changed
+
+
+async def fail_for_owner(deps: Deps, batch_id: str, message: str) -> bool:
+    """The batch's key or owner may no longer run it: mark it failing (no request starts;
+    running ones finish) and wake its workflow to end the unstarted ones. False when the
+    batch was no longer in progress (cancelled, ended or deleted meanwhile): it does not
+    fail then."""
+    error = {"code": "owner_unauthorized", "message": message}
+    failed = await io(deps.batches.fail_for_owner, batch_id, error)
+    if failed is None:
+        return False
+    logger.warning("batch failing for its owner", extra={"batch_id": batch_id, "reason": message})
+    if failed.task_token is None or failed.cancel_swept:
+        return True  # not parked yet (it finds the batch failing when it parks) or done already
+    try:
+        if await io(deps.workflow.wake, failed.task_token, Next.CANCEL):
+            await io(deps.batches.clear_token, batch_id, failed.task_token)
+    except Exception:  # the reconciler routes it within a period
+        logger.warning("could not wake a failing batch's workflow", exc_info=True)
+    return True

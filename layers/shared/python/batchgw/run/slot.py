@@ -13,7 +13,7 @@ from batchgw.domain.fairness import gives_way, held_by_batch, token_of
 from batchgw.domain.interactive import BatchShare
 from batchgw.observability import logger, metrics
 from batchgw.run.aio import io, renewal
-from batchgw.runtime import BatchShares
+from batchgw.scheduling.share import BatchShares
 from batchgw.storage.slots import SlotGrant, SlotState, SlotStore
 
 
@@ -87,9 +87,9 @@ class SlotHolder:
 
     async def _served(self, model: str, grant: SlotGrant) -> None:
         """A slot taken: this process's view has it, and the batch waits no longer."""
-        board, state = self._deps.board, grant.state
+        ledger, state = self._deps.ledger, grant.state
         if state is None:
-            board.took(model, self.token, self._until)
+            ledger.took(model, self.token, self._until)
             return
         if self.batch_id in state.waiting:
             try:
@@ -98,7 +98,7 @@ class SlotHolder:
                 logger.warning("batch still noted waiting", extra={"batch_id": self.batch_id}, exc_info=True)
             waiting = {batch: until for batch, until in state.waiting.items() if batch != self.batch_id}
             state = replace(state, waiting=waiting)
-        board.saw(model, state)
+        ledger.saw(model, state)
 
     async def keep(self) -> bool:
         """Renew the slot held while a call runs (``run.chain`` does, on the request lease's
@@ -120,7 +120,7 @@ class SlotHolder:
         grant = await renewal(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
         if grant.granted:
             self._until, self._cap = now + lease, cap
-            deps.board.took(model, self.token, self._until)
+            deps.ledger.took(model, self.token, self._until)
             return True
         self.model = None
         _in_use(model, -1)
@@ -130,7 +130,7 @@ class SlotHolder:
         if self.model is not None:
             model, self.model = self.model, None
             _in_use(model, -1)
-            self._deps.board.let_go(model, self.token)
+            self._deps.ledger.let_go(model, self.token)
             await io(self._deps.slots.release, model, self.token)
 
 
@@ -150,10 +150,10 @@ async def share_of(deps: Deps, model: str) -> BatchShare:
 
 
 async def slot_map_of(deps: Deps, model: str) -> SlotState:
-    """``model``'s slot map as this process sees it (``runtime.SlotBoard``): as last read
-    when that is fresh, else read again off the event loop."""
-    board = deps.board
-    return await io(board.look, model) if board.due(model) else board.look(model)
+    """``model``'s slot map as this process sees it (``scheduling.room.SlotLedger``): as last
+    read when that is fresh, else read again off the event loop."""
+    ledger = deps.ledger
+    return await io(ledger.look, model) if ledger.map_due(model) else ledger.look(model)
 
 
 # The read of the batch shares made beside the chains, per process and event loop.

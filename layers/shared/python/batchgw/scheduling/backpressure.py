@@ -1,0 +1,113 @@
+"""What this process's batch answers say of each model's upstream (``Backpressure``): the
+model's adaptive limit (``domain.adaptive``) lowered on saturation or rising latency, raised
+on healthy answers."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+from batchgw.domain.adaptive import Latency, Signal, cooling, decreased, growth
+from batchgw.scheduling import logger
+from batchgw.scheduling.share import BatchShares, Live
+from batchgw.scheduling.tuning import TUNING, Tuning
+from batchgw.storage.adaptive import AdaptiveStore
+
+
+class Backpressure:
+    """What this process's batch answers say of each model's upstream (``domain.adaptive``):
+    a saturation answer, or latency rising, lowers the model's adaptive limit for the whole
+    deployment (at most once per cooldown); healthy answers raise it, added up here and
+    written at most once a second per model."""
+
+    def __init__(
+        self,
+        live: Live,
+        shares: BatchShares,
+        limits: AdaptiveStore,
+        running: Callable[[str], int],
+        clock: Callable[[], float],
+        *,
+        tuning: Tuning = TUNING,
+    ) -> None:
+        self._live = live
+        self._every = tuning.growth_seconds
+        self._shares = shares
+        self._limits = limits
+        self._running = running  # batch requests a model runs now, across the deployment
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latency: dict[str, Latency] = {}
+        self._healthy: dict[str, int] = {}
+        self._grown_at: dict[str, float] = {}
+
+    def note(self, model: str, signal: Signal, latency_ms: float) -> Signal | None:
+        """One batch answer of ``model``, its signal and latency; what to ``act`` on (without
+        a read or a write here: the chain's loop calls this for every answer)."""
+        if not self._live.settings.batch_adaptive_concurrency or signal is Signal.NONE:
+            return None
+        now = self._clock()
+        state = self._shares.adaptive(model, read=False)
+        with self._lock:
+            if signal is Signal.HEALTHY:
+                factor = self._live.settings.batch_adaptive_latency_factor
+                latency, rising = self._latency.get(model, Latency()).observe(latency_ms, factor)
+                self._latency[model] = latency
+                if rising:
+                    signal = Signal.LATENCY
+                else:
+                    self._healthy[model] = self._healthy.get(model, 0) + 1
+                    grow_due = now - self._grown_at.get(model, -math.inf) >= self._every
+                    return Signal.HEALTHY if state.limit is not None and grow_due else None
+        return None if cooling(state, now) else signal
+
+    def act(self, model: str, signal: Signal) -> None:
+        """Lower (a saturation signal) or raise (healthy) ``model``'s limit, as ``note`` said.
+        Advice, never in the way: a failure here is logged, and the answer that caused it is
+        recorded all the same."""
+        try:
+            if signal is Signal.HEALTHY:
+                self._grow(model)
+            else:
+                self._shrink(model, signal)
+        except Exception:
+            logger.warning("adaptive limit not changed", extra={"model": model}, exc_info=True)
+
+    def _shrink(self, model: str, signal: Signal) -> None:
+        now = self._clock()
+        state = self._shares.adaptive(model)
+        if cooling(state, now):
+            return  # lowered lately (as this process last read it)
+        ceiling = self._live.model_cap(model)[0]
+        lower = decreased(state, running=self._running(model), ceiling=ceiling, why=signal, now=now)
+        if lower is None:
+            return
+        with self._lock:
+            self._healthy[model] = 0
+        if self._limits.decrease(model, lower, now=now):
+            logger.info(
+                "adaptive limit lowered",
+                extra={"model": model, "limit": round(lower.limit or 0, 2), "why": signal.value},
+            )
+        self._shares.forget()
+
+    def _grow(self, model: str) -> None:
+        now = self._clock()
+        state = self._shares.adaptive(model)
+        ceiling = self._live.model_cap(model)[0]
+        with self._lock:
+            if now - self._grown_at.get(model, -math.inf) < self._every or cooling(state, now):
+                return
+            healthy, self._healthy[model] = self._healthy.get(model, 0), 0
+            self._grown_at[model] = now
+        if state.limit is None:
+            return
+        if state.current(now, ceiling) is None:  # grown back to the cap: the model is free again
+            self._limits.lift(model, decreased_at=state.decreased_at)
+        else:
+            by = growth(state, healthy=healthy, ceiling=ceiling, now=now)
+            if by <= 0:
+                return
+            self._limits.increase(model, by, now=now)
+        self._shares.forget()

@@ -1,0 +1,211 @@
+"""This process's one ledger of each model's slots (``SlotLedger``): the room in its batch
+share that no chain holds, handed out to splits (and the split it allows), and which batches
+hold and wait for its slots (for ``domain.fairness``), kept up to date with this process's
+own takes and releases between reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from batchgw.domain.chains import ChainMessage
+from batchgw.domain.errors import StorageError
+from batchgw.scheduling import logger
+from batchgw.scheduling.share import BatchShares
+from batchgw.scheduling.tuning import TUNING, Tuning
+from batchgw.storage.slots import SlotState, SlotStore
+
+
+class SlotLedger:
+    """Each model's slots as this process knows them, in two parts read on their own cadences:
+
+    - the room no chain holds: the model's batch slots less the slots held, the smaller of
+      the last two reads (at most one every ``Tuning.room_read_seconds``), so a chain between
+      its stop and its return is not taken for room. Each read's room is handed out once in
+      this process, to the splits that take it (``split``); other processes may hand it out
+      too, and a chain split off without a slot waits for one like any other;
+    - the slot map: which batches hold slots and which wait, read at most every
+      ``Tuning.board_seconds`` and kept up to date with this process's own takes and
+      releases between reads.
+    """
+
+    def __init__(
+        self,
+        shares: BatchShares,
+        slots: SlotStore,
+        running: Callable[[str], int],
+        clock: Callable[[], float],
+        *,
+        tuning: Tuning = TUNING,
+    ) -> None:
+        self._shares = shares
+        self._slots = slots
+        self._running = running  # slots of a model held now, across the deployment (a read)
+        self._clock = clock
+        self._tuning = tuning
+        self._room_every, self._map_every = tuning.room_read_seconds, tuning.board_seconds
+        self._going_for = tuning.going_seconds
+        # The room (its own lock: a read of the held slots is made under it).
+        self._room_lock = threading.Lock()
+        self._read: dict[str, tuple[float, int]] = {}  # model: (read at, room then)
+        self._left: dict[str, int] = {}  # model: room of the last two reads not handed out yet
+        # (model, batch): when chains of the batch that ended gave their slots
+        self._given: dict[tuple[str, str], list[float]] = {}
+        # The slot map.
+        self._map_lock = threading.Lock()
+        self._seen: dict[str, tuple[float, SlotState]] = {}  # model: (read at, as read or updated)
+        self._going: dict[str, list[float]] = {}  # model: when chains waiting in place went for a slot
+
+    # --- the room no chain holds, and splits --------------------------------------------------
+
+    def ways(self, chain: ChainMessage, total: int, chains: int) -> int:
+        """The most parts ``chain`` may split into now (``domain.chains``, within the bounds
+        of ``Tuning``); 1 when it does not split."""
+        tuning = self._tuning
+        return chain.ways(
+            total,
+            chains,
+            tuning.max_split_ways,
+            min_part=tuning.split_min_part,
+            max_factor=tuning.max_split_factor,
+        )
+
+    def split(
+        self, model: str, batch_id: str, chain: ChainMessage, total: int, chains: int, most: int
+    ) -> tuple[ChainMessage, ...] | None:
+        """``chain`` (of batch ``batch_id``) in as many parts as ``model`` has room for new
+        chains, ``most`` parts at most (``ways``): the chain itself first, then the new ones.
+        None when there is no room for one: no split. Reads the room when ``room_due``."""
+        taken = self.take(model, batch_id, most - 1)
+        if not taken:
+            return None
+        tuning = self._tuning
+        parts = chain.split(
+            total,
+            chains,
+            ways=1 + taken,
+            min_part=tuning.split_min_part,
+            max_factor=tuning.max_split_factor,
+        )
+        assert parts is not None  # ``ways`` allowed as many
+        return parts
+
+    def room_due(self, model: str) -> bool:
+        """Whether ``take`` reads the table now (else it answers at once)."""
+        read = self._read.get(model)
+        return read is None or self._clock() - read[0] >= self._room_every
+
+    def take(self, model: str, batch_id: str | None = None, most: int = 1) -> int:
+        """Up to ``most`` units of ``model``'s room that are left (one a chain of ``batch_id``
+        gave first, then the reads'), each handed out once: how many (0: none)."""
+        with self._room_lock:
+            key = (model, batch_id or "")
+            given = [at for at in self._given.pop(key, []) if self._clock() - at < self._room_every]
+            taken = 0
+            if given:
+                self._given[key] = given[1:]
+                taken = 1
+            if taken < most:
+                if self.room_due(model):
+                    self._look_room(model)
+                more = max(0, min(most - taken, self._left.get(model, 0)))
+                self._left[model] = self._left.get(model, 0) - more
+                taken += more
+            return taken
+
+    def give(self, model: str, batch_id: str) -> None:
+        """One unit of ``model``'s room, from a chain of batch ``batch_id`` in this process
+        that ended for good with its slot in hand: free at once for a split of another of
+        that batch's chains (the batch's end runs on as many chains as it had), not only
+        from the reads that confirm it two reads later. Taken once, before any read's room;
+        not taken within ``room_read_seconds``, it is left to the reads (another chain may
+        hold it by then)."""
+        with self._room_lock:
+            self._given.setdefault((model, batch_id), []).append(self._clock())
+
+    def _look_room(self, model: str) -> None:
+        now = self._clock()
+        try:
+            room = max(0, self._shares.share(model).slots - self._running(model))
+        except StorageError:
+            room = 0
+        last = self._read.get(model)
+        recent = last is not None and now - last[0] <= 2 * self._room_every
+        self._left[model] = min(room, last[1]) if recent and last is not None else 0
+        self._read[model] = (now, room)
+
+    # --- the slot map: which batches hold and wait for slots ---------------------------------
+
+    def map_due(self, model: str) -> bool:
+        """Whether ``look`` reads the table now (else it answers at once)."""
+        seen = self._seen.get(model)
+        return seen is None or self._clock() - seen[0] >= self._map_every
+
+    def look(self, model: str) -> SlotState:
+        """The model's slot map, as read at most ``board_seconds`` ago. Unreadable: as last
+        seen (nobody waits, if never)."""
+        if self.map_due(model):
+            try:
+                self.saw(model, self._slots.read(model))
+            except StorageError:
+                logger.warning("slot map unreadable", extra={"model": model}, exc_info=True)
+                with self._map_lock:
+                    self._seen.setdefault(model, (self._clock(), SlotState({}, 0.0)))
+        return self._seen[model][1]
+
+    def last(self, model: str) -> SlotState:
+        """The model's slot map as last seen, read or not (never reads: nobody waits, if
+        never seen)."""
+        seen = self._seen.get(model)
+        return SlotState({}, 0.0) if seen is None else seen[1]
+
+    def going(self, model: str, slots: int) -> bool:
+        """Whether one more chain of this process that waits in place for a slot of
+        ``model`` goes for one now: the model's batch ``slots`` less those held (as last
+        seen) less the chains of this process that went for one in the last
+        ``going_seconds`` and do not hold it yet (``arrived``). True once per unit of
+        room so seen; the other chains wait on, instead of each making its way to the slot
+        write for the one slot (a mark, a claim, the write refused, the claim given back)."""
+        with self._map_lock:
+            now = self._clock()
+            gone = self._still_going(model, now)
+            seen = self._seen.get(model)
+            held = 0 if seen is None else seen[1].running(now)
+            go = held + len(gone) < slots
+            self._going[model] = [*gone, now] if go else gone
+            return go
+
+    def arrived(self, model: str) -> None:
+        """A chain that went for a slot of ``model`` (``going``) holds it now: the board
+        counts it among the holders (counted as going as well, it would hold the room of
+        another chain back until ``going_seconds`` had passed)."""
+        with self._map_lock:
+            self._going[model] = self._still_going(model, self._clock())[1:]  # the oldest that counts
+
+    def _still_going(self, model: str, now: float) -> list[float]:
+        """When the chains of this process that went for a slot of ``model`` and still count
+        as going went, oldest first (the lock held)."""
+        return [at for at in self._going.get(model, []) if now - at < self._going_for]
+
+    def saw(self, model: str, state: SlotState) -> None:
+        """The slot map as a read or a write of this process just returned it."""
+        with self._map_lock:
+            self._seen[model] = (self._clock(), state)
+
+    def took(self, model: str, token: str, until: float) -> None:
+        self._change(model, lambda holders: holders.__setitem__(token, until))
+
+    def let_go(self, model: str, token: str) -> None:
+        self._change(model, lambda holders: holders.pop(token, None))
+
+    def _change(self, model: str, change: Callable[[dict[str, float]], object]) -> None:
+        with self._map_lock:
+            seen = self._seen.get(model)
+            if seen is None:
+                return
+            at, state = seen
+            holders = dict(state.holders)
+            change(holders)
+            self._seen[model] = (at, replace(state, holders=holders))

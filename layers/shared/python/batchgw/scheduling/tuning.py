@@ -1,0 +1,87 @@
+"""Every timing and policy constant of scheduling, in one value, each with one line of why.
+
+The figures behind them (the runs they were measured in, when, and on what) are in
+``docs/design/scheduling.md``. What an administrator changes at run time is a setting
+(``config.settings``), not a field here: these change with a release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchgw.domain import chains, interactive
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Scheduling's constants; each line says why its value (the evidence: the design page)."""
+
+    # --- the chain's own loop -----------------------------------------------------------------
+    # Time kept at an invocation's end to send the chain's continuation.
+    segment_margin_seconds: float = 5.0
+    # A chain at its walk's end waits this long, slot in hand, for a retry due soon.
+    chain_retry_wait_seconds: float = 30.0
+    # A chain at a request not written yet reads the batch again after this long...
+    write_wait_seconds: float = 0.05
+    # ...doubled each time, up to this: prepare writes a batch's requests while its first run.
+    write_wait_max_seconds: float = 1.0
+    # The claim ahead waits this share of the call length: sent at once, it queues beside ends.
+    claim_ahead_share: float = 0.25
+    # ...and no longer than this, however long the calls.
+    claim_ahead_wait_max_seconds: float = 1.0
+
+    # --- admission: a model full, yielded, given way or paused --------------------------------
+    # A full model's wait doubles up to this factor: each visit costs a read, a claim and writes.
+    slot_wait_max_factor: int = 4
+    # A chain that yielded backs off to this factor only: interactive bursts end.
+    yield_wait_max_factor: int = 2
+    # A chain waiting in place looks for room as often as the shares are read.
+    room_look_seconds: float = 0.25
+    # Waited in place this long in all, it leaves: billed time against a message and reads.
+    yield_in_place_seconds: float = 30.0
+    # Further rounds in place last this long at least: each reads the batch and notes it waiting.
+    yield_round_seconds: float = 5.0
+
+    # --- the share: interactive reports and adaptive limits -----------------------------------
+    # A burst queues at the model at most this long before batch work gives way.
+    shares_max_age_seconds: float = 0.25
+    # Adaptive limits change at most once per cooldown: read once a second at most.
+    limits_max_age_seconds: float = 1.0
+    # A transient read failure stops no batch work for this long; then the load is unknown.
+    unreadable_grace_seconds: float = 3.0
+    # Busy traffic's dips of a request or two do not hand its slots to batch work...
+    peak_hold_seconds: float = interactive.PEAK_HOLD_SECONDS
+    # ...but a burst's end does, once the reads saw the model quiet this long.
+    quiet_seconds: float = interactive.QUIET_SECONDS
+
+    # --- the room: slots no chain holds, and the slot map -------------------------------------
+    # Room is taken once two reads saw it: this sets how soon splits fill what traffic left.
+    room_read_seconds: float = 0.5
+    # Whether a batch gives way is judged on a slot map this old at most (a Get per model).
+    board_seconds: float = 2.0
+    # A chain gone for a slot it saw counts against that room about as long as its way there.
+    going_seconds: float = 0.5
+
+    # --- splits (the rule is ``domain.chains``; these are its bounds) -------------------------
+    # At a batch's end the last chains split down to this many requests each.
+    split_min_part: int = chains.SPLIT_MIN_PART
+    # One round of splits fills the room a burst left, not two rounds of doubling.
+    max_split_ways: int = chains.MAX_SPLIT_WAYS
+    # Strides stay within this many times the first: the queue holds that many times W at most.
+    max_split_factor: int = chains.MAX_SPLIT_FACTOR
+
+    # --- backpressure -------------------------------------------------------------------------
+    # Healthy answers raise a constrained model's limit at most this often (one write).
+    growth_seconds: float = 1.0
+
+    # --- pacing: the call starts of one process -----------------------------------------------
+    # Starts spread over this share of the call length: ends then come one after another.
+    spread_share: float = 0.5
+    # One long call lengthens the recent length: the spacing stays this short at most.
+    spacing_max_seconds: float = 0.1
+    # How much the latest call moves the recent call length.
+    length_weight: float = 0.2
+
+
+# What every process runs with (tests pass their own ``Tuning`` instead).
+TUNING = Tuning()
