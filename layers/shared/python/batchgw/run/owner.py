@@ -70,7 +70,9 @@ def key_of(batch: BatchRecord, keys: list[KeyRecord]) -> KeyRecord | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
+class OwnerVerdict:
+    """What its owner's account says of one request (``Standing``), and its body if read."""
+
     standing: Standing
     body: Any = None  # the request's body, when it was read to price what it may cost
 
@@ -84,7 +86,7 @@ class OwnerGate:
         self._token = UserSlotStore.new_token()
         self._held: Hold | None = None
 
-    async def admit(self, held: RequestRecord) -> Admission:
+    async def admit(self, held: RequestRecord) -> OwnerVerdict:
         """Whether ``held`` may run now; if so, this chain holds a slot of its owner with
         what the request may cost reserved."""
         deps, batch = self._deps, self._batch
@@ -111,14 +113,14 @@ class OwnerGate:
             )
             if standing.judgement is not Judgement.RUN:
                 await self.release()
-                return Admission(standing, body)
+                return OwnerVerdict(standing, body)
             assert user is not None
             taken = await self._hold(user, reserve, now, None if slots is None else slots.version)
             if taken is UserTake.TAKEN:
-                return Admission(standing, body)
+                return OwnerVerdict(standing, body)
             if taken is UserTake.FULL:
-                return Admission(self._slot_wait(now), body)
-        return Admission(self._slot_wait(deps.clock()), body)
+                return OwnerVerdict(self._slot_wait(now), body)
+        return OwnerVerdict(self._slot_wait(deps.clock()), body)
 
     @property
     def reserved(self) -> int:
