@@ -58,6 +58,10 @@ _PR_SET_NAME = 15
 class EnvironmentDied(RuntimeError):
     """The environment's process ended during the invocation (killed, or it exited)."""
 
+    def __init__(self, message: str, *, killed: bool = False) -> None:
+        super().__init__(message)
+        self.killed = killed  # by a signal (a crash), rather than an exit of its own
+
 
 class HandlerFailed(RuntimeError):
     """The handler raised (or answered what Lambda cannot serialize); the environment lives on."""
@@ -201,11 +205,16 @@ class EnvironmentPool:
         self.started += 1
         return Environment(process, ours, ours.makefile("rb"))
 
-    def warm(self) -> None:
+    def warm(self, attempts: int = 5) -> None:
         """Start one environment now and wait for its import (a cold start at launch, and a
-        handler that does not import fails here)."""
-        with self.environment():
-            pass
+        handler that does not import fails here); one killed meanwhile is replaced and waited for."""
+        for attempt in range(attempts):
+            try:
+                with self.environment():
+                    return
+            except EnvironmentDied as exc:
+                if not exc.killed or attempt == attempts - 1:
+                    raise
 
     @contextmanager
     def environment(self) -> Iterator[Environment]:
@@ -224,8 +233,8 @@ class EnvironmentPool:
             try:
                 found.wait_ready()
                 yield found
-            except EnvironmentDied:
-                self._drop(found, replace=found.ready)
+            except EnvironmentDied as exc:
+                exc.killed = self._drop(found)
                 raise
             except BaseException:
                 self._release(found)  # the handler's error, or the invoker's: the process lives on
@@ -244,13 +253,16 @@ class EnvironmentPool:
                 return
         found.close()
 
-    def _drop(self, found: Environment, *, replace: bool) -> None:
+    def _drop(self, found: Environment) -> bool:
+        """Forget a dead environment; replace it unless it never imported the handler by itself
+        (an import that fails would fail again). True if it was killed by a signal."""
         with self._lock:
             self._busy.discard(found)
             self._idle = [e for e in self._idle if e is not found]
         found.close(timeout=1.0)
         code = found.process.returncode
-        if replace and not self._closed.is_set():
+        killed = code is not None and code < 0
+        if (found.ready or killed) and not self._closed.is_set():
             fresh = self._start()  # as Lambda replaces a crashed environment; it imports meanwhile
             with self._lock:
                 self._idle.append(fresh)
@@ -261,6 +273,7 @@ class EnvironmentPool:
             )
         else:
             log.warning("environment dropped", extra={"pid": found.pid, "returncode": code})
+        return killed
 
     def _reap_loop(self) -> None:
         interval = min(1.0, max(0.05, self.idle_seconds / 4))
@@ -272,7 +285,7 @@ class EnvironmentPool:
                 self._idle = [e for e in self._idle if e not in dead and e not in stale]
             for environment in dead:
                 self._busy.add(environment)  # _drop takes it out again
-                self._drop(environment, replace=environment.ready)
+                self._drop(environment)
             for environment in stale:
                 environment.close()
                 self.reaped += 1
@@ -300,12 +313,12 @@ def _answer(channel: socket.socket, value: dict[str, Any]) -> None:
 
 def serve(channel: socket.socket, handler_path: str, function_name: str, memory_mb: int) -> None:
     """Import the handler, then answer invocations one at a time until the socket closes."""
-    _set_process_name(IDLE_NAME)
     try:
         handler = load_handler(handler_path)
     except Exception:
         _answer(channel, {"error": traceback.format_exc()})
         raise
+    _set_process_name(IDLE_NAME)  # ready: a chaos kill may choose it
     loop = asyncio.new_event_loop()  # the runtime's one loop, every invocation's
     asyncio.set_event_loop(loop)
     _answer(channel, {"ready": os.getpid()})

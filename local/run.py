@@ -70,7 +70,7 @@ from local.env import (
     state_dir_from_env,
     worker_environments,
 )
-from local.environments import BUSY_NAME
+from local.environments import BUSY_NAME, IDLE_NAME
 from local.resume import PurgeSchedule, resume_workflows
 
 log = logging.getLogger("local.run")
@@ -513,9 +513,10 @@ class LocalStack:
     def crash(self, name_prefix: str, timeout: float = 10.0) -> int:
         """SIGKILL the running child whose name starts with ``name_prefix`` (``worker-1``,
         ``api-0``), as a crash: the stack replaces it. Of a poller, one execution environment
-        is killed (a busy one if any: one invocation dies, as on Lambda), which the poller
-        replaces. Waits for such a child to be running (one crashed a moment ago is being
-        replaced). Returns the killed pid."""
+        is killed (a busy one if any: one invocation dies, as on Lambda; else an idle one that
+        imported its handler), which the poller replaces. Waits for such a child (or
+        environment) to be running (one crashed a moment ago is being replaced). Returns the
+        killed pid."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -527,18 +528,20 @@ class LocalStack:
                     ),
                     None,
                 )
-                environments = children.child_pids(child.process.pid) if child is not None else {}
-                if child is not None and environments and "local.poller" in child.argv:
+                if child is not None and "local.poller" in child.argv:
+                    environments = children.child_pids(child.process.pid)
                     busy = [pid for pid, name in environments.items() if name == BUSY_NAME]
-                    pid = min(busy or environments)
-                    os.kill(pid, signal.SIGKILL)
-                    self._killed_environments.append((child.name, pid, set(environments)))
-                    return pid
-                if child is not None:
+                    ready = busy or [pid for pid, name in environments.items() if name == IDLE_NAME]
+                    if ready:
+                        pid = min(ready)
+                        os.kill(pid, signal.SIGKILL)
+                        self._killed_environments.append((child.name, pid, set(environments)))
+                        return pid
+                elif child is not None:
                     children.kill(child)
                     return child.process.pid
             if time.monotonic() > deadline:
-                raise StackError(f"no running child named {name_prefix}*")
+                raise StackError(f"no running child (or environment of one) named {name_prefix}*")
             time.sleep(SUPERVISE_SECONDS)
 
     def pids(self, name_prefix: str) -> list[int]:
