@@ -3,9 +3,9 @@
 See ``bench/__init__.py`` for what is measured and how. Options: ``--n`` (env
 ``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``,
 ``--skip-validation`` (the 50,000-line file check of ``bench.validation``), ``--skip-cost`` (the
-cost run of ``bench.cost``, on a recorded stack of its own), ``--workers``, ``--environments``
-(the worker's execution environments, recorded as ``worker_environments``), ``--no-warmup``,
-``--out`` (default ``bench/last.json``).
+cost run of ``bench.cost``, on a recorded stack of its own), ``--workers``,
+``--no-warmup``, ``--out`` (default ``bench/last.json``). ``BATCHGW_WORKER_ENVIRONMENTS`` sets
+the worker's execution environments, recorded as ``worker_environments``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from bench.probes import (
     stack_processes,
 )
 from bench.workload import MODEL, Workload, dispatch_workload, retry_workload
-from local.env import REPO_ROOT, WORKER_ENVIRONMENTS_ENV, worker_environments
+from local.env import REPO_ROOT
 from local.run import LocalStack
 
 DEFAULT_N = 2000
@@ -379,12 +379,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--retry-n", type=int, default=None, help="requests of the retry run (default: N)")
     parser.add_argument("--skip-retry", action="store_true", help="skip the retry run")
     parser.add_argument("--workers", type=int, default=2, help="worker poller processes (default 2)")
-    parser.add_argument(
-        "--environments",
-        type=int,
-        default=worker_environments(os.environ),
-        help=f"the worker's execution environments (default: {WORKER_ENVIRONMENTS_ENV} or 8)",
-    )
     parser.add_argument("--no-warmup", action="store_true", help="measure the stack's very first batch")
     parser.add_argument(
         "--skip-validation", action="store_true", help="skip the file validation run (bench.validation)"
@@ -449,7 +443,6 @@ class Bench:
 
     def run(self) -> int:
         overrides = {
-            WORKER_ENVIRONMENTS_ENV: str(self.args.environments),
             "BATCH_MODEL_CONCURRENCY": str(MODEL_CAP),
             "BATCHGW_SIM_LATENCY_MS": str(SIM_LATENCY_MS),
             CALLS_DIR_ENV: str(self.calls_dir),
