@@ -23,6 +23,7 @@ from batchgw.domain.principal import hash_key
 from local import env as local_env
 from local.adapter import API_GATEWAY_MAX_BODY, build_event
 from local.env import port_open
+from local.environments import EnvironmentPool
 from local.keys import LOCAL_KEYS
 from local.poller import Poller, failed_message_ids, sqs_event
 from local.run import LocalStack
@@ -118,6 +119,23 @@ def test_handler_pool_gives_each_concurrent_environment_its_own_module_globals()
     with pool.environment() as again:  # environments are reused, not recreated
         assert again in (first, second)
     assert pool.size == 2
+
+
+def test_an_environment_idle_past_its_timeout_is_reaped_and_the_next_invocation_starts_one_cold() -> None:
+    pool = EnvironmentPool(
+        f"{FAKES}.worker", max_size=2, function_name="batchgw-worker", memory_mb=128, idle_seconds=0.5
+    )
+    try:
+        pool.warm()
+        (first,) = pool.pids()
+        wait_for(lambda: pool.size == 0 and pool.reaped == 1, timeout=15)
+        assert not _alive(first)
+        with pool.environment() as environment:  # a new one, cold
+            assert environment.pid != first
+            assert environment.invoke({"Records": []}, 10) == {"batchItemFailures": []}
+        assert pool.started == 2
+    finally:
+        pool.close()
 
 
 # --- moto + bootstrap ------------------------------------------------------------------------
