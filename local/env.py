@@ -76,8 +76,8 @@ API_PROCESSES_ENV = "BATCHGW_API_PROCESSES"
 # The worker function's execution environments (``local.environments``), shared out among the
 # worker pollers; at most ``resources.WORKER_MAX_CONCURRENCY``, as on AWS.
 WORKER_ENVIRONMENTS_ENV = "BATCHGW_WORKER_ENVIRONMENTS"
-# 8: each is a Python process (~85 MB, ~0.5 s of CPU to import the worker); 8 of them, 10
-# messages an invocation, keep more requests running than moto serves on 2 cores.
+# 8: each is a Python process (~75 MB resident after a batch, ~0.5 s to import the worker); 8
+# of them, 10 messages an invocation, keep more requests running than moto serves on 2 cores.
 DEFAULT_WORKER_ENVIRONMENTS = 8
 
 # The stack's state across restarts (``local.state``): ``make run`` keeps it in
