@@ -262,7 +262,9 @@ class EnvironmentPool:
         found.close(timeout=1.0)
         code = found.process.returncode
         killed = code is not None and code < 0
-        if (found.ready or killed) and not self._closed.is_set():
+        with self._lock:  # never more than max_size: a slot may have started one meanwhile
+            room = len(self._idle) + len(self._busy) < self.max_size
+        if (found.ready or killed) and room and not self._closed.is_set():
             fresh = self._start()  # as Lambda replaces a crashed environment; it imports meanwhile
             with self._lock:
                 self._idle.append(fresh)
@@ -284,7 +286,6 @@ class EnvironmentPool:
                 stale = [e for e in self._idle if e not in dead and now - e.idle_since > self.idle_seconds]
                 self._idle = [e for e in self._idle if e not in dead and e not in stale]
             for environment in dead:
-                self._busy.add(environment)  # _drop takes it out again
                 self._drop(environment)
             for environment in stale:
                 environment.close()
