@@ -193,7 +193,9 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 @dataclass(frozen=True)
 class StackProcess:
     pid: int
-    role: str  # moto+lifecycle | api | worker | simulator | poller:<queue> | other
+    # moto+lifecycle | api | worker (its execution environments) | worker-poller | simulator |
+    # poller:<handler> (the poller and its environments) | other
+    role: str
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -212,25 +214,35 @@ def _role(argv: list[str]) -> str:
         return "simulator"
     if module == "local.poller":
         handler = argv[argv.index("--handler") + 1] if "--handler" in argv else ""
+        return "worker-poller" if handler.startswith("functions.worker.") else f"poller:{handler}"
+    if argv[1:3] == ["-m", "local.environments"]:  # a poller's execution environment
+        handler = argv[argv.index("--handler") + 1] if "--handler" in argv else ""
         return "worker" if handler.startswith("functions.worker.") else f"poller:{handler}"
     return "other"
 
 
 def stack_processes(parent: int | None = None) -> list[StackProcess]:
-    """The live child processes of ``parent`` (default: this one), each with its role."""
+    """The live child processes of ``parent`` (default: this one), and the execution
+    environments its pollers run (``local.environments``), each with its role. Environments
+    come and go (started on demand, reaped when idle): these are the ones alive now."""
     parent = os.getpid() if parent is None else parent
-    found = []
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            if int(_stat_fields(pid)[1]) != parent:
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_stat_fields(int(entry.name))[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-        except (OSError, ValueError, IndexError):
+    children = {pid for pid, ppid in parents.items() if ppid == parent}
+    found = []
+    for pid in children | {pid for pid, ppid in parents.items() if ppid in children}:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        except OSError:
             continue
-        found.append(StackProcess(pid, _role(argv)))
+        role = _role(argv)
+        if pid in children or role != "other":
+            found.append(StackProcess(pid, role))
     return sorted(found, key=lambda p: (p.role, p.pid))
 
 

@@ -4,7 +4,8 @@ See ``bench/__init__.py`` for what is measured and how. Options: ``--n`` (env
 ``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``,
 ``--skip-validation`` (the 50,000-line file check of ``bench.validation``), ``--skip-cost`` (the
 cost run of ``bench.cost``, on a recorded stack of its own), ``--workers``,
-``--no-warmup``, ``--out`` (default ``bench/last.json``).
+``--no-warmup``, ``--out`` (default ``bench/last.json``). ``BATCHGW_WORKER_ENVIRONMENTS`` sets
+the worker's execution environments, recorded as ``worker_environments``.
 """
 
 from __future__ import annotations
@@ -488,11 +489,13 @@ class Bench:
         cap = catalog.concurrency(catalog.models[MODEL], settings.batch_model_concurrency)
         if cap != MODEL_CAP:
             raise RuntimeError(f"the stack's cap for {MODEL} is {cap}, not {MODEL_CAP}")
-        roles = {p.pid: p.role for p in stack_processes()}
-        print("stack processes: " + ", ".join(f"{r}={p}" for p, r in sorted(roles.items())), flush=True)
+        result["worker_environments"] = stack.worker_environments
         if not self.args.no_warmup:
             print(f"warm-up batch of {WARMUP_REQUESTS} requests...", flush=True)
             warm_up(api, WARMUP_REQUESTS)
+        # After the warm-up: the execution environments it started are the run's (more may start).
+        roles = {p.pid: p.role for p in stack_processes()}
+        print("stack processes: " + ", ".join(f"{r}={p}" for p, r in sorted(roles.items())), flush=True)
 
         # The gateway first, then the direct client on the same simulator: the direct client
         # touches nothing but the simulator, so neither run leaves work behind for the other,
@@ -584,9 +587,9 @@ class Bench:
         logs = self.logs.parent / f"logs-{scale.name}"
         with bench_stack(overrides, self.args.workers, logs) as (stack, api, sim):
             settings = Settings.from_env(stack.env)
-            roles = {p.pid: p.role for p in stack_processes()}
             if not self.args.no_warmup:
                 warm_up(api, 2 * scale.cap)
+            roles = {p.pid: p.role for p in stack_processes()}  # with the environments it started
             workload = dispatch_workload(scale.n)
             gw = measure_gateway(stack, api, sim, workload, calls_dir, roles, cap=scale.cap)
             self.problems += [f"{scale.name}: {p}" for p in gw.problems]
@@ -598,6 +601,7 @@ class Bench:
             "n": scale.n,
             "latency_ms": scale.latency_ms,
             "cap": scale.cap,
+            "worker_environments": stack.worker_environments,
             "gateway_seconds": gw.run.total_seconds,
             "direct_seconds": direct.run.seconds,
             "ratio": ratio,

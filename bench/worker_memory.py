@@ -15,8 +15,8 @@ Lambda function is given.
    largest the gateway reads (``BATCH_MAX_RESULT_KB``, 4 MiB by default): embeddings of 60
    inputs at 3,072 dimensions as JSON floats, about 3.9 MB each, the costliest answer to
    parse. It prints the process's peak resident memory (``VmHWM``) beside the worker's
-   configured memory. The local worker process also holds its poller, so the figure is a
-   little above what the function itself needs.
+   configured memory. The process is the worker's one execution environment
+   (``BATCHGW_WORKER_ENVIRONMENTS=1``); its poller is a process of its own.
 
 ``python -m bench.worker_memory [--batches N] [--requests N]`` (about five minutes);
 ``--smoke``: a few batches, to check that it runs (seconds).
@@ -41,7 +41,7 @@ import httpx
 from bench.cost import FUNCTIONS_SOURCE, function_memory_mb
 from bench.gateway import FINAL_STATUSES, api_client
 from bench.probes import peak_rss_mb, stack_processes
-from local.env import PREFIX
+from local.env import PREFIX, WORKER_ENVIRONMENTS_ENV
 from local.invocations import INVOCATIONS_DIR_ENV
 from local.run import LocalStack
 
@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             "BATCH_MODEL_CONCURRENCY": str(chains),
             "BATCHGW_SIM_LATENCY_MS": str(LATENCY_MS),
             INVOCATIONS_DIR_ENV: invocations_dir,
+            # One execution environment, the process measured: every invocation is its own.
+            WORKER_ENVIRONMENTS_ENV: "1",
         }
         with (
             LocalStack(0, 0, 0, env_overrides=overrides, workers=1) as stack,

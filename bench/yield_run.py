@@ -46,6 +46,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import tempfile
 import threading
 import time
@@ -58,6 +59,7 @@ from typing import Any
 import httpx
 
 from bench.probes import percentile
+from local.env import WORKER_ENVIRONMENTS_ENV, worker_environments
 from local.run import LocalStack
 
 MODEL = "sim-chat"
@@ -69,6 +71,9 @@ SHARE_EVERY_SAMPLES = 4  # the gateway's own views (the batch share, the batch's
 P99_RATIO_GOAL = 1.10
 IDLE_UTILIZATION_GOAL = 0.90
 DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
+# The worker's execution environments the yield run has at least: the 16 invocations at once
+# its figures were first measured with (2 pollers of 8 threads), so they stay comparable.
+MIN_ENVIRONMENTS = 16
 
 
 @dataclass(frozen=True)
@@ -596,8 +601,9 @@ def chart(runs: dict[str, Run], cycles: Cycles, path: Path) -> None:
 
 
 @contextmanager
-def yield_stack(capacity: int, workers: int) -> Iterator[LocalStack]:
+def yield_stack(capacity: int, workers: int, environments: int = MIN_ENVIRONMENTS) -> Iterator[LocalStack]:
     env = {
+        WORKER_ENVIRONMENTS_ENV: str(environments),
         "BATCH_MODEL_CONCURRENCY": str(capacity),
         "BATCHGW_SIM_CAPACITY": str(capacity),
         "BATCH_SLOT_WAIT_SECONDS": "0.5",
@@ -622,9 +628,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=16)
     parser.add_argument("--latency-ms", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--environments",
+        type=int,
+        default=max(MIN_ENVIRONMENTS, worker_environments(os.environ)),
+        help=f"the worker's execution environments (at least {MIN_ENVIRONMENTS})",
+    )
     parser.add_argument("--via", choices=VIA, default="gateway", help="how interactive requests are sent")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    if args.environments < MIN_ENVIRONMENTS:
+        parser.error(f"--environments must be at least {MIN_ENVIRONMENTS}")
     cycles = Cycles(args.burst_rps, args.burst_seconds, args.quiet_rps, args.quiet_seconds, args.cycles)
     shape = {
         **asdict(cycles),
@@ -635,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"yield bench: {json.dumps(shape)}", flush=True)
     runs: dict[str, Run] = {}
-    with yield_stack(args.capacity, args.workers) as stack:
+    with yield_stack(args.capacity, args.workers, args.environments) as stack:
+        environments = stack.worker_environments
         for mode in ("alone", "yield", "no_yield"):
             print(f"  {mode}: {cycles.seconds:.0f} s of interactive load...", flush=True)
             runs[mode] = one_run(stack, mode, cycles, args)
@@ -643,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         read_answer_to_next_call(runs.values(), stack.log_dir)
     figures = summary(runs, cycles, args.capacity)
     figures["shape"] = shape
+    figures["worker_environments"] = environments
     chart_path = args.out.with_name("yield.png")
     chart(runs, cycles, chart_path)
     figures["chart"] = str(chart_path)

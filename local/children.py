@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import threading
@@ -114,6 +115,33 @@ def terminate(children: list[Child], timeout: float) -> None:
             child.log_file.close()
         if child.pump is not None:
             child.pump.join(timeout=5)  # its last lines reach the log
+
+
+def kill(child: Child) -> None:
+    """SIGKILL the child and what it started (its process group: a poller's execution
+    environments), at once, as a machine or a sandbox going away would; reaps it."""
+    try:
+        os.killpg(child.process.pid, signal.SIGKILL)  # it leads its own session (``spawn``)
+    except (ProcessLookupError, PermissionError):
+        child.process.kill()
+    child.process.wait()
+
+
+def child_pids(parent: int) -> dict[int, str]:
+    """The live processes whose parent is ``parent`` (a poller's execution environments), each
+    with its process name (``/proc/<pid>/comm``, which an environment sets to say it is busy)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()  # from the 3rd field (state) on
+            if int(fields[1]) == parent and fields[0] != "Z":
+                found[int(entry.name)] = (entry / "comm").read_text().strip()
+        except (OSError, ValueError, IndexError):  # it ended meanwhile
+            continue
+    return found
 
 
 def log_tails(log_dir: Path | None, children: Mapping[str, Child], names: list[str]) -> str:

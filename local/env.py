@@ -73,6 +73,12 @@ DEFAULT_WORKER_HANDLER = "functions.worker.handler.handler"
 # Process counts of the stack (``local.run``).
 WORKERS_ENV = "BATCHGW_WORKERS"
 API_PROCESSES_ENV = "BATCHGW_API_PROCESSES"
+# The worker function's execution environments (``local.environments``), shared out among the
+# worker pollers; at most ``resources.WORKER_MAX_CONCURRENCY``, as on AWS.
+WORKER_ENVIRONMENTS_ENV = "BATCHGW_WORKER_ENVIRONMENTS"
+# 8: each is a Python process (~75 MB resident after a batch, ~0.5 s to import the worker); 8
+# of them, 10 messages an invocation, keep more requests running than moto serves on 2 cores.
+DEFAULT_WORKER_ENVIRONMENTS = 8
 
 # The stack's state across restarts (``local.state``): ``make run`` keeps it in
 # BATCHGW_STATE_DIR (default .local/state/<BATCHGW_PORT>: two stacks side by side on other
@@ -326,6 +332,20 @@ def stack_env(
         # one) runs its clock the same seconds ahead or behind.
         env[CLOCK_OFFSET_ENV] = f"{instant(fake_now) - time.time():.3f}"
     return env
+
+
+def worker_environments(environ: Mapping[str, str]) -> int:
+    """The worker's environments: ``BATCHGW_WORKER_ENVIRONMENTS`` (default 8), within 1 and the
+    deployed maximum concurrency."""
+    count = int(environ.get(WORKER_ENVIRONMENTS_ENV) or DEFAULT_WORKER_ENVIRONMENTS)
+    if not 1 <= count <= resources.WORKER_MAX_CONCURRENCY:
+        raise ValueError(f"{WORKER_ENVIRONMENTS_ENV} must be within 1..{resources.WORKER_MAX_CONCURRENCY}")
+    return count
+
+
+def environment_share(total: int, pollers: int, index: int) -> int:
+    """Poller ``index``'s share of ``total`` environments among ``pollers`` (each at least one)."""
+    return max(1, total // pollers + (1 if index < total % pollers else 0))
 
 
 def instant(text: str) -> float:

@@ -12,16 +12,19 @@ does what Lambda's event source mapping does for the deployed worker:
   handler exception, a response Lambda would reject (an unknown or empty
   ``itemIdentifier``, a value that is not JSON) or an invocation past the timeout
   leaves the whole batch;
-- runs up to ``--concurrency`` invocations at once: each of that many slots receives
-  whenever it is idle, as the mapping's pollers scale with the backlog.
+- runs up to ``--environments`` invocations at once, each in an execution environment of
+  its own (``local.environments``): a child process that imported the handler once and serves
+  one invocation at a time, as on Lambda; as many slots receive whenever they are idle, as the
+  mapping's pollers scale with the backlog, and hand what they receive to an idle environment
+  (or a new one, cold, while fewer than ``--environments`` exist; one idle for
+  ``BATCHGW_ENVIRONMENT_IDLE_SECONDS`` is reaped). An environment that dies mid-invocation
+  leaves its whole batch, back after its visibility timeout, and is replaced.
 
-Invocations run in threads of one process, each in an execution environment of its own
-(``local.env.HandlerPool``: a module-level Powertools ``BatchProcessor`` holds the records
-of the invocation running in it, so two invocations must not share a copy of the module).
-The process has the variables Lambda's runtime sets (``local.env.lambda_runtime_env``:
-``LAMBDA_TASK_ROOT``, ``AWS_LAMBDA_FUNCTION_NAME``...), and each environment one event loop
-that all its invocations run on, so an async handler runs as on Lambda: Powertools'
-``AsyncBatchProcessor`` reuses the loop rather than making one per invocation.
+This process and each environment have the variables Lambda's runtime sets
+(``local.env.lambda_runtime_env``: ``LAMBDA_TASK_ROOT``, ``AWS_LAMBDA_FUNCTION_NAME``...), and
+each environment one event loop that all its invocations run on, so an async handler runs as
+on Lambda: Powertools' ``AsyncBatchProcessor`` reuses the loop rather than making one per
+invocation. Nothing is shared between two environments but the AWS services.
 SIGTERM/SIGINT stop receiving and give running invocations ``--grace-seconds`` to end.
 """
 
@@ -48,11 +51,18 @@ from local.env import (
     DEFAULT_WORKER_HANDLER,
     PREFIX,
     REGION,
+    WORKER_ENVIRONMENTS_ENV,
     WORKER_HANDLER_ENV,
-    HandlerPool,
-    LambdaContext,
     lambda_runtime_env,
     setup_logging,
+    worker_environments,
+)
+from local.environments import (
+    DEFAULT_IDLE_SECONDS,
+    IDLE_SECONDS_ENV,
+    EnvironmentDied,
+    EnvironmentPool,
+    HandlerFailed,
 )
 from local.invocations import record_invocation
 
@@ -60,14 +70,12 @@ log = logging.getLogger("local.poller")
 
 DEFAULT_TIMEOUT_SECONDS = 900.0
 MAX_BATCH_SIZE = 10  # one ReceiveMessage; the mapping's batching window is not modelled
-DEFAULT_CONCURRENCY = 8
 DEFAULT_MEMORY_MB = 1024  # what the Lambda context and AWS_LAMBDA_FUNCTION_MEMORY_SIZE report
 # How long an idle slot's ReceiveMessage waits for a message: SQS's longest, as Lambda's event
 # source mapping long-polls. moto answers as soon as a message arrives (``local.moto_server``),
 # so it costs no latency, and an idle slot makes 3 receives a minute instead of 60.
 LONG_POLL_SECONDS = 20
 WORKER_BATCH_SIZE_ENV = "BATCHGW_WORKER_BATCH_SIZE"
-WORKER_CONCURRENCY_ENV = "BATCHGW_WORKER_CONCURRENCY"
 
 
 @dataclass
@@ -152,18 +160,20 @@ class Poller:
         *,
         sqs: Any = None,
         batch_size: int = MAX_BATCH_SIZE,
-        concurrency: int = DEFAULT_CONCURRENCY,
+        environments: int = 1,
         wait_seconds: int = LONG_POLL_SECONDS,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         function_name: str = f"{PREFIX}-worker",
         memory_mb: int = DEFAULT_MEMORY_MB,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        name: str = "worker",
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch size must be within 1..{MAX_BATCH_SIZE}")
         self.queue_url = queue_url
         self.handler_path = handler_path
         self.batch_size = batch_size
-        self.concurrency = max(1, concurrency)
+        self.concurrency = max(1, environments)  # slots: one per environment there may be
         self.wait_seconds = wait_seconds
         self.timeout_seconds = timeout_seconds
         self.function_name = function_name
@@ -175,7 +185,14 @@ class Poller:
                 "sqs", config=Config(max_pool_connections=self.concurrency + 4, retries={"mode": "standard"})
             )
         self.sqs = sqs
-        self.handlers = HandlerPool(handler_path, max_size=self.concurrency)
+        self.handlers = EnvironmentPool(
+            handler_path,
+            max_size=self.concurrency,
+            function_name=function_name,
+            memory_mb=memory_mb,
+            name=name,
+            idle_seconds=idle_seconds,
+        )
         self.stats = PollerStats()
         self._queue_arn: str | None = None
         self._stopping = threading.Event()
@@ -236,16 +253,17 @@ class Poller:
         event = sqs_event(messages, self.queue_arn)
         timeout = self.timeout_seconds
         try:
-            with self.handlers.environment() as handler:
-                context = LambdaContext(
-                    function_name=self.function_name,
-                    timeout_seconds=timeout,
-                    memory_limit_in_mb=self.memory_mb,
-                )
-                started = time.monotonic()
-                response = handler(event, context)
-        except Exception:
-            log.exception("worker handler raised; the batch stays", extra={"messages": len(ids)})
+            with self.handlers.environment() as environment:
+                started = time.monotonic()  # after the cold start, if any: Lambda times init apart
+                response = environment.invoke(event, timeout)
+        except EnvironmentDied as exc:
+            # As on Lambda: the batch comes back after its visibility timeout.
+            log.error("environment died; the batch stays", extra={"messages": len(ids), "why": str(exc)})
+            failed = set(ids)
+        except HandlerFailed as exc:
+            log.error(
+                "worker handler raised; the batch stays", extra={"messages": len(ids), "error": str(exc)}
+            )
             failed = set(ids)
         else:
             elapsed = time.monotonic() - started
@@ -297,7 +315,9 @@ class Poller:
         what they receive from now on is given back at once, not run."""
         self._stopping.set()
         with self._idle:
-            return self._idle.wait_for(lambda: self._busy == 0, timeout=grace_seconds)
+            clean = self._idle.wait_for(lambda: self._busy == 0, timeout=grace_seconds)
+        self.handlers.close()
+        return clean
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -308,7 +328,16 @@ def main(argv: list[str] | None = None) -> None:
         "--batch-size", type=int, default=int(os.environ.get(WORKER_BATCH_SIZE_ENV, MAX_BATCH_SIZE))
     )
     parser.add_argument(
-        "--concurrency", type=int, default=int(os.environ.get(WORKER_CONCURRENCY_ENV, DEFAULT_CONCURRENCY))
+        "--environments",
+        type=int,
+        default=worker_environments(os.environ),
+        help=f"execution environments at most (default: {WORKER_ENVIRONMENTS_ENV} or 8)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=float(os.environ.get(IDLE_SECONDS_ENV, DEFAULT_IDLE_SECONDS)),
+        help="an environment idle this long is reaped",
     )
     parser.add_argument("--wait-seconds", type=int, default=LONG_POLL_SECONDS)
     parser.add_argument(
@@ -333,17 +362,22 @@ def main(argv: list[str] | None = None) -> None:
         args.queue_url,
         args.handler,
         batch_size=args.batch_size,
-        concurrency=args.concurrency,
+        environments=args.environments,
         wait_seconds=args.wait_seconds,
         timeout_seconds=args.timeout_seconds,
         function_name=args.function_name,
         memory_mb=args.memory_mb,
+        idle_seconds=args.idle_seconds,
+        name=args.name,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     poller.start()
-    log.info("polling", extra={"queue": args.queue_url, "handler": args.handler, "slots": poller.concurrency})
+    log.info(
+        "polling",
+        extra={"queue": args.queue_url, "handler": args.handler, "environments": poller.concurrency},
+    )
     stop.wait()
     clean = poller.stop(args.grace_seconds)
     log.info("stopped", extra={"clean": clean, "invocations": poller.stats.invocations})

@@ -61,16 +61,16 @@ def event_pollers(env: Mapping[str, str]) -> dict[str, list[str]]:
             f"batchgw-{logical_id.lower()}",
             "--batch-size",
             str(spec.batch_size),
-            # Events are few: two slots, not the work queue's eight (idle long polls
-            # are SQS calls too).
-            "--concurrency",
+            # Events are few: two environments at most (idle long polls are SQS calls too).
+            "--environments",
             "2",
         ]
     return table
 
 
-def worker_args(env: Mapping[str, str], name: str) -> list[str]:
-    """The ``local.poller`` arguments of the worker ``name``: the work queue, to the worker handler."""
+def worker_args(env: Mapping[str, str], name: str, environments: int) -> list[str]:
+    """The ``local.poller`` arguments of the worker ``name``: the work queue, to the worker
+    handler, in up to ``environments`` execution environments."""
     handler = env.get(WORKER_HANDLER_ENV, DEFAULT_WORKER_HANDLER)
     return [
         "--queue-url",
@@ -79,4 +79,6 @@ def worker_args(env: Mapping[str, str], name: str) -> list[str]:
         handler,
         "--name",
         name,
+        "--environments",
+        str(environments),
     ]

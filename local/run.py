@@ -3,8 +3,10 @@
 Starts, each as its own process with the same environment (``local.env.stack_env``):
 moto (``local.moto_server``), then creates the resources (``local.bootstrap``), then
 the simulator (``local.simulator``), the api adapter(s) (``local.adapter``), the worker
-pollers (``local.poller``, ``BATCHGW_WORKERS``, default 2) and a poller for any other
-queue whose handler exists (``local.pollers``: what each poller runs). Ctrl-C or SIGTERM
+pollers (``local.poller``, ``BATCHGW_WORKERS``, default 2: the work queue's event source
+mapping, which share out ``BATCHGW_WORKER_ENVIRONMENTS`` execution environments, default 8,
+each a process of its poller's, ``local.environments``) and a poller for any other queue
+whose handler exists (``local.pollers``: what each poller runs). Ctrl-C or SIGTERM
 stops every child (SIGTERM, then SIGKILL) and exits 0; a child that dies on its own stops
 the rest and exits 1. How one child is started, logged and stopped is ``local.children``;
 which run, in what order, and replacing the ones that crash is ``LocalStack`` here.
@@ -59,13 +61,16 @@ from local.env import (
     WORKERS_ENV,
     Ports,
     StateDirInUse,
+    environment_share,
     lock_state_dir,
     port_open,
     setup_logging,
     snapshot_path,
     stack_env,
     state_dir_from_env,
+    worker_environments,
 )
+from local.environments import BUSY_NAME, IDLE_NAME
 from local.resume import PurgeSchedule, resume_workflows
 
 log = logging.getLogger("local.run")
@@ -131,7 +136,10 @@ class LocalStack:
         )
         self.env_overrides = dict(env_overrides or {})
         settings = {**os.environ, **self.env_overrides}
+        # Worker pollers (each long-polls the work queue, as the event source mapping's pollers
+        # do), sharing out the worker's execution environments (``local.environments``).
         self.workers = int(settings.get(WORKERS_ENV, DEFAULT_WORKERS)) if workers is None else workers
+        self.worker_environments = worker_environments(settings)
         self.api_processes = (
             int(settings.get(API_PROCESSES_ENV, DEFAULT_API_PROCESSES))
             if api_processes is None
@@ -163,6 +171,9 @@ class LocalStack:
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
         self.replaced: list[str] = []  # children that crashed and were replaced, by name
+        # Execution environments ``crash`` killed, until their poller has replaced them:
+        # (poller's name, killed pid, the poller's environments before the kill).
+        self._killed_environments: list[tuple[str, int, set[int]]] = []
         # Seconds each phase of the last start took (moto ready: its saved state restored;
         # bootstrap; resume: the workflows started again; serving: the rest, ports open).
         self.timings: dict[str, float] = {}
@@ -329,7 +340,7 @@ class LocalStack:
             for child in self._children.values():
                 child.expected_exit = True
                 if child.process.poll() is None:
-                    child.process.kill()
+                    children.kill(child)
         atexit.unregister(self.stop)
         if self._supervisor is not None:
             self._supervisor.join()
@@ -374,6 +385,7 @@ class LocalStack:
                 ]
                 for child in crashed:
                     self._replace(child)
+                self._note_replaced_environments()
             if time.monotonic() >= next_sweep:
                 self._apply_lifecycle_rules()
                 self._run_due_purges()
@@ -407,6 +419,23 @@ class LocalStack:
             self._purges.run_due()
         except Exception:  # moto stopping, or busy: the next sweep tries again
             log.debug("purges not started", exc_info=True)
+
+    def _note_replaced_environments(self) -> None:
+        """Say which environment replaced each one ``crash`` killed, once its poller started it."""
+        waiting = []
+        for name, killed, before in self._killed_environments:
+            poller = self._children.get(name)
+            if poller is None or poller.process.poll() is not None:
+                continue  # the poller is gone too (and replaced itself, if it crashed)
+            fresh = set(children.child_pids(poller.process.pid)) - before - {killed}
+            if not fresh:
+                waiting.append((name, killed, before))
+                continue
+            self.replaced.append(f"{name}/env-{killed}")
+            log.info("environment crashed; replaced", extra={"child": name, "pid": killed})
+            if self._note is not None:
+                self._note(f"execution environment {killed} of {name} killed; replaced by {min(fresh)}")
+        self._killed_environments = waiting
 
     def _replace(self, child: Child) -> None:
         child.expected_exit = True  # handled: never replaced twice
@@ -463,28 +492,31 @@ class LocalStack:
             raise StackError(f"worker {index} is running")
         generation = sum(1 for name in self._children if name.startswith(f"worker-{index}."))
         name = f"worker-{index}.{generation}"
-        child = self._spawn(name, "local.poller", *pollers.worker_args(self.env, name))
+        share = environment_share(self.worker_environments, max(1, self.workers), index)
+        child = self._spawn(name, "local.poller", *pollers.worker_args(self.env, name, share))
         self._worker_names[index] = name
         return child.process.pid
 
     def kill_worker(self, index: int) -> None:
-        """SIGKILL worker ``index`` (a crash mid-invocation: its in-flight messages stay on the
-        queue); it is not replaced until ``start_worker``."""
+        """SIGKILL worker ``index`` and its execution environments (a crash mid-invocation: their
+        in-flight messages stay on the queue); it is not replaced until ``start_worker``."""
         with self._lock:
             name = self._worker_names[index]
             if not name:
                 raise StackError(f"no worker {index}")
             child = self._children[name]
             child.expected_exit = True
-            child.process.kill()
-            child.process.wait()
+            children.kill(child)
             if child.log_file:
                 child.log_file.close()
 
     def crash(self, name_prefix: str, timeout: float = 10.0) -> int:
         """SIGKILL the running child whose name starts with ``name_prefix`` (``worker-1``,
-        ``api-0``), as a crash: the stack replaces it. Waits for such a child to be running
-        (one crashed a moment ago is being replaced). Returns the killed pid."""
+        ``api-0``), as a crash: the stack replaces it. Of a poller, one execution environment
+        is killed (a busy one if any: one invocation dies, as on Lambda; else an idle one that
+        imported its handler), which the poller replaces. Waits for such a child (or
+        environment) to be running (one crashed a moment ago is being replaced). Returns the
+        killed pid."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -496,22 +528,42 @@ class LocalStack:
                     ),
                     None,
                 )
-                if child is not None:
-                    child.process.kill()
-                    child.process.wait()
+                if child is not None and "local.poller" in child.argv:
+                    environments = children.child_pids(child.process.pid)
+                    busy = [pid for pid, name in environments.items() if name == BUSY_NAME]
+                    ready = busy or [pid for pid, name in environments.items() if name == IDLE_NAME]
+                    if ready:
+                        pid = min(ready)
+                        os.kill(pid, signal.SIGKILL)
+                        self._killed_environments.append((child.name, pid, set(environments)))
+                        return pid
+                elif child is not None:
+                    children.kill(child)
                     return child.process.pid
             if time.monotonic() > deadline:
-                raise StackError(f"no running child named {name_prefix}*")
+                raise StackError(f"no running child (or environment of one) named {name_prefix}*")
             time.sleep(SUPERVISE_SECONDS)
 
     def pids(self, name_prefix: str) -> list[int]:
-        """The pids of the running children whose names start with ``name_prefix``."""
+        """The pids of the running children whose names start with ``name_prefix``, and of their
+        execution environments (a poller's)."""
         with self._lock:
-            return [
+            running = [
                 c.process.pid
                 for c in self._children.values()
                 if c.name.startswith(name_prefix) and c.process.poll() is None
             ]
+        return running + [pid for parent in running for pid in children.child_pids(parent)]
+
+    def environment_pids(self, name_prefix: str = "worker-") -> list[int]:
+        """The execution environments of the running pollers whose names start with ``name_prefix``."""
+        with self._lock:
+            running = [
+                c.process.pid
+                for c in self._children.values()
+                if c.name.startswith(name_prefix) and c.process.poll() is None
+            ]
+        return sorted(pid for parent in running for pid in children.child_pids(parent))
 
     # --- internals -------------------------------------------------------------------------------
 

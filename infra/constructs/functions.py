@@ -41,9 +41,9 @@ API_TIMEOUT = Duration.seconds(29)
 # receiver's 15 s (BATCH_WEBHOOK_TIMEOUT_SECONDS, every redirect included) with room to spare,
 # within the webhook queue's visibility (resources.WEBHOOK_QUEUE).
 WEBHOOK_TIMEOUT = Duration.seconds(WEBHOOK_FUNCTION_SECONDS)
-# Worker invocations in flight at once, whatever the depth of the work queue. The
-# per-model caps are lease slots in DynamoDB; this bounds the whole gateway.
-WORKER_MAX_CONCURRENCY = 50
+# Worker invocations in flight at once (``resources.WORKER_MAX_CONCURRENCY``: the local
+# stack's environments are bounded by it too).
+WORKER_MAX_CONCURRENCY = resources.WORKER_MAX_CONCURRENCY
 WORKER_BATCH_SIZE = 10
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH

@@ -184,9 +184,11 @@ def test_a_dead_process_of_a_stack_logging_through_pipes_is_named_with_its_exit_
         note=notes.append,
     )
     with stack:
-        stack.crash("worker-0")  # a handler process: replaced, and said so
+        killed = stack.crash(
+            "worker-0"
+        )  # a handler process (an execution environment): replaced, and said so
         wait_for(lambda: notes, timeout=30, what="the replacement's note")
-        assert "worker-0.0 exited (code -9); replaced by worker-0.1" in notes[0]
+        assert f"execution environment {killed} of worker-0.0 killed; replaced by " in notes[0]
         (moto,) = stack.pids("moto")
         os.kill(moto, signal.SIGKILL)
         wait_for(stack.dead_children, timeout=30, what="moto to be seen dead")

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from local import env as local_env
+from local.environments import IDLE_SECONDS_ENV
 from local.run import LocalStack
 from tests.e2e.conftest import STACK_ENV, Api, chat, stack_for
 from tests.support import spec_counts, wait_for
@@ -29,8 +31,16 @@ UPSTREAM_KEY = "sk-sim-local-upstream-key"  # what the local routes send the sim
 
 @pytest.fixture(scope="module")
 def limits_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    env = {**STACK_ENV, "BATCH_MAX_RESULT_KB": str(CAP_KB), "BATCH_UPSTREAM_TIMEOUT_SECONDS": str(DEADLINE)}
-    with stack_for(tmp_path_factory, "limits", env) as running:
+    env = {
+        **STACK_ENV,
+        "BATCH_MAX_RESULT_KB": str(CAP_KB),
+        "BATCH_UPSTREAM_TIMEOUT_SECONDS": str(DEADLINE),
+        # One worker execution environment, started with the stack and never reaped: the memory
+        # test measures the one process every request runs in.
+        local_env.WORKER_ENVIRONMENTS_ENV: "1",
+        IDLE_SECONDS_ENV: "3600",
+    }
+    with stack_for(tmp_path_factory, "limits", env, workers=1) as running:
         yield running
 
 
@@ -84,8 +94,11 @@ def _rss_kb(pid: int, field: str) -> int:
 def test_answers_far_past_the_byte_cap_fail_result_too_large_and_the_workers_memory_stays_flat(
     limits_stack: LocalStack, api: Api, sim: httpx.Client
 ) -> None:
-    pids = [pid for pid in limits_stack.worker_pids if pid is not None]
-    assert pids
+    # A small batch first: the environment's first invocation makes its clients (botocore's
+    # models and endpoints, pools), which are not what this measures.
+    api.wait_final(api.create([chat("warm", "hi")]).json()["id"], timeout=60)
+    pids = limits_stack.environment_pids("worker-")  # where the worker's invocations run
+    assert len(pids) == 1
     for pid in pids:
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak starts again from now
     before = {pid: _rss_kb(pid, "VmRSS") for pid in pids}

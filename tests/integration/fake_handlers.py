@@ -89,16 +89,23 @@ def echo_api(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 # --- the worker (pollers) -----------------------------------------------------------------------
 
-SEEN: list[dict[str, Any]] = []  # in-process poller tests read this
+SEEN: list[dict[str, Any]] = []  # the records this copy of the module saw
 _seen_lock = threading.Lock()
+# A file each record seen is appended to (a JSON line), for the tests of a poller whose
+# execution environments are processes of their own.
+SEEN_FILE_ENV = "BATCHGW_TEST_SEEN_FILE"
 
 
 def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Reports a record as failed when its body says ``fail``; raises for ``raise``."""
     failures = []
     for record in event["Records"]:
+        seen = {**record, "remaining_ms": context.get_remaining_time_in_millis()}
         with _seen_lock:
-            SEEN.append({**record, "remaining_ms": context.get_remaining_time_in_millis()})
+            SEEN.append(seen)
+            if os.environ.get(SEEN_FILE_ENV):
+                with open(os.environ[SEEN_FILE_ENV], "a") as out:
+                    out.write(json.dumps(seen) + "\n")
         body = json.loads(record["body"])
         if body.get("raise"):
             raise RuntimeError("worker failure")

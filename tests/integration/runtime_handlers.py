@@ -2,8 +2,11 @@
 
 It is the real worker's shape (Powertools' ``AsyncBatchProcessor`` at module level, one
 ``async_process_partial_response`` per invocation) and writes, per message, a JSON file into
-``$BATCHGW_TEST_RUNTIME_DIR``: the execution environment it ran in (its module copy's name),
-the event loop it ran on, and the Lambda runtime's variables as it saw them.
+``$BATCHGW_TEST_RUNTIME_DIR``: the execution environment it ran in (its process, and a
+module-level cache made at import, with the invocations it counted), the event loop it ran
+on, how many times SQS delivered the message, and the Lambda runtime's variables as it saw
+them. A message with ``"hold": true`` holds its invocation, on its first delivery, until the
+file ``release-<n>`` appears in that directory (or its environment is killed).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,10 @@ RUNTIME_VARIABLES = (
 processor = AsyncBatchProcessor(event_type=EventType.SQS)
 # Every loop this environment's invocations ran on, kept alive so that their ids stay unique.
 _loops: list[asyncio.AbstractEventLoop] = []
+# A module-level cache, as the worker keeps its pacer, slot board and share cache: made once per
+# environment, so two environments never see the same one.
+_cache: dict[str, Any] = {"token": uuid.uuid4().hex, "invocations": 0}
+HOLD_SECONDS = 60.0  # a held invocation's longest wait for its release
 
 
 def _write(name: str, value: dict[str, Any]) -> None:
@@ -53,15 +62,24 @@ async def _record(record: SQSRecord) -> None:
     loop = asyncio.get_running_loop()
     if loop not in _loops:
         _loops.append(loop)
-    _write(f"started-{body['n']}", {})
-    await asyncio.sleep(float(body.get("sleep", 0)))
+    _cache["invocations"] += 1
+    deliveries = int(record.attributes.approximate_receive_count)
+    _write(f"started-{body['n']}", {"pid": os.getpid(), "deliveries": deliveries, "at": time.time()})
+    release = Path(os.environ[REPORT_DIR_ENV]) / f"release-{body['n']}"
+    deadline = time.monotonic() + HOLD_SECONDS
+    while body.get("hold") and deliveries == 1 and not release.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     _write(
         str(body["n"]),
         {
-            "environment": __name__,
+            "environment": f"{os.getpid()}/{_cache['token']}",
+            "cache": _cache["token"],
+            "cache_invocations": _cache["invocations"],
             "loop": id(loop),
             "loops_seen": len(_loops),
             "pid": os.getpid(),
+            "deliveries": deliveries,
+            "at": time.time(),
             "variables": {name: os.environ.get(name) for name in RUNTIME_VARIABLES},
         },
     )

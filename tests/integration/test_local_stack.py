@@ -23,6 +23,7 @@ from batchgw.domain.principal import hash_key
 from local import env as local_env
 from local.adapter import API_GATEWAY_MAX_BODY, build_event
 from local.env import port_open
+from local.environments import EnvironmentPool
 from local.keys import LOCAL_KEYS
 from local.poller import Poller, failed_message_ids, sqs_event
 from local.run import LocalStack
@@ -118,6 +119,23 @@ def test_handler_pool_gives_each_concurrent_environment_its_own_module_globals()
     with pool.environment() as again:  # environments are reused, not recreated
         assert again in (first, second)
     assert pool.size == 2
+
+
+def test_an_environment_idle_past_its_timeout_is_reaped_and_the_next_invocation_starts_one_cold() -> None:
+    pool = EnvironmentPool(
+        f"{FAKES}.worker", max_size=2, function_name="batchgw-worker", memory_mb=128, idle_seconds=0.5
+    )
+    try:
+        pool.warm()
+        (first,) = pool.pids()
+        wait_for(lambda: pool.size == 0 and pool.reaped == 1, timeout=15)
+        assert not _alive(first)
+        with pool.environment() as environment:  # a new one, cold
+            assert environment.pid != first
+            assert environment.invoke({"Records": []}, 10) == {"batchItemFailures": []}
+        assert pool.started == 2
+    finally:
+        pool.close()
 
 
 # --- moto + bootstrap ------------------------------------------------------------------------
@@ -377,11 +395,19 @@ def _counts(sqs: Any, url: str) -> tuple[int, int]:
     )
 
 
+@pytest.fixture
+def seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[dict[str, Any]]]:
+    """The records ``fake_handlers.worker`` saw, in whichever execution environment (a process)."""
+    path = tmp_path / "seen.jsonl"
+    path.touch()
+    monkeypatch.setenv(fake_handlers.SEEN_FILE_ENV, str(path))
+    return lambda: [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(
-    aws: Aws, test_queue: str
+    aws: Aws, test_queue: str, seen: Callable[[], list[dict[str, Any]]]
 ) -> None:
     sqs = aws.client("sqs")
-    fake_handlers.SEEN.clear()
     for index, fail in enumerate([False, True, False]):
         sqs.send_message(
             QueueUrl=test_queue,
@@ -389,11 +415,20 @@ def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(
             MessageAttributes={"kind": {"DataType": "String", "StringValue": "chain"}},
         )
     poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs, wait_seconds=0, timeout_seconds=60)
-    wait_for(lambda: poller.poll_once() >= 0 and len(fake_handlers.SEEN) >= 3)
+    try:
+        _deletes_successes_and_leaves_failures(sqs, test_queue, poller, seen)
+    finally:
+        poller.stop(grace_seconds=0)
+
+
+def _deletes_successes_and_leaves_failures(
+    sqs: Any, test_queue: str, poller: Poller, seen: Callable[[], list[dict[str, Any]]]
+) -> None:
+    wait_for(lambda: poller.poll_once() >= 0 and len(seen()) >= 3)
 
     assert poller.stats.deleted == 2 and poller.stats.failed == 1
     assert _counts(sqs, test_queue) == (0, 1)  # the failure is in flight until its visibility ends
-    record = fake_handlers.SEEN[0]
+    record = seen()[0]
     assert record["eventSource"] == "aws:sqs" and record["eventSourceARN"].endswith(
         test_queue.rsplit("/", 1)[1]
     )
@@ -407,10 +442,8 @@ def test_poller_deletes_successes_and_leaves_reported_failures_for_redelivery(
     assert 0 < record["remaining_ms"] <= 60_000
 
     # The failure comes back after its visibility timeout, and after maxReceiveCount it is dead-lettered.
-    wait_for(
-        lambda: poller.poll_once() and fake_handlers.SEEN[-1]["attributes"]["ApproximateReceiveCount"] == "2"
-    )
-    assert json.loads(fake_handlers.SEEN[-1]["body"])["fail"] is True
+    wait_for(lambda: poller.poll_once() and seen()[-1]["attributes"]["ApproximateReceiveCount"] == "2")
+    assert json.loads(seen()[-1]["body"])["fail"] is True
     dlq = sqs.get_queue_url(QueueName=test_queue.rsplit("/", 1)[1] + "-dlq")["QueueUrl"]
     wait_for(lambda: poller.poll_once() == 0 and _counts(sqs, dlq)[0] == 1)
 
@@ -422,17 +455,19 @@ def test_poller_leaves_the_whole_batch_when_the_handler_raises(aws: Aws, test_qu
         Entries=[{"Id": "ok", "MessageBody": "{}"}, {"Id": "bad", "MessageBody": '{"raise": true}'}],
     )
     poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs, wait_seconds=0)
-    wait_for(lambda: poller.poll_once() == 0 and poller.stats.failed == 2)
+    try:
+        wait_for(lambda: poller.poll_once() == 0 and poller.stats.failed == 2)
+    finally:
+        poller.stop(grace_seconds=0)
     assert poller.stats.deleted == 0
     assert sum(_counts(sqs, test_queue)) == 2
 
 
 def test_a_stopping_poller_waits_for_invocations_not_long_polls_and_gives_back_what_it_receives(
-    aws: Aws, test_queue: str
+    aws: Aws, test_queue: str, seen: Callable[[], list[dict[str, Any]]]
 ) -> None:
     sqs = aws.client("sqs")
-    fake_handlers.SEEN.clear()
-    poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs, concurrency=2, wait_seconds=20)
+    poller = Poller(test_queue, f"{FAKES}.worker", sqs=sqs, environments=2, wait_seconds=20)
     poller.start()
     sqs.send_message(QueueUrl=test_queue, MessageBody=json.dumps({"n": 1}))
     wait_for(lambda: poller.stats.deleted == 1)  # an idle slot's long poll answers at once
@@ -444,7 +479,7 @@ def test_a_stopping_poller_waits_for_invocations_not_long_polls_and_gives_back_w
     # a slot still in its long poll receives it, and gives it back unrun
     wait_for(lambda: not any(slot.is_alive() for slot in poller._slots), timeout=30)
     assert _counts(sqs, test_queue) == (1, 0)
-    assert len(fake_handlers.SEEN) == 1 and poller.stats.invocations == 1
+    assert len(seen()) == 1 and poller.stats.invocations == 1
 
 
 def test_partial_failure_response_is_read_as_lambda_reads_it() -> None:
@@ -472,10 +507,18 @@ def test_sqs_event_carries_binary_attributes_base64_encoded() -> None:
     assert record["awsRegion"] == "us-east-1"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def test_a_killed_worker_leaves_and_a_restarted_one_takes_over(stack: LocalStack, aws: Aws) -> None:
     sqs = aws.client("sqs")
     queue = stack.env[resources.WORK_QUEUE.env_var]
-    first_pid = stack.worker_pids[0]
+    first = {str(pid) for pid in stack.environment_pids("worker-0")}  # its environments: processes of its own
 
     def seen_by(message_id: str) -> set[str]:
         listed = aws.client("s3").list_objects_v2(
@@ -484,14 +527,18 @@ def test_a_killed_worker_leaves_and_a_restarted_one_takes_over(stack: LocalStack
         return {item["Key"].rsplit("/", 1)[1] for item in listed.get("Contents", [])}
 
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "before"}))
-    assert wait_for(lambda: seen_by("before")) == {str(first_pid)}
+    assert len(wait_for(lambda: seen_by("before"))) == 1 and seen_by("before") <= first
 
-    stack.kill_worker(0)
+    first_pid = stack.worker_pids[0]
+    stack.kill_worker(0)  # and its environments with it
     assert stack.worker_pids[0] is None and stack.dead_children() == []
+    wait_for(lambda: not any(_alive(int(pid)) for pid in first), timeout=10)  # reaped by init
     second_pid = stack.start_worker(0)
     assert second_pid != first_pid
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "after"}))
-    assert wait_for(lambda: seen_by("after")) == {str(second_pid)}
+    assert len(wait_for(lambda: seen_by("after"))) == 1
+    assert seen_by("after") <= {str(pid) for pid in stack.environment_pids("worker-0")}
+    assert not seen_by("after") & first
     stack.check()
 
 
@@ -507,8 +554,8 @@ def test_a_crashed_worker_or_api_process_is_replaced_and_the_stack_keeps_serving
         )
         return {item["Key"].rsplit("/", 1)[1] for item in listed.get("Contents", [])}
 
-    workers_before = set(stack.pids("worker-"))
-    crashed = stack.crash("worker-")
+    workers_before = set(stack.pids("worker-"))  # the poller's and its environments'
+    crashed = stack.crash("worker-")  # one environment: the poller replaces it
     replacement = wait_for(lambda: (set(stack.pids("worker-")) - workers_before) or None, timeout=10)
     assert crashed not in stack.pids("worker-") and len(replacement) == 1
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"id": "after-crash"}))
@@ -520,7 +567,8 @@ def test_a_crashed_worker_or_api_process_is_replaced_and_the_stack_keeps_serving
     wait_for(lambda: port_open(stack.ports.api), timeout=20)
     answered = httpx.post(f"{stack.api_url}/anything", content=b"{}")
     assert answered.status_code == 200
-    assert len(stack.replaced) == 2 and stack.dead_children() == []
+    wait_for(lambda: len(stack.replaced) == 2, timeout=10)
+    assert stack.dead_children() == []
     stack.check()
 
 

@@ -109,6 +109,10 @@ TABLES = (BATCHES, REQUESTS, CONTROL, FILES)
 # Work: chain messages for the worker (see batchgw.domain.chains). Its depth follows the
 # number of running chains, never the number of requests.
 WORK_QUEUE = QueueSpec(logical_id="Work", env_var="BATCHGW_WORK_QUEUE_URL", max_receive_count=10)
+# Worker invocations in flight at once (the work queue's event source mapping's maximum
+# concurrency), whatever the queue's depth. The per-model caps are lease slots in DynamoDB;
+# this bounds the whole gateway. The CDK stack and the local stack's pollers both read it.
+WORKER_MAX_CONCURRENCY = 50
 
 # Webhooks: batch events (FIFO, one message group per user: one user's events go out one
 # at a time, in order). A delivery waits by keeping its message invisible, so a message is
