@@ -17,11 +17,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +30,17 @@ from batchgw.config.settings import Settings
 from batchgw.storage.aws import CALLS_DIR_ENV
 
 from bench import cost, imports, validation
-from bench.direct import DirectRun, run_direct
-from bench.gateway import GatewayRun, Stalled, api_client, run_batch
+from bench.gateway import Stalled, api_client
+from bench.measure import (
+    MODEL_CAP,
+    THROUGHPUT_BUCKET_SECONDS,
+    DirectFigures,
+    GatewayFigures,
+    measure_direct,
+    measure_gateway,
+    warm_up,
+)
 from bench.probes import (
-    CallSnapshot,
-    MotoProbe,
-    Occupancy,
-    SimSampler,
-    cpu_seconds,
-    percentile,
-    settled_calls,
-    sim_reset,
-    sim_stats,
     stack_processes,
 )
 from bench.workload import MODEL, Workload, dispatch_workload, retry_workload
@@ -51,7 +49,6 @@ from local.run import LocalStack
 
 DEFAULT_N = 2000
 SIM_LATENCY_MS = 500
-MODEL_CAP = 16
 RATIO_BUDGET = 1.3
 
 
@@ -73,137 +70,9 @@ THROUGHPUT = Scale("throughput", n=2000, latency_ms=0, cap=64)
 THROUGHPUT_GOAL_RPS = 60
 CALLS_PER_ITEM_BUDGET = 6.0
 WARMUP_REQUESTS = 2 * MODEL_CAP
-POLL_CALIBRATION = 20  # status polls made after a run to learn what one poll costs in AWS calls
 IMPORT_RUNS = 5
-THROUGHPUT_BUCKET_SECONDS = 10.0
 VALIDATION_LINES = 50_000
 DEFAULT_OUT = Path(__file__).resolve().parent / "last.json"
-
-
-# --- one gateway run with its probes ------------------------------------------------------------
-
-
-@dataclass
-class GatewayFigures:
-    run: GatewayRun
-    occupancy: Occupancy
-    sim: dict[str, int]  # /_sim/stats for the model after the run (counted from a reset)
-    calls: CallSnapshot  # AWS calls during the run (create to last result page), every process
-    calls_per_status_poll: float
-    cpu_by_role: dict[str, float]  # CPU seconds each kind of process used during the run
-    throughput: list[int]  # upstream requests per THROUGHPUT_BUCKET_SECONDS
-    moto_ms: dict[str, float | None]  # GetItem latency on moto: p50/p90, idle and under load
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def total_calls(self) -> int:
-        return sum(self.calls.total.values())
-
-    @property
-    def status_poll_calls(self) -> float:
-        return self.run.status_polls * self.calls_per_status_poll
-
-    def calls_per_item(self, n: int) -> float:
-        """Every process's AWS calls, less those the benchmark's own status polls caused."""
-        return (self.total_calls - self.status_poll_calls) / n
-
-    def calls_per_item_with_polls(self, n: int) -> float:
-        return self.total_calls / n
-
-
-def _cpu_by_role(
-    roles: dict[int, str], before: dict[int, float], after: dict[int, float]
-) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for pid, seconds in after.items():
-        role = roles.get(pid, "other")
-        out[role] = out.get(role, 0.0) + seconds - before.get(pid, seconds)
-    return out
-
-
-def measure_gateway(
-    stack: LocalStack,
-    api: httpx.Client,
-    sim: httpx.Client,
-    workload: Workload,
-    calls_dir: Path,
-    roles: dict[int, str],
-    cap: int = MODEL_CAP,
-) -> GatewayFigures:
-    sim_reset(sim)
-    calls_before = settled_calls(calls_dir)
-    probe = MotoProbe(stack.env)
-    idle = probe.idle_latencies()
-    cpu_before = cpu_seconds(list(roles))
-    with SimSampler(stack.sim_url, MODEL) as sampler, probe:
-        run = run_batch(api, workload)
-        cpu_after = cpu_seconds(list(roles))
-        end = run.t0 + run.total_seconds
-        occupancy = sampler.occupancy(run.t0, end)
-        throughput = sampler.throughput(run.t0, end, THROUGHPUT_BUCKET_SECONDS)
-        loaded = probe.latencies(run.t0, end)
-    moto_ms = {
-        f"{label}_{name}": None if value is None else 1000 * value
-        for label, values in (("idle", idle), ("loaded", loaded))
-        for name, value in (("p50", percentile(values, 0.5)), ("p90", percentile(values, 0.9)))
-    }
-    stats = sim_stats(sim, MODEL)
-    calls = settled_calls(calls_dir) - calls_before
-
-    # What one status poll costs (the benchmark polls every 50 ms: not part of an item's path).
-    api_pids = [pid for pid, role in roles.items() if role == "api"]
-    before = settled_calls(calls_dir)
-    for _ in range(POLL_CALIBRATION):
-        api.get(f"/batches/{run.batch_id}").raise_for_status()
-    polled = settled_calls(calls_dir) - before
-    per_poll = sum(sum(polled.by_pid.get(pid, Counter()).values()) for pid in api_pids) / POLL_CALIBRATION
-
-    problems = list(run.problems)
-    if stats["requests"] != workload.expected_upstream_requests:
-        problems.append(
-            f"the simulator saw {stats['requests']} requests, expected {workload.expected_upstream_requests}"
-        )
-    if stats["max_in_flight"] > cap:
-        problems.append(f"{stats['max_in_flight']} requests were in flight at once (cap {cap})")
-    stack.check()
-    cpu = _cpu_by_role(roles, cpu_before, cpu_after)
-    return GatewayFigures(run, occupancy, stats, calls, per_poll, cpu, throughput, moto_ms, problems)
-
-
-@dataclass
-class DirectFigures:
-    run: DirectRun
-    occupancy: Occupancy
-    sim: dict[str, int]
-    throughput: list[int]
-
-
-def measure_direct(
-    stack: LocalStack,
-    sim: httpx.Client,
-    workload: Workload,
-    settings: Settings,
-    retry: bool,
-    cap: int = MODEL_CAP,
-) -> DirectFigures:
-    sim_reset(sim)
-    with SimSampler(stack.sim_url, MODEL) as sampler:
-        start = time.monotonic()
-        run = run_direct(stack.sim_url, workload, concurrency=cap, settings=settings, retry=retry)
-        end = time.monotonic()
-        occupancy = sampler.occupancy(start, end)
-        throughput = sampler.throughput(start, end, THROUGHPUT_BUCKET_SECONDS)
-    return DirectFigures(run, occupancy, sim_stats(sim, MODEL), throughput)
-
-
-def warm_up(api: httpx.Client, n: int) -> None:
-    """A small batch first, so the measured run does not pay the workers' first invocations."""
-    run = run_batch(api, Workload("warmup", tuple(f"warm-up {i}" for i in range(n)), "w"))
-    if run.problems:
-        raise RuntimeError(f"the warm-up batch went wrong: {run.problems}")
-
-
-# --- cold start -------------------------------------------------------------------------------------
 
 
 # --- the report ------------------------------------------------------------------------------------
@@ -494,15 +363,15 @@ class Bench:
             print(f"warm-up batch of {WARMUP_REQUESTS} requests...", flush=True)
             warm_up(api, WARMUP_REQUESTS)
         # After the warm-up: the execution environments it started are the run's (more may start).
-        roles = {p.pid: p.role for p in stack_processes()}
-        print("stack processes: " + ", ".join(f"{r}={p}" for p, r in sorted(roles.items())), flush=True)
+        alive = sorted((p.pid, p.role) for p in stack_processes())
+        print("stack processes: " + ", ".join(f"{r}={p}" for p, r in alive), flush=True)
 
         # The gateway first, then the direct client on the same simulator: the direct client
         # touches nothing but the simulator, so neither run leaves work behind for the other,
         # and the gateway's run is not preceded by a minute of load on the same 2 cores.
         dispatch = dispatch_workload(n)
         print(f"gateway: batch of {n}...", flush=True)
-        gw = measure_gateway(stack, api, sim, dispatch, self.calls_dir, roles)
+        gw = measure_gateway(stack, api, sim, dispatch, self.calls_dir)
         self.problems += [f"dispatch: {p}" for p in gw.problems]
         print(f"  {gw.run.total_seconds:.2f} s; direct client, same requests...", flush=True)
         direct = measure_direct(stack, sim, dispatch, settings, retry=False)
@@ -519,7 +388,7 @@ class Bench:
                 "aws_calls_per_status_poll": gw.calls_per_status_poll,
                 "status_polls": gw.run.status_polls,
                 "calls_by_operation": dict(gw.calls.total.most_common()),
-                "calls_by_role": {r: dict(c) for r, c in gw.calls.by_role(roles).items()},
+                "calls_by_role": {r: dict(c) for r, c in gw.calls.by_role(gw.roles).items()},
                 "gateway_timeline_seconds": {
                     "create_call": gw.run.create_seconds,
                     "in_progress_seen": gw.run.in_progress_seconds,
@@ -552,7 +421,7 @@ class Bench:
         self.save()
 
         if not self.args.skip_retry:
-            self._retry(stack, api, sim, settings, roles)
+            self._retry(stack, api, sim, settings)
 
         print("\ncold start: the api handler's import against boto3's...", flush=True)
         times = imports.import_ratio(stack.env, runs=IMPORT_RUNS)
@@ -589,9 +458,8 @@ class Bench:
             settings = Settings.from_env(stack.env)
             if not self.args.no_warmup:
                 warm_up(api, 2 * scale.cap)
-            roles = {p.pid: p.role for p in stack_processes()}  # with the environments it started
             workload = dispatch_workload(scale.n)
-            gw = measure_gateway(stack, api, sim, workload, calls_dir, roles, cap=scale.cap)
+            gw = measure_gateway(stack, api, sim, workload, calls_dir, cap=scale.cap)
             self.problems += [f"{scale.name}: {p}" for p in gw.problems]
             print(f"  {gw.run.total_seconds:.2f} s; direct client, same requests...", flush=True)
             direct = measure_direct(stack, sim, workload, settings, retry=False, cap=scale.cap)
@@ -714,11 +582,10 @@ class Bench:
         api: httpx.Client,
         sim: httpx.Client,
         settings: Settings,
-        roles: dict[int, str],
     ) -> None:
         retrying = retry_workload(self.retry_n)
         print(f"\ngateway: batch of {self.retry_n}, {retrying.failing} failing twice...", flush=True)
-        gw = measure_gateway(stack, api, sim, retrying, self.calls_dir, roles)
+        gw = measure_gateway(stack, api, sim, retrying, self.calls_dir)
         self.problems += [f"retry: {p}" for p in gw.problems]
         print(f"  {gw.run.total_seconds:.2f} s; direct client with retries...", flush=True)
         direct = measure_direct(stack, sim, retrying, settings, retry=True)
