@@ -136,7 +136,7 @@ def model_full(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
 
 def yielded(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     _, message = prepared(deps, ["hello 0"])
-    tune(deps, mp, yield_in_place_seconds=0.0)  # one round in place, then it leaves
+    in_place(deps, mp, 0.0)  # one round in place, then it leaves
     deps.interactive.report("gateway-1", {"sim-chat": 1}, now=clock(), ttl_seconds=60)  # the cap is 1
     return Case(message, [(message.resume_at(0, full=1), 2, 4)])
 
@@ -407,8 +407,14 @@ def test_a_chain_that_waited_in_place_reads_its_batch_again_so_a_cancel_meanwhil
 SHORT_ROUNDS = {"BATCH_SLOT_WAIT_SECONDS": "0.25"}
 
 
-def short_rounds(deps: Deps, monkeypatch: pytest.MonkeyPatch, **changes: float) -> None:
-    tune(deps, monkeypatch, yield_round_seconds=0.25, **changes)
+def short_rounds(deps: Deps, monkeypatch: pytest.MonkeyPatch) -> None:
+    tune(deps, monkeypatch, yield_round_seconds=0.25)
+
+
+def in_place(deps: Deps, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """BATCH_YIELD_IN_PLACE_SECONDS set to ``seconds`` (as an administrator's override would)."""
+    changed = deps.settings.model_copy(update={"batch_yield_in_place_seconds": seconds})
+    monkeypatch.setattr(deps.live, "settings", changed)
 
 
 def test_a_chain_that_gave_way_waits_in_place_round_after_round_while_the_traffic_lasts(
@@ -431,7 +437,8 @@ def test_a_chain_that_gave_way_leaves_once_it_has_waited_in_place_its_longest(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
 ) -> None:
     deps, _, message, sent = waiting_in_place(sim, monkeypatch, ends_at_look=None, **SHORT_ROUNDS)
-    short_rounds(deps, monkeypatch, yield_in_place_seconds=1.0)
+    short_rounds(deps, monkeypatch)
+    in_place(deps, monkeypatch, 1.0)
     looks = count_calls(monkeypatch, model_gate, "share_of")
     notes = count_calls(monkeypatch, deps.slots, "wait")
     asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))

@@ -127,11 +127,23 @@ def test_the_worker_reads_the_reports_at_most_four_times_a_second(
     deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=10)
     for _ in range(50):
         assert deps.shares.share("sim-chat").slots == 4  # what it read less than a moment ago
-    clock.advance(TUNING.shares_max_age_seconds * 0.9)
+    assert deps.settings.batch_share_read_seconds == 0.25  # BATCH_SHARE_READ_SECONDS's default
+    clock.advance(deps.settings.batch_share_read_seconds * 0.9)
     assert deps.shares.share("sim-chat").slots == 4
-    clock.advance(TUNING.shares_max_age_seconds * 0.2)
+    clock.advance(deps.settings.batch_share_read_seconds * 0.2)
     assert deps.shares.share("sim-chat").slots == 2
     assert reads == 2
+
+
+def test_an_operator_may_have_the_reports_read_less_often(sim: Simulator, clock: FakeClock) -> None:
+    # On AWS each execution environment reads them: BATCH_SHARE_READ_SECONDS sets how often.
+    deps = make_deps(sim, clock, **SETTINGS, BATCH_SHARE_READ_SECONDS="2")
+    assert deps.shares.share("sim-chat").slots == 4
+    deps.interactive.report("gw", {"sim-chat": 2}, now=clock(), ttl_seconds=10)
+    clock.advance(1.9)
+    assert deps.shares.share("sim-chat").slots == 4  # read 1.9 s ago: young enough
+    clock.advance(0.2)
+    assert deps.shares.share("sim-chat").slots == 2
 
 
 def test_while_the_reports_cannot_be_read_nothing_new_starts_and_a_running_request_goes_on(
@@ -239,7 +251,7 @@ def test_a_chain_goes_by_a_recent_share_while_one_read_beside_the_chains_brings_
     monkeypatch.setattr(deps.interactive, "reports", slow)
 
     async def looks() -> tuple[list[int], int, int]:
-        clock.advance(TUNING.shares_max_age_seconds * 1.5)  # due again, but recent
+        clock.advance(deps.settings.batch_share_read_seconds * 1.5)  # due again, but recent
         seen = [(await share_of(deps, "sim-chat")).slots for _ in range(5)]  # no chain waits
         answer.set()
         deadline = time.monotonic() + 10
@@ -247,7 +259,9 @@ def test_a_chain_goes_by_a_recent_share_while_one_read_beside_the_chains_brings_
             await asyncio.sleep(0.01)
         after = (await share_of(deps, "sim-chat")).slots
         deps.interactive.report("gw", {"sim-chat": 3}, now=clock(), ttl_seconds=60)
-        clock.advance(TUNING.shares_max_age_seconds * 2.5)  # too old to go by: the chain waits for the read
+        clock.advance(
+            deps.settings.batch_share_read_seconds * 2.5
+        )  # too old to go by: the chain waits for the read
         return seen, after, (await share_of(deps, "sim-chat")).slots
 
     seen, after, waited = asyncio.run(looks())

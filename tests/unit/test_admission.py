@@ -82,7 +82,10 @@ class World:
 
     def admission(self, full: int = 0) -> Admission:
         return Admission(
-            lambda: self.live.settings.batch_slot_wait_seconds, full=full, jitter=lambda: self.jitter[0]
+            lambda: self.live.settings.batch_slot_wait_seconds,
+            lambda: self.live.settings.batch_yield_in_place_seconds,
+            full=full,
+            jitter=lambda: self.jitter[0],
         )
 
     def share(self) -> BatchShare:
@@ -194,7 +197,7 @@ def test_a_refused_slot_write_says_why_the_model_was_paused_given_way_full_or_yi
     assert Admission.needs_share(full)
     assert admission.refused(full, world.share(), now=now) == Wait(StopReason.MODEL_FULL, 4 * SLOT_WAIT)
     world.interactive.in_flight[MODEL] = 1
-    world.clock.advance(TUNING.shares_max_age_seconds)  # the reports are read again
+    world.clock.advance(world.live.settings.batch_share_read_seconds)  # the reports are read again
     assert admission.refused(full, world.share(), now=world.clock()) == Wait(StopReason.YIELD, 2 * SLOT_WAIT)
 
 
@@ -212,7 +215,19 @@ def test_a_chain_that_yielded_waits_in_place_round_after_round_while_the_share_y
     world.clock.advance(10)  # past the peak held and the reads' age
     assert not world.share().yielding
     assert admission.in_place_round(first, first, world.share()) is None
-    # ... and yield_in_place_seconds in all at most: then it leaves.
-    limit = TUNING.yield_in_place_seconds
+    # ... and BATCH_YIELD_IN_PLACE_SECONDS in all at most: then it leaves.
+    limit = world.live.settings.batch_yield_in_place_seconds
     assert admission.in_place_round(first, limit - TUNING.yield_round_seconds, yielding) is not None
     assert admission.in_place_round(first, limit - TUNING.yield_round_seconds + 0.1, yielding) is None
+
+
+def test_an_administrators_in_place_limit_applies_from_the_next_round(world: World) -> None:
+    world.interactive.in_flight[MODEL] = 1
+    admission, yielding = world.admission(), world.share()
+    assert admission.in_place_round(2.0, 10.0, yielding) == TUNING.yield_round_seconds
+    # BATCH_YIELD_IN_PLACE_SECONDS lowered at run time: the chain that waited 10 s leaves.
+    world.live.settings = world.live.settings.model_copy(update={"batch_yield_in_place_seconds": 12.0})
+    assert admission.in_place_round(2.0, 10.0, yielding) is None
+    # 0: a chain leaves after its first look.
+    world.live.settings = world.live.settings.model_copy(update={"batch_yield_in_place_seconds": 0.0})
+    assert admission.in_place_round(2.0, 0.0, yielding) is None

@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from batchgw.scheduling.pacing import CallPacer
@@ -27,8 +28,10 @@ class FakeTime:
         self.slept.append(round(seconds, 6))
 
 
-def pacer_with(time: FakeTime, *, chains: int, call_seconds: float) -> CallPacer:
-    pacer = CallPacer(clock=time.clock, sleep=time.sleep)
+def pacer_with(
+    time: FakeTime, *, chains: int, call_seconds: float, enabled: Callable[[], bool] = lambda: True
+) -> CallPacer:
+    pacer = CallPacer(clock=time.clock, sleep=time.sleep, enabled=enabled)
     for _ in range(chains):
         pacer.joined()
     started = time.now
@@ -71,6 +74,16 @@ def test_the_spacing_never_slows_the_chains_below_their_calls_pace() -> None:
     instant = pacer_with(FakeTime(), chains=10, call_seconds=0.0)
     assert instant.spacing() == 0.0  # calls that answer at once are not spaced at all
     assert CallPacer(clock=time.clock, sleep=time.sleep).spacing() == 0.0  # none seen yet
+
+
+def test_with_pacing_off_calls_start_at_once_and_back_on_they_are_spaced_again() -> None:
+    time, pacing = FakeTime(), [False]  # BATCH_CALL_PACING, as an administrator sets it
+    pacer = pacer_with(time, chains=4, call_seconds=0.5, enabled=lambda: pacing[0])
+    assert pacer.spacing() == 0.0
+    assert len(set(asyncio.run(turns(pacer, 4)))) == 1  # all four at the same instant
+    pacing[0] = True
+    assert pacer.spacing() > 0.0
+    assert len(set(asyncio.run(turns(pacer, 4)))) == 4
 
 
 def test_the_invocations_of_one_process_take_turns_on_its_pacer() -> None:

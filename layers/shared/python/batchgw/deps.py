@@ -151,7 +151,7 @@ def build_deps(
         health=ModelHealth(),
         route_health=RouteHealth(),
         stored=StoredResults(),
-        pacer=CallPacer(tuning=tuning),
+        pacer=CallPacer(tuning=tuning, enabled=lambda: live.settings.batch_call_pacing),
         clock=clock,
         tuning=tuning,
     )

@@ -142,6 +142,36 @@ class Settings(BaseModel):
             "flight. Applies only while BATCH_YIELD_TO_INTERACTIVE is on"
         ),
     )
+    # Scheduling's knobs that matter on AWS (the rest are ``scheduling.tuning``'s constants).
+    batch_yield_in_place_seconds: float = Field(
+        30,
+        ge=0,
+        le=600,
+        alias="BATCH_YIELD_IN_PLACE_SECONDS",
+        description=(
+            "How long in all a chain that yields to interactive traffic waits in place for room, its "
+            "invocation billed, before it leaves by a message: each round reads its batch and notes it "
+            "waiting; 0: it leaves after its first look"
+        ),
+    )
+    batch_share_read_seconds: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        alias="BATCH_SHARE_READ_SECONDS",
+        description=(
+            "How old an execution environment's view of the interactive load may grow before its chains "
+            "read it again (one Query per environment at most this often): lower yields sooner, reads more"
+        ),
+    )
+    batch_call_pacing: bool = Field(
+        True,
+        alias="BATCH_CALL_PACING",
+        description=(
+            "Space the upstream call starts of one execution environment over half the recent call length, "
+            "so requests started together do not all end together; off: each call starts at once"
+        ),
+    )
     batch_max_requests: int = Field(
         50_000, ge=1, alias="BATCH_MAX_REQUESTS", description="Requests one batch may hold"
     )

@@ -35,7 +35,10 @@ class ModelGate:
         self.slot = SlotHolder(deps, batch_id)
         # It counts the times in a row the chain found its model full (``ChainMessage.full``).
         self.admission = Admission(
-            lambda: deps.settings.batch_slot_wait_seconds, full=full, tuning=deps.tuning
+            lambda: deps.settings.batch_slot_wait_seconds,
+            lambda: deps.settings.batch_yield_in_place_seconds,
+            full=full,
+            tuning=deps.tuning,
         )
         self.going_for: str | None = None  # the model this chain waited in place for, and went
 

@@ -74,12 +74,14 @@ class Admission:
     def __init__(
         self,
         slot_wait_seconds: Callable[[], float],
+        in_place_seconds: Callable[[], float],
         *,
         full: int = 0,
         tuning: Tuning = TUNING,
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self._slot_wait_seconds = slot_wait_seconds  # BATCH_SLOT_WAIT_SECONDS, as it is now
+        self._in_place_seconds = in_place_seconds  # BATCH_YIELD_IN_PLACE_SECONDS, as it is now
         self._tuning = tuning
         self._jitter = jitter
         self.full = full  # the times in a row the chain found its model full
@@ -157,8 +159,8 @@ class Admission:
         """The next round a chain that yielded waits in place, having waited ``waited``
         seconds of rounds (the first was ``first`` seconds): at least
         ``Tuning.yield_round_seconds``, for as long as the share still yields, at most
-        ``Tuning.yield_in_place_seconds`` in all. None: it leaves for ``first`` seconds."""
+        ``BATCH_YIELD_IN_PLACE_SECONDS`` in all. None: it leaves for ``first`` seconds."""
         round_seconds = max(first, self._tuning.yield_round_seconds)
-        if not share.yielding or waited + round_seconds > self._tuning.yield_in_place_seconds:
+        if not share.yielding or waited + round_seconds > self._in_place_seconds():
             return None
         return round_seconds

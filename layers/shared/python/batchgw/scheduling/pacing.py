@@ -13,6 +13,8 @@ call length shared among the chains running, so that a group spreads over half a
 length and the ends that follow come one after another (the runs behind the figure are in
 docs/design/scheduling.md).
 
+With ``BATCH_CALL_PACING`` off, calls start at once.
+
 The spacing never slows a process below its chains' own pace. The recent call length is
 the mean length of the calls as they come, so the chains running over it is the rate of starts
 they need (chains of several lengths included: the short ones' calls come more often); the
@@ -42,9 +44,11 @@ class CallPacer:
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         *,
         tuning: Tuning = TUNING,
+        enabled: Callable[[], bool] = lambda: True,
     ) -> None:
         self._clock = clock
         self._sleep = sleep
+        self._enabled = enabled  # BATCH_CALL_PACING, as it is now
         self._spread = tuning.spread_share
         self._most = tuning.spacing_max_seconds
         self._weight = tuning.length_weight
@@ -68,7 +72,9 @@ class CallPacer:
         return self._length
 
     def spacing(self) -> float:
-        """The least time between two call starts now."""
+        """The least time between two call starts now (none while pacing is off)."""
+        if not self._enabled():
+            return 0.0
         return min(self._most, self._spread * self._length / max(1, self._chains))
 
     async def turn(self) -> float:

@@ -3,7 +3,7 @@
 A model's share is its cap, less the interactive requests in flight that the reports say,
 less the reserve (``domain.interactive.batch_share``), held to its adaptive limit
 (``domain.adaptive``). Reports and limits are read at most every
-``Tuning.shares_max_age_seconds`` and ``Tuning.limits_max_age_seconds``.
+``BATCH_SHARE_READ_SECONDS`` and ``Tuning.limits_max_age_seconds``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class BatchShares:
     """Each model's batch share now (``domain.interactive.batch_share``): its cap, less the
     interactive requests in flight that the reports say, less the reserve, held to the
     model's adaptive limit (``domain.adaptive``): the reports read at most every
-    ``Tuning.shares_max_age_seconds``, the limits every ``limits_max_age_seconds``. While the reports
+    ``BATCH_SHARE_READ_SECONDS``, the limits every ``Tuning.limits_max_age_seconds``. While the reports
     cannot be read the load is unknown (no new batch request starts while the shared load
     counts); while the limits cannot be read, none holds (they only ever lower it)."""
 
@@ -60,7 +60,6 @@ class BatchShares:
         self._store = store
         self._limits = limits
         self._clock = clock
-        self._max_age = tuning.shares_max_age_seconds
         self._load: InteractiveLoad | None = None
         self._recent: list[tuple[float, InteractiveLoad]] = []  # the loads read lately, for ``peak``
         self._adaptive: dict[str, Adaptive] = {}
@@ -94,6 +93,11 @@ class BatchShares:
         if read:
             self.refresh()
         return self._adaptive.get(model, Adaptive())
+
+    @property
+    def _max_age(self) -> float:
+        """How old the reports read may grow (``BATCH_SHARE_READ_SECONDS``, as it is now)."""
+        return self._live.settings.batch_share_read_seconds
 
     def fresh(self) -> bool:
         """Whether ``share`` answers now without reading the table."""

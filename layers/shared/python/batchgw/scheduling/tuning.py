@@ -2,7 +2,10 @@
 
 The figures behind them (the runs they were measured in, when, and on what) are in
 ``docs/design/scheduling.md``. What an administrator changes at run time is a setting
-(``config.settings``), not a field here: these change with a release.
+(``config.settings``), not a field here: these change with a release. The knobs whose best
+value depends on the deployment are settings: how long a yielded chain waits in place
+(``BATCH_YIELD_IN_PLACE_SECONDS``), how old the interactive load read may be
+(``BATCH_SHARE_READ_SECONDS``), and whether call starts are paced (``BATCH_CALL_PACING``).
 """
 
 from __future__ import annotations
@@ -35,16 +38,12 @@ class Tuning:
     slot_wait_max_factor: int = 4
     # A chain that yielded backs off to this factor only: interactive bursts end.
     yield_wait_max_factor: int = 2
-    # A chain waiting in place looks for room as often as the shares are read.
+    # A chain waiting in place looks for room as often as the shares are read (by default).
     room_look_seconds: float = 0.25
-    # Waited in place this long in all, it leaves: billed time against a message and reads.
-    yield_in_place_seconds: float = 30.0
     # Further rounds in place last this long at least: each reads the batch and notes it waiting.
     yield_round_seconds: float = 5.0
 
     # --- the share: interactive reports and adaptive limits -----------------------------------
-    # A burst queues at the model at most this long before batch work gives way.
-    shares_max_age_seconds: float = 0.25
     # Adaptive limits change at most once per cooldown: read once a second at most.
     limits_max_age_seconds: float = 1.0
     # A transient read failure stops no batch work for this long; then the load is unknown.
