@@ -161,6 +161,7 @@ def test_the_calls_each_function_is_known_to_make_are_allowed(roles: dict[str, A
             Touch("sqs.SendMessage", "", "batchgw-webhooks.fifo"),  # a batch's end, to its owner's webhook
             Touch("dynamodb.BatchWriteItem", "Put", "batchgw-requests", "batch*"),
             Touch("dynamodb.GetItem", "", CONTROL, "webhook#*"),
+            Touch("dynamodb.PutItem", "", CONTROL, "whevents#*"),  # its event's delivery, due now
             Touch("dynamodb.UpdateItem", "", CONTROL, "idem#*"),
             Touch("dynamodb.PutItem", "", FILES, "file*"),  # a result file
             Touch("s3.DeleteObjects", "", DATA, "bodies/*"),

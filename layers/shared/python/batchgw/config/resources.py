@@ -243,9 +243,10 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # its own; the lost attempts of a request the reconciler ends, in its end), read for
     # quotas and /v1/me
     "spend#*": access(read=(API,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
-    # storage.webhooks: a user's endpoint and its delivery log
+    # storage.webhooks: a user's endpoint and its delivery log (a batch's end records its
+    # event's delivery, due now, before it queues it: ``run.ending.announce``)
     "webhook#*": access(read=(LIFECYCLE,), write=(API, ADMIN, WEBHOOKS)),
-    "whevents#*": access(read=(API,), write=(ADMIN, WEBHOOKS)),
+    "whevents#*": access(read=(API,), write=(ADMIN, WEBHOOKS, LIFECYCLE)),
     # storage.control: uploads in parts, hourly upload counters, a result file's parts
     "upload#*": access(write=(API,)),
     "uploads#*": access(write=(API,)),
