@@ -340,7 +340,7 @@ def _described(request: Request) -> str:
 
 
 def synthesize(outdir: Path) -> tuple[BatchGwStack, dict[str, Any]]:
-    """The stack, synthesized offline as ``tests/infra/test_stack.py`` does, and its template."""
+    """The stack, synthesized offline as ``tests/infra/synth.py`` does, and its template."""
     app = App(context={**cdk_json_context(), **SKIP_BUNDLING}, outdir=str(outdir))
     stack = BatchGwStack(app, "BatchGwPermissions")
     return stack, Template.from_stack(stack).to_json()
