@@ -76,6 +76,7 @@ from bench.cost_report import (
     print_modes,
     print_provisioned,
     provisioned_cost,
+    scheduling_cost,
     units_per_request,
 )
 from bench.gateway import FINAL_STATUSES, RESULTS_PAGE_LIMIT, api_client
@@ -668,6 +669,7 @@ def mode_cost(measured: Measured, run: CostRun) -> dict[str, Any]:
         "worker_gb_seconds_per_request": round(worker_gb_seconds, 6),
         "dynamodb_write_units_per_request": round(units_per_request(measured.usage, "dynamodb_wru"), 3),
         "dynamodb_read_units_per_request": round(units_per_request(measured.usage, "dynamodb_rru"), 3),
+        "scheduling_per_million_usd": round(scheduling_cost(measured.usage), 4),
     }
 
 

@@ -10,6 +10,7 @@ from batchgw.config import resources
 
 from bench import cost_model as m
 from bench import prices
+from bench.sched_rates import SCHEDULING_KINDS
 from infra.capacity import SCALE_IN_BELOW_POINTS, TableCapacity
 
 GOAL_USD = 5.0
@@ -70,6 +71,17 @@ def print_breakdown(breakdown: m.CostBreakdown, figures: Mapping[str, Any]) -> N
         print(f"  step functions: {figures['step_functions_transitions_per_batch']} transitions per batch")
 
 
+def scheduling_cost(usage: Sequence[m.UsageLine]) -> float:
+    """USD per million requests of the DynamoDB reads and writes in scheduling's partitions
+    (``bench.sched_rates.SCHEDULING_KINDS``: the components ``read|write <table> <kind> ...``)."""
+    lines = [
+        line
+        for line in usage
+        if line.service == "DynamoDB" and line.component.split(" ")[2:3] in ([k] for k in SCHEDULING_KINDS)
+    ]
+    return m.price(lines).total
+
+
 def units_per_request(usage: Sequence[m.UsageLine], price: str) -> float:
     return sum(line.quantity for line in usage if line.price == price)
 
@@ -128,12 +140,16 @@ def print_modes(by_mode: Mapping[str, Mapping[str, Any]]) -> None:
     print("\nper million requests, by where the batch ran (model cost at the price paid):")
     print(
         f"  {'mode':<16}{'AWS':>10}{'model':>12}{'total':>12}{'batch s':>9}"
-        f"{'worker GB-s/req':>17}{'WRU/req':>9}{'RRU/req':>9}"
+        f"{'worker GB-s/req':>17}{'WRU/req':>9}{'RRU/req':>9}{'scheduling':>12}"
     )
     for mode, f in by_mode.items():
         print(
             f"  {mode:<16}{f['aws_per_million_usd']:>10.2f}{f['model_per_million_usd']:>12.2f}"
             f"{f['total_per_million_usd']:>12.2f}{f['batch_seconds']:>9.1f}"
             f"{f['worker_gb_seconds_per_request']:>17.4f}{f['dynamodb_write_units_per_request']:>9.2f}"
-            f"{f['dynamodb_read_units_per_request']:>9.2f}"
+            f"{f['dynamodb_read_units_per_request']:>9.2f}{f.get('scheduling_per_million_usd', 0.0):>12.3f}"
         )
+    print(
+        "  (scheduling: the DynamoDB reads and writes of the interactive load, the adaptive limits,"
+        " the slot maps and the live configuration, in USD per million requests)"
+    )

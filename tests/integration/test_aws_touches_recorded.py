@@ -4,6 +4,7 @@ included, as the e2e permission check reads them; moto in process answers the ca
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +79,24 @@ def test_each_item_of_a_transaction_and_each_object_of_a_copy_is_recorded_with_i
         "s3.CopyObject": 1,
         "dynamodb.GetItem": 1,
     }
+
+
+def test_how_often_each_partition_kind_is_touched_is_recorded_per_function(
+    session: boto3.session.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(aws.FUNCTION_NAME_ENV, "batchgw-worker")
+    aws.record_calls(session, tmp_path)
+    runtime = RuntimeStore(session.client("dynamodb"), CONTROL)
+    for value in ("free", "internal", "free"):
+        runtime.set_setting("BATCH_MIN_ROLE", value, by="u1", now=0)
+    AccountStore(session.client("dynamodb"), CONTROL).by_hash("ab12")
+    expected = {
+        Touch("dynamodb.PutItem", "", CONTROL, "runtime"): 3,
+        Touch("dynamodb.GetItem", "", CONTROL, "key#*"): 1,
+    }
+
+    # A touch seen before is counted on disk at the next flush (every half second).
+    deadline = time.monotonic() + 10
+    while (counts := aws.read_recorded_touch_counts(tmp_path).get("batchgw-worker")) != expected:
+        assert time.monotonic() < deadline, counts
+        time.sleep(0.05)

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from bench import cost_model as m
+from bench import prices
 from bench.cost import function_memory_mb, log_bytes, remaining_transitions
 from bench.cost_replay import classify
-from bench.cost_report import provisioned_cost
+from bench.cost_report import provisioned_cost, scheduling_cost
 from infra.capacity import TableCapacity
 
 KB = 1024
@@ -254,3 +255,15 @@ def test_recorded_requests_are_classified_by_service_and_operation() -> None:
     assert (presigned.service, presigned.operation) == ("s3", "GetObject")
     invoke = classify(4, entry("http://h/2015-03-31/functions/batchgw-lifecycle/invocations"))
     assert (invoke.service, invoke.operation) == ("lambda", "Invoke:batchgw-lifecycle")
+
+
+def test_scheduling_cost_counts_only_the_reads_and_writes_of_scheduling_partitions() -> None:
+    usage = [
+        m.UsageLine("DynamoDB", "read control interactive Query eventual", "dynamodb_rru", 2.0),
+        m.UsageLine("DynamoDB", "write control slots#* Update", "dynamodb_wru", 1.0),
+        m.UsageLine("DynamoDB", "write control job#* Update tx", "dynamodb_wru", 4.0),  # the batch's own
+        m.UsageLine("SQS", "requests worker", "sqs_request", 3.0),
+    ]
+
+    expected = 1e6 * (2.0 * prices.DYNAMODB_READ_UNIT.each + 1.0 * prices.DYNAMODB_WRITE_UNIT.each)
+    assert scheduling_cost(usage) == pytest.approx(expected)

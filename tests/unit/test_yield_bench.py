@@ -4,7 +4,9 @@ turns what it saw into the two figures it reports."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
+from bench.sched_rates import Look, rates
 from bench.yield_run import (
     Cycles,
     Run,
@@ -151,3 +153,36 @@ def test_a_runs_answer_to_next_call_is_what_the_workers_wrote_during_it() -> Non
     assert metric_values(lines, "AnswerToNextCall", 100.0, 200.0) == [10.0, 30.0, 20.0, 5.0, 6.0]
     assert spread([10.0, 30.0, 20.0, 40.0]) == {"count": 4, "p50_ms": 30.0, "p90_ms": 40.0, "mean_ms": 25.0}
     assert spread([]) is None
+
+
+def test_scheduling_calls_are_counted_per_second_in_each_phase_while_the_batch_runs() -> (
+    None
+):
+    worker_read = ("batchgw-worker", "read", "interactive")
+    slot_write = ("batchgw-worker", "write", "slots#*")
+    looks = [  # CYCLES: bursts from 0 to 2 s, quiet from 2 to 4 s
+        Look(0.0, Counter({worker_read: 0}), busy=4),
+        Look(1.0, Counter({worker_read: 8, slot_write: 2}), busy=4),  # burst: 8 reads, 2 writes in 1 s
+        Look(1.5, Counter({worker_read: 12, slot_write: 3}), busy=4),
+        Look(2.5, Counter({worker_read: 17, slot_write: 4}), busy=2),  # crosses into quiet: left out
+        Look(3.0, Counter({worker_read: 18, slot_write: 4}), busy=2),  # quiet: 3 calls in 1 s
+        Look(3.5, Counter({worker_read: 19, slot_write: 5}), busy=2),
+        Look(9.0, Counter({worker_read: 99}), busy=2),  # after the batch ended: left out
+    ]
+
+    figures = rates(looks, CYCLES.phase_at, window=(0.0, 4.0))
+
+    assert figures["burst"] == {
+        "seconds": 1.5,
+        "busy_environments": 4.0,
+        "calls_per_second": 10.0,
+        "calls_per_second_per_busy_environment": 2.5,
+        "by_kind": {"batchgw-worker read interactive": 8.0, "batchgw-worker write slots#*": 2.0},
+    }
+    assert figures["quiet"] == {
+        "seconds": 1.0,
+        "busy_environments": 2.0,
+        "calls_per_second": 3.0,
+        "calls_per_second_per_busy_environment": 1.5,
+        "by_kind": {"batchgw-worker read interactive": 2.0, "batchgw-worker write slots#*": 1.0},
+    }

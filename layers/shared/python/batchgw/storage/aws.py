@@ -185,8 +185,9 @@ def reset_clients() -> None:
 # Benchmarks and tests set this to a directory: every process then writes the AWS calls it
 # made there, per Lambda function it made them for: ``<function>.<pid>.json``
 # (``service.Operation`` -> count, refreshed twice a second), so calls can be summed across
-# processes, and ``<function>.<pid>.touched.jsonl`` (one ``Touch`` a line: what the calls
-# touched, presigned URLs' included), so they can be checked against each function's role.
+# processes, and ``<function>.<pid>.touched.jsonl`` (one ``Touch`` a line and how many calls
+# touched it: what the calls touched, presigned URLs' included), so they can be checked against
+# each function's role, and a benchmark can tell which partitions the calls went to.
 CALLS_DIR_ENV = "BATCHGW_AWS_CALLS_DIR"
 TOUCHED_SUFFIX = ".touched.jsonl"
 UNREADABLE = "?"  # the resource of a call whose parameters could not be read
@@ -230,7 +231,7 @@ def record_calls(session: EventSource, directory: Path) -> None:
     the role of the function that signed it), and not counted: it makes no call.
     """
     counters: dict[str, CallCounter] = {}
-    touched: dict[str, set[Touch]] = {}
+    touched: dict[str, Counter[Touch]] = {}
     lock = threading.Lock()  # guards ``counters``, ``touched`` and the files
     directory.mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
@@ -247,7 +248,7 @@ def record_calls(session: EventSource, directory: Path) -> None:
                     snapshot = dict(counter.calls)
                 write(directory / f"{function}.{pid}.json", json.dumps(snapshot))
             for function, seen in touched.items():
-                lines = [json.dumps(touch.to_json()) for touch in sorted(seen)]
+                lines = [json.dumps([*touch.to_json(), n]) for touch, n in sorted(seen.items())]
                 write(directory / f"{function}.{pid}{TOUCHED_SUFFIX}", "".join(f"{line}\n" for line in lines))
 
     def count(event_name: str, **_: Any) -> None:
@@ -265,8 +266,8 @@ def record_calls(session: EventSource, directory: Path) -> None:
             found = [Touch(operation, resource=UNREADABLE)]
         function = current_function()
         with lock:
-            seen = touched.setdefault(function, set())
-            new = not seen.issuperset(found)
+            seen = touched.setdefault(function, Counter())
+            new = any(touch not in seen for touch in found)
             seen.update(found)
         if new:  # on disk before it is sent
             flush()
@@ -300,11 +301,20 @@ def read_recorded_calls_by_function(directory: Path) -> dict[str, Counter[str]]:
 
 def read_recorded_touches_by_function(directory: Path) -> dict[str, set[Touch]]:
     """What the calls recorded in ``directory`` (and its subdirectories) touched, per function."""
-    by_function: dict[str, set[Touch]] = {}
+    return {function: set(counts) for function, counts in read_recorded_touch_counts(directory).items()}
+
+
+def read_recorded_touch_counts(directory: Path) -> dict[str, Counter[Touch]]:
+    """How many calls recorded in ``directory`` (and its subdirectories) touched each thing,
+    per function."""
+    by_function: dict[str, Counter[Touch]] = {}
     for path in directory.rglob(f"*{TOUCHED_SUFFIX}"):
         function, _, _pid = path.name.removesuffix(TOUCHED_SUFFIX).rpartition(".")
-        seen = by_function.setdefault(function or UNATTRIBUTED, set())
-        seen.update(Touch.from_json(json.loads(line)) for line in path.read_text().splitlines() if line)
+        counts = by_function.setdefault(function or UNATTRIBUTED, Counter())
+        for line in path.read_text().splitlines():
+            if line:
+                *fields, n = json.loads(line)
+                counts[Touch.from_json(fields)] += n
     return by_function
 
 
