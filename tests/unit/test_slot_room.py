@@ -29,17 +29,24 @@ class Clock:
         return self.now
 
 
-def room(held: list[int], slots: int = 16) -> tuple[SlotLedger, Clock, list[str]]:
-    clock, reads = Clock(), []
+class SlotMaps:
+    """The slot map store: ``held[0]`` slots held (-1: unreadable), each read noted."""
 
-    def running(model: str) -> int:
-        reads.append(model)
-        if held[0] < 0:
+    def __init__(self, held: list[int], clock: Clock) -> None:
+        self.held, self.clock, self.reads = held, clock, list[str]()
+
+    def read(self, model: str) -> SlotState:
+        self.reads.append(model)
+        if self.held[0] < 0:
             raise StorageError("unreadable")
-        return held[0]
+        return SlotState({f"t{i}": self.clock.now + 60 for i in range(self.held[0])}, 0.0)
 
+
+def room(held: list[int], slots: int = 16) -> tuple[SlotLedger, Clock, list[str]]:
+    clock = Clock()
+    maps = SlotMaps(held, clock)
     shares: Any = Shares(slots)
-    return SlotLedger(shares, Any, running, clock), clock, reads  # type: ignore[arg-type]  # no slot map read
+    return SlotLedger(shares, maps, clock), clock, maps.reads  # type: ignore[arg-type]  # a fake store
 
 
 def test_a_chain_takes_several_units_of_the_same_reads_room_and_no_unit_twice() -> None:
@@ -118,7 +125,7 @@ def test_a_split_into_several_parts_takes_a_given_slot_first_then_the_reads_room
 
 def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() -> None:
     clock = Clock()
-    board = SlotLedger(Any, Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board = SlotLedger(Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(13)}, 0.0))
     # 13 held of a share of 16: three chains go, the fourth waits on.
     assert [board.going("m", 16) for _ in range(4)] == [True, True, True, False]
@@ -136,7 +143,7 @@ def test_chains_waiting_in_place_go_one_per_unit_of_room_and_the_rest_wait_on() 
 
 def test_a_chain_that_went_for_room_and_asked_for_it_no_longer_holds_back_another() -> None:
     clock = Clock()
-    board = SlotLedger(Any, Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
+    board = SlotLedger(Any, Any, clock)  # type: ignore[arg-type]  # never reads: it is shown the map
     board.saw("m", SlotState({f"t{i}": clock.now + 60 for i in range(14)}, 0.0))
     assert [board.going("m", 16) for _ in range(3)] == [True, True, False]
     board.took("m", "new", clock.now + 60)  # one of the two took its slot...
@@ -174,3 +181,17 @@ def test_a_chain_splits_into_as_many_parts_as_the_room_it_takes_within_the_tunin
     assert parts is not None and [part.stride for part in parts] == [48, 48, 48]
     assert [part.next_index for part in parts] == [0, 16, 32]
     assert ledger.split("m", "b1", parts[0], 10_000, 16, most=4) is None  # the room was handed out
+
+
+def test_a_read_of_the_room_is_the_slot_maps_read_too() -> None:
+    held = [12]
+    ledger, clock, reads = room(held)
+    ledger.read_room("m")
+    assert reads == ["m"] and not ledger.map_due("m")  # the map as the room's read saw it
+    assert ledger.look("m").running(clock.now) == 12 and reads == ["m"]
+    ledger.read_room("m")  # not due yet: no read
+    assert reads == ["m"]
+    clock.now += TUNING.room_read_seconds
+    held[0] = 13
+    ledger.read_room("m")
+    assert reads == ["m", "m"] and ledger.look("m").running(clock.now) == 13

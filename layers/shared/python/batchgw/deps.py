@@ -113,7 +113,7 @@ def build_deps(
     return Deps(
         live=live,
         shares=shares,
-        ledger=SlotLedger(shares, slots, running, clock, tuning=tuning),
+        ledger=SlotLedger(shares, slots, clock, tuning=tuning),
         backpressure=Backpressure(live, shares, limits, running, clock, tuning=tuning),
         interactive=interactive,
         catalog=catalog,

@@ -55,6 +55,7 @@ from batchgw.run.claim_ahead import ClaimAhead
 from batchgw.run.invisible import Invisible
 from batchgw.run.model_gate import ModelGate
 from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
+from batchgw.run.slot import read_ahead
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 
@@ -493,6 +494,8 @@ class ChainRun:
             renewal.cancel()
         self.pacer.answered(turn)
         self.answered_at = deps.clock()
+        if not self.lone:
+            read_ahead(deps, held.model, room=self._split_ways() >= 2)
         generation = self.message.generation if isinstance(self.message, ChainMessage) else None
         settled = await attempt.settle(
             deps,
@@ -551,11 +554,11 @@ class ChainRun:
         message = self.message
         if not isinstance(message, ChainMessage) or self.taken_over.is_set():
             return
-        here = message.resume_at(self.next_index, full=self.model_gate.full)
-        ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
-        most = ledger.ways(here, total, chains)
+        most = self._split_ways()
         if most < 2:
             return
+        here = message.resume_at(self.next_index, full=self.model_gate.full)
+        ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
         split = (self.batch.id, here, total, chains, most)
         parts = (
             await io(ledger.split, model, *split) if ledger.room_due(model) else ledger.split(model, *split)
@@ -575,6 +578,14 @@ class ChainRun:
                 "parts": len(parts),
             },
         )
+
+    def _split_ways(self) -> int:
+        """The most parts this chain may split into where it stands (1: it does not split)."""
+        message = self.message
+        if not isinstance(message, ChainMessage):
+            return 1
+        here = message.resume_at(self.next_index, full=self.model_gate.full)
+        return self.deps.ledger.ways(here, self.batch.total, self.batch.chains or 1)
 
     # --- handing work on ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from batchgw.domain.fairness import gives_way, held_by_batch, token_of
 from batchgw.domain.interactive import BatchShare
 from batchgw.observability import logger, metrics
 from batchgw.run.aio import io, renewal
+from batchgw.scheduling.room import SlotLedger
 from batchgw.scheduling.share import BatchShares
 from batchgw.storage.slots import SlotGrant, SlotState, SlotStore
 
@@ -156,8 +157,28 @@ async def slot_map_of(deps: Deps, model: str) -> SlotState:
     return await io(ledger.look, model) if ledger.map_due(model) else ledger.look(model)
 
 
-# The read of the batch shares made beside the chains, per process and event loop.
+def read_ahead(deps: Deps, model: str, *, room: bool) -> None:
+    """At an answer, start the reads the chain's next steps need, beside the writes that
+    record it: the shares (for its next slot) when they are no longer fresh, and with
+    ``room`` the model's room (for a split) when it is due. Those steps then find them read,
+    where they would make their round trips one after another behind the writes. (A step
+    that comes before a read ahead answers waits for it: none is made twice.)"""
+    if not deps.shares.fresh():
+        _read_beside(deps.shares)
+    ledger = deps.ledger
+    if room and ledger.room_due(model):
+        pending = _room_ahead.setdefault(ledger, {})
+        if model not in pending or pending[model].done():
+            pending[model] = asyncio.ensure_future(io(ledger.read_room, model))
+            pending[model].add_done_callback(_warn_if_failed)
+
+
+# The reads made beside the chains, per process and event loop: the batch shares', and each
+# model's room.
 _beside: weakref.WeakKeyDictionary[BatchShares, asyncio.Future[None]] = weakref.WeakKeyDictionary()
+_room_ahead: weakref.WeakKeyDictionary[SlotLedger, dict[str, asyncio.Future[None]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _read_beside(shares: BatchShares) -> None:
@@ -169,7 +190,7 @@ def _read_beside(shares: BatchShares) -> None:
 
 def _warn_if_failed(done: asyncio.Future[None]) -> None:
     if not done.cancelled() and done.exception() is not None:  # read again at the next look
-        logger.warning("batch shares not read", exc_info=done.exception())
+        logger.warning("read beside the chains failed", exc_info=done.exception())
 
 
 # Slots the chains of this process hold now, per model (the SlotsInUse metric).

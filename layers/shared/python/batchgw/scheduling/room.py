@@ -19,15 +19,17 @@ from batchgw.storage.slots import SlotState, SlotStore
 
 
 class SlotLedger:
-    """Each model's slots as this process knows them, in two parts read on their own cadences:
+    """Each model's slots as this process knows them, from reads of its slot map (one item),
+    in two parts:
 
     - the room no chain holds: the model's batch slots less the slots held, the smaller of
       the last two reads (at most one every ``Tuning.room_read_seconds``), so a chain between
       its stop and its return is not taken for room. Each read's room is handed out once in
       this process, to the splits that take it (``split``); other processes may hand it out
       too, and a chain split off without a slot waits for one like any other;
-    - the slot map: which batches hold slots and which wait, read at most every
-      ``Tuning.board_seconds`` and kept up to date with this process's own takes and
+    - the slot map: which batches hold slots and which wait, as last read (the room's reads
+      included: one read serves both), read again for itself when it is
+      ``Tuning.board_seconds`` old, and kept up to date with this process's own takes and
       releases between reads.
     """
 
@@ -35,14 +37,12 @@ class SlotLedger:
         self,
         shares: BatchShares,
         slots: SlotStore,
-        running: Callable[[str], int],
         clock: Callable[[], float],
         *,
         tuning: Tuning = TUNING,
     ) -> None:
         self._shares = shares
         self._slots = slots
-        self._running = running  # slots of a model held now, across the deployment (a read)
         self._clock = clock
         self._tuning = tuning
         self._room_every, self._map_every = tuning.room_read_seconds, tuning.board_seconds
@@ -97,6 +97,13 @@ class SlotLedger:
         read = self._read.get(model)
         return read is None or self._clock() - read[0] >= self._room_every
 
+    def read_room(self, model: str) -> None:
+        """Read the room now if that is due (what ``take`` would read first): a chain reads it
+        ahead, beside the writes that record an answer, so that its split finds it read."""
+        with self._room_lock:
+            if self.room_due(model):
+                self._look_room(model)
+
     def take(self, model: str, batch_id: str | None = None, most: int = 1) -> int:
         """Up to ``most`` units of ``model``'s room that are left (one a chain of ``batch_id``
         gave first, then the reads'), each handed out once: how many (0: none)."""
@@ -128,9 +135,12 @@ class SlotLedger:
     def _look_room(self, model: str) -> None:
         now = self._clock()
         try:
-            room = max(0, self._shares.share(model).slots - self._running(model))
+            state = self._slots.read(model)
         except StorageError:
             room = 0
+        else:
+            self.saw(model, state)  # the slot map as read: no read of its own for a while
+            room = max(0, self._shares.share(model).slots - state.running(now))
         last = self._read.get(model)
         recent = last is not None and now - last[0] <= 2 * self._room_every
         self._left[model] = min(room, last[1]) if recent and last is not None else 0
