@@ -43,6 +43,10 @@ budget (``--timeout``, the drain included): whatever is not done by then, or wha
 harness itself hit (an HTTP error, a timeout), is a violation in the report, which is always
 printed.
 
+This module drives the run (the workload, the disturbances, the observer); the checks and
+the measures once every batch has ended are in ``chaos_checks.py``, what a run is asked and
+what it found, with the latencies' arithmetic, in ``chaos_report.py``.
+
 ``make chaos`` runs it long and prints the totals (``python -m tests.e2e.chaos --help``);
 ``tests/e2e/test_chaos.py`` runs a short form in ``make test``.
 """
@@ -59,21 +63,19 @@ import tempfile
 import threading
 import time
 import traceback
-from collections import Counter
-from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import boto3
 import httpx
 from batchgw.config import resources
-from batchgw.domain.batch import RECORD_SK
 from batchgw.domain.chains import ChainMessage
 
 from local import crashes, throttling
 from local import env as local_env
 from local.run import LocalStack
+from tests.e2e.chaos_checks import Checks
+from tests.e2e.chaos_report import ChaosConfig, ChaosReport
 from tests.support import wait_for
 
 CHAOS_ENV = {
@@ -91,9 +93,6 @@ CHAOS_ENV = {
     "BATCH_PROVIDER_POLL_MAX_SECONDS": "2",
 }
 FINAL = ("completed", "failed", "expired", "cancelled")
-TERMINAL = ("completed", "failed", "cancelled", "expired")
-# p99 of both latencies; for a cancel that raced a worker kill, the lease plus this.
-LATENCY_GOAL_SECONDS = 10.0
 # What the drain check keeps of the budget at least (a queue drains within a visibility).
 DRAIN_SHARE = 0.3
 # How long the stack may take to start, apart from the run's budget.
@@ -108,159 +107,6 @@ FAULTS = [
     ("[[sim status=400]]", 1),
     ("[[sim hang fail=1]]", 1),
 ]
-
-
-@dataclass
-class ChaosConfig:
-    seed: int = 7
-    batches: int = 8
-    requests: int = 30  # per batch
-    kills: int = 4
-    duplicates: int = 6
-    cancels: int = 2
-    workers: int = 3
-    window_seconds: float = 0  # 0: no window
-    timeout: float = 240  # the whole run's budget, from the first create to the last check
-    reconcile_seconds: float = 2
-    worker_timeout_seconds: float = 12
-    task_crash_rate: float = 0.0  # per AWS call of a workflow task: it dies there
-    throttle_rate: float = 0.0  # per DynamoDB item call: refused for throughput (local.throttling)
-    # Interactive load reporters: each reports 0-3 requests in flight on sim-chat every half
-    # second (a 2 s ttl) until it dies at a random moment, never saying so.
-    reporters: int = 0
-    # Of the batches, this many run on the provider's batch service (``execution_mode``
-    # provider, the simulator's OpenAI batch API): their workflow's provider step dies at
-    # AWS calls like any task, and duplicated chain messages reach them too.
-    provider_batches: int = 0
-    # Of the provider-run batches, this many run under a key of their own (alice's) that an
-    # administrator revokes mid-run: each must end (owner_unauthorized, or as it was) with
-    # every request's one outcome, sending the provider nothing more.
-    revocations: int = 0
-
-
-@dataclass
-class ChaosReport:
-    batches: int = 0
-    requests: int = 0
-    kills: int = 0
-    duplicates: int = 0
-    cancels: int = 0
-    faults: int = 0
-    task_deaths: int = 0
-    throttled: int = 0
-    reporters: int = 0  # interactive load reporters, every one of which died mid-run
-    reports: int = 0  # the load reports they made
-    provider_batches: int = 0  # batches run on the provider's batch service
-    revoked: dict[str, str] = field(default_factory=dict)  # by batch whose key was revoked: how it ended
-    statuses: Counter[str] = field(default_factory=Counter)
-    outcomes: Counter[str] = field(default_factory=Counter)
-    upstream_seen: int = 0
-    calls_recorded: int = 0
-    lost_attempts: int = 0
-    seconds: float = 0.0
-    violations: list[str] = field(default_factory=list)
-    timelines: list[str] = field(default_factory=list)  # of the batches that missed a goal
-    failed_batches: list[str] = field(default_factory=list)  # each with its error's message
-    cancel_latency: dict[str, float] = field(default_factory=dict)  # by batch: cancel -> cancelled
-    cancel_latency_killed: dict[str, float] = field(default_factory=dict)  # racing a kill: from it
-    cancel_to_end_killed: dict[str, float] = field(default_factory=dict)  # the same, from the cancel
-    final_latency: dict[str, float] = field(default_factory=dict)  # by batch: last end -> final
-    # by batch: what its workflow lost to task deaths, within each measured span above
-    cancel_lost: dict[str, float] = field(default_factory=dict)
-    final_lost: dict[str, float] = field(default_factory=dict)
-    poll_rounds: list[float] = field(default_factory=list)  # the observer's rounds, seconds
-    seen_late: dict[str, float] = field(default_factory=dict)  # by batch: end -> seen final
-    load: list[float] = field(default_factory=list)  # the machine's 1-minute load, at start and end
-    lease_seconds: float = 0.0
-
-    def latency_lines(self) -> list[str]:
-        rounds = sorted(self.poll_rounds)
-        resolution = (
-            f"observer round p50 {percentile(rounds, 50):.2f} s, max {rounds[-1]:.2f} s"
-            if rounds
-            else "no rounds"
-        )
-        return [
-            f"cancel -> cancelled: {spread(self.cancel_latency)} (goal p99 <= {LATENCY_GOAL_SECONDS:.0f} s)",
-            "cancel (or the kill, if later) -> cancelled, racing a worker kill: "
-            f"{spread(self.cancel_latency_killed)} "
-            f"(goal p99 <= lease {self.lease_seconds:.0f} s + {LATENCY_GOAL_SECONDS:.0f} s)",
-            *(
-                f"  cancelled {b}: {v:.2f} s{lost_to_deaths(self.cancel_lost.get(b, 0.0))}"
-                for b, v in sorted(self.cancel_latency.items())
-            ),
-            *(
-                f"  cancelled {b}: {v:.2f} s after the kill, racing a kill "
-                f"({self.cancel_to_end_killed.get(b, 0.0):.2f} s after the cancel)"
-                for b, v in sorted(self.cancel_latency_killed.items())
-            ),
-            f"last request's end -> final status: {spread(self.final_latency)} "
-            f"(goal p99 <= {LATENCY_GOAL_SECONDS:.0f} s)",
-            *(
-                f"  ended {b}: {self.final_latency[b]:.2f} s{lost_to_deaths(v)}"
-                for b, v in sorted(self.final_lost.items())
-                if v > 0 and b in self.final_latency
-            ),
-            f"  first seen final by the observer after the end: {spread(self.seen_late)}; {resolution}",
-        ]
-
-    def lines(self) -> list[str]:
-        return [
-            f"batches {self.batches} ({dict(self.statuses)}; {self.provider_batches} on the provider)",
-            f"keys revoked mid-run {len(self.revoked)} "
-            f"(their batches ended {dict(Counter(self.revoked.values()))})",
-            f"requests {self.requests} ({dict(self.outcomes)})",
-            f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "
-            f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}, "
-            f"dynamodb calls refused for throughput {self.throttled}, "
-            f"interactive load reporters that died {self.reporters} (after {self.reports} reports)",
-            f"upstream requests seen {self.upstream_seen}: calls recorded {self.calls_recorded}, "
-            f"attempts lost with their worker {self.lost_attempts}",
-            *(f"  failed batch {failed}" for failed in self.failed_batches),
-            *self.latency_lines(),
-            f"load average {' -> '.join(f'{x:.1f}' for x in self.load)} (goals set for a quiet one)",
-            f"seconds {self.seconds:.1f}, violations {len(self.violations)}",
-            *(f"  VIOLATION: {v}" for v in self.violations),
-            *(f"  TIMELINE: {t}" for t in self.timelines),
-        ]
-
-
-def percentile(values: list[float], p: float) -> float:
-    """The nearest-rank percentile of sorted ``values`` (not empty)."""
-    return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
-
-
-def lost_to_deaths(seconds: float) -> str:
-    return f" (less {seconds:.2f} s its workflow lost to task deaths)" if seconds > 0 else ""
-
-
-def workflow_lost(events: list[dict[str, Any]], since: float, until: float) -> float:
-    """Seconds within [since, until] that an execution lost to tasks that failed: from each
-    failed attempt's scheduling to the next task's (its retry, after the Retry's interval,
-    or the Catch's next task). ``events`` are the execution's history, in order."""
-    lost = 0.0
-    scheduled: float | None = None  # the running attempt's
-    failed_from: float | None = None  # a failed attempt's, until the next is scheduled
-    for event in events:
-        at = event["timestamp"].timestamp()
-        if event["type"] == "TaskScheduled":
-            if failed_from is not None:
-                lost += max(0.0, min(at, until) - max(failed_from, since))
-                failed_from = None
-            scheduled = at
-        elif event["type"] == "TaskFailed" and scheduled is not None:
-            failed_from = scheduled
-    return lost
-
-
-def spread(latencies: dict[str, float]) -> str:
-    values = sorted(latencies.values())
-    if not values:
-        return "no batches"
-    return (
-        f"{len(values)} batches, p50 {percentile(values, 50):.2f} s, p99 {percentile(values, 99):.2f} s, "
-        f"max {values[-1]:.2f} s"
-    )
 
 
 class Observer:
@@ -362,14 +208,8 @@ class Chaos:
         session = boto3.session.Session(
             aws_access_key_id="testing", aws_secret_access_key="testing", region_name=local_env.REGION
         )
-        endpoint = stack.env["AWS_ENDPOINT_URL"]
-        self.sqs = session.client("sqs", endpoint_url=endpoint)  # type: ignore[call-overload]
-        self.dynamodb = session.client("dynamodb", endpoint_url=endpoint)  # type: ignore[call-overload]
-        self.sfn = session.client("stepfunctions", endpoint_url=endpoint)  # type: ignore[call-overload]
+        self.sqs = session.client("sqs", endpoint_url=stack.env["AWS_ENDPOINT_URL"])  # type: ignore[call-overload]
         self.queue = stack.env[resources.WORK_QUEUE.env_var]
-        self.dlq = self.sqs.get_queue_url(QueueName=local_env.dead_letter_queue_name(resources.WORK_QUEUE))[
-            "QueueUrl"
-        ]
         self.observer = Observer(stack.api_url)
         self.cancelled_at: dict[str, float] = {}  # by batch: when its cancel's answer came
         self.created_at: dict[str, float] = {}  # by batch: when its create's answer came
@@ -405,11 +245,12 @@ class Chaos:
             ]
             self._disturb(batch_ids)
             self._wait_final(batch_ids)
+            checks = self._checks()
             for batch_id, batch in dict(self.observer.final).items():
-                self._check_batch(batch_id, batch)
-            self._measure(batch_ids)
-            self._check_upstream(batch_ids)
-            self._check_drained()
+                checks.check_batch(batch_id, batch)
+            checks.measure(batch_ids)
+            checks.check_upstream(batch_ids)
+            checks.check_drained()
         except Exception as exc:  # the harness's own trouble: reported, not lost
             self.report.violations.append(f"the harness stopped: {type(exc).__name__}: {exc}")
             traceback.print_exc()
@@ -525,237 +366,25 @@ class Chaos:
                     status = f"unknown: {type(exc).__name__}"
                 self.report.violations.append(f"{batch_id} did not end within the budget (still {status})")
 
-    def _measure(self, batch_ids: list[str]) -> None:
-        """Each batch's latencies (see the module's docstring), checked against the goals."""
-        lease = self.report.lease_seconds
-        for batch_id in batch_ids:
-            batch = self.observer.final.get(batch_id)
-            final_at = self._ended_at(batch_id)
-            seen_at = self.observer.final_at.get(batch_id)
-            if final_at is None or batch is None or seen_at is None:
-                continue
-            self.report.seen_late[batch_id] = max(0.0, seen_at - final_at)
-            ends, lost = self._request_ends(batch_id)
-            history = self._history(batch_id)
-            if ends:
-                died = workflow_lost(history, max(ends), final_at)
-                self.report.final_lost[batch_id] = died
-                self.report.final_latency[batch_id] = max(0.0, final_at - max(ends) - died)
-            cancelled_at = self.cancelled_at.get(batch_id)
-            if cancelled_at is None or batch["status"] != "cancelled":
-                continue  # not cancelled, or its cancel came after it had ended
-            # A kill before (cancel - lease) left nothing leased at the cancel; one after the
-            # batch ended changed nothing; and a kill that held none of its requests lost none.
-            kills = [kill for kill in self.kills_at if cancelled_at - lease <= kill <= final_at]
-            if kills and lost:
-                # Its running requests ran on until the kill: from the later of the two.
-                self.report.cancel_latency_killed[batch_id] = max(
-                    0.0, final_at - max(cancelled_at, kills[-1])
-                )
-                self.report.cancel_to_end_killed[batch_id] = max(0.0, final_at - cancelled_at)
-            else:
-                died = workflow_lost(history, cancelled_at, final_at)
-                self.report.cancel_lost[batch_id] = died
-                self.report.cancel_latency[batch_id] = max(0.0, final_at - cancelled_at - died)
-        goals = [
-            ("cancel -> cancelled", self.report.cancel_latency, LATENCY_GOAL_SECONDS),
-            (
-                "cancel (or the kill, if later) -> cancelled racing a worker kill",
-                self.report.cancel_latency_killed,
-                lease + LATENCY_GOAL_SECONDS,
-            ),
-            ("last request's end -> final status", self.report.final_latency, LATENCY_GOAL_SECONDS),
-        ]
-        for what, latencies, goal in goals:
-            values = sorted(latencies.values())
-            if values and percentile(values, 99) > goal:
-                slowest = max(latencies, key=lambda b: latencies[b])
-                self.report.violations.append(
-                    f"{what}: p99 {percentile(values, 99):.2f} s over the goal of {goal:.0f} s "
-                    f"(slowest {slowest}, {latencies[slowest]:.2f} s)"
-                )
-                self.report.timelines.append(self._timeline(slowest))
-
-    def _timeline(self, batch_id: str) -> str:
-        """What the batch's workflow did, and when its requests ended, from its cancel (or
-        its create) on: the story of a batch that missed a goal."""
-        start = self.cancelled_at.get(batch_id) or self.created_at.get(batch_id, 0.0)
-        marks: list[tuple[float, str]] = []
-        for event in self._history(batch_id):
-            at = event["timestamp"].timestamp()
-            if event["type"].endswith("StateEntered"):
-                marks.append((at, event["stateEnteredEventDetails"]["name"]))
-            elif event["type"] in ("TaskFailed", "TaskTimedOut", "TaskSucceeded"):
-                marks.append((at, event["type"].removeprefix("Task").lower()))
-        ends, _ = self._request_ends(batch_id)
-        marks += [(at, "a request ended") for at in ends]
-        ended_at = self._ended_at(batch_id)
-        if ended_at is not None:
-            marks.append((ended_at, "the batch ended"))
-        shown = [f"{at - start:+.2f} {what}" for at, what in sorted(marks) if at >= start - 5]
-        return f"{batch_id}, seconds from its {'cancel' if batch_id in self.cancelled_at else 'create'}: " + (
-            ", ".join(shown)
+    def _checks(self) -> Checks:
+        """The checks of what this run did and saw (see ``chaos_checks``)."""
+        return Checks(
+            stack=self.stack,
+            config=self.config,
+            report=self.report,
+            api=self.api,
+            sim=self.sim,
+            sqs=self.sqs,
+            queue=self.queue,
+            deadline=self.deadline,
+            final=self.observer.final,
+            final_at=self.observer.final_at,
+            created_at=self.created_at,
+            cancelled_at=self.cancelled_at,
+            kills_at=self.kills_at,
+            revocable=self.revocable,
+            reporter_ttl=Reporter.TTL_SECONDS if self.reporters else None,
         )
-
-    def _ended_at(self, batch_id: str) -> float | None:
-        """The batch's end as its record has it (to the millisecond)."""
-        item = self.dynamodb.get_item(
-            TableName=self.stack.env[resources.BATCHES.env_var],
-            Key={"pk": {"S": batch_id}, "sk": {"S": RECORD_SK}},
-            ProjectionExpression="ended_at",
-            ConsistentRead=True,
-        ).get("Item", {})
-        return float(Decimal(item["ended_at"]["N"])) if "ended_at" in item else None
-
-    def _history(self, batch_id: str) -> list[dict[str, Any]]:
-        """The events of the batch's workflow execution, oldest first."""
-        arn = self.stack.env["BATCHGW_STATE_MACHINE_ARN"].replace(":stateMachine:", ":execution:")
-        events: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"executionArn": f"{arn}:{batch_id}", "maxResults": 1000}
-        while True:
-            page = self.sfn.get_execution_history(**kwargs)
-            events.extend(page["events"])
-            if not page.get("nextToken"):
-                return events
-            kwargs["nextToken"] = page["nextToken"]
-
-    def _request_ends(self, batch_id: str) -> tuple[list[float], bool]:
-        """When each of the batch's requests ended, as stored (to the millisecond), and
-        whether any of them lost an attempt with its worker."""
-        ends: list[float] = []
-        lost = False
-        kwargs: dict[str, Any] = {
-            "TableName": self.stack.env[resources.REQUESTS.env_var],
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": batch_id}},
-            "ProjectionExpression": "ended_at, lost",
-        }
-        while True:
-            page = self.dynamodb.query(**kwargs)
-            for item in page["Items"]:
-                if "ended_at" in item:
-                    ends.append(float(Decimal(item["ended_at"]["N"])))
-                lost = lost or int(item.get("lost", {"N": "0"})["N"]) > 0
-            if "LastEvaluatedKey" not in page:
-                return ends, lost
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-    # --- the checks ---------------------------------------------------------------------------
-
-    def _results(self, batch_id: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        after = None
-        while True:
-            params = {"limit": 1000, **({"after": after} if after else {})}
-            page = self.api.get(f"/batches/{batch_id}/results", params=params).raise_for_status().json()
-            out.extend(page["data"])
-            if not page["has_more"]:
-                return out
-            after = page["last_id"]
-
-    def _check_batch(self, batch_id: str, batch: dict[str, Any]) -> None:
-        violations = self.report.violations
-        self.report.statuses[batch["status"]] += 1
-        if batch_id in self.revocable:
-            self.report.revoked[batch_id] = str((batch.get("error") or {}).get("code") or batch["status"])
-        if batch["status"] == "failed":
-            self.report.failed_batches.append(f"{batch_id}: {(batch.get('error') or {}).get('message')}")
-        results = self._results(batch_id)
-        ids = [r["custom_id"] for r in results]
-        if len(ids) != self.config.requests or len(set(ids)) != len(ids):
-            violations.append(f"{batch_id}: {len(ids)} results, {len(set(ids))} distinct")
-        statuses = Counter(r["status"] for r in results)
-        self.report.outcomes.update(statuses)
-        unfinished = {s: n for s, n in statuses.items() if s not in TERMINAL}
-        if unfinished:
-            violations.append(f"{batch_id} ended {batch['status']} with requests not ended: {unfinished}")
-        counts = batch["request_counts"]
-        expected = {
-            "total": self.config.requests,
-            "completed": statuses["completed"],
-            "failed": statuses["failed"] + statuses["expired"],
-            "expired": statuses["expired"],
-            "cancelled": statuses["cancelled"],
-        }
-        if counts != expected:
-            violations.append(f"{batch_id}: request_counts {counts}, results say {expected}")
-
-    def _check_upstream(self, batch_ids: list[str]) -> None:
-        calls = lost = 0
-        table = self.stack.env[resources.REQUESTS.env_var]
-        for batch_id in batch_ids:
-            kwargs: dict[str, Any] = {
-                "TableName": table,
-                "KeyConditionExpression": "pk = :pk",
-                "ExpressionAttributeValues": {":pk": {"S": batch_id}},
-                "ProjectionExpression": "calls, lost",
-            }
-            while True:
-                page = self.dynamodb.query(**kwargs)
-                for item in page["Items"]:
-                    calls += int(item.get("calls", {"N": "0"})["N"])
-                    lost += int(item.get("lost", {"N": "0"})["N"])
-                if "LastEvaluatedKey" not in page:
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        seen = int(self.sim.get("/_sim/stats").json()["models"]["sim-chat"]["requests"])
-        self.report.upstream_seen, self.report.calls_recorded, self.report.lost_attempts = seen, calls, lost
-        if not calls <= seen <= calls + lost:
-            self.report.violations.append(
-                f"the simulator saw {seen} requests; recorded calls {calls}, lost attempts {lost}"
-            )
-
-    def _check_drained(self) -> None:
-        def live_slots() -> list[float]:
-            item = self.dynamodb.get_item(
-                TableName=self.stack.env[resources.CONTROL.env_var],
-                Key={"pk": {"S": "slots#sim-chat"}, "sk": {"S": "slots"}},
-            ).get("Item", {})
-            now = time.time()
-            return [
-                float(Decimal(v["N"]))
-                for v in item.get("s", {}).get("M", {}).values()
-                if float(Decimal(v["N"])) > now
-            ]
-
-        def queue_depth(url: str) -> int:
-            names = [
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ]
-            attributes = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-            return sum(int(attributes[n]) for n in names)
-
-        # A message a crashed worker had received but not yet started comes back only after
-        # the queue's visibility timeout (six worker timeouts), to be dropped: wait that long,
-        # within what is left of the budget.
-        drain = min(6 * self.config.worker_timeout_seconds + 40, self._left())
-        for what, check in (
-            ("a live model slot", lambda: not live_slots()),
-            ("messages on the work queue", lambda: queue_depth(self.queue) == 0),
-        ):
-            try:
-                wait_for(check, timeout=max(1.0, drain), interval=0.5, what=what)
-            except AssertionError:
-                self.report.violations.append(f"still {what} after every batch ended")
-        if self.reporters:  # every reporter died without a word: its load vanished with its ttl
-            admin = httpx.Client(
-                base_url=self.stack.api_url.removesuffix("/v1"),
-                headers={"Authorization": "Bearer sk-local-admin"},
-                timeout=10,
-            )
-            try:
-                wait_for(
-                    lambda: admin.get("/admin/interactive-load").json()["data"] == [],
-                    timeout=Reporter.TTL_SECONDS + 5,
-                    what="the dead reporters' load to vanish",
-                )
-            except AssertionError:
-                self.report.violations.append("a dead reporter's interactive load still counts")
-        dead = queue_depth(self.dlq)
-        if dead:
-            self.report.violations.append(f"{dead} messages in the dead-letter queue")
 
 
 def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.e2e.chaos import percentile, workflow_lost
+from tests.e2e.chaos_report import percentile, workflow_lost
 
 T0 = 1_800_000_000.0
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# The rule's figures: ``scheduling.tuning`` passes them (but ``LATENCY_FACTOR``, which the setting
+# BATCH_ADAPTIVE_LATENCY_FACTOR sets); the figures behind them are in docs/design/scheduling.md.
 DECREASE = 0.7  # the limit's share kept after a decrease
 COOLDOWN_SECONDS = 2.0  # at most one decrease per model this often
 FLOOR = 1.0  # a constrained model still runs this many batch requests
@@ -68,11 +70,23 @@ class Latency:
     answers: int = 0
     high_in_a_row: int = 0
 
-    def observe(self, latency_ms: float, factor: float = LATENCY_FACTOR) -> tuple[Latency, bool]:
+    def observe(
+        self,
+        latency_ms: float,
+        factor: float = LATENCY_FACTOR,
+        *,
+        warmup: int = LATENCY_WARMUP,
+        weight: float = LATENCY_AVERAGE_WEIGHT,
+        outlier_factor: float = LATENCY_OUTLIER_FACTOR,
+        drift: float = BASELINE_DRIFT,
+        min_gap_ms: float = LATENCY_MIN_GAP_MS,
+        sustained: int = LATENCY_SUSTAINED,
+    ) -> tuple[Latency, bool]:
         """This view after one more successful answer, and whether the latency is rising
-        (past ``factor`` times the unloaded latency; 0: never)."""
+        (past ``factor`` times the unloaded latency and ``min_gap_ms`` more, ``sustained``
+        answers in a row, after the first ``warmup``; ``factor`` 0: never)."""
         answers = self.answers + 1
-        if self.recent_ms is None or self.baseline_ms is None or answers <= LATENCY_WARMUP:
+        if self.recent_ms is None or self.baseline_ms is None or answers <= warmup:
             # The first answers: their plain mean is both the recent and the unloaded latency.
             mean = (
                 latency_ms
@@ -82,12 +96,12 @@ class Latency:
             return Latency(mean, mean, answers, 0), False
         # One answer moves the average by at most its weight times twice the average: a lone
         # slow answer (a long request) is not a trend.
-        sample = min(latency_ms, LATENCY_OUTLIER_FACTOR * self.recent_ms)
-        recent = self.recent_ms + LATENCY_AVERAGE_WEIGHT * (sample - self.recent_ms)
-        baseline = min(self.baseline_ms * (1 + BASELINE_DRIFT), recent)
-        high = factor > 0 and recent > factor * baseline and recent - baseline > LATENCY_MIN_GAP_MS
+        sample = min(latency_ms, outlier_factor * self.recent_ms)
+        recent = self.recent_ms + weight * (sample - self.recent_ms)
+        baseline = min(self.baseline_ms * (1 + drift), recent)
+        high = factor > 0 and recent > factor * baseline and recent - baseline > min_gap_ms
         in_a_row = self.high_in_a_row + 1 if high else 0
-        rising = in_a_row >= LATENCY_SUSTAINED
+        rising = in_a_row >= sustained
         if rising:
             in_a_row = 0  # one signal per sustained rise
         return Latency(recent, baseline, answers, in_a_row), rising
@@ -103,42 +117,62 @@ class Adaptive:
     decreased_at: float = 0.0
     why: str = Signal.HEALTHY.value
 
-    def current(self, now: float, ceiling: int) -> float | None:
-        """The limit now (None: unconstrained, or grown back to ``ceiling``)."""
+    def current(self, now: float, ceiling: int, recovery: float = RECOVERY_PER_SECOND) -> float | None:
+        """The limit now, grown by ``recovery`` a second since its decrease (None:
+        unconstrained, or grown back to ``ceiling``)."""
         if self.limit is None:
             return None
-        limit = self.limit + RECOVERY_PER_SECOND * max(0.0, now - self.decreased_at)
+        limit = self.limit + recovery * max(0.0, now - self.decreased_at)
         return None if limit >= ceiling else limit
 
 
-def cooling(state: Adaptive, now: float) -> bool:
-    """Whether the last decrease is too recent for another (its overload may still be
-    answering the requests sent before it)."""
-    return now - state.decreased_at < COOLDOWN_SECONDS
+def cooling(state: Adaptive, now: float, cooldown: float = COOLDOWN_SECONDS) -> bool:
+    """Whether the last decrease is less than ``cooldown`` ago, too recent for another (its
+    overload may still be answering the requests sent before it)."""
+    return now - state.decreased_at < cooldown
 
 
-def decreased(state: Adaptive, *, running: int, ceiling: int, why: Signal, now: float) -> Adaptive | None:
-    """The limit after a saturation signal: ``DECREASE`` of the batch requests the model has
-    running (or of its limit now, if lower), never below ``FLOOR``; None within the
-    cooldown, or with no cap to shrink."""
-    if cooling(state, now) or ceiling <= 0:
+def decreased(
+    state: Adaptive,
+    *,
+    running: int,
+    ceiling: int,
+    why: Signal,
+    now: float,
+    keep: float = DECREASE,
+    floor: float = FLOOR,
+    cooldown: float = COOLDOWN_SECONDS,
+    recovery: float = RECOVERY_PER_SECOND,
+) -> Adaptive | None:
+    """The limit after a saturation signal: ``keep`` of the batch requests the model has
+    running (or of its limit now, if lower), never below ``floor``; None within the
+    ``cooldown``, or with no cap to shrink."""
+    if cooling(state, now, cooldown) or ceiling <= 0:
         return None
     base = float(min(max(running, 1), ceiling))
-    limit = state.current(now, ceiling)
+    limit = state.current(now, ceiling, recovery)
     if limit is not None:
         base = min(base, limit)
-    return Adaptive(max(FLOOR, base * DECREASE), now, why.value)
+    return Adaptive(max(floor, base * keep), now, why.value)
 
 
-def growth(state: Adaptive, *, healthy: int, ceiling: int, now: float) -> float:
+def growth(
+    state: Adaptive,
+    *,
+    healthy: int,
+    ceiling: int,
+    now: float,
+    floor: float = FLOOR,
+    recovery: float = RECOVERY_PER_SECOND,
+) -> float:
     """How much ``healthy`` more healthy answers add to the limit: about one request per
     limit's worth of them (0 when unconstrained)."""
-    start = state.current(now, ceiling)
+    start = state.current(now, ceiling, recovery)
     if start is None or healthy <= 0:
         return 0.0
     limit = start
     for _ in range(min(healthy, 10 * max(ceiling, 1))):
-        limit += 1.0 / max(limit, FLOOR)
+        limit += 1.0 / max(limit, floor)
         if limit >= ceiling:
             break
     return min(limit, float(ceiling)) - start

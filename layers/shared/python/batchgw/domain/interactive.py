@@ -26,6 +26,8 @@ MAX_IN_FLIGHT = 1_000_000  # interactive requests one report may count on a mode
 MIN_TTL_SECONDS = 1
 MAX_TTL_SECONDS = 3600
 DEFAULT_TTL_SECONDS = 10
+# The figures of the rules below (``scheduling.tuning`` passes them; the figures behind them
+# are in docs/design/scheduling.md).
 # How long the most interactive requests seen in flight on a model keeps counting (``peak``).
 PEAK_HOLD_SECONDS = 1.5
 # ... unless every read of the last this many seconds saw at most ``QUIET_IN_FLIGHT`` on it:
@@ -89,10 +91,11 @@ def peak(
     now: float,
     hold: float = PEAK_HOLD_SECONDS,
     quiet: float = QUIET_SECONDS,
+    quiet_in_flight: int = QUIET_IN_FLIGHT,
 ) -> InteractiveLoad:
     """The most interactive requests in flight on each model among the loads read in the
     last ``hold`` seconds (each ``(read at, load)``); on a model whose reads saw it quiet (at
-    most ``QUIET_IN_FLIGHT`` in flight) for ``quiet`` seconds (two reads or more), the most
+    most ``quiet_in_flight`` in flight) for ``quiet`` seconds (two reads or more), the most
     among the reads since that quiet began only.
 
     Batch requests are not taken back once started, so a slot interactive traffic needs
@@ -110,7 +113,7 @@ def peak(
     shared: dict[str, int] = {}
     own: dict[str, int] = {}
     for model in {model for _, load in recent for model in (*load.shared, *load.own)}:
-        since = _quiet_since(recent, model, now, quiet)
+        since = _quiet_since(recent, model, now, quiet, quiet_in_flight)
         counting = [load for at, load in recent if since is None or at >= since]
         for into, sides in (
             (shared, [read.shared for read in counting]),
@@ -123,16 +126,16 @@ def peak(
 
 
 def _quiet_since(
-    recent: list[tuple[float, InteractiveLoad]], model: str, now: float, quiet: float
+    recent: list[tuple[float, InteractiveLoad]], model: str, now: float, quiet: float, quiet_in_flight: int
 ) -> float | None:
-    """When the latest run of quiet reads of ``model`` (at most ``QUIET_IN_FLIGHT`` in flight,
+    """When the latest run of quiet reads of ``model`` (at most ``quiet_in_flight`` in flight,
     shared and own) that lasted ``quiet`` seconds began: two reads or more, from its first
     to its last (to ``now``, for a run the latest read ends). ``recent`` oldest first; None
     when no run did. What came before such a run had ended; what came after it counts."""
     found = start = None
     count = 0
     for i, (at, load) in enumerate(recent):
-        if max(load.shared.get(model, 0), load.own.get(model, 0)) > QUIET_IN_FLIGHT:
+        if max(load.shared.get(model, 0), load.own.get(model, 0)) > quiet_in_flight:
             start, count = None, 0
             continue
         start, count = (at if start is None else start), count + 1
@@ -187,12 +190,13 @@ def batch_share(
     yield_on: bool,
     shared_on: bool,
     reserve: int,
+    headroom_share: float = HEADROOM_SHARE,
 ) -> BatchShare:
     """The batch slots ``model`` has now: its cap less the interactive requests in flight on
     it (every reporter's, or with ``shared_on`` off this deployment's own) less the larger of
-    ``reserve`` and their headroom (``HEADROOM_SHARE``), never below 0. ``load`` None: the
-    reports could not be read, which stops new batch requests while the shared load counts
-    (fail closed) and counts as none otherwise."""
+    ``reserve`` and their headroom (``headroom_share`` of them past the first), never below
+    0. ``load`` None: the reports could not be read, which stops new batch requests while the
+    shared load counts (fail closed) and counts as none otherwise."""
     if not yield_on:
         return BatchShare(cap, cap, None, 0, ShareWhy.YIELD_OFF)
     if load is None:
@@ -200,7 +204,7 @@ def batch_share(
             return BatchShare(0, cap, None, reserve, ShareWhy.LOAD_UNKNOWN)
         load = InteractiveLoad()
     interactive = (load.shared if shared_on else load.own).get(model, 0)
-    headroom = math.floor(max(0, interactive - 1) * HEADROOM_SHARE)
+    headroom = math.floor(max(0, interactive - 1) * headroom_share)
     slots = max(0, cap - interactive - max(reserve, headroom))
     why = ShareWhy.CAP if slots == cap else ShareWhy.YIELDING
     return BatchShare(slots, cap, interactive, reserve, why, headroom=headroom)

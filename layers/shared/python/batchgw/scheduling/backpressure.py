@@ -8,7 +8,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from batchgw.domain.adaptive import Latency, Signal, cooling, decreased, growth
+from batchgw.domain.adaptive import Adaptive, Latency, Signal, cooling, decreased, growth
 from batchgw.scheduling import logger
 from batchgw.scheduling.share import BatchShares, Live
 from batchgw.scheduling.tuning import TUNING, Tuning
@@ -32,6 +32,7 @@ class Backpressure:
         tuning: Tuning = TUNING,
     ) -> None:
         self._live = live
+        self._tuning = tuning
         self._every = tuning.growth_seconds
         self._shares = shares
         self._limits = limits
@@ -52,7 +53,7 @@ class Backpressure:
         with self._lock:
             if signal is Signal.HEALTHY:
                 factor = self._live.settings.batch_adaptive_latency_factor
-                latency, rising = self._latency.get(model, Latency()).observe(latency_ms, factor)
+                latency, rising = self._observe(self._latency.get(model, Latency()), latency_ms, factor)
                 self._latency[model] = latency
                 if rising:
                     signal = Signal.LATENCY
@@ -60,7 +61,7 @@ class Backpressure:
                     self._healthy[model] = self._healthy.get(model, 0) + 1
                     grow_due = now - self._grown_at.get(model, -math.inf) >= self._every
                     return Signal.HEALTHY if state.limit is not None and grow_due else None
-        return None if cooling(state, now) else signal
+        return None if self._cooling(state, now) else signal
 
     def act(self, model: str, signal: Signal) -> None:
         """Lower (a saturation signal) or raise (healthy) ``model``'s limit, as ``note`` said.
@@ -77,15 +78,26 @@ class Backpressure:
     def _shrink(self, model: str, signal: Signal) -> None:
         now = self._clock()
         state = self._shares.adaptive(model)
-        if cooling(state, now):
+        if self._cooling(state, now):
             return  # lowered lately (as this process last read it)
         ceiling = self._live.model_cap(model)[0]
-        lower = decreased(state, running=self._running(model), ceiling=ceiling, why=signal, now=now)
+        tuning = self._tuning
+        lower = decreased(
+            state,
+            running=self._running(model),
+            ceiling=ceiling,
+            why=signal,
+            now=now,
+            keep=tuning.decrease_factor,
+            floor=tuning.limit_floor,
+            cooldown=tuning.cooldown_seconds,
+            recovery=tuning.recovery_per_second,
+        )
         if lower is None:
             return
         with self._lock:
             self._healthy[model] = 0
-        if self._limits.decrease(model, lower, now=now):
+        if self._limits.decrease(model, lower, now=now, cooldown=tuning.cooldown_seconds):
             logger.info(
                 "adaptive limit lowered",
                 extra={"model": model, "limit": round(lower.limit or 0, 2), "why": signal.value},
@@ -97,17 +109,45 @@ class Backpressure:
         state = self._shares.adaptive(model)
         ceiling = self._live.model_cap(model)[0]
         with self._lock:
-            if now - self._grown_at.get(model, -math.inf) < self._every or cooling(state, now):
+            if now - self._grown_at.get(model, -math.inf) < self._every or self._cooling(state, now):
                 return
             healthy, self._healthy[model] = self._healthy.get(model, 0), 0
             self._grown_at[model] = now
         if state.limit is None:
             return
-        if state.current(now, ceiling) is None:  # grown back to the cap: the model is free again
+        tuning = self._tuning
+        # Grown back to the cap: the model is free again.
+        if state.current(now, ceiling, tuning.recovery_per_second) is None:
             self._limits.lift(model, decreased_at=state.decreased_at)
         else:
-            by = growth(state, healthy=healthy, ceiling=ceiling, now=now)
+            by = growth(
+                state,
+                healthy=healthy,
+                ceiling=ceiling,
+                now=now,
+                floor=tuning.limit_floor,
+                recovery=tuning.recovery_per_second,
+            )
             if by <= 0:
                 return
             self._limits.increase(model, by, now=now)
         self._shares.forget()
+
+    def _cooling(self, state: Adaptive, now: float) -> bool:
+        """Whether ``state``'s last decrease is within the cooldown (``domain.adaptive.cooling``)."""
+        return cooling(state, now, self._tuning.cooldown_seconds)
+
+    def _observe(self, latency: Latency, latency_ms: float, factor: float) -> tuple[Latency, bool]:
+        """``latency`` after one more healthy answer, and whether it is rising
+        (``domain.adaptive.Latency.observe``, with ``factor`` the setting's)."""
+        tuning = self._tuning
+        return latency.observe(
+            latency_ms,
+            factor,
+            warmup=tuning.latency_warmup,
+            weight=tuning.latency_average_weight,
+            outlier_factor=tuning.latency_outlier_factor,
+            drift=tuning.baseline_drift,
+            min_gap_ms=tuning.latency_min_gap_ms,
+            sustained=tuning.latency_sustained,
+        )

@@ -82,10 +82,12 @@ class BatchShares:
             yield_on=settings.batch_yield_to_interactive,
             shared_on=settings.batch_shared_interactive_load,
             reserve=settings.batch_interactive_reserve,
+            headroom_share=self._tuning.headroom_share,
         )
         if not settings.batch_adaptive_concurrency:
             return share
-        return limited(share, self.adaptive(model, read=read).current(self._clock(), cap))
+        limit = self.adaptive(model, read=read).current(self._clock(), cap, self._tuning.recovery_per_second)
+        return limited(share, limit)
 
     def adaptive(self, model: str, *, read: bool = True) -> Adaptive:
         """``model``'s adaptive limit (unconstrained: no limit), read again if it is due
@@ -121,7 +123,13 @@ class BatchShares:
         return (
             None
             if self._load is None
-            else peak(self._recent, self._clock(), self._tuning.peak_hold_seconds, self._tuning.quiet_seconds)
+            else peak(
+                self._recent,
+                self._clock(),
+                self._tuning.peak_hold_seconds,
+                self._tuning.quiet_seconds,
+                self._tuning.quiet_in_flight,
+            )
         )
 
     def refresh(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchgw.domain import chains, interactive
+from batchgw.domain import adaptive, chains, interactive
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,10 @@ class Tuning:
     peak_hold_seconds: float = interactive.PEAK_HOLD_SECONDS
     # ...but a burst's end does, once the reads saw the model quiet this long.
     quiet_seconds: float = interactive.QUIET_SECONDS
+    # Quiet is this many in flight at most: busy traffic does not stay that low without ending.
+    quiet_in_flight: int = interactive.QUIET_IN_FLIGHT
+    # Interactive load grows before batch work looks again: this share of it past the first is kept free.
+    headroom_share: float = interactive.HEADROOM_SHARE
 
     # --- the room: slots no chain holds, and the slot map -------------------------------------
     # Room is taken once two reads saw it: this sets how soon splits fill what traffic left.
@@ -69,9 +73,29 @@ class Tuning:
     # Strides stay within this many times the first: the queue holds that many times W at most.
     max_split_factor: int = chains.MAX_SPLIT_FACTOR
 
-    # --- backpressure -------------------------------------------------------------------------
+    # --- backpressure (the rule is ``domain.adaptive``; its latency factor is a setting) --------
     # Healthy answers raise a constrained model's limit at most this often (one write).
     growth_seconds: float = 1.0
+    # A saturation signal keeps this share of the batch requests running (multiplicative decrease).
+    decrease_factor: float = adaptive.DECREASE
+    # One overload answers many requests at once: one decrease per model this often at most.
+    cooldown_seconds: float = adaptive.COOLDOWN_SECONDS
+    # A constrained model still runs this many batch requests, whose healthy answers raise it again.
+    limit_floor: float = adaptive.FLOOR
+    # Time raises the limit this much a second: a model gone quiet after an overload is not held back.
+    recovery_per_second: float = adaptive.RECOVERY_PER_SECOND
+    # The first answers' plain mean is the unloaded latency: the latency signal counts after them.
+    latency_warmup: int = adaptive.LATENCY_WARMUP
+    # Each answer's weight in the recent latency: a trend moves it, not one answer.
+    latency_average_weight: float = adaptive.LATENCY_AVERAGE_WEIGHT
+    # An answer counts as this many times the recent latency at most: a lone slow one is no trend.
+    latency_outlier_factor: float = adaptive.LATENCY_OUTLIER_FACTOR
+    # The unloaded latency is forgotten this fast, per answer: slowly, so a sustained rise shows.
+    baseline_drift: float = adaptive.BASELINE_DRIFT
+    # Rising is this much above the unloaded latency too: the worker's own delays are in what it measures.
+    latency_min_gap_ms: float = adaptive.LATENCY_MIN_GAP_MS
+    # ...for this many answers in a row: the worker's own delays tripped a shorter, lower signal.
+    latency_sustained: int = adaptive.LATENCY_SUSTAINED
 
     # --- pacing: the call starts of one process -----------------------------------------------
     # Starts spread over this share of the call length: ends then come one after another.

@@ -46,8 +46,8 @@ class AdaptiveStore:
                 )
         return found
 
-    def decrease(self, model: str, to: Adaptive, *, now: float) -> bool:
-        """Store a decrease; False when another came within the cooldown (it stands)."""
+    def decrease(self, model: str, to: Adaptive, *, now: float, cooldown: float = COOLDOWN_SECONDS) -> bool:
+        """Store a decrease; False when another came within ``cooldown`` seconds (it stands)."""
         assert to.limit is not None
         return self._table.put(
             {
@@ -60,7 +60,7 @@ class AdaptiveStore:
             },
             condition="attribute_not_exists(pk) OR #d < :edge",
             names={"#d": "decreased_at"},
-            params={":edge": timestamp(now - COOLDOWN_SECONDS)},
+            params={":edge": timestamp(now - cooldown)},
             failure=f"could not lower the adaptive limit of {model}",
         )
 
