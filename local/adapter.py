@@ -297,6 +297,11 @@ class ApiAdapter(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    # ``listen``'s backlog: connections the kernel completes before this process accepts them
+    # (socketserver's default is 5). A burst of more connections than that overflowed it: with
+    # SYN cookies (Linux's default) the client saw its connection open, sent its request and got
+    # a reset. 128 holds the interactive function's 64 at once and as many others.
+    request_queue_size = 128
 
     def __init__(
         self,
