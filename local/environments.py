@@ -119,7 +119,10 @@ class Environment:
         """Wait for the handler's import (the cold start); raises EnvironmentDied if it failed."""
         if self.ready:
             return
-        answer = self._read(timeout)
+        try:
+            answer = self._read(timeout)
+        except InvocationTimedOut as exc:  # no invocation ran: it died starting, not timed out
+            raise EnvironmentDied(f"environment {self.pid} did not start in {timeout} s") from exc
         if "error" in answer:
             raise EnvironmentDied(f"environment {self.pid} did not start: {answer['error']}")
         self.ready = True
