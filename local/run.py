@@ -2,11 +2,14 @@
 
 Starts, each as its own process with the same environment (``local.env.stack_env``):
 moto (``local.moto_server``), then creates the resources (``local.bootstrap``), then
-the simulator (``local.simulator``), the api adapter(s) (``local.adapter``), the worker
-pollers (``local.poller``, ``BATCHGW_WORKERS``, default 2: the work queue's event source
-mapping, which share out ``BATCHGW_WORKER_ENVIRONMENTS`` execution environments, default 8,
-each a process of its poller's, ``local.environments``) and a poller for any other queue
-whose handler exists (``local.pollers``: what each poller runs). Ctrl-C or SIGTERM
+the simulator (``local.simulator``), the api adapter(s) (``local.adapter``,
+``BATCHGW_API_PROCESSES``, default 1, which share out the interactive function's
+``BATCHGW_INTERACTIVE_CONCURRENCY`` execution environments, default 64, each a process of its
+adapter's, ``local.environments``), the worker pollers (``local.poller``, ``BATCHGW_WORKERS``,
+default 2: the work queue's event source mapping, which share out
+``BATCHGW_WORKER_ENVIRONMENTS`` execution environments, default 8, each a process of its
+poller's) and a poller for any other queue whose handler exists (``local.pollers``: what each
+poller runs). Ctrl-C or SIGTERM
 stops every child (SIGTERM, then SIGKILL) and exits 0; a child that dies on its own stops
 the rest and exits 1. How one child is started, logged and stopped is ``local.children``;
 which run, in what order, and replacing the ones that crash is ``LocalStack`` here.
@@ -62,6 +65,7 @@ from local.env import (
     Ports,
     StateDirInUse,
     environment_share,
+    interactive_environments,
     lock_state_dir,
     port_open,
     setup_logging,
@@ -255,7 +259,10 @@ class LocalStack:
             if self.api:
                 handler = self.env.get(API_HANDLER_ENV, DEFAULT_API_HANDLER)
                 reuse = ["--reuse-port"] if self.api_processes > 1 else []
+                interactive = interactive_environments(self.env)
                 for index in range(self.api_processes):
+                    # the interactive function's environments, shared out among the adapters
+                    share = environment_share(interactive, self.api_processes, index)
                     self._spawn(
                         f"api-{index}",
                         "local.adapter",
@@ -263,6 +270,8 @@ class LocalStack:
                         str(self.ports.api),
                         "--handler",
                         handler,
+                        "--interactive-concurrency",
+                        str(share),
                         *reuse,
                     )
             for index in range(self.workers):
