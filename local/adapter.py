@@ -346,6 +346,7 @@ class ApiAdapter(ThreadingHTTPServer):
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         interactive_handler_path: str = INTERACTIVE_HANDLER,
         gateway_timeout_seconds: float = API_GATEWAY_TIMEOUT_SECONDS,
+        bind_and_activate: bool = True,
     ) -> None:
         self.allow_reuse_port = reuse_port
         self.gateway_timeout_seconds = gateway_timeout_seconds
@@ -360,7 +361,18 @@ class ApiAdapter(ThreadingHTTPServer):
             idle_seconds=idle_seconds,
             starts_at_once=INTERACTIVE_STARTS_AT_ONCE,
         )
-        super().__init__((host, port), _RequestHandler)  # closes the pool if it cannot listen
+        super().__init__(
+            (host, port), _RequestHandler, bind_and_activate
+        )  # closes the pool if it cannot listen
+
+    def listen(self) -> None:
+        """Bind the port and listen, for an adapter made with ``bind_and_activate=False``."""
+        try:
+            self.server_bind()
+            self.server_activate()
+        except BaseException:
+            self.server_close()
+            raise
 
     def function_for(self, method: str, path: str) -> str:
         """The function the HTTP API routes ``method path`` to."""
@@ -566,11 +578,18 @@ def main(argv: list[str] | None = None) -> None:
         admin_handler_path=args.admin_handler,
         interactive_concurrency=args.interactive_concurrency,
         idle_seconds=args.idle_seconds,
+        bind_and_activate=False,
     )
-    # import the handlers before accepting requests: fail at start
-    server.handlers.warm()
-    server.admin_handlers.warm()
-    server.interactive.warm()
+    # Import the handlers (and start an interactive environment) before the port opens: fail at
+    # start, and a stack that sees the port open has them ready.
+    try:
+        server.handlers.warm()
+        server.admin_handlers.warm()
+        server.interactive.warm()
+    except BaseException:
+        server.server_close()
+        raise
+    server.listen()
     log.info(
         "api adapter listening",
         extra={"port": args.port, "handler": args.handler, "admin_handler": args.admin_handler},
