@@ -523,9 +523,10 @@ class LocalStack:
         """SIGKILL the running child whose name starts with ``name_prefix`` (``worker-1``,
         ``api-0``), as a crash: the stack replaces it. Of a poller, one execution environment
         is killed (a busy one if any: one invocation dies, as on Lambda; else an idle one that
-        imported its handler), which the poller replaces. Waits for such a child (or
-        environment) to be running (one crashed a moment ago is being replaced). Returns the
-        killed pid."""
+        imported its handler), which the poller replaces; an api adapter is killed whole, its
+        interactive environments with it (the api and admin functions run in it). Waits for such
+        a child (or environment) to be running (one crashed a moment ago is being replaced).
+        Returns the killed pid."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -555,7 +556,7 @@ class LocalStack:
 
     def pids(self, name_prefix: str) -> list[int]:
         """The pids of the running children whose names start with ``name_prefix``, and of their
-        execution environments (a poller's)."""
+        execution environments (a poller's; an api adapter's, the interactive function's)."""
         with self._lock:
             running = [
                 c.process.pid
@@ -565,7 +566,8 @@ class LocalStack:
         return running + [pid for parent in running for pid in children.child_pids(parent)]
 
     def environment_pids(self, name_prefix: str = "worker-") -> list[int]:
-        """The execution environments of the running pollers whose names start with ``name_prefix``."""
+        """The execution environments of the running pollers (or api adapters: the interactive
+        function's) whose names start with ``name_prefix``."""
         with self._lock:
             running = [
                 c.process.pid
