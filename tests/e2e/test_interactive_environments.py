@@ -77,7 +77,7 @@ def test_two_concurrent_interactive_requests_run_in_different_processes_with_cac
     assert ask(stack, "hello first").status_code == 200  # served warm; it reads alice's key once
 
     with ThreadPoolExecutor(2) as callers:
-        pair = list(callers.map(lambda i: ask(stack, f"[[sim latency_ms=3000 tag=pair]] {i}"), range(2)))
+        pair = list(callers.map(lambda i: ask(stack, f"[[sim latency_ms=5000 tag=pair]] {i}"), range(2)))
     assert [answer.status_code for answer in pair] == [200, 200]
     assert sim.get("/_sim/stats").json()["tags"]["pair"]["max_in_flight"] == 2  # at once
 
