@@ -215,15 +215,17 @@ def _role(argv: list[str]) -> str:
     if module == "local.poller":
         handler = argv[argv.index("--handler") + 1] if "--handler" in argv else ""
         return "worker-poller" if handler.startswith("functions.worker.") else f"poller:{handler}"
-    if argv[1:3] == ["-m", "local.environments"]:  # a poller's execution environment
+    if argv[1:3] == ["-m", "local.environments"]:  # a poller's (or the adapter's) execution environment
         handler = argv[argv.index("--handler") + 1] if "--handler" in argv else ""
+        if handler.startswith("functions.interactive."):
+            return "interactive"
         return "worker" if handler.startswith("functions.worker.") else f"poller:{handler}"
     return "other"
 
 
 def stack_processes(parent: int | None = None) -> list[StackProcess]:
     """The live child processes of ``parent`` (default: this one), and the execution
-    environments its pollers run (``local.environments``), each with its role. Environments
+    environments its pollers and api adapters run (``local.environments``), each with its role. Environments
     come and go (started on demand, reaped when idle): these are the ones alive now."""
     parent = os.getpid() if parent is None else parent
     parents: dict[int, int] = {}

@@ -1,15 +1,14 @@
 """The local API Gateway: HTTP requests in, HTTP API (payload v2.0) events to the api handler.
 
 ``python -m local.adapter [--port N] [--handler pkg.mod.func] [--admin-handler pkg.mod.func]``
-listens on 127.0.0.1 (``BATCHGW_PORT``, default 8080) and calls the real handlers in process,
-routing as the HTTP API does: a path under ``/admin/`` (``resources.ADMIN_PATH_PREFIX``) to the
-admin handler (``BATCHGW_ADMIN_HANDLER``, default ``functions.admin.handler.handler``), whose
-AWS calls are recorded as the admin function's; a POST to an interactive path
+listens on 127.0.0.1 (``BATCHGW_PORT``, default 8080) and calls the real handlers, routing as
+the HTTP API does: a path under ``/admin/`` (``resources.ADMIN_PATH_PREFIX``) to the admin
+handler (``BATCHGW_ADMIN_HANDLER``, default ``functions.admin.handler.handler``), whose AWS
+calls are recorded as the admin function's; a POST to an interactive path
 (``resources.INTERACTIVE_PATHS``) to the interactive handler
-(``functions.interactive.handler.handler``, at most ``BATCHGW_INTERACTIVE_CONCURRENCY``, 64,
-at once); every other request to the api handler (``BATCHGW_API_HANDLER``, default
-``functions.api.handler.handler``). It enforces the limits API
-Gateway and Lambda would:
+(``functions.interactive.handler.handler``); every other request to the api handler
+(``BATCHGW_API_HANDLER``, default ``functions.api.handler.handler``). It enforces the limits
+API Gateway and Lambda would:
 
 - a request body over 10 MB, or an event over Lambda's 6 MB invoke limit (a body of about
   4.4 MiB on), answers 413 without calling the handler. On AWS those answers are API
@@ -28,13 +27,29 @@ Gateway and Lambda would:
 - every method reaches the handler, as the HTTP API's ``ANY`` routes send it (its resolver
   answers an unknown one 404), never a 501 from this server;
 - a handler exception answers 500 ``{"message": "Internal Server Error"}`` (traceback logged);
-- a handler that runs past API Gateway's 30 s answers 503 ``{"message": "Service Unavailable"}``.
+  an interactive environment that dies mid-invocation (killed, or it exited) answers 502
+  ``{"message": "Internal Server Error"}``, as API Gateway answers a Lambda crash;
+- a handler that runs past API Gateway's 30 s answers 503 ``{"message": "Service Unavailable"}``
+  (an interactive environment is not waited for past it: it is killed and replaced, as Lambda
+  resets an environment whose invocation timed out).
 
-Requests run concurrently, each in a Lambda-like execution environment of its own
-(``local.env.HandlerPool``: a Powertools resolver keeps the current event in a module
-global, so two requests must never share a copy of the handler's module); at most
-``--concurrency`` (``BATCHGW_API_CONCURRENCY``, default 10) at once, the rest wait. Several
-adapters can share the port (``--reuse-port``; ``local.run`` starts ``BATCHGW_API_PROCESSES``).
+The interactive function runs as Lambda runs it: each execution environment is a process of its
+own (``local.environments``, as the worker's), which imported the handler once and serves one
+request at a time, so no object (the ``get_deps()`` caches: keys, routes, live config, the
+upstream HTTP pool; the event loop) is shared by two requests running at once, only the AWS
+services are; its AWS calls are recorded as the interactive function's. An idle environment
+serves a request, else one starts (cold) while fewer than ``--interactive-concurrency`` exist
+(``BATCHGW_INTERACTIVE_CONCURRENCY``, default 64; ``local.run`` shares it out among its
+adapters), else the request waits for one. Unlike Lambda, at most ``INTERACTIVE_STARTS_AT_ONCE``
+(2) start at a time, since here they share the machine's cores: past it a request waits for
+an environment to come free or a start to end. One is started at launch, and one idle for
+``BATCHGW_ENVIRONMENT_IDLE_SECONDS`` (120) is reaped. The api and admin functions run in this
+process, each request in a Lambda-like environment of its own (``local.env.HandlerPool``: a
+Powertools resolver keeps the current event in a module global, so two requests must never
+share a copy of the handler's module); at most ``--concurrency`` (``BATCHGW_API_CONCURRENCY``,
+default 10) at once each, the rest wait. Several adapters can share the port
+(``--reuse-port``; ``local.run`` starts ``BATCHGW_API_PROCESSES``), each with its own
+environments.
 """
 
 from __future__ import annotations
@@ -65,11 +80,21 @@ from local.env import (
     API_PORT_ENV,
     DEFAULT_API_HANDLER,
     DEFAULT_API_PORT,
+    DEFAULT_INTERACTIVE_CONCURRENCY,
     HOST,
     PREFIX,
     HandlerPool,
     LambdaContext,
+    interactive_environments,
     setup_logging,
+)
+from local.environments import (
+    DEFAULT_IDLE_SECONDS,
+    IDLE_SECONDS_ENV,
+    EnvironmentDied,
+    EnvironmentPool,
+    InvocationTimedOut,
+    ResponseNotSerializable,
 )
 from local.invocations import record_invocation
 
@@ -91,8 +116,12 @@ ADMIN_HANDLER_ENV = "BATCHGW_ADMIN_HANDLER"
 DEFAULT_ADMIN_HANDLER = "functions.admin.handler.handler"
 INTERACTIVE_FUNCTION_NAME = f"{PREFIX}-{resources.INTERACTIVE}"
 INTERACTIVE_HANDLER = "functions.interactive.handler.handler"
-INTERACTIVE_CONCURRENCY_ENV = "BATCHGW_INTERACTIVE_CONCURRENCY"
-DEFAULT_INTERACTIVE_CONCURRENCY = 64
+INTERACTIVE_MEMORY_MB = 512  # the CDK stack's (``infra.constructs.functions``)
+# Interactive cold starts running at once. On Lambda each has a machine of its own; here they
+# share the stack's cores, and an import is ~0.9 s of CPU: 64 requests at once that each
+# started an environment took 65 s (p50 59 s) on 2 cores; with two at a time, the rest taking
+# the environments that come free, 7 s (p50 3 s) and 10 environments.
+INTERACTIVE_STARTS_AT_ONCE = 2
 
 _TEXT_TYPES = frozenset({"application/json", "application/javascript", "application/xml"})
 # Hop-by-hop or recomputed here; a handler's values for these are ignored.
@@ -293,10 +322,17 @@ def reply_from_result(result: Any) -> Reply:
 
 class ApiAdapter(ThreadingHTTPServer):
     """The HTTP server; ``handler_path`` names the api handler it calls, ``admin_handler_path``
-    the admin function's."""
+    the admin function's, ``interactive_handler_path`` the interactive function's, whose
+    execution environments are processes (``interactive``, an ``EnvironmentPool``).
+    ``gateway_timeout_seconds`` is API Gateway's integration timeout (tests shorten it)."""
 
     daemon_threads = True
     block_on_close = False
+    # ``listen``'s backlog: connections the kernel completes before this process accepts them
+    # (socketserver's default is 5). A burst of more connections than that overflowed it: with
+    # SYN cookies (Linux's default) the client saw its connection open, sent its request and got
+    # a reset. 128 holds the interactive function's 64 at once and as many others.
+    request_queue_size = 128
 
     def __init__(
         self,
@@ -307,42 +343,96 @@ class ApiAdapter(ThreadingHTTPServer):
         concurrency: int = DEFAULT_CONCURRENCY,
         admin_handler_path: str = DEFAULT_ADMIN_HANDLER,
         interactive_concurrency: int = DEFAULT_INTERACTIVE_CONCURRENCY,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        interactive_handler_path: str = INTERACTIVE_HANDLER,
+        gateway_timeout_seconds: float = API_GATEWAY_TIMEOUT_SECONDS,
+        bind_and_activate: bool = True,
     ) -> None:
         self.allow_reuse_port = reuse_port
+        self.gateway_timeout_seconds = gateway_timeout_seconds
         self.handlers = HandlerPool(handler_path, max_size=concurrency)
         self.admin_handlers = HandlerPool(admin_handler_path, max_size=concurrency)
-        self.interactive_handlers = HandlerPool(INTERACTIVE_HANDLER, max_size=interactive_concurrency)
-        super().__init__((host, port), _RequestHandler)
+        self.interactive = EnvironmentPool(  # none runs before ``warm`` or a request
+            interactive_handler_path,
+            max_size=interactive_concurrency,
+            function_name=INTERACTIVE_FUNCTION_NAME,
+            memory_mb=INTERACTIVE_MEMORY_MB,
+            name="interactive",
+            idle_seconds=idle_seconds,
+            starts_at_once=INTERACTIVE_STARTS_AT_ONCE,
+        )
+        super().__init__(
+            (host, port), _RequestHandler, bind_and_activate
+        )  # closes the pool if it cannot listen
 
-    def function_for(self, method: str, path: str) -> tuple[str, HandlerPool]:
-        """The function the HTTP API routes ``method path`` to, and its execution environments."""
+    def listen(self) -> None:
+        """Bind the port and listen, for an adapter made with ``bind_and_activate=False``."""
+        try:
+            self.server_bind()
+            self.server_activate()
+        except BaseException:
+            self.server_close()
+            raise
+
+    def function_for(self, method: str, path: str) -> str:
+        """The function the HTTP API routes ``method path`` to."""
         if path.startswith(resources.ADMIN_PATH_PREFIX):
-            return ADMIN_FUNCTION_NAME, self.admin_handlers
+            return ADMIN_FUNCTION_NAME
         if method == "POST" and path in resources.INTERACTIVE_PATHS:
-            return INTERACTIVE_FUNCTION_NAME, self.interactive_handlers
-        return API_FUNCTION_NAME, self.handlers
+            return INTERACTIVE_FUNCTION_NAME
+        return API_FUNCTION_NAME
 
     def invoke(self, event: Mapping[str, Any]) -> Reply:
         request_id = event["requestContext"]["requestId"]
         method = event["requestContext"]["http"]["method"]
-        function_name, pool = self.function_for(method, event["rawPath"])
+        function_name = self.function_for(method, event["rawPath"])
         try:
-            # its AWS calls are its function's (this process is named after the api function)
-            with calls_made_for(function_name), pool.environment() as handler:  # an import error fails here
-                context = LambdaContext(
-                    function_name=function_name, timeout_seconds=API_GATEWAY_TIMEOUT_SECONDS
-                )
-                started = time.monotonic()
-                result = handler(dict(event), context)
-                elapsed = time.monotonic() - started
+            if function_name == INTERACTIVE_FUNCTION_NAME:
+                result, elapsed = self._in_environment(event)
+            else:
+                result, elapsed = self._in_process(function_name, event)
             record_invocation(function_name, elapsed)
+        except InvocationTimedOut:
+            log.error(
+                "handler exceeded API Gateway's timeout; its environment is replaced",
+                extra={"request_id": request_id, "seconds": self.gateway_timeout_seconds},
+            )
+            return Reply.message(503, "Service Unavailable")
+        except (EnvironmentDied, ResponseNotSerializable) as exc:
+            log.error("execution environment failed", extra={"request_id": request_id, "why": str(exc)})
+            return Reply.message(502, "Internal Server Error")
         except Exception:
             log.exception("handler raised", extra={"request_id": request_id, "function": function_name})
             return Reply.message(500, "Internal Server Error")
-        if elapsed > API_GATEWAY_TIMEOUT_SECONDS:
-            log.error("api handler exceeded API Gateway's 30 s", extra={"seconds": round(elapsed, 1)})
+        if elapsed > self.gateway_timeout_seconds:
+            log.error("api handler exceeded API Gateway's timeout", extra={"seconds": round(elapsed, 1)})
             return Reply.message(503, "Service Unavailable")
         return reply_from_result(result)
+
+    def _in_process(self, function_name: str, event: Mapping[str, Any]) -> tuple[Any, float]:
+        """The api or admin handler's result, called in this process, and how long it ran."""
+        pool = self.admin_handlers if function_name == ADMIN_FUNCTION_NAME else self.handlers
+        # its AWS calls are its function's (this process is named after the api function)
+        with calls_made_for(function_name), pool.environment() as handler:  # an import error fails here
+            context = LambdaContext(function_name=function_name, timeout_seconds=self.gateway_timeout_seconds)
+            started = time.monotonic()
+            result = handler(dict(event), context)
+            return result, time.monotonic() - started
+
+    def _in_environment(self, event: Mapping[str, Any]) -> tuple[Any, float]:
+        """The interactive handler's result, from an execution environment of its own (a process;
+        a cold one first imports the handler), and how long it ran; raises HandlerFailed when it
+        raised, EnvironmentDied when the process died (InvocationTimedOut past API Gateway's
+        timeout: it is not waited for longer)."""
+        timeout = self.gateway_timeout_seconds
+        with self.interactive.environment() as environment:
+            started = time.monotonic()  # after the cold start, if any: Lambda times init apart
+            result = environment.invoke(event, timeout, wait_seconds=timeout)
+            return result, time.monotonic() - started
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.interactive.close()
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
@@ -468,7 +558,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--interactive-concurrency",
         type=int,
-        default=int(os.environ.get(INTERACTIVE_CONCURRENCY_ENV, DEFAULT_INTERACTIVE_CONCURRENCY)),
+        default=interactive_environments(os.environ),
+        help="the interactive function's execution environments at most (BATCHGW_INTERACTIVE_CONCURRENCY)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=float(os.environ.get(IDLE_SECONDS_ENV, DEFAULT_IDLE_SECONDS)),
+        help="an interactive environment idle this long is reaped",
     )
     args = parser.parse_args(argv)
     setup_logging("api")
@@ -480,11 +577,19 @@ def main(argv: list[str] | None = None) -> None:
         concurrency=args.concurrency,
         admin_handler_path=args.admin_handler,
         interactive_concurrency=args.interactive_concurrency,
+        idle_seconds=args.idle_seconds,
+        bind_and_activate=False,
     )
-    # import the handlers before accepting requests: fail at start
-    server.handlers.warm()
-    server.admin_handlers.warm()
-    server.interactive_handlers.warm()
+    # Import the handlers (and start an interactive environment) before the port opens: fail at
+    # start, and a stack that sees the port open has them ready.
+    try:
+        server.handlers.warm()
+        server.admin_handlers.warm()
+        server.interactive.warm()
+    except BaseException:
+        server.server_close()
+        raise
+    server.listen()
     log.info(
         "api adapter listening",
         extra={"port": args.port, "handler": args.handler, "admin_handler": args.admin_handler},

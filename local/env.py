@@ -79,6 +79,11 @@ WORKER_ENVIRONMENTS_ENV = "BATCHGW_WORKER_ENVIRONMENTS"
 # 8: each is a Python process (~75 MB resident after a batch, ~0.5 s to import the worker); 8
 # of them, 10 messages an invocation, keep more requests running than moto serves on 2 cores.
 DEFAULT_WORKER_ENVIRONMENTS = 8
+# The interactive function's execution environments (``local.environments``, started by the
+# api adapter): at most this many in the whole stack, shared out among the adapters
+# (``BATCHGW_API_PROCESSES``), each at least one; an environment serves one request at a time.
+INTERACTIVE_CONCURRENCY_ENV = "BATCHGW_INTERACTIVE_CONCURRENCY"
+DEFAULT_INTERACTIVE_CONCURRENCY = 64
 
 # The stack's state across restarts (``local.state``): ``make run`` keeps it in
 # BATCHGW_STATE_DIR (default .local/state/<BATCHGW_PORT>: two stacks side by side on other
@@ -343,8 +348,18 @@ def worker_environments(environ: Mapping[str, str]) -> int:
     return count
 
 
+def interactive_environments(environ: Mapping[str, str]) -> int:
+    """The interactive function's environments in the stack: ``BATCHGW_INTERACTIVE_CONCURRENCY``
+    (default 64), at least 1."""
+    count = int(environ.get(INTERACTIVE_CONCURRENCY_ENV) or DEFAULT_INTERACTIVE_CONCURRENCY)
+    if count < 1:
+        raise ValueError(f"{INTERACTIVE_CONCURRENCY_ENV} must be at least 1")
+    return count
+
+
 def environment_share(total: int, pollers: int, index: int) -> int:
-    """Poller ``index``'s share of ``total`` environments among ``pollers`` (each at least one)."""
+    """Poller (or adapter) ``index``'s share of ``total`` environments among ``pollers`` (each at
+    least one)."""
     return max(1, total // pollers + (1 if index < total % pollers else 0))
 
 

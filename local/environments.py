@@ -1,23 +1,27 @@
-"""Lambda execution environments for a local poller: one child process each.
+"""Lambda execution environments for a local poller or the api adapter: one child process each.
 
 On Lambda each execution environment of a function is a process of its own that imports the
 handler once (its cold start) and then serves one invocation at a time, for as long as Lambda
 keeps it warm; nothing but the AWS services is shared between two of them. Here too:
 
-- ``EnvironmentPool`` (in the poller's process) hands an invocation to an idle environment,
-  starts one when none is idle and fewer than ``max_size`` exist, reaps one idle for longer
-  than ``idle_seconds``, and replaces at once one that died (a chaos kill), as Lambda
-  replaces an environment that crashed;
+- ``EnvironmentPool`` (in the poller's process, or the adapter's for the interactive
+  function: ``local.adapter``) hands an invocation to an idle environment,
+  starts one when none is idle and fewer than ``max_size`` exist (with ``starts_at_once``, the
+  adapter's, no more than that many at a time: past it an invocation waits for an environment
+  to come free or a start to end), reaps one idle for longer than ``idle_seconds``, and
+  replaces at once one that died (a chaos kill), as Lambda replaces an environment that
+  crashed, or that did not answer within its invoker's wait (``invoke``'s ``wait_seconds``: the
+  adapter's API Gateway timeout), as Lambda resets one whose invocation timed out;
 - each environment is ``python -m local.environments --fd N --handler PATH ...``: it imports
   the handler, says it is ready, then answers each invocation (one JSON line each way on a
   socket pair) with the handler's response, or the error it raised. Its output goes where
-  the poller's goes. It sets the variables Lambda's runtime sets (``lambda_runtime_env``,
+  its parent's goes. It sets the variables Lambda's runtime sets (``lambda_runtime_env``,
   its own log stream) and keeps one event loop for every invocation, as the runtime does.
 
 While it serves an invocation, an environment's process name (``/proc/<pid>/comm``) is
 ``BUSY_NAME``, else ``IDLE_NAME``: ``ps`` shows which are busy, and a chaos kill
 (``LocalStack.crash``) chooses a busy one, so that it ends one invocation, as a crash on
-Lambda does. An environment ends with its poller (it watches its parent).
+Lambda does. An environment ends with its poller or adapter (it watches its parent).
 """
 
 from __future__ import annotations
@@ -63,8 +67,17 @@ class EnvironmentDied(RuntimeError):
         self.killed = killed  # by a signal (a crash), rather than an exit of its own
 
 
+class InvocationTimedOut(EnvironmentDied):
+    """No answer within the invoker's wait: the environment is killed and replaced, as Lambda
+    resets an environment whose invocation timed out."""
+
+
 class HandlerFailed(RuntimeError):
     """The handler raised (or answered what Lambda cannot serialize); the environment lives on."""
+
+
+class ResponseNotSerializable(HandlerFailed):
+    """The handler answered what Lambda's runtime cannot serialize (a ``Runtime.MarshalError``)."""
 
 
 def _set_process_name(name: str) -> None:
@@ -93,7 +106,9 @@ class Environment:
         self.channel.settimeout(timeout)
         try:
             line = self.reader.readline()
-        except (OSError, ValueError) as exc:  # a timeout, or the socket reset by a dying process
+        except TimeoutError as exc:
+            raise InvocationTimedOut(f"environment {self.pid}: no answer in {timeout} s") from exc
+        except (OSError, ValueError) as exc:  # the socket reset by a dying process
             raise EnvironmentDied(f"environment {self.pid}: {exc}") from exc
         if not line:
             raise EnvironmentDied(f"environment {self.pid} exited")
@@ -104,29 +119,39 @@ class Environment:
         """Wait for the handler's import (the cold start); raises EnvironmentDied if it failed."""
         if self.ready:
             return
-        answer = self._read(timeout)
+        try:
+            answer = self._read(timeout)
+        except InvocationTimedOut as exc:  # no invocation ran: it died starting, not timed out
+            raise EnvironmentDied(f"environment {self.pid} did not start in {timeout} s") from exc
         if "error" in answer:
             raise EnvironmentDied(f"environment {self.pid} did not start: {answer['error']}")
         self.ready = True
 
-    def invoke(self, event: Any, timeout_seconds: float) -> Any:
-        """The handler's response to ``event``; raises HandlerFailed if it raised, EnvironmentDied
-        if the process ended meanwhile."""
+    def invoke(self, event: Any, timeout_seconds: float, wait_seconds: float | None = None) -> Any:
+        """The handler's response to ``event``; raises HandlerFailed if it raised (its subclass
+        ResponseNotSerializable if it answered what Lambda cannot send back), EnvironmentDied if
+        the process ended meanwhile, InvocationTimedOut if ``wait_seconds`` passed first (None:
+        wait for the answer, however late; the invoker judges the timeout)."""
         self.wait_ready()
         request = {"event": event, "timeout_seconds": timeout_seconds, "request_id": str(uuid.uuid4())}
         try:
             self.channel.sendall(json.dumps(request).encode() + b"\n")
         except OSError as exc:
             raise EnvironmentDied(f"environment {self.pid}: {exc}") from exc
-        answer = self._read(None)  # the poller judges the timeout, as before: the answer comes
+        answer = self._read(wait_seconds)
         if "error" in answer:
-            raise HandlerFailed(answer["error"])
+            failure = ResponseNotSerializable if answer.get("unserializable") else HandlerFailed
+            raise failure(answer["error"])
         return answer.get("response")
+
+    def hang_up(self) -> None:
+        """Tell the process to end (it exits when its socket closes), not waiting for it."""
+        with contextlib.suppress(OSError):
+            self.channel.shutdown(socket.SHUT_RDWR)
 
     def close(self, timeout: float = 5.0) -> None:
         """End the process: it exits when its socket closes; killed if it does not in time."""
-        with contextlib.suppress(OSError):
-            self.channel.shutdown(socket.SHUT_RDWR)
+        self.hang_up()
         self.channel.close()
         try:
             self.process.wait(timeout)
@@ -136,7 +161,8 @@ class Environment:
 
 
 class EnvironmentPool:
-    """The execution environments of one function, for one poller (see the module docstring)."""
+    """The execution environments of one function, for one poller or adapter (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -147,6 +173,7 @@ class EnvironmentPool:
         memory_mb: int,
         name: str = "worker",
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        starts_at_once: int | None = None,
     ) -> None:
         self.handler_path = handler_path
         self.max_size = max(1, max_size)
@@ -154,10 +181,16 @@ class EnvironmentPool:
         self.memory_mb = memory_mb
         self.name = name
         self.idle_seconds = idle_seconds
+        # Cold starts running at once, at most (None: one for each invocation that finds no idle
+        # environment, as on Lambda). Past it an invocation waits for an environment to be idle
+        # or for a start to end, then takes the idle one or starts its own.
+        self.starts_at_once = starts_at_once
         self._idle: list[Environment] = []
-        self._busy: set[Environment] = set()
+        self._busy: set[Environment] = set()  # and starting: each for the invocation that started it
+        self._starting = 0
         self._room = threading.BoundedSemaphore(self.max_size)  # one per environment there may be
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # an environment idle, or a start ended
         self._closed = threading.Event()
         self.started = 0  # environments started (cold starts), replacements included
         self.reaped = 0
@@ -219,19 +252,18 @@ class EnvironmentPool:
     @contextmanager
     def environment(self) -> Iterator[Environment]:
         """An idle environment (or a new one, cold) for one invocation; it is idle again after.
+        Past ``starts_at_once`` cold starts running, it waits for one to end or for an idle one.
 
         One that died meanwhile is replaced by a new one (not waited for) and EnvironmentDied
         raised; one that never started is dropped."""
         self._room.acquire()
         try:
-            with self._lock:
-                found = self._idle.pop() if self._idle else None
-            if found is None:
-                found = self._start()
-            with self._lock:
-                self._busy.add(found)
+            found, cold = self._take()
             try:
-                found.wait_ready()
+                if cold:
+                    self._wait_ready(found)
+                else:
+                    found.wait_ready()  # a replacement may still be importing
                 yield found
             except EnvironmentDied as exc:
                 exc.killed = self._drop(found)
@@ -244,12 +276,46 @@ class EnvironmentPool:
         finally:
             self._room.release()
 
+    def _take(self) -> tuple[Environment, bool]:
+        """An idle environment, else one started now (True: cold, its import still running)."""
+        with self._changed:
+            while not self._idle and not self._may_start():
+                self._changed.wait()
+            if self._idle:
+                found = self._idle.pop()
+                self._busy.add(found)
+                return found, False
+            self._starting += 1
+        try:
+            found = self._start()
+        except BaseException:
+            self._started_one()
+            raise
+        with self._lock:
+            self._busy.add(found)
+        return found, True
+
+    def _may_start(self) -> bool:
+        return self.starts_at_once is None or self._starting < self.starts_at_once
+
+    def _wait_ready(self, found: Environment) -> None:
+        try:
+            found.wait_ready()
+        finally:
+            self._started_one()
+
+    def _started_one(self) -> None:
+        with self._changed:
+            self._starting -= 1
+            self._changed.notify()
+
     def _release(self, found: Environment) -> None:
         found.idle_since = time.monotonic()
-        with self._lock:
+        with self._changed:
             self._busy.discard(found)
             if not self._closed.is_set():
                 self._idle.append(found)
+                self._changed.notify()
                 return
         found.close()
 
@@ -266,8 +332,9 @@ class EnvironmentPool:
             room = len(self._idle) + len(self._busy) < self.max_size
         if (found.ready or killed) and room and not self._closed.is_set():
             fresh = self._start()  # as Lambda replaces a crashed environment; it imports meanwhile
-            with self._lock:
+            with self._changed:
                 self._idle.append(fresh)
+                self._changed.notify()
             self.replaced += 1
             log.warning(
                 "environment died; replaced",
@@ -298,6 +365,8 @@ class EnvironmentPool:
         with self._lock:
             idle, self._idle = self._idle, []
         for environment in idle:
+            environment.hang_up()  # all at once: each then exits while the others do
+        for environment in idle:
             environment.close()
 
 
@@ -308,7 +377,7 @@ def _answer(channel: socket.socket, value: dict[str, Any]) -> None:
     try:
         line = json.dumps(value).encode()
     except (TypeError, ValueError) as exc:  # Lambda cannot serialize it: the invocation failed
-        line = json.dumps({"error": f"Runtime.MarshalError: {exc}"}).encode()
+        line = json.dumps({"error": f"Runtime.MarshalError: {exc}", "unserializable": True}).encode()
     channel.sendall(line + b"\n")
 
 

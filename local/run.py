@@ -2,11 +2,14 @@
 
 Starts, each as its own process with the same environment (``local.env.stack_env``):
 moto (``local.moto_server``), then creates the resources (``local.bootstrap``), then
-the simulator (``local.simulator``), the api adapter(s) (``local.adapter``), the worker
-pollers (``local.poller``, ``BATCHGW_WORKERS``, default 2: the work queue's event source
-mapping, which share out ``BATCHGW_WORKER_ENVIRONMENTS`` execution environments, default 8,
-each a process of its poller's, ``local.environments``) and a poller for any other queue
-whose handler exists (``local.pollers``: what each poller runs). Ctrl-C or SIGTERM
+the simulator (``local.simulator``), the api adapter(s) (``local.adapter``,
+``BATCHGW_API_PROCESSES``, default 1, which share out the interactive function's
+``BATCHGW_INTERACTIVE_CONCURRENCY`` execution environments, default 64, each a process of its
+adapter's, ``local.environments``), the worker pollers (``local.poller``, ``BATCHGW_WORKERS``,
+default 2: the work queue's event source mapping, which share out
+``BATCHGW_WORKER_ENVIRONMENTS`` execution environments, default 8, each a process of its
+poller's) and a poller for any other queue whose handler exists (``local.pollers``: what each
+poller runs). Ctrl-C or SIGTERM
 stops every child (SIGTERM, then SIGKILL) and exits 0; a child that dies on its own stops
 the rest and exits 1. How one child is started, logged and stopped is ``local.children``;
 which run, in what order, and replacing the ones that crash is ``LocalStack`` here.
@@ -62,6 +65,7 @@ from local.env import (
     Ports,
     StateDirInUse,
     environment_share,
+    interactive_environments,
     lock_state_dir,
     port_open,
     setup_logging,
@@ -255,7 +259,10 @@ class LocalStack:
             if self.api:
                 handler = self.env.get(API_HANDLER_ENV, DEFAULT_API_HANDLER)
                 reuse = ["--reuse-port"] if self.api_processes > 1 else []
+                interactive = interactive_environments(self.env)
                 for index in range(self.api_processes):
+                    # the interactive function's environments, shared out among the adapters
+                    share = environment_share(interactive, self.api_processes, index)
                     self._spawn(
                         f"api-{index}",
                         "local.adapter",
@@ -263,6 +270,8 @@ class LocalStack:
                         str(self.ports.api),
                         "--handler",
                         handler,
+                        "--interactive-concurrency",
+                        str(share),
                         *reuse,
                     )
             for index in range(self.workers):
@@ -514,9 +523,10 @@ class LocalStack:
         """SIGKILL the running child whose name starts with ``name_prefix`` (``worker-1``,
         ``api-0``), as a crash: the stack replaces it. Of a poller, one execution environment
         is killed (a busy one if any: one invocation dies, as on Lambda; else an idle one that
-        imported its handler), which the poller replaces. Waits for such a child (or
-        environment) to be running (one crashed a moment ago is being replaced). Returns the
-        killed pid."""
+        imported its handler), which the poller replaces; an api adapter is killed whole, its
+        interactive environments with it (the api and admin functions run in it). Waits for such
+        a child (or environment) to be running (one crashed a moment ago is being replaced).
+        Returns the killed pid."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -546,7 +556,7 @@ class LocalStack:
 
     def pids(self, name_prefix: str) -> list[int]:
         """The pids of the running children whose names start with ``name_prefix``, and of their
-        execution environments (a poller's)."""
+        execution environments (a poller's; an api adapter's, the interactive function's)."""
         with self._lock:
             running = [
                 c.process.pid
@@ -556,7 +566,8 @@ class LocalStack:
         return running + [pid for parent in running for pid in children.child_pids(parent)]
 
     def environment_pids(self, name_prefix: str = "worker-") -> list[int]:
-        """The execution environments of the running pollers whose names start with ``name_prefix``."""
+        """The execution environments of the running pollers (or api adapters: the interactive
+        function's) whose names start with ``name_prefix``."""
         with self._lock:
             running = [
                 c.process.pid

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -85,6 +88,41 @@ def echo_api(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "headers": {"content-type": "application/json"},
         "body": json.dumps({"event": event, "function": context.function_name}),
     }
+
+
+# --- the interactive function (the adapter's execution environments: processes) ---------------
+
+SERVED: list[str] = []  # the requests this environment's module served
+
+
+def interactive(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Answers its process, how many requests its module served and the function it runs as.
+    The body's ``do`` makes it raise (``raise``), die as a crash does (``die``), answer a 7 MB
+    body (``big``) or what Lambda cannot serialize (``unserializable``), run ``seconds``
+    (``sleep``), or wait until the file ``until`` exists (``hold``)."""
+    SERVED.append(context.aws_request_id)
+    body = json.loads(event.get("body") or "{}")
+    do = body.get("do")
+    if do == "raise":
+        raise RuntimeError("interactive failure")
+    if do == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if do == "big":
+        return {"statusCode": 200, "body": "x" * (7 * 1024 * 1024)}
+    if do == "unserializable":
+        return {"statusCode": 200, "body": {"a set"}}
+    if do == "sleep":
+        time.sleep(float(body["seconds"]))
+    deadline = time.monotonic() + 30
+    while do == "hold" and not Path(body["until"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    answer = {
+        "pid": os.getpid(),
+        "served": len(SERVED),
+        "function": context.function_name,
+        "variable": os.environ.get("AWS_LAMBDA_FUNCTION_NAME"),
+    }
+    return {"statusCode": 200, "headers": {"content-type": "application/json"}, "body": json.dumps(answer)}
 
 
 # --- the worker (pollers) -----------------------------------------------------------------------
