@@ -31,6 +31,7 @@ SMOKE: dict[str, tuple[str, ...]] = {
     "yield_run": (
         *("--cycles", "1", "--burst-seconds", "4", "--quiet-seconds", "4", "--burst-rps", "4"),
         *("--quiet-rps", "1", "--batch", "60", "--capacity", "4", "--latency-ms", "200", "--out", "{out}"),
+        "--scheduling-calls",
     ),
     "cost": ("--n", "20", "--burst-seconds", "2", "--out", "{out}"),
     "validation": ("--lines", "500"),

@@ -318,7 +318,8 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
     httpx.post(f"{stack.sim_url}/_sim/reset").raise_for_status()  # its latencies are this run's
     interactive = Interactive(stack, args.latency_ms, args.via)
     assert stack.log_dir is not None  # yield_stack gives it one
-    run.rate_sampler = RateSampler(stack.log_dir / CALLS_SUBDIR, stack.environment_pids)
+    if args.scheduling_calls:
+        run.rate_sampler = RateSampler(stack.log_dir / CALLS_SUBDIR, stack.environment_pids)
     batch_id = None
     t0 = time.monotonic()
     wall_start = time.time()
@@ -614,7 +615,9 @@ def chart(runs: dict[str, Run], cycles: Cycles, path: Path) -> None:
 
 
 @contextmanager
-def yield_stack(capacity: int, workers: int, environments: int = MIN_ENVIRONMENTS) -> Iterator[LocalStack]:
+def yield_stack(
+    capacity: int, workers: int, environments: int = MIN_ENVIRONMENTS, *, record_calls: bool = False
+) -> Iterator[LocalStack]:
     env = {
         WORKER_ENVIRONMENTS_ENV: str(environments),
         "BATCH_MODEL_CONCURRENCY": str(capacity),
@@ -625,7 +628,8 @@ def yield_stack(capacity: int, workers: int, environments: int = MIN_ENVIRONMENT
         "BATCH_API_RATE_PER_KEY": "0",  # the interactive callers' rate is the load, not a limit
     }
     log_dir = Path(tempfile.mkdtemp(prefix="batchgw-yield-"))
-    env[CALLS_DIR_ENV] = str(log_dir / CALLS_SUBDIR)  # what each process's calls touched, counted
+    if record_calls:  # what each process's calls touched, counted (CPU in every process)
+        env[CALLS_DIR_ENV] = str(log_dir / CALLS_SUBDIR)
     with LocalStack(
         api_port=0, sim_port=0, moto_port=0, env_overrides=env, workers=workers, log_dir=log_dir
     ) as stack:
@@ -649,6 +653,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the worker's execution environments (at least {MIN_ENVIRONMENTS})",
     )
     parser.add_argument("--via", choices=VIA, default="gateway", help="how interactive requests are sent")
+    parser.add_argument(
+        "--scheduling-calls",
+        action="store_true",
+        help="count scheduling's reads and writes per second (every process records its calls:"
+        " CPU the headline figures are measured without)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.environments < MIN_ENVIRONMENTS:
@@ -663,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"yield bench: {json.dumps(shape)}", flush=True)
     runs: dict[str, Run] = {}
-    with yield_stack(args.capacity, args.workers, args.environments) as stack:
+    record = args.scheduling_calls
+    with yield_stack(args.capacity, args.workers, args.environments, record_calls=record) as stack:
         environments = stack.worker_environments
         for mode in ("alone", "yield", "no_yield"):
             print(f"  {mode}: {cycles.seconds:.0f} s of interactive load...", flush=True)
