@@ -81,7 +81,7 @@ TEST_CALLS := $(CURDIR)/.local/test-aws-calls
 PYTEST := BATCHGW_TEST_AWS_CALLS_DIR="$(TEST_CALLS)" $(PY) -m pytest -q -p no:cacheprovider
 test: install
 	rm -rf -- "$(TEST_CALLS)"
-	$(PYTEST) -n 2 --dist loadfile -m "not serial"; first=$$?; \
+	$(PYTEST) -n 2 --dist loadfile -m "not serial" --durations=30; first=$$?; \
 	$(PYTEST) -m serial; second=$$?; \
 	exit $$(( first || second ))
 
