@@ -82,7 +82,7 @@ PYTEST := BATCHGW_TEST_AWS_CALLS_DIR="$(TEST_CALLS)" $(PY) -m pytest -q -p no:ca
 test: install
 	rm -rf -- "$(TEST_CALLS)"
 	$(PYTEST) -n 2 --dist loadfile -m "not serial" --durations=30; first=$$?; \
-	$(PYTEST) -m serial; second=$$?; \
+	$(PYTEST) -m serial --durations=10; second=$$?; \
 	exit $$(( first || second ))
 
 ## The slow checks outside `make test`: 100 MB files through the Uploads API and the CLI are
