@@ -357,6 +357,20 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
     return run
 
 
+# The warm-up burst before the first run: long enough that the interactive function has as
+# many warm environments as a burst keeps busy, as it has in the runs after it.
+WARM_UP_SECONDS = 10.0
+
+
+def warm_up(stack: LocalStack, cycles: Cycles, args: argparse.Namespace) -> None:
+    """Send one unmeasured burst of interactive requests first: the interactive function's
+    environments then start (paying their import) before the alone run, not in it, as they
+    were started already in the runs after it (an idle one is reaped only after minutes)."""
+    burst = Cycles(cycles.burst_rps, WARM_UP_SECONDS, 0.0, 0.0, 1)
+    print(f"  warm-up: {WARM_UP_SECONDS:.0f} s of interactive burst, not measured...", flush=True)
+    asyncio.run(Interactive(stack, args.latency_ms, args.via).run(burst, Run("warm-up"), time.monotonic()))
+
+
 def metric_values(lines: Iterable[str], name: str, start: float, end: float) -> list[float]:
     """The values of the EMF metric ``name`` in ``lines`` (log lines, EMF or not) stamped
     from ``start`` to ``end`` (seconds since the epoch). A worker writes what it measured at
@@ -676,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     record = args.scheduling_calls
     with yield_stack(args.capacity, args.workers, args.environments, record_calls=record) as stack:
         environments = stack.worker_environments
+        warm_up(stack, cycles, args)
         for mode in ("alone", "yield", "no_yield"):
             print(f"  {mode}: {cycles.seconds:.0f} s of interactive load...", flush=True)
             runs[mode] = one_run(stack, mode, cycles, args)

@@ -390,6 +390,10 @@ class ChainRun:
             if from_heap:
                 return None  # a retry another worker runs: it is that worker's now
             assert claim.request is not None
+            logger.info(  # which run holds it: its invocation's id leads the owner
+                "request held by another run",
+                extra={"batch_id": self.batch.id, "index": target, "holder": claim.request.lease_owner},
+            )
             return Stopped(Why.HELD_ELSEWHERE, (claim.request.lease_until or now) - now + 1)
         if claim.kind is ClaimKind.MISSING:
             logger.warning("no such request", extra={"batch_id": self.batch.id, "index": target})
