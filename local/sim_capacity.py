@@ -27,6 +27,7 @@ BATCH, INTERACTIVE = "batch", "interactive"
 SOURCES = (INTERACTIVE, BATCH)
 WAIT_POLL_SECONDS = 0.1  # how often a queued request looks for the server stopping or its client gone
 KEPT_LATENCIES = 20_000  # per model and source: the most recent
+ADMITTED = 200  # what ``Capacity.enter`` answers a request it admits
 
 
 def source_of(headers: Mapping[str, str]) -> str:
@@ -37,6 +38,7 @@ def source_of(headers: Mapping[str, str]) -> str:
 @dataclass
 class _Queue:
     limit: int = 0  # sequences at once; 0: no limit
+    overflow: int | None = None  # past the limit, answer this status at once (None: wait in the queue)
     running: int = 0
     # Of those running, how many each source sent.
     by_source: dict[str, int] = dataclass_field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
@@ -67,11 +69,31 @@ class Capacity:
         with self._cond:
             return {model: q.limit for model, q in self._queues.items()}
 
+    def set_overflows(self, statuses: Mapping[str, int | None]) -> None:
+        """Past its limit, each model answers its status at once (a server that refuses what
+        it has no room for: 429, 503), or waits in its queue (None)."""
+        with self._cond:
+            for model, status in statuses.items():
+                self._queues[model].overflow = status
+
+    def overflows(self) -> dict[str, int | None]:
+        with self._cond:
+            return {model: q.overflow for model, q in self._queues.items()}
+
     def admit(self, model: str, give_up: Callable[[], bool], source: str = INTERACTIVE) -> bool:
         """Wait for a sequence of ``model`` (True: admitted, ``release`` it with the same
         ``source``), or until ``give_up()`` says the server stops or the client went away (False)."""
+        return self.enter(model, give_up, source) == ADMITTED
+
+    def enter(self, model: str, give_up: Callable[[], bool], source: str = INTERACTIVE) -> int | None:
+        """``admit``, for a model that may refuse (``set_overflows``): ``ADMITTED`` (``release``
+        it with the same ``source``), the status it refuses with at once when it has no room,
+        or None when ``give_up()`` said to stop waiting."""
         with self._cond:
             queue = self._queues[model]
+            busy = queue.limit > 0 and (queue.running >= queue.limit or queue.waiting > 0)
+            if queue.overflow is not None and busy:
+                return queue.overflow
             ticket = queue.next_ticket
             queue.next_ticket += 1
             while not (ticket == queue.serving and (queue.limit <= 0 or queue.running < queue.limit)):
@@ -79,14 +101,14 @@ class Capacity:
                     queue.gave_up = queue.gave_up | {ticket}
                     self._skip(queue)
                     self._cond.notify_all()
-                    return False
+                    return None
                 self._cond.wait(WAIT_POLL_SECONDS)
             queue.serving += 1
             queue.running += 1
             queue.by_source[source] += 1
             self._skip(queue)
             self._cond.notify_all()
-            return True
+            return ADMITTED
 
     def release(self, model: str, source: str = INTERACTIVE) -> None:
         with self._cond:

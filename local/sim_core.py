@@ -16,7 +16,7 @@ from typing import Any
 
 from local.sim_answers import ANSWERS, collect_texts, count_words, fit_to_size, with_cached
 from local.sim_batches import ProviderBatches
-from local.sim_capacity import Capacity, Latencies, prometheus, source_of
+from local.sim_capacity import ADMITTED, Capacity, Latencies, prometheus, source_of
 from local.sim_directives import BROKEN, Directives, parse_directives
 from local.sim_protocol import (
     BACKUP,
@@ -35,6 +35,7 @@ PROVIDER_BATCH_ROUTE = "provider_batch"  # the route a provider batch's lines co
 GARBAGE_BODY = b"\xff\xfenot json{"
 HANG_POLL_SECONDS = 0.2
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"
+OVERFLOW_STATUSES = (429, 503, None)  # what a model may answer past its capacity (None: queue)
 
 
 def _tag_of(body: JsonObject) -> str | None:
@@ -50,6 +51,19 @@ def _trickled(reply: Reply | None, directives: Directives) -> Reply | None:
     if reply is None or not (directives.trickle_ms or "chunked" in directives.flags):
         return reply
     return replace(reply, trickle_ms=directives.trickle_ms, chunked="chunked" in directives.flags)
+
+
+def _overflow_reply(status: int, *, anthropic: bool) -> Reply:
+    """A model with no room refusing a request at once, as its server says so."""
+    if status == 429:
+        return error_reply(
+            429,
+            "Rate limit reached: the model is serving all it can. Please try again later.",
+            anthropic=anthropic,
+            type_="rate_limit_error" if anthropic else "requests",
+            code="rate_limit_exceeded",
+        )
+    return error_reply(503, "The server is overloaded or not ready yet.", anthropic=anthropic)
 
 
 def wrong_key_message(headers: Mapping[str, str], anthropic: bool) -> str:
@@ -143,6 +157,8 @@ class SimulatorCore:
             return Reply(200, prometheus(self.capacity.snapshot()), content_type=PROMETHEUS_TEXT)
         if path == "/_sim/capacity":
             return self._set_capacity(method, raw)
+        if path == "/_sim/overflow":
+            return self._set_overflow(method, raw)
         if path == "/_sim/reset":
             if method != "POST":
                 return error_reply(405, "use POST /_sim/reset")
@@ -185,9 +201,13 @@ class SimulatorCore:
         tracked = ExitStack()
         tracked.enter_context(self.stats.track(model, _tag_of(body), route))
         try:
-            if not self.capacity.admit(model, lambda: self.stopping.is_set() or client_gone(), source):
+            entered = self.capacity.enter(model, lambda: self.stopping.is_set() or client_gone(), source)
+            if entered is None:
                 tracked.close()
                 return None  # it waited in the queue until its client (or the server) gave up
+            if entered != ADMITTED:  # no room, and this server refuses rather than queues
+                tracked.close()
+                return _overflow_reply(entered, anthropic=anthropic)
             try:
                 reply = self._model_request(endpoint, model, body, headers, client_gone)
             finally:
@@ -219,6 +239,25 @@ class SimulatorCore:
         elif method != "GET":
             return error_reply(405, "use GET or POST /_sim/capacity")
         return json_reply(200, {"models": self.capacity.limits()})
+
+    def _set_overflow(self, method: str, raw: bytes) -> Reply:
+        """``GET``: what each model answers past its capacity (null: its requests wait their
+        turn); ``POST {"sim-chat": 429}`` makes it refuse them at once with 429 or 503 (null:
+        wait again), as a server without a queue does."""
+        if method == "POST":
+            try:
+                statuses = json.loads(raw or b"{}")
+            except ValueError:
+                statuses = None
+            if not isinstance(statuses, dict) or not all(
+                model in MODELS and (status is None or type(status) is int) and status in OVERFLOW_STATUSES
+                for model, status in statuses.items()
+            ):
+                return error_reply(400, 'send {"<model>": 429, 503 or null, ...}')
+            self.capacity.set_overflows(statuses)
+        elif method != "GET":
+            return error_reply(405, "use GET or POST /_sim/overflow")
+        return json_reply(200, {"models": self.capacity.overflows()})
 
     def _switch_backup(self, method: str, raw: bytes) -> Reply:
         if method != "POST":

@@ -48,7 +48,9 @@ Capacity (``local.sim_capacity``)
     Each model serves a limited number of sequences at once when told to (``--capacity N``,
     ``BATCHGW_SIM_CAPACITY``, or ``POST /_sim/capacity`` ``{"sim-chat": 16}``; 0 or null:
     no limit, the default): the rest wait in its queue, first come first served, so their
-    latency grows with the load. ``/_sim/stats`` adds ``"queues": {MODEL: {"capacity",
+    latency grows with the load; ``POST /_sim/overflow`` ``{"sim-chat": 429}`` (or 503) makes a
+    model refuse at once what it has no room for, as a server without a queue does (null:
+    they wait again). ``/_sim/stats`` adds ``"queues": {MODEL: {"capacity",
     "running", "running_by_source": {"interactive", "batch"}, "waiting"}}`` and ``"latency":
     {MODEL: {"interactive"|"batch": {"count", "p50_ms", "p90_ms", "p99_ms", "answered"}}}`` of
     the recent requests, arrival to answer (``answered``: every one since the last reset; a

@@ -479,33 +479,45 @@ def test_while_the_interactive_load_cannot_be_read_no_batch_request_starts_unles
         assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 20
 
 
-def test_429s_from_the_upstream_shrink_the_batch_share_and_healthy_answers_grow_it_back(
+def test_a_saturated_model_makes_the_batch_back_off_to_its_capacity_and_healthy_answers_grow_it_back(
     admin: httpx.Client, alice: Api, sim: httpx.Client
 ) -> None:
     def adaptive() -> dict[str, Any]:
         model = next(m for m in admin.get("/admin/batch/models").json()["data"] if m["id"] == "sim-chat")
         return dict(model["batch_share"])
 
-    # A 429 now and then among healthy answers (a run of failures in a row would pause the
-    # model instead: BATCH_MODEL_PAUSE_AFTER_FAILURES).
-    texts = [
-        f"[[sim status=429 fail=1 latency_ms=100]] {i}"
-        if i % 20 == 0 and i < 200
-        else f"[[sim latency_ms=300]] {i}"
-        for i in range(900)
-    ]
-    created = alice.create([chat(f"r{i}", text) for i, text in enumerate(texts)])
-    batch_id = created.json()["id"]
-    # The 429s lower the model's limit for every worker: fewer batch requests run.
-    lowered = wait_for(
-        lambda: (s := adaptive())["reason"] == "adaptive" and s,
-        timeout=30,
-        what="the 429s to lower the limit",
-    )
-    assert lowered["adaptive_reason"] == "upstream_saturated" and lowered["slots"] < 8
-    seconds_until(lambda: in_flight(sim)[0] <= lowered["slots"], what="the lowered limit to hold", steady=0.5)
-    # Healthy answers raise it back, step by step, until the model is unconstrained again.
-    seconds_until(lambda: adaptive()["adaptive_limit"] is None, what="the limit to be lifted", timeout=60)
-    seconds_until(lambda: in_flight(sim)[0] >= 7, what="the batch to fill the cap again", timeout=20)
-    batch = alice.wait_final(batch_id, timeout=180)
-    assert batch["status"] == "completed" and batch["request_counts"]["completed"] == len(texts)
+    # The upstream serves 3 requests at once and refuses the rest at once with 429, as a server
+    # without a queue does. (A run of refusals in a row would pause the model outright,
+    # BATCH_MODEL_PAUSE_AFTER_FAILURES: set aside here, so that the share shows what it does.)
+    capacity = 3
+    admin.patch("/admin/config/BATCH_MODEL_PAUSE_AFTER_FAILURES", json={"value": 1000}).raise_for_status()
+    sim.post("/_sim/capacity", json={"sim-chat": capacity}).raise_for_status()
+    sim.post("/_sim/overflow", json={"sim-chat": 429}).raise_for_status()
+    try:
+        time.sleep(REFRESH_SECONDS + 0.5)  # every process has read the setting
+        batch_id = slow_batch(alice, 300)
+        # The refusals, across many requests, lower the model's limit for every worker...
+        lowered = wait_for(
+            lambda: (s := adaptive())["reason"] == "adaptive" and s,
+            timeout=30,
+            what="the 429s to lower the limit",
+        )
+        assert lowered["adaptive_reason"] == "upstream_saturated" and lowered["slots"] < 8
+        # ...down to about what the model can serve, within seconds.
+        seconds_until(
+            lambda: adaptive()["slots"] <= capacity + 1,
+            what="the share to come down to the capacity",
+            timeout=20,
+        )
+        # The model has room again: healthy answers raise the limit back, step by step, until
+        # the model is unconstrained again and the batch fills the cap.
+        sim.post("/_sim/overflow", json={"sim-chat": None}).raise_for_status()
+        sim.post("/_sim/capacity", json={"sim-chat": None}).raise_for_status()
+        seconds_until(lambda: adaptive()["adaptive_limit"] is None, what="the limit to be lifted", timeout=60)
+        seconds_until(lambda: batch_in_flight(sim) >= 7, what="the batch to fill the cap again", timeout=20)
+        batch = alice.wait_final(batch_id, timeout=180)
+        assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 300
+    finally:
+        sim.post("/_sim/overflow", json={"sim-chat": None})
+        sim.post("/_sim/capacity", json={"sim-chat": None})
+        admin.delete("/admin/config/BATCH_MODEL_PAUSE_AFTER_FAILURES")

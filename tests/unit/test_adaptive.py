@@ -1,5 +1,5 @@
-"""Backpressure from the upstream (``domain.adaptive``): saturation answers and rising
-latency shrink a model's batch limit multiplicatively, at most once per cooldown; healthy
+"""Backpressure from the upstream (``domain.adaptive``): saturation answers across many
+requests and rising latency shrink a model's batch limit multiplicatively, at most once per cooldown; healthy
 answers grow it back additively until it is unconstrained; answers that say nothing of the
 load (model_queued, 400s, timeouts) change nothing."""
 
@@ -12,11 +12,15 @@ from batchgw.domain.adaptive import (
     LATENCY_SUSTAINED,
     LATENCY_WARMUP,
     RECOVERY_PER_SECOND,
+    SATURATION_MIN_REQUESTS,
+    SATURATION_WINDOW_SECONDS,
     Adaptive,
+    Answer,
     Latency,
     Signal,
     decreased,
     growth,
+    saturated,
     signal_of,
 )
 from batchgw.domain.interactive import BatchShare, ShareWhy, limited
@@ -40,6 +44,33 @@ def test_what_an_answer_says_of_the_upstreams_load(
     kind: str, status: int | None, code: str | None, signal: Signal
 ) -> None:
     assert signal_of(kind, status, code) is signal
+
+
+def refused(n: int, *, at: float = NOW, requests: int | None = None) -> list[Answer]:
+    """``n`` saturation answers at ``at``, of ``requests`` different requests (default: n)."""
+    return [Answer(at, True, f"b/{i % (requests or n)}") for i in range(n)]
+
+
+def healthy(n: int, *, at: float = NOW) -> list[Answer]:
+    return [Answer(at, False, f"b/h{i}") for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("answers", "model_saturated"),
+    [
+        (refused(SATURATION_MIN_REQUESTS), True),  # refusals across requests: the model is full
+        (refused(SATURATION_MIN_REQUESTS - 1), False),  # too few requests to say
+        (refused(20, requests=1), False),  # one request refused again and again: its own
+        (refused(10) + healthy(90), False),  # one in ten failing among healthy answers
+        (refused(10) + healthy(10), True),  # half refused
+        (refused(10, at=NOW - SATURATION_WINDOW_SECONDS - 1), False),  # an overload that ended
+        (refused(10) + healthy(30, at=NOW - SATURATION_WINDOW_SECONDS - 1), True),  # healthy before it
+    ],
+)
+def test_a_model_is_saturated_when_refusals_across_requests_make_half_its_recent_answers(
+    answers: list[Answer], model_saturated: bool
+) -> None:
+    assert saturated(answers, NOW) is model_saturated
 
 
 def test_a_saturation_signal_shrinks_the_limit_from_what_runs_at_most_once_per_cooldown() -> None:

@@ -1,5 +1,6 @@
 """The simulator models a real server's capacity: a model serves a limited number of
-sequences at once, the rest wait their turn in order, their latency grows with the load,
+sequences at once, the rest wait their turn in order (or are refused at once, when told to),
+their latency grows with the load,
 and it reports latencies by source and its queue as vLLM's gauges."""
 
 from __future__ import annotations
@@ -125,6 +126,27 @@ def test_capacity_is_set_per_model_at_run_time_and_checked(sim: Simulator) -> No
     with ThreadPoolExecutor(5) as pool:
         list(pool.map(lambda i: post(sim, f"[[sim latency_ms=100]] {i}"), range(5)))
     assert sim.stats()["models"]["sim-chat"]["max_in_flight"] == 5
+
+
+def test_told_to_a_model_refuses_at_once_what_it_has_no_room_for_then_queues_again(sim: Simulator) -> None:
+    url = f"{sim.url.removesuffix('/v1')}/_sim/overflow"
+    for bad in ({"nope": 429}, {"sim-chat": 500}, {"sim-chat": True}, {"sim-chat": 429.0}, [429]):
+        assert httpx.post(url, json=bad).status_code == 400
+    assert httpx.post(url, json={"sim-chat": 429}).json()["models"]["sim-chat"] == 429
+    with ThreadPoolExecutor(3) as pool:
+        running = [pool.submit(post, sim, f"[[sim latency_ms=2000]] {i}") for i in range(2)]
+        wait_for(lambda: sim.stats()["queues"]["sim-chat"]["running"] == 2, timeout=10, what="two running")
+        started = time.monotonic()
+        refused = post(sim, "a third")
+        assert refused.status_code == 429 and time.monotonic() - started < 1.0  # not after a wait
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        assert httpx.post(url, json={"sim-chat": 503}).status_code == 200
+        assert post(sim, "a fourth").status_code == 503
+        assert httpx.post(url, json={"sim-chat": None}).json()["models"]["sim-chat"] is None
+        queued = pool.submit(post, sim, "a fifth")  # waits its turn again
+        assert [r.result().status_code for r in running] == [200, 200]
+        assert queued.result().status_code == 200
+    assert sim.stats()["queues"]["sim-chat"]["running"] == 0
 
 
 def test_requests_are_admitted_in_the_order_they_came_and_one_that_gives_up_leaves_the_queue() -> None:

@@ -6,8 +6,12 @@ The spec's rule subtracts the interactive requests in flight from a fixed cap; i
 traffic that reaches the upstream some other way, nor an upstream that is simply full. Two
 signals say so here:
 
-- **saturation answers**: 429, or 503 that is not ``model_queued`` (a deployment waiting for a
-  GPU is not busy: it is absent, and the spec has its own pause for it);
+- **saturation answers across many requests**: 429, or 503 that is not ``model_queued`` (a
+  deployment waiting for a GPU is not busy: it is absent, and the spec has its own pause for
+  it), from at least ``SATURATION_MIN_REQUESTS`` different requests in the last
+  ``SATURATION_WINDOW_SECONDS``, making at least ``SATURATION_MIN_SHARE`` of the answers then
+  (``saturated``). A request that fails on its own, among answers that are healthy, is its
+  retry schedule's business: a batch whose requests fail one by one does not shrink its share;
 - **latency rising**: the model's recent batch latency (an exponential average of successful
   answers) stays well above its unloaded latency (the lowest that average has been lately,
   forgotten slowly) for many answers in a row: ``BATCH_ADAPTIVE_LATENCY_FACTOR`` times it
@@ -26,6 +30,7 @@ Pure: every decision is a function of the observations and the settings.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -43,6 +48,9 @@ LATENCY_MIN_GAP_MS = 500.0  # ...and past it by at least this much...
 LATENCY_SUSTAINED = 10  # ...for this many answers in a row
 LATENCY_WARMUP = 10  # answers before the latency signal counts at all
 RECOVERING = "recovering"  # the why of a limit growing back
+SATURATION_WINDOW_SECONDS = 5.0  # a saturation answer is judged among the answers this recent...
+SATURATION_MIN_REQUESTS = 4  # ...saturation answers of this many different requests in it at least...
+SATURATION_MIN_SHARE = 0.5  # ...making this share of its answers at least
 
 
 class Signal(StrEnum):
@@ -59,6 +67,32 @@ def signal_of(kind: str, status_code: int | None, error_code: str | None) -> Sig
     if status_code == 429 or (status_code == 503 and error_code != "model_queued"):
         return Signal.SATURATED
     return Signal.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One batch answer of a model, as ``saturated`` weighs it."""
+
+    at: float
+    saturated: bool  # its signal was ``Signal.SATURATED``
+    request: str  # which request it answered (a batch's id and the request's index)
+
+
+def saturated(
+    answers: Iterable[Answer],
+    now: float,
+    *,
+    window: float = SATURATION_WINDOW_SECONDS,
+    min_requests: int = SATURATION_MIN_REQUESTS,
+    min_share: float = SATURATION_MIN_SHARE,
+) -> bool:
+    """Whether the answers of the last ``window`` seconds say the model itself is saturated:
+    saturation answers of at least ``min_requests`` different requests, at least
+    ``min_share`` of all of them. One request failing again and again, or requests failing
+    one by one among healthy answers, are not the model's load."""
+    recent = [a for a in answers if now - a.at <= window]
+    refused = [a for a in recent if a.saturated]
+    return len({a.request for a in refused}) >= min_requests and len(refused) >= min_share * len(recent)
 
 
 @dataclass(frozen=True)

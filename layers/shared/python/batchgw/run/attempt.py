@@ -147,7 +147,8 @@ async def settle(
     if outcome.route is not None and not on_provider:  # what an upstream's answer says of its load
         error_code = None if outcome.error is None else outcome.error.get("code")
         signal = signal_of(outcome.kind, outcome.status_code, error_code)
-        to_do = deps.backpressure.note(held.model, signal, max(0.0, (now - started) * 1000))
+        latency_ms = max(0.0, (now - started) * 1000)
+        to_do = deps.backpressure.note(held.model, signal, latency_ms, f"{held.batch_id}/{held.index}")
         if to_do is not None:
             await io(deps.backpressure.act, held.model, to_do)
     decision = decide(

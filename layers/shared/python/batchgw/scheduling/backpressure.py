@@ -1,14 +1,15 @@
 """What this process's batch answers say of each model's upstream (``Backpressure``): the
-model's adaptive limit (``domain.adaptive``) lowered on saturation or rising latency, raised
-on healthy answers."""
+model's adaptive limit (``domain.adaptive``) lowered on saturation across many requests or on
+rising latency, raised on healthy answers."""
 
 from __future__ import annotations
 
 import math
 import threading
+from collections import deque
 from collections.abc import Callable
 
-from batchgw.domain.adaptive import Adaptive, Latency, Signal, cooling, decreased, growth
+from batchgw.domain.adaptive import Adaptive, Answer, Latency, Signal, cooling, decreased, growth, saturated
 from batchgw.scheduling import logger
 from batchgw.scheduling.share import BatchShares, Live
 from batchgw.scheduling.tuning import TUNING, Tuning
@@ -17,9 +18,10 @@ from batchgw.storage.adaptive import AdaptiveStore
 
 class Backpressure:
     """What this process's batch answers say of each model's upstream (``domain.adaptive``):
-    a saturation answer, or latency rising, lowers the model's adaptive limit for the whole
-    deployment (at most once per cooldown); healthy answers raise it, added up here and
-    written at most once a second per model."""
+    saturation answers across many of its recent requests (``domain.adaptive.saturated``), or
+    latency rising, lower the model's adaptive limit for the whole deployment (at most once
+    per cooldown); healthy answers raise it, added up here and written at most once a second
+    per model."""
 
     def __init__(
         self,
@@ -42,15 +44,20 @@ class Backpressure:
         self._latency: dict[str, Latency] = {}
         self._healthy: dict[str, int] = {}
         self._grown_at: dict[str, float] = {}
+        self._answers: dict[str, deque[Answer]] = {}  # model: its answers of the saturation window
 
-    def note(self, model: str, signal: Signal, latency_ms: float) -> Signal | None:
-        """One batch answer of ``model``, its signal and latency; what to ``act`` on (without
-        a read or a write here: the chain's loop calls this for every answer)."""
+    def note(self, model: str, signal: Signal, latency_ms: float, request: str) -> Signal | None:
+        """One batch answer of ``model`` to ``request`` (a batch's id and its index), its signal
+        and latency; what to ``act`` on (without a read or a write here: the chain's loop calls
+        this for every answer). A saturation answer is a signal only among others
+        (``domain.adaptive.saturated``)."""
         if not self._live.settings.batch_adaptive_concurrency or signal is Signal.NONE:
             return None
         now = self._clock()
         state = self._shares.adaptive(model, read=False)
         with self._lock:
+            if not self._weighed(model, Answer(now, signal is Signal.SATURATED, request)):
+                return None  # a request failing on its own: its retry's business
             if signal is Signal.HEALTHY:
                 factor = self._live.settings.batch_adaptive_latency_factor
                 latency, rising = self._observe(self._latency.get(model, Latency()), latency_ms, factor)
@@ -132,6 +139,27 @@ class Backpressure:
                 return
             self._limits.increase(model, by, now=now)
         self._shares.forget()
+
+    def _weighed(self, model: str, answer: Answer) -> bool:
+        """Keep ``answer`` among the model's answers of the saturation window (the lock held);
+        for a saturation answer, whether those say the model is saturated (a healthy one: True)."""
+        tuning = self._tuning
+        kept = self._answers.setdefault(model, deque())
+        kept.append(answer)
+        while answer.at - kept[0].at > tuning.saturation_window_seconds:
+            kept.popleft()
+        if not answer.saturated:
+            return True
+        judged = saturated(
+            kept,
+            answer.at,
+            window=tuning.saturation_window_seconds,
+            min_requests=tuning.saturation_min_requests,
+            min_share=tuning.saturation_min_share,
+        )
+        if judged:
+            kept.clear()  # the next decrease needs answers of its own
+        return judged
 
     def _cooling(self, state: Adaptive, now: float) -> bool:
         """Whether ``state``'s last decrease is within the cooldown (``domain.adaptive.cooling``)."""

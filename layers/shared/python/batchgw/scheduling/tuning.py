@@ -74,6 +74,12 @@ class Tuning:
     max_split_factor: int = chains.MAX_SPLIT_FACTOR
 
     # --- backpressure (the rule is ``domain.adaptive``; its latency factor is a setting) --------
+    # A saturation answer is weighed among this process's answers of the model this recent...
+    saturation_window_seconds: float = adaptive.SATURATION_WINDOW_SECONDS
+    # ...of this many different requests at least: one request failing again is its own retry's...
+    saturation_min_requests: int = adaptive.SATURATION_MIN_REQUESTS
+    # ...and this share of the answers: requests failing one by one among healthy ones are not load.
+    saturation_min_share: float = adaptive.SATURATION_MIN_SHARE
     # Healthy answers raise a constrained model's limit at most this often (one write).
     growth_seconds: float = 1.0
     # A saturation signal keeps this share of the batch requests running (multiplicative decrease).
