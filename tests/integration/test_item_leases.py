@@ -315,6 +315,35 @@ def test_a_chain_runs_its_own_retries_with_its_slot(sim: Simulator) -> None:
     assert receive_all(deps) == []  # no message was needed for the retries
 
 
+def test_a_chain_waiting_seconds_for_a_retry_lets_its_slot_go_meanwhile(sim: Simulator) -> None:
+    deps = make_deps(
+        sim,
+        time.time,
+        BATCH_MODEL_CONCURRENCY="1",
+        BATCH_RETRY_BASE_SECONDS="4",  # half jittered: the retry waits 2 to 4 s
+        BATCH_RETRY_MAX_SECONDS="4",
+    )
+    requests = [chat_request("r-0", "flaky [[sim status=503 fail=1]]"), chat_request("r-1", "fine")]
+    batch = batches.create_batch(deps, ALICE, body_of(requests))
+    lifecycle.prepare(deps, batch["id"])
+    [chain] = [decode(m["Body"]) for m in receive_all(deps)]
+    runner = threading.Thread(target=_run, args=(deps, chain, "w"))
+    runner.start()
+    # Both requests answered, the first to be tried again: the model's one slot is free for
+    # another chain's requests while the retry waits.
+    wait_for(
+        lambda: sim.stats()["models"]["sim-chat"]["requests"] == 2 and deps.slots.holders("sim-chat") == {},
+        timeout=10,
+        what="the slot to be let go while the retry waits",
+    )
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    job = deps.batches.get(batch["id"])
+    assert job is not None and (job.counts.completed, job.counts.left) == (2, 0)
+    assert sim.stats()["models"]["sim-chat"]["requests"] == 3  # the retry took a slot again when due
+    assert receive_all(deps) == []  # no message was needed for it
+
+
 def test_a_chain_stopped_by_a_pause_hands_on_its_waiting_retries(sim: Simulator) -> None:
     deps = make_deps(
         sim,

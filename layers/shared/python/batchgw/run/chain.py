@@ -319,11 +319,16 @@ class ChainRun:
             self.next_index += self.stride
 
     async def _waited_for_retry(self) -> bool:
-        """At the end of its walk, a chain waits (slot in hand) for a retry due soon."""
+        """At the end of its walk, a chain waits for a retry due soon: with its slot in hand
+        for a moment, else letting it go meanwhile (another chain's requests run in it; the
+        retry takes a slot again when it is due, or is handed on if the model is full)."""
         self.answered_at = None
         if not self.retries or self.lone or not self._worth_waiting(self.retries[0][0]):
             return False
-        await asyncio.sleep(max(0.0, self.retries[0][0] - self.deps.clock()))
+        wait = max(0.0, self.retries[0][0] - self.deps.clock())
+        if wait > self.tuning.retry_wait_keep_slot_seconds:
+            await self.slot.release()
+        await asyncio.sleep(wait)
         self.verdict = None  # the batch may have stopped meanwhile: read it again
         return True
 

@@ -22,8 +22,10 @@ class Tuning:
     # --- the chain's own loop -----------------------------------------------------------------
     # Time kept at an invocation's end to send the chain's continuation.
     segment_margin_seconds: float = 5.0
-    # A chain at its walk's end waits this long, slot in hand, for a retry due soon.
+    # A chain at its walk's end waits this long for a retry due soon...
     chain_retry_wait_seconds: float = 30.0
+    # ...its slot in hand for a wait this short at most: longer, the slot serves other chains.
+    retry_wait_keep_slot_seconds: float = 1.0
     # A chain at a request not written yet reads the batch again after this long...
     write_wait_seconds: float = 0.05
     # ...doubled each time, up to this: prepare writes a batch's requests while its first run.
