@@ -49,6 +49,8 @@ invocations are cold starts, which the measured runs then do not pay). Then:
    (boto3, Powertools' resolver and Logger, one pydantic model) measured the same way:
    ``api_import_floor_ratio`` = floor / boto3, the part of the ratio that is not ours;
    ``api_import_model_floor_ratio``, the same without the resolver (boto3, Logger, a model).
+   Issue 53's names: ``api_import_over_boto3`` (the ratio again) and
+   ``api_import_own_over_boto3`` = (handler - floor) / boto3, the handler's own part (goal 0.3).
 5. **Scale** (issue 15), each on a stack of its own after the first: ``cap64``, 4,000
    requests at 2,000 ms under a model cap of 64 against the direct client with 64 in flight
    (``dispatch_ratio_cap64``, budget 1.2); ``throughput``, 2,000 requests with the simulator

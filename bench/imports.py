@@ -4,13 +4,16 @@
 functions.api.handler"``, the fixed stack's floor and a bare ``python -c pass`` in fresh
 interpreters with the same environment, interleaved round by round (so a busy moment of the
 machine weighs on all alike), and takes medians. Each import's time is its median minus the
-bare interpreter's; ``api_import_ratio`` = handler ÷ boto3 (budget 1.5).
+bare interpreter's; ``api_import_ratio`` = handler ÷ boto3 (budget 1.5), recorded also as
+``api_import_over_boto3``, the name issue 53 gives it.
 
 The floor is what any api handler on this stack imports before a line of ours: boto3,
 Powertools' HTTP API resolver and Logger, and one pydantic model (its first model is what
 loads pydantic's schema machinery; settings are a pydantic model, STYLE rule 3).
 ``api_import_floor_ratio`` = floor ÷ boto3: the part of the handler's ratio that is not ours.
 ``api_import_model_floor_ratio``: the same without the resolver (boto3, Logger, a model).
+``api_import_own_over_boto3`` = (handler - floor) ÷ boto3: the handler's own part, what our
+modules add to the floor (goal 0.3).
 
 ``first_request(env)`` checks that the import got cheaper rather than moved to the first
 request: fresh interpreters that import the handler and then answer one ``GET /v1/batches``
@@ -48,6 +51,7 @@ from local.bootstrap import bootstrap
 from local.env import HOST, REPO_ROOT, Ports, free_port, process_env, stack_env, wait_for_port
 
 RATIO_BUDGET = 1.5
+OWN_GOAL = 0.3  # of (handler - floor) / boto3
 
 BARE = "pass"
 BOTO3 = "import boto3"
@@ -98,6 +102,11 @@ class ImportTimes:
         return self.handler_seconds / self.boto3_seconds
 
     @property
+    def own_ratio(self) -> float:
+        """What the handler's own modules add to the floor, in boto3's imports."""
+        return (self.handler_seconds - self.floor_seconds) / self.boto3_seconds
+
+    @property
     def floor_ratio(self) -> float:
         return self.floor_seconds / self.boto3_seconds
 
@@ -108,6 +117,8 @@ class ImportTimes:
     def as_dict(self) -> dict[str, float | int]:
         return {
             "api_import_ratio": self.ratio,
+            "api_import_over_boto3": self.ratio,
+            "api_import_own_over_boto3": self.own_ratio,
             "api_import_seconds": self.handler_seconds,
             "boto3_import_seconds": self.boto3_seconds,
             "api_import_floor_ratio": self.floor_ratio,
@@ -169,7 +180,7 @@ def floor_line(times: ImportTimes) -> str:
         f"the fixed stack alone (boto3, Powertools' resolver and Logger, a pydantic model) "
         f"{times.floor_seconds:.3f} s: floor ratio {times.floor_ratio:.2f}; "
         f"the handler's own modules add {times.handler_seconds - times.floor_seconds:.3f} s "
-        f"({times.ratio - times.floor_ratio:.2f} of boto3); without the resolver (boto3, Logger, "
+        f"({times.own_ratio:.2f} of boto3, goal {OWN_GOAL}); without the resolver (boto3, Logger, "
         f"a pydantic model) {times.model_floor_seconds:.3f} s: ratio {times.model_floor_ratio:.2f}"
     )
 

@@ -301,6 +301,8 @@ class Bench:
             "retry_gateway_seconds": None,
             "retry_direct_seconds": None,
             "api_import_seconds": None,
+            "api_import_over_boto3": None,
+            "api_import_own_over_boto3": None,
         }
         self.problems: list[str] = []  # correctness: the exit code is 1 when there are any
         self.warnings: list[str] = []  # the measurement itself is doubtful
