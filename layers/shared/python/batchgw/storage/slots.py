@@ -123,19 +123,6 @@ class SlotStore:
         )
         return self._table.update(self._key(model), renew, failure=f"could not renew a slot of {model}")
 
-    def take_over(self, model: str, reserved: str, token: str, *, now: float, lease_seconds: float) -> bool:
-        """Hold, as ``token``, the slot taken as ``reserved`` (a split took it for the chain it
-        sent), in one write; False when it is gone: it ran out and was purged, or another run
-        of the same message took it over first."""
-        swap = Update(
-            extra_set=["s.#t = :until", "served_at = :now"],
-            extra_remove=["s.#r"],
-            condition=f"attribute_exists(s.#r) AND {token_not_held}",
-            names={"#t": token, "#r": reserved},
-            values={":until": timestamp(now + lease_seconds), ":now": timestamp(now)},
-        )
-        return self._table.update(self._key(model), swap, failure=f"could not take over a slot of {model}")
-
     def release(self, model: str, token: str) -> None:
         release = Update(extra_remove=["s.#t"], names={"#t": token})
         self._table.update(self._key(model), release, failure=f"could not release a slot of {model}")
