@@ -321,13 +321,26 @@ def test_a_batch_gives_way_to_reported_interactive_load_within_2_seconds_and_tak
 def test_a_batch_gives_way_to_requests_of_the_interactive_path_within_2_seconds_and_takes_it_back(
     stack: LocalStack, admin: httpx.Client, alice: Api, sim: httpx.Client
 ) -> None:
+    client = openai.OpenAI(base_url=stack.api_url, api_key="sk-local-bob", max_retries=0, timeout=60)
+    # The interactive function starts an execution environment for each request it serves at
+    # once (two at a time, each importing its handler): on CI's loaded machine the fifth one
+    # started 9 s after the first, when the first one's 4-s answer had come. Waves of five
+    # requests start them all first; the five below then reach the model together.
+    with ThreadPoolExecutor(5) as warming:
+        warm = [{"role": "user", "content": "[[sim latency_ms=3000 tag=warm]] warm"}]
+        for _ in range(3):
+            ready = [
+                warming.submit(client.chat.completions.create, model="sim-chat", messages=warm)
+                for _ in range(5)
+            ]
+            [r.result(timeout=60) for r in ready]
+    sim.post("/_sim/reset").raise_for_status()
     batch_id = slow_batch(alice, 600)
     seconds_until(lambda: batch_in_flight(sim) >= 7, what="the batch to fill the model's cap of 8")
     bob = root(stack, "sk-local-bob")
     bob_before = bob.get("/v1/me").json()["spend_today_usd"]
 
     # Five callers of the gateway's own chat completions route, each answered in 4 s.
-    client = openai.OpenAI(base_url=stack.api_url, api_key="sk-local-bob", max_retries=0, timeout=30)
 
     def ask(i: int) -> Any:
         return client.chat.completions.create(
