@@ -120,6 +120,46 @@ def test_a_call_longer_than_its_lease_keeps_it_renewed(
     running.join(10)
 
 
+def test_a_renewal_under_way_when_the_request_ends_lands_before_its_removal(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(load, "RENEW_SECONDS", 0.05)
+    store = deps.interactive
+    write, removed = store.report, threading.Event()
+    renewing, release = threading.Event(), threading.Event()
+    writes = 0
+
+    def slow_write(*args: Any, **kwargs: Any) -> Any:
+        nonlocal writes
+        writes += 1
+        if writes == 2:  # the first renewal is still being written when the request ends
+            renewing.set()
+            release.wait(10)
+        return write(*args, **kwargs)
+
+    def remove(reporter: str) -> bool:
+        removed.set()
+        return type(store).remove(store, reporter)
+
+    monkeypatch.setattr(store, "report", slow_write)
+    monkeypatch.setattr(store, "remove", remove)
+
+    async def request() -> None:
+        async with load.in_flight(deps, "sim-chat"):
+            await asyncio.to_thread(renewing.wait, 10)
+
+    async def run() -> None:
+        ending = asyncio.create_task(request())
+        # Removed while the renewal is still being written, it would be written after.
+        await asyncio.to_thread(removed.wait, 1.0)
+        release.set()
+        await ending
+
+    asyncio.run(run())
+    assert removed.is_set() and writes == 2
+    assert store.reports() == []  # nothing counts the ended request
+
+
 def test_a_request_whose_process_dies_mid_call_stops_counting_when_its_lease_runs_out(
     deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,13 +49,15 @@ async def in_flight(deps: Deps, model: str) -> AsyncIterator[str]:
         )
 
     await _quietly(report(), "could not count an interactive request as in flight", model)
-    renewing = asyncio.create_task(_renew(report, model))
+    ended = asyncio.Event()
+    renewing = asyncio.create_task(_renew(report, model, ended))
     try:
         yield reporter
     finally:
-        renewing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewing
+        # A renewal under way ends before the removal: cancelled, its write would go on in
+        # its thread and could land after the removal, counting the ended request for a lease.
+        ended.set()
+        await renewing
         await _quietly(
             asyncio.to_thread(deps.interactive.remove, reporter),
             "could not remove an interactive request's load (it expires on its own)",
@@ -63,9 +65,12 @@ async def in_flight(deps: Deps, model: str) -> AsyncIterator[str]:
         )
 
 
-async def _renew(report: Callable[[], Awaitable[None]], model: str) -> None:
+async def _renew(report: Callable[[], Awaitable[None]], model: str, ended: asyncio.Event) -> None:
+    """Renew the report every ``RENEW_SECONDS`` until ``ended``."""
     while True:
-        await asyncio.sleep(RENEW_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ended.wait(), RENEW_SECONDS)
+            return
         await _quietly(report(), "could not renew an interactive request's load", model)
 
 
