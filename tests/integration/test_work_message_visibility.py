@@ -102,7 +102,11 @@ def test_a_run_whose_message_another_run_took_over_stops_at_its_next_request_han
                 receipt=message["ReceiptHandle"],
             )
         )
-        await asyncio.sleep(0.2)  # its first request is running
+        # Its first request is running (a deadline, not a guess: a loaded CI took over 0.2 s).
+        deadline = asyncio.get_running_loop().time() + 30
+        while sim.stats()["models"].get("sim-chat", {}).get("in_flight") != 1:
+            assert asyncio.get_running_loop().time() < deadline, "the first request never reached the model"
+            await asyncio.sleep(0.02)
         # Another run received the message again, ran the chain on and deleted it.
         await asyncio.to_thread(sqs.delete_message, QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
         await running
