@@ -28,7 +28,8 @@ REFRESH_SECONDS = 5.0  # BATCHGW_RUNTIME_REFRESH_SECONDS: by then every process 
 ENV = {
     "BATCH_MODEL_CONCURRENCY": "8",
     "BATCH_LEASE_SECONDS": "30",
-    "BATCH_UPSTREAM_TIMEOUT_SECONDS": "5",
+    # The interactive path's most (``passthrough.serve``): the give-way test's 20-s requests.
+    "BATCH_UPSTREAM_TIMEOUT_SECONDS": "25",
     "BATCH_WORKER_TIMEOUT_SECONDS": "60",
     "BATCH_RECONCILE_SECONDS": "3",
     "BATCH_SLOT_WAIT_SECONDS": "0.5",
@@ -324,27 +325,27 @@ def test_a_batch_gives_way_to_requests_of_the_interactive_path_within_2_seconds_
     client = openai.OpenAI(base_url=stack.api_url, api_key="sk-local-bob", max_retries=0, timeout=60)
     # The interactive function starts an execution environment for each request it serves at
     # once (two at a time, each importing its handler): on CI's loaded machine the fifth one
-    # started 9 s after the first, when the first one's 4-s answer had come. Waves of five
-    # requests start them all first; the five below then reach the model together.
+    # started 9 s after the first. A wave of five starts most of them first (each api process
+    # keeps its own), and the five requests below take 20 s each, so that they are at the
+    # model together even when one of them waits for an environment to start.
     with ThreadPoolExecutor(5) as warming:
-        warm = [{"role": "user", "content": "[[sim latency_ms=3000 tag=warm]] warm"}]
-        for _ in range(3):
-            ready = [
-                warming.submit(client.chat.completions.create, model="sim-chat", messages=warm)
-                for _ in range(5)
-            ]
-            [r.result(timeout=60) for r in ready]
+        warm = [{"role": "user", "content": "[[sim latency_ms=500 tag=warm]] warm"}]
+        ready = [
+            warming.submit(client.chat.completions.create, model="sim-chat", messages=warm) for _ in range(5)
+        ]
+        [r.result(timeout=60) for r in ready]
     sim.post("/_sim/reset").raise_for_status()
     batch_id = slow_batch(alice, 600)
     seconds_until(lambda: batch_in_flight(sim) >= 7, what="the batch to fill the model's cap of 8")
     bob = root(stack, "sk-local-bob")
     bob_before = bob.get("/v1/me").json()["spend_today_usd"]
 
-    # Five callers of the gateway's own chat completions route, each answered in 4 s.
+    # Five callers of the gateway's own chat completions route, each answered in 20 s.
 
     def ask(i: int) -> Any:
         return client.chat.completions.create(
-            model="sim-chat", messages=[{"role": "user", "content": f"[[sim latency_ms=4000 tag=live]] q{i}"}]
+            model="sim-chat",
+            messages=[{"role": "user", "content": f"[[sim latency_ms=20000 tag=live]] q{i}"}],
         )
 
     with ThreadPoolExecutor(5) as callers:
@@ -365,7 +366,7 @@ def test_a_batch_gives_way_to_requests_of_the_interactive_path_within_2_seconds_
             "interactive_headroom": 2,
             "reason": "yielding",
         }
-        completions = [a.result(timeout=30) for a in answers]
+        completions = [a.result(timeout=60) for a in answers]
         assert [c.choices[0].message.content.endswith(f"q{i}") for i, c in enumerate(completions)] == [
             True
         ] * 5
