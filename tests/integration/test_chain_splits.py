@@ -1,20 +1,24 @@
 """A chain that lags behind its batch's others splits in two while its model has room no
 chain holds (moto, the injected clock): the batch's end runs on as many chains as the model
-has room for, and every request still runs once."""
+has room for, and every request still runs once. Each new chain runs in a slot its split took
+for it in the slot map, which a duplicate of its message cannot hold as well."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from batchgw.api import batches
 from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, WorkMessage, decode
+from batchgw.domain.fairness import token_of
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import RequestStatus
 from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
+from batchgw.run.slot import SlotHolder, share_of
 from batchgw.scheduling.tuning import TUNING
 
 from local.simulator import Simulator
@@ -104,3 +108,53 @@ def test_a_chain_whose_model_is_all_held_does_not_split(sim: Simulator) -> None:
     asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
     assert sent == []
     assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP
+
+
+def test_a_new_chain_runs_in_the_slot_its_split_took_for_it_while_the_model_is_full(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps, batch_id, first = start(sim, clock)
+    for holder in range(CAP - 1):  # the other three chains hold their slots
+        assert deps.slots.acquire(
+            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
+        ).granted
+    reserved = token_of(batch_id, "split")  # the fourth: taken by the split that sent the chain
+    seconds = TUNING.split_slot_seconds
+    assert deps.slots.acquire("sim-chat", reserved, cap=CAP, now=clock(), lease_seconds=seconds).granted
+    handing_on(deps)
+    asyncio.run(run_message(deps, replace(first, slot=reserved), owner="w", deadline=clock() + 900))
+    assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP  # its whole walk, in that slot
+    assert reserved not in deps.slots.holders("sim-chat")
+
+
+def test_a_duplicate_of_a_split_message_does_not_hold_the_slot_taken_for_it_too(sim: Simulator) -> None:
+    clock = FakeClock()
+    deps, batch_id, _ = start(sim, clock)
+    for holder in range(CAP - 1):
+        assert deps.slots.acquire(
+            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
+        ).granted
+    reserved = token_of(batch_id, "split")
+    assert deps.slots.acquire("sim-chat", reserved, cap=CAP, now=clock(), lease_seconds=60).granted
+    first, duplicate = SlotHolder(deps, batch_id), SlotHolder(deps, batch_id)
+    first.adopt("sim-chat", reserved)
+    duplicate.adopt("sim-chat", reserved)
+    assert asyncio.run(first.hold("sim-chat")).granted
+    assert not asyncio.run(duplicate.hold("sim-chat")).granted  # the model is full: four held
+    assert set(deps.slots.holders("sim-chat")) == {f"other-{i}" for i in range(CAP - 1)} | {first.token}
+
+
+def test_a_new_chain_lets_the_slot_its_split_took_go_when_the_share_shrank_meanwhile(sim: Simulator) -> None:
+    clock = FakeClock()
+    # The share is one slot less than the cap: interactive traffic's reserve.
+    deps, batch_id, _ = start(sim, clock, BATCH_INTERACTIVE_RESERVE="1")
+    assert asyncio.run(share_of(deps, "sim-chat")).slots == CAP - 1
+    for holder in range(CAP - 1):
+        assert deps.slots.acquire(
+            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
+        ).granted
+    reserved = token_of(batch_id, "split")  # taken while the share was still the whole cap
+    assert deps.slots.acquire("sim-chat", reserved, cap=CAP, now=clock(), lease_seconds=60).granted
+    chain = SlotHolder(deps, batch_id)
+    chain.adopt("sim-chat", reserved)
+    assert not asyncio.run(chain.hold("sim-chat")).granted  # four would be one past the share
+    assert set(deps.slots.holders("sim-chat")) == {f"other-{i}" for i in range(CAP - 1)}  # let go

@@ -11,6 +11,7 @@ def test_a_chain_message_comes_back_as_sent_with_its_generation_and_full_streak(
     for message in (
         ChainMessage("batch_1", 2, 7, 16),
         ChainMessage("batch_1", 2, 7, 16, generation=3, full=5),
+        ChainMessage("batch_1", 2, 7, 16, slot="batch_1.ab12"),
         RequestMessage("batch_1", 9),
     ):
         assert decode(message.encode()) == message
@@ -19,6 +20,13 @@ def test_a_chain_message_comes_back_as_sent_with_its_generation_and_full_streak(
 def test_a_message_sent_before_the_full_streak_existed_reads_as_none_in_a_row() -> None:
     assert "f" not in json.loads(ChainMessage("batch_1", 0, 0, 4).encode())
     assert decode('{"b":"batch_1","c":0,"i":4,"w":4,"g":2}') == ChainMessage("batch_1", 0, 4, 4, generation=2)
+
+
+def test_a_slot_taken_for_a_new_chain_is_its_first_runs_alone_not_its_continuations_or_parts() -> None:
+    chain = ChainMessage("batch_1", 2, 7, 16, slot="batch_1.ab12")
+    assert chain.resume_at(23).slot == ""
+    parts = chain.split(total=400, chains=16)
+    assert parts is not None and all(part.slot == "" for part in parts)
 
 
 def indexes(message: ChainMessage, total: int) -> list[int]:

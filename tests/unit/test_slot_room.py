@@ -10,7 +10,7 @@ from batchgw.domain.errors import StorageError
 from batchgw.domain.interactive import BatchShare, ShareWhy
 from batchgw.scheduling.room import SlotLedger
 from batchgw.scheduling.tuning import TUNING
-from batchgw.storage.slots import SlotState
+from batchgw.storage.slots import SlotGrant, SlotState
 
 
 class Shares:
@@ -30,10 +30,18 @@ class Clock:
 
 
 class SlotMaps:
-    """The slot map store: ``held[0]`` slots held (-1: unreadable), each read noted."""
+    """The slot map store: ``held[0]`` slots held (-1: unreadable), each read noted; a slot
+    taken (``acquire``) while fewer than ``cap`` are held adds one, its token noted."""
 
     def __init__(self, held: list[int], clock: Clock) -> None:
-        self.held, self.clock, self.reads = held, clock, list[str]()
+        self.held, self.clock, self.reads, self.taken = held, clock, list[str](), list[str]()
+
+    def acquire(self, model: str, token: str, *, cap: int, now: float, lease_seconds: float) -> SlotGrant:
+        if self.held[0] >= cap:
+            return SlotGrant(False)
+        self.held[0] += 1
+        self.taken.append(token)
+        return SlotGrant(True)
 
     def read(self, model: str) -> SlotState:
         self.reads.append(model)
@@ -43,10 +51,15 @@ class SlotMaps:
 
 
 def room(held: list[int], slots: int = 16) -> tuple[SlotLedger, Clock, list[str]]:
+    ledger, clock, maps = ledger_and_maps(held, slots)
+    return ledger, clock, maps.reads
+
+
+def ledger_and_maps(held: list[int], slots: int = 16) -> tuple[SlotLedger, Clock, SlotMaps]:
     clock = Clock()
     maps = SlotMaps(held, clock)
     shares: Any = Shares(slots)
-    return SlotLedger(shares, maps, clock), clock, maps.reads  # type: ignore[arg-type]  # a fake store
+    return SlotLedger(shares, maps, clock), clock, maps  # type: ignore[arg-type]  # a fake store
 
 
 def test_a_chain_takes_several_units_of_the_same_reads_room_and_no_unit_twice() -> None:
@@ -181,6 +194,21 @@ def test_a_chain_splits_into_as_many_parts_as_the_room_it_takes_within_the_tunin
     assert parts is not None and [part.stride for part in parts] == [48, 48, 48]
     assert [part.next_index for part in parts] == [0, 16, 32]
     assert ledger.split("m", "b1", parts[0], 10_000, 16, most=4) is None  # the room was handed out
+
+
+def test_each_new_chain_of_a_split_carries_a_slot_taken_for_it_and_no_more_parts_than_slots() -> None:
+    held = [12]
+    ledger, clock, maps = ledger_and_maps(held)
+    chain = ChainMessage("b1", 0, 0, 16)
+    ledger.take("m")  # the first read: room 4
+    clock.now += TUNING.room_read_seconds
+    held[0] = 15  # the second: another process's chains took three of it meanwhile
+    parts = ledger.split("m", "b1", chain, 10_000, 16, most=4)
+    assert parts is not None and [(part.next_index, part.stride) for part in parts] == [(0, 32), (16, 32)]
+    kept, new = parts
+    assert kept.slot == "" and new.slot == maps.taken[0] and new.slot.startswith("b1")  # the batch's token
+    assert held == [16]
+    assert ledger.split("m", "b1", kept, 10_000, 16, most=4) is None  # none left: no split at all
 
 
 def test_a_read_of_the_room_is_the_slot_maps_read_too() -> None:

@@ -44,6 +44,9 @@ class ChainMessage:
 
     ``full`` counts the times in a row the chain found its model full: each one makes it
     wait longer before it asks again (``run.chain``), and a slot granted starts it over.
+
+    ``slot`` names the slot a split took for the new chain it sent (``scheduling.room``): the
+    chain takes it over when it starts. Only a split's message carries one.
     """
 
     batch_id: str
@@ -52,9 +55,10 @@ class ChainMessage:
     stride: int
     generation: int = 0
     full: int = 0
+    slot: str = ""
 
     def resume_at(self, index: int, *, full: int = 0) -> ChainMessage:
-        return replace(self, next_index=index, full=full)
+        return replace(self, next_index=index, full=full, slot="")
 
     def remaining(self, total: int) -> int:
         """The indexes of ``total`` this chain has left, its next one included."""
@@ -92,7 +96,7 @@ class ChainMessage:
         does not split so."""
         if ways < 2 or self.ways(total, chains, ways, min_part=min_part, max_factor=max_factor) < ways:
             return None
-        wider = replace(self, stride=ways * self.stride, full=0)
+        wider = replace(self, stride=ways * self.stride, full=0, slot="")
         return wider, *(replace(wider, next_index=self.next_index + k * self.stride) for k in range(1, ways))
 
     def encode(self) -> str:
@@ -101,6 +105,8 @@ class ChainMessage:
             body["g"] = self.generation
         if self.full:
             body["f"] = self.full
+        if self.slot:
+            body["t"] = self.slot
         return _encode(body)
 
 
@@ -127,6 +133,7 @@ def decode(text: str) -> WorkMessage:
         stride=int(body["w"]),
         generation=int(body.get("g", 0)),
         full=int(body.get("f", 0)),
+        slot=str(body.get("t", "")),
     )
 
 

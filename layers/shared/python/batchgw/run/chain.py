@@ -141,6 +141,8 @@ class ChainRun:
         full = message.full if isinstance(message, ChainMessage) else 0
         self.model_gate = ModelGate(deps, batch.id, full=full, deadline=deadline, taken_over=self.taken_over)
         self.slot = self.model_gate.slot  # the model's slot the chain holds
+        if isinstance(message, ChainMessage) and message.slot and len(batch.models) == 1:
+            self.slot.adopt(batch.models[0], message.slot)  # a split took it for this chain
         self.owner_gate = OwnerGate(deps, batch)
         self.pacer = deps.pacer
         self.body: Any = None  # the next request's body, when the owner's gate read it
@@ -222,7 +224,7 @@ class ChainRun:
         take a mark, a claim, a slot write and their undoing. The slot write stays the
         judge: a model seen with room is asked for as usual."""
         now = self.deps.clock()
-        if self.lone or len(self.batch.models) != 1 or self.batch.window_closed(now):
+        if self.lone or len(self.batch.models) != 1 or self.batch.window_closed(now) or self.slot.reserved:
             return None
         if not self.deps.settings.batch_enabled or self.taken_over.is_set():
             return None
@@ -557,9 +559,9 @@ class ChainRun:
 
     async def _split_if_room(self, model: str) -> None:
         """Split this chain when its model has batch room that no chain holds
-        (``SlotLedger.split``), each new chain sent at once to take a unit of it. A chain that yielded, or ran
-        slower requests, lags behind its batch's others; as those end, it splits, so the
-        batch's end runs on as many chains as its model has room for."""
+        (``SlotLedger.split``), each new chain sent at once with a slot taken for it. A chain
+        that yielded, or ran slower requests, lags behind its batch's others; as those end, it
+        splits, so the batch's end runs on as many chains as its model has room for."""
         message = self.message
         if not isinstance(message, ChainMessage) or self.taken_over.is_set():
             return
@@ -568,10 +570,9 @@ class ChainRun:
             return
         here = message.resume_at(self.next_index, full=self.model_gate.full)
         ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
-        split = (self.batch.id, here, total, chains, most)
-        parts = (
-            await io(ledger.split, model, *split) if ledger.room_due(model) else ledger.split(model, *split)
-        )
+        split = (model, self.batch.id, here, total, chains, most)
+        # Each new chain gets a slot of its batch's one model, taken for it in the slot map.
+        parts = await io(ledger.split, *split, with_slots=len(self.batch.models) == 1)
         if parts is None:
             return
         kept, *new = parts

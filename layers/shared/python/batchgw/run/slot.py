@@ -29,6 +29,7 @@ class SlotHolder:
         self.token = token_of(batch_id, SlotStore.new_token())
         self._until = 0.0
         self._cap = 0  # the model's cap when the slot was granted
+        self._reserved: tuple[str, str] | None = None  # (model, token): a slot a split took for it
 
     async def hold(self, model: str) -> SlotGrant:
         """Hold a slot of ``model``: the one held (renewed when half its lease is gone), or a
@@ -47,6 +48,8 @@ class SlotHolder:
             return SlotGrant(False, paused_until=paused_until)
         # Its cap less what interactive traffic takes of it now (``domain.interactive``).
         cap = (await share_of(deps, model)).slots
+        if await self._took_over(model, cap, now):
+            return SlotGrant(True)
         if self.model == model and cap < self._cap:
             # Its share shrank: kept while the slots held fit the new share (no slot let go
             # and taken again: another chain could take it between), else asked for again.
@@ -76,6 +79,36 @@ class SlotHolder:
         elif grant.paused_until is not None:
             deps.health.note_pause(model, grant.paused_until)
         return grant
+
+    def adopt(self, model: str, token: str) -> None:
+        """The slot of ``model`` a split took as ``token`` for this chain (``SlotLedger.split``):
+        its first ``hold`` of that model takes it over, if it is still there."""
+        self._reserved = (model, token)
+
+    @property
+    def reserved(self) -> bool:
+        """Whether a slot a split took for this chain waits for its first ``hold``."""
+        return self._reserved is not None
+
+    async def _took_over(self, model: str, cap: int, now: float) -> bool:
+        """Whether this first hold took over the slot a split took for the chain: one write
+        (not a renewal of the split's token: a duplicate of its message must not hold the
+        same slot too), within the share ``cap`` now. Gone (ran out, or taken over by that
+        duplicate), or beyond the share: let go, and asked for as usual."""
+        reserved, self._reserved = self._reserved, None
+        if reserved is None or reserved[0] != model or self.model is not None:
+            return False
+        deps, lease = self._deps, self._deps.settings.batch_lease_seconds
+        taken = await io(
+            deps.slots.take_over, model, reserved[1], self.token, cap=cap, now=now, lease_seconds=lease
+        )
+        deps.ledger.let_go(model, reserved[1])
+        if not taken:
+            return False
+        self.model, self._until, self._cap = model, now + lease, cap
+        _in_use(model, +1)
+        deps.ledger.took(model, self.token, now + lease)
+        return True
 
     async def _gives_way(self, model: str, cap: int, now: float) -> bool:
         """Whether this chain's batch leaves the slot to a batch that waits for one."""

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from batchgw.domain.chains import ChainMessage
 from batchgw.domain.errors import StorageError
+from batchgw.domain.fairness import token_of
 from batchgw.scheduling import logger
 from batchgw.scheduling.share import BatchShares
 from batchgw.scheduling.tuning import TUNING, Tuning
@@ -73,24 +74,60 @@ class SlotLedger:
         )
 
     def split(
-        self, model: str, batch_id: str, chain: ChainMessage, total: int, chains: int, most: int
+        self,
+        model: str,
+        batch_id: str,
+        chain: ChainMessage,
+        total: int,
+        chains: int,
+        most: int,
+        *,
+        with_slots: bool = True,
     ) -> tuple[ChainMessage, ...] | None:
         """``chain`` (of batch ``batch_id``) in as many parts as ``model`` has room for new
         chains, ``most`` parts at most (``ways``): the chain itself first, then the new ones.
-        None when there is no room for one: no split. Reads the room when ``room_due``."""
+        None when there is no room for one: no split. Reads the room when ``room_due``.
+
+        ``with_slots``: each new chain gets a slot of ``model`` taken for it in the slot map
+        (the write that judges every slot), its name in the chain's message, for
+        ``Tuning.split_slot_seconds``; as many parts as slots were taken. So the room a read
+        saw is handed out once across the deployment, not once in every process that read it
+        (each chain split off without a slot found the model full and backed off, and the
+        slot it was to fill stood idle meanwhile)."""
         taken = self.take(model, batch_id, most - 1)
-        if not taken:
+        slots = self._reserve(model, batch_id, taken) if with_slots and taken else [""] * taken
+        if not slots:
             return None
         tuning = self._tuning
         parts = chain.split(
             total,
             chains,
-            ways=1 + taken,
+            ways=1 + len(slots),
             min_part=tuning.split_min_part,
             max_factor=tuning.max_split_factor,
         )
         assert parts is not None  # ``ways`` allowed as many
-        return parts
+        kept, *new = parts
+        return kept, *(replace(part, slot=slot) for part, slot in zip(new, slots, strict=True))
+
+    def _reserve(self, model: str, batch_id: str, count: int) -> list[str]:
+        """Up to ``count`` slots of ``model`` taken for new chains of ``batch_id``: their tokens
+        (fewer, or none, when the slot map has less room than the reads said)."""
+        cap = self._shares.share(model).slots
+        seconds = self._tuning.split_slot_seconds
+        tokens: list[str] = []
+        for _ in range(count):
+            now, token = self._clock(), token_of(batch_id, SlotStore.new_token())
+            try:
+                grant = self._slots.acquire(model, token, cap=cap, now=now, lease_seconds=seconds)
+            except StorageError:
+                logger.warning("no slot taken for a split", extra={"model": model}, exc_info=True)
+                break
+            if not grant.granted:
+                break
+            self.took(model, token, now + seconds)
+            tokens.append(token)
+        return tokens
 
     def room_due(self, model: str) -> bool:
         """Whether ``take`` reads the table now (else it answers at once)."""

@@ -66,6 +66,8 @@ class Tuning:
     board_seconds: float = 2.0
     # A chain gone for a slot it saw counts against that room about as long as its way there.
     going_seconds: float = 0.5
+    # A split's new chain has the slot taken for it this long to arrive; then it is free again.
+    split_slot_seconds: float = 5.0
 
     # --- splits (the rule is ``domain.chains``; these are its bounds) -------------------------
     # At a batch's end the last chains split down to this many requests each.

@@ -123,6 +123,26 @@ class SlotStore:
         )
         return self._table.update(self._key(model), renew, failure=f"could not renew a slot of {model}")
 
+    def take_over(
+        self, model: str, reserved: str, token: str, *, cap: int, now: float, lease_seconds: float
+    ) -> bool:
+        """Hold, as ``token``, the slot taken as ``reserved`` (a split took it for the chain it
+        sent), in one write, while the map holds at most ``cap`` slots (the share now: it may
+        have shrunk since the split) and the model is not paused. False when it is gone (it
+        ran out and was purged, or another run of the same message took it over first) or
+        no longer fits: the reserved slot is then let go, and the chain asks as any other."""
+        swap = Update(
+            extra_set=["s.#t = :until", "served_at = :now"],
+            extra_remove=["s.#r"],
+            condition=f"attribute_exists(s.#r) AND {token_not_held} AND size(s) <= :cap AND {not_paused}",
+            names={"#t": token, "#r": reserved},
+            values={":until": timestamp(now + lease_seconds), ":now": timestamp(now), ":cap": cap},
+        )
+        if self._table.update(self._key(model), swap, failure=f"could not take over a slot of {model}"):
+            return True
+        self.release(model, reserved)
+        return False
+
     def release(self, model: str, token: str) -> None:
         release = Update(extra_remove=["s.#t"], names={"#t": token})
         self._table.update(self._key(model), release, failure=f"could not release a slot of {model}")
