@@ -49,6 +49,14 @@ def ticking(deps: Deps, clock: FakeClock) -> None:
     deps.requests.claim = claimed  # type: ignore[method-assign]
 
 
+def others_hold(deps: Deps, clock: FakeClock) -> set[str]:
+    """The batch's other three chains hold their slots of the model (of its cap of four)."""
+    others = {f"other-{holder}" for holder in range(CAP - 1)}
+    for token in others:
+        assert deps.slots.acquire("sim-chat", token, cap=CAP, now=clock(), lease_seconds=3600).granted
+    return others
+
+
 def start(sim: Simulator, clock: FakeClock, **settings: str) -> tuple[Deps, str, ChainMessage]:
     deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY=str(CAP), **settings)
     requests = [chat_request(f"r-{i}", "hello") for i in range(TOTAL)]
@@ -100,10 +108,7 @@ def test_a_chain_with_room_for_three_more_splits_in_four_at_once(sim: Simulator)
 def test_a_chain_whose_model_is_all_held_does_not_split(sim: Simulator) -> None:
     clock = FakeClock()
     deps, _, first = start(sim, clock)
-    for holder in range(CAP - 1):  # the other three chains hold their slots
-        assert deps.slots.acquire(
-            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
-        ).granted
+    others_hold(deps, clock)
     sent = handing_on(deps)
     asyncio.run(run_message(deps, first, owner="w", deadline=clock() + 900))
     assert sent == []
@@ -113,10 +118,7 @@ def test_a_chain_whose_model_is_all_held_does_not_split(sim: Simulator) -> None:
 def test_a_new_chain_runs_in_the_slot_its_split_took_for_it_while_the_model_is_full(sim: Simulator) -> None:
     clock = FakeClock()
     deps, batch_id, first = start(sim, clock)
-    for holder in range(CAP - 1):  # the other three chains hold their slots
-        assert deps.slots.acquire(
-            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
-        ).granted
+    others_hold(deps, clock)
     reserved = token_of(batch_id, "split")  # the fourth: taken by the split that sent the chain
     seconds = TUNING.split_slot_seconds
     assert deps.slots.acquire("sim-chat", reserved, cap=CAP, now=clock(), lease_seconds=seconds).granted
@@ -129,10 +131,7 @@ def test_a_new_chain_runs_in_the_slot_its_split_took_for_it_while_the_model_is_f
 def test_a_duplicate_of_a_split_message_does_not_hold_the_slot_taken_for_it_too(sim: Simulator) -> None:
     clock = FakeClock()
     deps, batch_id, _ = start(sim, clock)
-    for holder in range(CAP - 1):
-        assert deps.slots.acquire(
-            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
-        ).granted
+    others = others_hold(deps, clock)
     reserved = token_of(batch_id, "split")
     assert deps.slots.acquire("sim-chat", reserved, cap=CAP, now=clock(), lease_seconds=60).granted
     first, duplicate = SlotHolder(deps, batch_id), SlotHolder(deps, batch_id)
@@ -140,7 +139,7 @@ def test_a_duplicate_of_a_split_message_does_not_hold_the_slot_taken_for_it_too(
     duplicate.adopt("sim-chat", reserved)
     assert asyncio.run(first.hold("sim-chat")).granted
     assert not asyncio.run(duplicate.hold("sim-chat")).granted  # the model is full: four held
-    assert set(deps.slots.holders("sim-chat")) == {f"other-{i}" for i in range(CAP - 1)} | {first.token}
+    assert set(deps.slots.holders("sim-chat")) == others | {first.token}
 
 
 def test_a_new_chain_lets_the_slot_its_split_took_go_when_the_share_shrank_meanwhile(sim: Simulator) -> None:
@@ -148,13 +147,10 @@ def test_a_new_chain_lets_the_slot_its_split_took_go_when_the_share_shrank_meanw
     # The share is one slot less than the cap: interactive traffic's reserve.
     deps, batch_id, _ = start(sim, clock, BATCH_INTERACTIVE_RESERVE="1")
     assert asyncio.run(share_of(deps, "sim-chat")).slots == CAP - 1
-    for holder in range(CAP - 1):
-        assert deps.slots.acquire(
-            "sim-chat", f"other-{holder}", cap=CAP, now=clock(), lease_seconds=3600
-        ).granted
+    others = others_hold(deps, clock)
     reserved = token_of(batch_id, "split")  # taken while the share was still the whole cap
     assert deps.slots.acquire("sim-chat", reserved, cap=CAP, now=clock(), lease_seconds=60).granted
     chain = SlotHolder(deps, batch_id)
     chain.adopt("sim-chat", reserved)
     assert not asyncio.run(chain.hold("sim-chat")).granted  # four would be one past the share
-    assert set(deps.slots.holders("sim-chat")) == {f"other-{i}" for i in range(CAP - 1)}  # let go
+    assert set(deps.slots.holders("sim-chat")) == others  # let go
