@@ -40,9 +40,16 @@ def deps(sim: Simulator, clock: FakeClock) -> Deps:
     return make_deps(sim, clock, BATCH_MODEL_CONCURRENCY=str(CAP))
 
 
-def answer(deps: Deps, signal: Signal, latency_ms: float = 100.0, request: str = "batch_test/0") -> None:
+def answer(
+    deps: Deps,
+    signal: Signal,
+    latency_ms: float = 100.0,
+    request: str = "batch_test/0",
+    *,
+    retry: bool = False,
+) -> None:
     """One batch answer of sim-chat, as the worker's attempt reports it."""
-    to_do = deps.backpressure.note("sim-chat", signal, latency_ms, request)
+    to_do = deps.backpressure.note("sim-chat", signal, latency_ms, request, retry=retry)
     if to_do is not None:
         deps.backpressure.act("sim-chat", to_do)
 
@@ -149,6 +156,15 @@ def test_requests_failing_one_by_one_among_healthy_answers_lower_nothing(
     running(deps, clock, 8)
     for i in range(200):  # one request in ten answered 503, each on its own, for 20 s
         answer(deps, Signal.SATURATED if i % 10 == 0 else Signal.HEALTHY, request=f"batch_test/{i}")
+        clock.advance(0.1)
+    assert deps.shares.share("sim-chat").adaptive_limit is None
+
+
+def test_retries_refused_again_at_a_batchs_end_lower_nothing(deps: Deps, clock: FakeClock) -> None:
+    running(deps, clock, 8)
+    for i in range(40):  # what is left: retries of requests that fail on their own, most refused
+        refused = i % 4 != 0
+        answer(deps, Signal.SATURATED if refused else Signal.HEALTHY, request=f"batch_test/{i}", retry=True)
         clock.advance(0.1)
     assert deps.shares.share("sim-chat").adaptive_limit is None
 

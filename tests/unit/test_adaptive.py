@@ -46,9 +46,10 @@ def test_what_an_answer_says_of_the_upstreams_load(
     assert signal_of(kind, status, code) is signal
 
 
-def refused(n: int, *, at: float = NOW, requests: int | None = None) -> list[Answer]:
-    """``n`` saturation answers at ``at``, of ``requests`` different requests (default: n)."""
-    return [Answer(at, True, f"b/{i % (requests or n)}") for i in range(n)]
+def refused(n: int, *, at: float = NOW, requests: int | None = None, retry: bool = False) -> list[Answer]:
+    """``n`` saturation answers at ``at``, of ``requests`` different requests (default: n), to
+    their first tries (or to retries)."""
+    return [Answer(at, True, f"b/{i % (requests or n)}", retry) for i in range(n)]
 
 
 def healthy(n: int, *, at: float = NOW) -> list[Answer]:
@@ -65,6 +66,8 @@ def healthy(n: int, *, at: float = NOW) -> list[Answer]:
         (refused(10) + healthy(10), True),  # half refused
         (refused(10, at=NOW - SATURATION_WINDOW_SECONDS - 1), False),  # an overload that ended
         (refused(10) + healthy(30, at=NOW - SATURATION_WINDOW_SECONDS - 1), True),  # healthy before it
+        (refused(10, retry=True) + healthy(2), False),  # retries of requests that failed before
+        (refused(10, retry=True) + refused(4) + healthy(4), True),  # new requests refused too
     ],
 )
 def test_a_model_is_saturated_when_refusals_across_requests_make_half_its_recent_answers(

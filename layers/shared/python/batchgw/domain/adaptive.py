@@ -76,6 +76,7 @@ class Answer:
     at: float
     saturated: bool  # its signal was ``Signal.SATURATED``
     request: str  # which request it answered (a batch's id and the request's index)
+    retry: bool = False  # it answered a retry: that request had failed before
 
 
 def saturated(
@@ -86,11 +87,14 @@ def saturated(
     min_requests: int = SATURATION_MIN_REQUESTS,
     min_share: float = SATURATION_MIN_SHARE,
 ) -> bool:
-    """Whether the answers of the last ``window`` seconds say the model itself is saturated:
-    saturation answers of at least ``min_requests`` different requests, at least
-    ``min_share`` of all of them. One request failing again and again, or requests failing
-    one by one among healthy answers, are not the model's load."""
-    recent = [a for a in answers if now - a.at <= window]
+    """Whether the answers of the last ``window`` seconds to requests' first tries say the
+    model itself is saturated: saturation answers of at least ``min_requests`` different
+    requests, at least ``min_share`` of those answers. One request failing again and again,
+    or requests failing one by one among healthy answers, are not the model's load. Nor are
+    retries refused again: a request that failed before may be failing on its own, while a
+    saturated model refuses new requests too. (At a batch's end, when most of what is left
+    is retries of requests that fail on their own, their refusals made half the answers.)"""
+    recent = [a for a in answers if now - a.at <= window and not a.retry]
     refused = [a for a in recent if a.saturated]
     return len({a.request for a in refused}) >= min_requests and len(refused) >= min_share * len(recent)
 

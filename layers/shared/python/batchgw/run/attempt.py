@@ -148,7 +148,9 @@ async def settle(
         error_code = None if outcome.error is None else outcome.error.get("code")
         signal = signal_of(outcome.kind, outcome.status_code, error_code)
         latency_ms = max(0.0, (now - started) * 1000)
-        to_do = deps.backpressure.note(held.model, signal, latency_ms, f"{held.batch_id}/{held.index}")
+        to_do = deps.backpressure.note(
+            held.model, signal, latency_ms, f"{held.batch_id}/{held.index}", retry=held.attempts > 1
+        )
         if to_do is not None:
             await io(deps.backpressure.act, held.model, to_do)
     decision = decide(

@@ -46,17 +46,19 @@ class Backpressure:
         self._grown_at: dict[str, float] = {}
         self._answers: dict[str, deque[Answer]] = {}  # model: its answers of the saturation window
 
-    def note(self, model: str, signal: Signal, latency_ms: float, request: str) -> Signal | None:
-        """One batch answer of ``model`` to ``request`` (a batch's id and its index), its signal
-        and latency; what to ``act`` on (without a read or a write here: the chain's loop calls
-        this for every answer). A saturation answer is a signal only among others
-        (``domain.adaptive.saturated``)."""
+    def note(
+        self, model: str, signal: Signal, latency_ms: float, request: str, *, retry: bool = False
+    ) -> Signal | None:
+        """One batch answer of ``model`` to ``request`` (a batch's id and its index; ``retry``:
+        an attempt after its first), its signal and latency; what to ``act`` on (without a read
+        or a write here: the chain's loop calls this for every answer). A saturation answer is
+        a signal only among others (``domain.adaptive.saturated``)."""
         if not self._live.settings.batch_adaptive_concurrency or signal is Signal.NONE:
             return None
         now = self._clock()
         state = self._shares.adaptive(model, read=False)
         with self._lock:
-            if not self._weighed(model, Answer(now, signal is Signal.SATURATED, request)):
+            if not self._weighed(model, Answer(now, signal is Signal.SATURATED, request, retry)):
                 return None  # a request failing on its own: its retry's business
             if signal is Signal.HEALTHY:
                 factor = self._live.settings.batch_adaptive_latency_factor
