@@ -90,6 +90,13 @@ def test_a_provider_mode_batch_runs_on_the_providers_batch_service_at_the_batch_
     ending.finalize(deps, created["id"])
     batch = deps.batches.get(created["id"])
     assert batch is not None and batch.record.status.value == "completed"
+    # Each line is in the request log as its route's call, at what it was charged.
+    entries, _ = deps.reqlog.page("batch", start_ms=0, end_ms=10**15 - 1, before=None, limit=100)
+    logged = [entry for _, entry in entries if entry.batch_id == created["id"]]
+    assert sorted(entry.index for entry in logged) == list(range(5))
+    [route] = {entry.route for entry in logged}
+    assert route in {r.id for r in deps.catalog.models["sim-chat"].routes}
+    assert sum(entry.cost_nano or 0 for entry in logged) == batch.counts.cost_nano > 0
     # The same requests run by the gateway cost twice as much (sim-chat's batch discount: 0.5).
     gateway = create(deps, requests, None)
     lifecycle.prepare(deps, gateway["id"])

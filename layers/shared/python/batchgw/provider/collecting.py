@@ -120,7 +120,10 @@ async def _record(
     held = await _claim(deps, batch, line.index)
     if held is None or held.model != part.model:
         return
-    outcome = classify(batch.endpoint, line.status, line.content, {}, route=part.route)
+    # Answered by the route's batch service: logged as that route's call, as a call here is.
+    outcome = classify(batch.endpoint, line.status, line.content, {}, route=part.route).replace(
+        route=part.route
+    )
     if outcome.kind != "success":
         # Not tried again here: a line the provider failed fails, or runs again in the next
         # provider batch (``omg_retries``).

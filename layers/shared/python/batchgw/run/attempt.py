@@ -167,7 +167,7 @@ async def settle(
         # Run again (``omg_retries``) in the provider batch the provider step submits next.
         decision = replace(decision, next_at=now, pause_model_until=None)
     log = _log_entry(deps, batch, held, outcome, decision, started=started, now=now)
-    _measure(batch, held, outcome, decision, started=started, now=now)
+    _measure(batch, held, outcome, decision, started=started, now=now, called=not on_provider)
     if isinstance(decision, Retry):
         return await _schedule_retry(deps, batch, held, decision, log=log, reserved=reserved)
     if decision.results_full:
@@ -185,11 +185,13 @@ def _measure(
     *,
     started: float,
     now: float,
+    called: bool,
 ) -> None:
-    """The metrics of one attempt: started (when a call was made), its latency, the first
-    attempt's wait since the batch was created, and a retry."""
+    """The metrics of one attempt: started (when a call was made here, not on a provider's
+    batch service), its latency, the first attempt's wait since the batch was created, and
+    a retry."""
     model = held.model
-    if outcome.route is not None:
+    if outcome.route is not None and called:
         metrics.count("RequestsStarted", model=model)
         metrics.value("UpstreamLatency", max(0.0, (now - started) * 1000), model=model)
         if held.attempts == 1:
