@@ -250,6 +250,7 @@ class Chaos:
                 checks.check_batch(batch_id, batch)
             checks.measure(batch_ids)
             checks.check_upstream(batch_ids)
+            checks.check_money(batch_ids)
             checks.check_drained()
         except Exception as exc:  # the harness's own trouble: reported, not lost
             self.report.violations.append(f"the harness stopped: {type(exc).__name__}: {exc}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -20,6 +21,9 @@ import boto3
 import httpx
 from batchgw.config import resources
 from batchgw.domain.batch import RECORD_SK
+from batchgw.storage.dynamo import from_item
+from batchgw.storage.reqlog import SHARDS as REQUEST_LOG_SHARDS
+from batchgw.storage.spend import MONTH, NO_KEY, UNKNOWN
 
 from local import env as local_env
 from local.run import LocalStack
@@ -248,6 +252,61 @@ class Checks:
             self.report.violations.append(
                 f"the simulator saw {seen} requests; recorded calls {calls}, lost attempts {lost}"
             )
+
+    def check_money(self, batch_ids: list[str]) -> None:
+        """What the spend counters charged each user and key for known cost, against the
+        attempts the request log recorded (each in the write that charged it): equal to the
+        nano-dollar. Attempts of unknown cost (answers lost, workers killed mid-call) are
+        charged at their most, apart: reported, not matched."""
+        control = self.stack.env[resources.CONTROL.env_var]
+        payers = {b: self._payer(b) for b in batch_ids}
+        money = self.report.money
+        for shard in range(REQUEST_LOG_SHARDS):
+            for entry in self._items(control, f"rlog#batch#{shard}"):
+                payer = payers.get(str(entry["batch_id"]))
+                if payer is None:
+                    continue  # another run's (none: the stack is the chaos run's own)
+                if entry.get("cost_nano") is None:
+                    self.report.unknown_cost_attempts += 1
+                    continue
+                for who in (f"user {payer[0]}", f"key {payer[1]}"):
+                    money.setdefault(who, [0, 0, 0])[1] += int(entry["cost_nano"])
+        for user in sorted({user for user, _ in payers.values()}):
+            for item in self._items(control, f"spend#user#{user}"):
+                unknown = int(item.get(UNKNOWN + MONTH, 0))
+                known = int(item.get(MONTH, 0)) - unknown
+                for who in (f"user {user}", f"key {str(item['sk']).split('#')[1]}"):
+                    totals = money.setdefault(who, [0, 0, 0])
+                    totals[0] += known
+                    totals[2] += unknown
+        for who, (charged, recorded, _) in sorted(money.items()):
+            if charged != recorded:
+                self.report.violations.append(
+                    f"{who}: charged {charged} nano-dollars of known cost, its attempts recorded {recorded}"
+                )
+
+    def _payer(self, batch_id: str) -> tuple[str, str]:
+        """The batch's owner and the key it runs under, from its record."""
+        item = self.dynamodb.get_item(
+            TableName=self.stack.env[resources.BATCHES.env_var],
+            Key={"pk": {"S": batch_id}, "sk": {"S": RECORD_SK}},
+        )["Item"]
+        record = from_item(item)
+        return str(record["owner"]), str(record.get("key_id") or NO_KEY)
+
+    def _items(self, table: str, pk: str) -> Iterator[dict[str, Any]]:
+        """Every item of partition ``pk``, as Python values."""
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
+        }
+        while True:
+            page = self.dynamodb.query(**kwargs)
+            yield from (from_item(item) for item in page["Items"])
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def check_drained(self) -> None:
         def live_slots() -> list[float]:

@@ -60,6 +60,10 @@ class ChaosReport:
     upstream_seen: int = 0
     calls_recorded: int = 0
     lost_attempts: int = 0
+    # by "user <id>" and "key <id>": nano-dollars charged of known cost, recorded by the
+    # attempts, and charged of unknown cost (at the attempts' most)
+    money: dict[str, list[int]] = field(default_factory=dict)
+    unknown_cost_attempts: int = 0  # recorded without a known cost
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)  # of the batches that missed a goal
@@ -120,6 +124,13 @@ class ChaosReport:
             f"upstream requests seen {self.upstream_seen}: calls recorded {self.calls_recorded}, "
             f"attempts lost with their worker {self.lost_attempts}",
             *(f"  failed batch {failed}" for failed in self.failed_batches),
+            "money, nano-dollars of known cost charged / recorded by the attempts "
+            f"(and of unknown cost charged, for {self.unknown_cost_attempts} attempts recorded "
+            "without one and those lost with their worker):",
+            *(
+                f"  {who}: {charged} / {recorded}{'' if charged == recorded else ' MISMATCH'} ({unknown})"
+                for who, (charged, recorded, unknown) in sorted(self.money.items())
+            ),
             *self.latency_lines(),
             f"load average {' -> '.join(f'{x:.1f}' for x in self.load)} (goals set for a quiet one)",
             f"seconds {self.seconds:.1f}, violations {len(self.violations)}",
