@@ -114,8 +114,13 @@ def test_cancel_stops_unstarted_requests_and_keeps_running_ones(alice: Api, sim:
     assert statuses.count("completed") == counts["completed"]
     assert statuses.count("cancelled") == 30 - counts["completed"] - counts["failed"] > 0
     assert all(r["error"]["code"] == "batch_cancelled" for r in results if r["status"] == "cancelled")
-    # Only requests already running at the cancel reached the model afterwards.
-    assert sim_requests(sim) == counts["completed"] + counts["failed"] <= seen_at_cancel
+    # Only requests already running at the cancel reached the model afterwards: those at the
+    # model then, and at most one more per chain (each holds one of the model's 4 slots). A
+    # chain learns that its batch still runs in the write that records its last answer, and
+    # calls the next request it claimed meanwhile; a cancel committed between that write and
+    # the call (milliseconds, more on a loaded machine) stops the chain at its next write.
+    assert sim_requests(sim) == counts["completed"] + counts["failed"]
+    assert seen_at_cancel <= sim_requests(sim) <= seen_at_cancel + int(STACK_ENV["BATCH_MODEL_CONCURRENCY"])
     again = alice.http.post(f"/batches/{batch['id']}/cancel").json()
     assert again == alice.batch(batch["id"])  # an ended batch comes back unchanged
 
