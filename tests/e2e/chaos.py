@@ -9,8 +9,10 @@ calls for throughput (``local.throttling``), as a provisioned table past its cap
 Afterwards, for every batch: a final status; ``request_counts`` equal to its terminal
 requests; every request exactly one terminal outcome. Overall: the upstream requests the
 simulator saw lie between the calls whose outcome was recorded and those plus the
-attempts lost with their workers; no live model slot; no message left on the work queue;
-nothing in its dead-letter queue; no dead reporter's load still counting.
+attempts lost with their workers; the known cost charged to each user and key equal, to
+the nano-dollar, to what the attempts recorded in the request log (the unknown cost charged
+at the attempts' most printed beside it); no live model slot; no message left on the work
+queue; nothing in its dead-letter queue; no dead reporter's load still counting.
 
 It also measures how fast batches end, with goals the run fails on (``LATENCY_GOAL_SECONDS``):
 
