@@ -263,7 +263,8 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # admin's Prompts; the api's file content and batch results read by an administrator)
     "audit#*": access(write=(ADMIN, API)),
     # storage.reqlog: every upstream call, batch or interactive, and their counts per hour
-    "rlog#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE)),
+    # (the lifecycle's provider step records a provider-run batch's lines)
+    "rlog#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
     "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE)),
 }
 
