@@ -291,9 +291,8 @@ def test_a_revoke_made_in_another_process_reaches_this_ones_cached_key_within_a_
     """On AWS the admin routes run in their own function: its cache is not the api's. The api
     trusts a key it read for BATCH_OWNER_CACHE_SECONDS (an hour here), yet a revoke reaches it
     at its next read of the runtime overrides (BATCHGW_RUNTIME_REFRESH_SECONDS, 0 here)."""
-    import dataclasses
-
     from batchgw.api import accounts as accounts_api
+    from batchgw.deps import build_deps
     from batchgw.live_config import LiveConfig
     from batchgw.storage.aws import get_clients
     from batchgw.storage.runtime import RuntimeStore
@@ -305,7 +304,8 @@ def test_a_revoke_made_in_another_process_reaches_this_ones_cached_key_within_a_
     api_live = LiveConfig(
         settings, RuntimeStore(get_clients().dynamodb, settings.control_table), deps.catalog
     )
-    api_deps = dataclasses.replace(deps, live=api_live)
+    api_deps = build_deps(settings, deps.catalog, deps.clock)  # another process's wiring
+    api_deps.live = api_live
     monkeypatch.setattr(api, "get_deps", lambda: (api_deps.live.refresh(), api_deps)[1])
     status, user = call("POST", "/admin/users", ADMIN, {"name": "Dan", "email": "d@x.io", "role": "internal"})
     _, key = call("POST", f"/admin/users/{user['id']}/keys", ADMIN, {"name": "k"})

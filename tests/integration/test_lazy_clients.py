@@ -39,6 +39,10 @@ def test_the_wiring_makes_the_s3_sqs_and_step_functions_clients_only_when_used(s
     aws.reset_clients()
     deps = build_deps(prepared.settings, prepared.catalog, FakeClock())
     made = vars(aws.get_clients())
+    assert not {"dynamodb", "s3", "sqs", "sfn"} & set(made)  # nothing is made before it is used
+
+    assert deps.batches.get_record("batch_nobody") is None
+    deps.queue, deps.workflow  # noqa: B018 (built: their adapters, not yet their clients)
     assert "dynamodb" in made and not {"s3", "sqs", "sfn"} & set(made)
 
     deps.blobs.put("files/probe", b"x")
