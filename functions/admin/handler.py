@@ -7,6 +7,10 @@ settings: the internet-facing api function's role cannot.
 
 from __future__ import annotations
 
+from batchgw import coldstart
+
+coldstart.loading()
+
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -14,6 +18,8 @@ from batchgw.api import admin_routes, http
 from batchgw.console import routes as console_routes
 from batchgw.deps import get_deps
 from batchgw.observability import logger
+
+coldstart.loaded()
 
 app = http.new_resolver()
 # get_deps is looked up at each call, so a test may replace it on this module

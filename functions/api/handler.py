@@ -7,6 +7,10 @@ describes them in the OpenAPI document.
 
 from __future__ import annotations
 
+from batchgw import coldstart
+
+coldstart.loading()
+
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -20,6 +24,7 @@ app = http.new_resolver()
 # routes come first: POST /v1/batches/preflight before the batch routes' <batch_id>.
 console_routes.register(app, lambda: get_deps())
 routes.register(app, lambda: get_deps())
+coldstart.loaded()
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -8,6 +8,10 @@ sends its key as ``x-api-key``; ``Authorization: Bearer`` works on every path.
 
 from __future__ import annotations
 
+from batchgw import coldstart
+
+coldstart.loading()
+
 import asyncio
 from typing import Any
 
@@ -20,6 +24,8 @@ from batchgw.domain import codec
 from batchgw.domain.errors import ApiError, InternalError
 from batchgw.observability import logger, metrics
 from batchgw.passthrough import answers, serve
+
+coldstart.loaded()
 
 app = http.Resolver(debug=False)
 # One loop per execution environment, kept across invocations: its pooled HTTP connections

@@ -4,6 +4,10 @@ with its wait for the next poll)."""
 
 from __future__ import annotations
 
+from batchgw import coldstart
+
+coldstart.loading()
+
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +17,8 @@ from batchgw.observability import logger, metrics, new_tracer
 from batchgw.provider.cleanup import provider_purge
 from batchgw.provider.executor import provider_park, provider_step
 from batchgw.run import ending, lifecycle, reconcile
+
+coldstart.loaded()
 
 STEPS: dict[str, Callable[[Deps, dict[str, Any]], dict[str, Any]]] = {
     "prepare": lambda deps, event: lifecycle.prepare(deps, event["batch_id"]),

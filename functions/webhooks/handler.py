@@ -7,6 +7,10 @@ go on (``skip_group_on_error``).
 
 from __future__ import annotations
 
+from batchgw import coldstart
+
+coldstart.loading()
+
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
@@ -16,6 +20,8 @@ from batchgw.deps import get_deps
 from batchgw.domain.webhooks import EventMessage
 from batchgw.observability import logger, new_tracer
 from batchgw.run.webhooks import Later, deliver
+
+coldstart.loaded()
 
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 # Every event waiting is not an error of the invocation: report each, raise nothing.

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from batchgw import coldstart
+
+coldstart.loading()
+
 import uuid
 from typing import Any
 
@@ -16,6 +20,8 @@ from batchgw.deps import get_deps
 from batchgw.domain.chains import decode
 from batchgw.observability import logger, metrics, new_tracer
 from batchgw.run.chain import run_message
+
+coldstart.loaded()
 
 processor = AsyncBatchProcessor(event_type=EventType.SQS)
 

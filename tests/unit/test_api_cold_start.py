@@ -44,3 +44,33 @@ def test_importing_the_api_handler_loads_no_module_only_other_routes_need() -> N
     loaded = modules_after("import functions.api.handler")
     assert "batchgw.api.batches" in loaded  # the routes are registered at import
     assert sorted(loaded & set(DEFERRED)) == []
+
+
+# Built on their first use (``batchgw.deps``): the api's common requests never touch them.
+NOT_WIRED_AT_IMPORT = (
+    "batchgw.scheduling.share",  # the worker's scheduling
+    "batchgw.scheduling.room",
+    "batchgw.scheduling.backpressure",
+    "batchgw.scheduling.pacing",
+    "batchgw.storage.interactive",
+    "batchgw.storage.reqlog",
+    "batchgw.storage.sealer",
+)
+
+
+def test_importing_the_api_handler_builds_no_adapter_and_loads_no_scheduling() -> None:
+    loaded = modules_after("import functions.api.handler")
+    assert sorted(loaded & set(NOT_WIRED_AT_IMPORT)) == []
+
+
+HANDLERS = ("admin", "api", "interactive", "lifecycle", "webhooks", "worker")
+
+
+def test_every_handler_collects_garbage_again_once_loaded_with_what_it_loaded_frozen() -> None:
+    for name in HANDLERS:
+        code = (
+            f"import functions.{name}.handler, gc\n"
+            "assert gc.isenabled(), 'collection left off'\n"
+            "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()"
+        )
+        assert "functions" in modules_after(code), name
