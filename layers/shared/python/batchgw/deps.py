@@ -2,7 +2,9 @@
 
 Each adapter is built on its first use, its module imported then: a cold start loads only
 the stores and the scheduling its requests touch (the api function's common requests never
-load the worker's scheduling; ``docs/design/cold-start.md``). An adapter may be replaced by
+load the worker's scheduling; ``docs/design/cold-start.md``). botocore is imported here, at
+the handler's import: every request needs its DynamoDB client, so deferring it would only move
+its import into the first request. An adapter may be replaced by
 assigning it (tests do, before or after its first use).
 
 Tests build ``Deps`` themselves (a fake clock, moto-backed clients) instead.
@@ -18,6 +20,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from batchgw.config.settings import Settings, get_settings
+from batchgw.storage.aws import AwsClients, LazyClient, get_clients
 
 if TYPE_CHECKING:
     from batchgw.config.catalog import Catalog
@@ -31,7 +34,6 @@ if TYPE_CHECKING:
     from batchgw.storage.accounts import AccountStore
     from batchgw.storage.adaptive import AdaptiveStore
     from batchgw.storage.audit import AuditLog
-    from batchgw.storage.aws import AwsClients
     from batchgw.storage.batches import BatchStore
     from batchgw.storage.blobs import BlobStore
     from batchgw.storage.control import ControlStore
@@ -64,8 +66,6 @@ class Deps:
         clock: Callable[[], float] = time.time,
         tuning: Tuning | None = None,
     ) -> None:
-        from batchgw.storage.aws import get_clients
-
         self._base = settings
         self.catalog = catalog
         self.clock = clock
@@ -88,8 +88,6 @@ class Deps:
     def _lazy(self, name: str) -> Any:
         """The S3, SQS or Step Functions client, made when first used (every request needs
         DynamoDB; few need the others)."""
-        from batchgw.storage.aws import LazyClient
-
         return LazyClient(lambda: getattr(self._clients, name))
 
     # --- live configuration and scheduling -------------------------------------------------
