@@ -97,6 +97,9 @@ def test_a_provider_mode_batch_runs_on_the_providers_batch_service_at_the_batch_
     [route] = {entry.route for entry in logged}
     assert route in {r.id for r in deps.catalog.models["sim-chat"].routes}
     assert sum(entry.cost_nano or 0 for entry in logged) == batch.counts.cost_nano > 0
+    # ... and counted in its hour's request counts, written before the step answered.
+    hour = int(min(entry.ended_at for entry in logged) // 3600)
+    assert sum(counts.batch for counts in deps.reqlog.hours(hour, hour + 1).values()) == 5
     # The same requests run by the gateway cost twice as much (sim-chat's batch discount: 0.5).
     gateway = create(deps, requests, None)
     lifecycle.prepare(deps, gateway["id"])

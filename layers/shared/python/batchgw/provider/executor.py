@@ -46,7 +46,25 @@ from batchgw.storage.workflow import Next, step
 
 
 def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
-    """Move the provider-run batch on; where its workflow goes next."""
+    """Move the provider-run batch on; where its workflow goes next. The request counts its
+    lines noted (``storage.reqlog``) are written before the step answers, as a chain writes
+    its own when it stops."""
+    try:
+        return _step(deps, batch_id)
+    finally:
+        _flush_counts(deps)
+
+
+def _flush_counts(deps: Deps) -> None:
+    """Counts that cannot be written now wait for the process's next flush: the step goes on."""
+    if deps.reqlog.waiting:
+        try:
+            deps.reqlog.flush(deps.clock())
+        except Exception:
+            logger.warning("request counts not written yet", exc_info=True)
+
+
+def _step(deps: Deps, batch_id: str) -> dict[str, Any]:
     batch = deps.batches.get_record(batch_id)
     if batch is None or batch.status.is_final or batch.status is BatchStatus.FINALIZING:
         return step(Next.FINALIZE)
