@@ -223,3 +223,18 @@ def test_a_read_of_the_room_is_the_slot_maps_read_too() -> None:
     held[0] = 13
     ledger.read_room("m")
     assert reads == ["m", "m"] and ledger.look("m").running(clock.now) == 13
+
+
+def test_a_chain_asks_for_room_off_its_event_loop_only_when_a_read_is_due_or_room_is_left() -> None:
+    slot_room, clock, _ = room([8])
+    assert slot_room.may_take("m", "b1")  # never read: a read is due
+    slot_room.take("m")  # the first read: no room yet
+    assert not slot_room.may_take("m", "b1")  # none left, and the next read is not due
+    clock.now += TUNING.room_read_seconds
+    assert slot_room.may_take("m", "b1")  # the next read is due
+    assert slot_room.take("m") == 1  # room 8 on both reads: 7 left
+    assert slot_room.may_take("m", "b1")
+    assert slot_room.take("m", most=7) == 7
+    assert not slot_room.may_take("m", "b1")
+    slot_room.give("m", "b1")  # a chain of b1 ended with its slot in hand
+    assert slot_room.may_take("m", "b1") and not slot_room.may_take("m", "b2")

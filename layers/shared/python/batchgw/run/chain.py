@@ -568,8 +568,10 @@ class ChainRun:
         most = self._split_ways()
         if most < 2:
             return
-        here = message.resume_at(self.next_index, full=self.model_gate.full)
         ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
+        if not ledger.may_take(model, self.batch.id):
+            return  # no room to hand out, and no read due: nothing to ask off the event loop
+        here = message.resume_at(self.next_index, full=self.model_gate.full)
         split = (model, self.batch.id, here, total, chains, most)
         # Each new chain gets a slot of its batch's one model, taken for it in the slot map.
         parts = await io(ledger.split, *split, with_slots=len(self.batch.models) == 1)

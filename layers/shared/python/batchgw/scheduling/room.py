@@ -134,6 +134,15 @@ class SlotLedger:
         read = self._read.get(model)
         return read is None or self._clock() - read[0] >= self._room_every
 
+    def may_take(self, model: str, batch_id: str) -> bool:
+        """Whether ``take`` could hand out a unit now: a read is due, or room from the last
+        reads or from a chain of ``batch_id`` that ended is left. Read without the lock (a
+        read of the table may hold it): an answer a moment stale only moves a split to the
+        chain's next request. When False, a chain need not leave its event loop to ask."""
+        return (
+            self.room_due(model) or self._left.get(model, 0) > 0 or bool(self._given.get((model, batch_id)))
+        )
+
     def read_room(self, model: str) -> None:
         """Read the room now if that is due (what ``take`` would read first): a chain reads it
         ahead, beside the writes that record an answer, so that its split finds it read."""
