@@ -232,20 +232,9 @@ class Checks:
         calls = lost = 0
         table = self.stack.env[resources.REQUESTS.env_var]
         for batch_id in batch_ids:
-            kwargs: dict[str, Any] = {
-                "TableName": table,
-                "KeyConditionExpression": "pk = :pk",
-                "ExpressionAttributeValues": {":pk": {"S": batch_id}},
-                "ProjectionExpression": "calls, lost",
-            }
-            while True:
-                page = self.dynamodb.query(**kwargs)
-                for item in page["Items"]:
-                    calls += int(item.get("calls", {"N": "0"})["N"])
-                    lost += int(item.get("lost", {"N": "0"})["N"])
-                if "LastEvaluatedKey" not in page:
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            for item in self._items(table, batch_id, "calls, lost"):
+                calls += int(item.get("calls", 0))
+                lost += int(item.get("lost", 0))
         seen = int(self.sim.get("/_sim/stats").json()["models"]["sim-chat"]["requests"])
         self.report.upstream_seen, self.report.calls_recorded, self.report.lost_attempts = seen, calls, lost
         if not calls <= seen <= calls + lost:
@@ -294,13 +283,15 @@ class Checks:
         record = from_item(item)
         return str(record["owner"]), str(record.get("key_id") or NO_KEY)
 
-    def _items(self, table: str, pk: str) -> Iterator[dict[str, Any]]:
-        """Every item of partition ``pk``, as Python values."""
+    def _items(self, table: str, pk: str, projection: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every item of partition ``pk`` (its ``projection`` only, when given), as Python values."""
         kwargs: dict[str, Any] = {
             "TableName": table,
             "KeyConditionExpression": "pk = :pk",
             "ExpressionAttributeValues": {":pk": {"S": pk}},
         }
+        if projection:
+            kwargs["ProjectionExpression"] = projection
         while True:
             page = self.dynamodb.query(**kwargs)
             yield from (from_item(item) for item in page["Items"])
