@@ -263,9 +263,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # admin's Prompts; the api's file content and batch results read by an administrator)
     "audit#*": access(write=(ADMIN, API)),
     # storage.reqlog: every upstream call, batch or interactive, and their counts per hour
-    # (the lifecycle's provider step records a provider-run batch's lines)
+    # (the lifecycle's provider step records a provider-run batch's lines, and counts them)
     "rlog#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
-    "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE)),
+    "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
 }
 
 # The data bucket's key prefixes (``storage.blobs``, ``domain.files``). Presigned URLs act with
