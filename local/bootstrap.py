@@ -71,39 +71,61 @@ def _client(service: str, env: Mapping[str, str]) -> Any:
     )
 
 
+def _schema(partition: resources.Key, sort: resources.Key | None) -> list[dict[str, str]]:
+    out = [{"AttributeName": partition.name, "KeyType": "HASH"}]
+    if sort:
+        out.append({"AttributeName": sort.name, "KeyType": "RANGE"})
+    return out
+
+
+def _attributes(keys: list[resources.Key]) -> list[dict[str, str]]:
+    return [{"AttributeName": k, "AttributeType": t} for k, t in {key.name: key.type for key in keys}.items()]
+
+
+def _index(index: resources.Index) -> dict[str, Any]:
+    return {
+        "IndexName": index.name,
+        "KeySchema": _schema(index.partition, index.sort),
+        "Projection": {"ProjectionType": index.projection},
+    }
+
+
+def _index_keys(index: resources.Index) -> list[resources.Key]:
+    return [index.partition, *([index.sort] if index.sort else [])]
+
+
 def create_table(dynamodb: Any, spec: TableSpec, name: str) -> None:
     keys = [spec.partition, *([spec.sort] if spec.sort else [])]
     for index in spec.indexes:
-        keys += [index.partition, *([index.sort] if index.sort else [])]
-    attributes = {key.name: key.type for key in keys}
-
-    def schema(partition: resources.Key, sort: resources.Key | None) -> list[dict[str, str]]:
-        out = [{"AttributeName": partition.name, "KeyType": "HASH"}]
-        if sort:
-            out.append({"AttributeName": sort.name, "KeyType": "RANGE"})
-        return out
-
+        keys += _index_keys(index)
     request: dict[str, Any] = {
         "TableName": name,
         "BillingMode": "PAY_PER_REQUEST",
-        "KeySchema": schema(spec.partition, spec.sort),
-        "AttributeDefinitions": [{"AttributeName": k, "AttributeType": t} for k, t in attributes.items()],
+        "KeySchema": _schema(spec.partition, spec.sort),
+        "AttributeDefinitions": _attributes(keys),
     }
     if spec.indexes:
-        request["GlobalSecondaryIndexes"] = [
-            {
-                "IndexName": index.name,
-                "KeySchema": schema(index.partition, index.sort),
-                "Projection": {"ProjectionType": index.projection},
-            }
-            for index in spec.indexes
-        ]
+        request["GlobalSecondaryIndexes"] = [_index(index) for index in spec.indexes]
     dynamodb.create_table(**request)
     if spec.ttl_attribute:
         dynamodb.update_time_to_live(
             TableName=name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
         )
+
+
+def add_missing_indexes(dynamodb: Any, spec: TableSpec, name: str) -> None:
+    """Give a restored table the indexes its spec gained since its state was saved (as a
+    deploy adds them to the deployed table)."""
+    found = dynamodb.describe_table(TableName=name)["Table"].get("GlobalSecondaryIndexes", [])
+    have = {index["IndexName"] for index in found}
+    for index in spec.indexes:
+        if index.name not in have:
+            dynamodb.update_table(
+                TableName=name,
+                AttributeDefinitions=_attributes(_index_keys(index)),
+                GlobalSecondaryIndexUpdates=[{"Create": _index(index)}],
+            )
 
 
 WEBHOOK_KEY_DESCRIPTION = "batchgw webhook secrets"
@@ -220,6 +242,8 @@ def bootstrap(env: Mapping[str, str]) -> dict[str, str]:
     for table in resources.TABLES:
         if env[table.env_var] not in tables:
             create_table(dynamodb, table, env[table.env_var])
+        else:
+            add_missing_indexes(dynamodb, table, env[table.env_var])
     # Every queue feeds a function that runs no longer than the worker, so the worker's
     # visibility (six times its timeout, AWS's advice for event sources) fits them all.
     for queue in resources.QUEUES:

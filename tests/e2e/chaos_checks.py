@@ -22,7 +22,7 @@ import httpx
 from batchgw.config import resources
 from batchgw.domain.batch import RECORD_SK
 from batchgw.storage.dynamo import from_item
-from batchgw.storage.reqlog import SHARDS as REQUEST_LOG_SHARDS
+from batchgw.storage.requests import attempts_pk
 from batchgw.storage.spend import MONTH, NO_KEY, UNKNOWN
 
 from local import env as local_env
@@ -248,13 +248,11 @@ class Checks:
         nano-dollar. Attempts of unknown cost (answers lost, workers killed mid-call) are
         charged at their most, apart: reported, not matched."""
         control = self.stack.env[resources.CONTROL.env_var]
+        requests = self.stack.env[resources.REQUESTS.env_var]
         payers = {b: self._payer(b) for b in batch_ids}
         money = self.report.money
-        for shard in range(REQUEST_LOG_SHARDS):
-            for entry in self._items(control, f"rlog#batch#{shard}"):
-                payer = payers.get(str(entry["batch_id"]))
-                if payer is None:
-                    continue  # another run's (none: the stack is the chaos run's own)
+        for batch_id, payer in payers.items():
+            for entry in self._items(requests, attempts_pk(batch_id)):
                 if entry.get("cost_nano") is None:
                     self.report.unknown_cost_attempts += 1
                     continue

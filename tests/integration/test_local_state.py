@@ -12,12 +12,13 @@ from typing import Any
 
 import boto3
 import pytest
+from batchgw.config import resources
 from moto import mock_aws
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 
-from local import moto_patches, resume, state
+from local import bootstrap, moto_patches, resume, state
 from local.env import (
     HOST,
     STATE_ROOT,
@@ -380,3 +381,44 @@ def test_a_state_dir_is_held_by_one_stack_at_a_time(tmp_path: Path) -> None:
     lock_state_dir(tmp_path / "other").close()  # another folder is another stack's
     held.close()  # stopped (or dead: the kernel lets go of its lock)
     lock_state_dir(tmp_path / "state").close()
+
+
+def test_a_restored_table_gains_the_indexes_its_definition_added_since_and_they_list_new_items() -> None:
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        name = "batchgw-requests"
+        dynamodb.create_table(  # the requests table as saved before it had an index
+            TableName=name,
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "idx", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "idx", "AttributeType": "N"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        bootstrap.add_missing_indexes(dynamodb, resources.REQUESTS, name)
+        bootstrap.add_missing_indexes(dynamodb, resources.REQUESTS, name)  # once only
+
+        indexes = dynamodb.describe_table(TableName=name)["Table"]["GlobalSecondaryIndexes"]
+        assert [index["IndexName"] for index in indexes] == [
+            index.name for index in resources.REQUESTS.indexes
+        ]
+        dynamodb.put_item(
+            TableName=name,
+            Item={
+                "pk": {"S": "b#attempts"},
+                "idx": {"N": "1"},
+                "rlk": {"S": "rlog#batch#0"},
+                "rls": {"S": "1#b"},
+            },
+        )
+        found = dynamodb.query(
+            TableName=name,
+            IndexName="request_log",
+            KeyConditionExpression="rlk = :k",
+            ExpressionAttributeValues={":k": {"S": "rlog#batch#0"}},
+        )["Items"]
+        assert [item["rls"]["S"] for item in found] == ["1#b"]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
 import pytest
 from batchgw.deps import Deps
+from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.chains import RequestMessage
 from batchgw.run import lifecycle
 
@@ -108,6 +110,45 @@ def test_every_batchs_calls_are_listed_newest_first_paged_and_one_batch_by_its_i
     )
     assert [r["batch_id"] for r in iso["data"]] == [alices]  # START + 61, as ISO 8601 with zones
     assert admin_get(deps, monkeypatch, "/admin/requests")["data"] == []  # interactive by default
+
+
+def test_batch_calls_logged_before_the_index_are_listed_with_the_indexed_ones(
+    deps: Deps, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's call is listed through the requests table's index of its batch's log; one
+    logged before that index, as an item of the control table, is listed until its retention
+    ends. An indexed one leaves the list with its batch."""
+    batch_id = batch_of(deps, monkeypatch, ["a", "b"])
+    clock.advance(1)
+    run(deps, RequestMessage(batch_id, 0))
+    older = AttemptEntry(
+        batch_id="batch_before",
+        index=7,
+        custom_id="r-7",
+        model="sim-chat",
+        attempt=1,
+        outcome="success",
+        ended_at=START + 30.0,
+        latency_ms=5,
+        status_code=200,
+        user_id="user-bob",
+    )
+    legacy = deps.reqlog.entry_action("batch", older, ttl=START + 86400)["Put"]  # as workers wrote it
+    boto3.client("dynamodb").put_item(**legacy)
+    clock.advance(1)
+    run(deps, RequestMessage(batch_id, 1))
+
+    listed = admin_get(deps, monkeypatch, "/admin/requests", "source=batch")["data"]
+    assert [(r["batch_id"], r["request_index"]) for r in listed] == [
+        (batch_id, 1),
+        (batch_id, 0),
+        ("batch_before", 7),
+    ]
+
+    assert call(deps, monkeypatch, "DELETE", f"/v1/batches/{batch_id}")[0] == 200
+    lifecycle.purge(deps, batch_id)  # the workflow's step that deletes what a batch held
+    listed = admin_get(deps, monkeypatch, "/admin/requests", "source=batch")["data"]
+    assert [(r["batch_id"], r["request_index"]) for r in listed] == [("batch_before", 7)]
 
 
 def test_interactive_requests_are_logged_and_counted_apart_with_the_batch_ones_in_every_bar(

@@ -302,7 +302,7 @@ class Deps:
     def reqlog(self) -> RequestLog:
         from batchgw.storage.reqlog import RequestLog
 
-        return RequestLog(self._clients.dynamodb, self._base.control_table)
+        return RequestLog(self._clients.dynamodb, self._base.control_table, self._base.requests_table)
 
     @cached_property
     def sealer(self) -> Sealer:

@@ -71,15 +71,17 @@ BATCHES = TableSpec(
     ttl_attribute="ttl",
 )
 
-# Requests: one item per request of a batch, keyed by the batch and the request's index.
-# No index: a claim or an end writes the item alone ("is any of this batch's work
-# running?" reads the batch's run marks: storage.batch_runs).
+# Requests: one item per request of a batch, keyed by the batch and the request's index,
+# and beside them each batch's attempt log (storage.requests.attempts_pk). The request log
+# index lists the attempt log's entries across batches, newest first (storage.reqlog): only
+# those entries have its keys, so a claim or an end of a request writes its item alone.
 REQUESTS = TableSpec(
     logical_id="Requests",
     settings_field="requests_table",
     env_var="BATCHGW_REQUESTS_TABLE",
     partition=Key("pk"),
     sort=Key("idx", "N"),
+    indexes=(Index("request_log", Key("rlk"), Key("rls")),),
     ttl_attribute="ttl",
 )
 
@@ -262,9 +264,10 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.audit: administrators' reads of a user's content, recorded as they read (the
     # admin's Prompts; the api's file content and batch results read by an administrator)
     "audit#*": access(write=(ADMIN, API)),
-    # storage.reqlog: every upstream call, batch or interactive, and their counts per hour
-    # (the lifecycle's provider step records a provider-run batch's lines, and counts them)
-    "rlog#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
+    # storage.reqlog: the interactive calls (a batch's are its attempt log's, listed through
+    # the requests table's index), and every call's counts per hour (the lifecycle's provider
+    # step counts a provider-run batch's lines)
+    "rlog#*": access(read=(ADMIN,), write=(INTERACTIVE,)),
     "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
 }
 

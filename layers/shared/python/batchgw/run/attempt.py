@@ -232,12 +232,13 @@ def _log_entry(
 
 
 def _log_writes(deps: Deps, entry: AttemptEntry | None) -> list[dict[str, Any]]:
-    """The writes that log ``entry`` in its batch's log and in the log across batches, for
-    the transaction that records its attempt (so it is logged exactly when its outcome is)."""
+    """The write that logs ``entry`` in its batch's log (and so in the log across batches,
+    its index: ``storage.reqlog``), for the transaction that records its attempt (so it is
+    logged exactly when its outcome is)."""
     if entry is None:
         return []
     ttl = int(entry.ended_at + deps.settings.batch_attempt_log_retention_days * 86400)
-    return [deps.requests.log_action(entry, ttl=ttl), deps.reqlog.entry_action("batch", entry, ttl=ttl)]
+    return [deps.requests.log_action(entry, ttl=ttl)]
 
 
 async def _count(deps: Deps, entry: AttemptEntry | None) -> None:

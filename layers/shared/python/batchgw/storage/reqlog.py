@@ -2,12 +2,18 @@
 
 Every upstream call is one entry, whatever batch made it, or none (an interactive request):
 
-- ``pk`` ``rlog#<source>#<shard>`` (source ``batch`` or ``interactive``; ``SHARDS``
-  partitions each, so no one partition takes every write), ``sk`` ``<ended ms, 15
-  digits>#<what made it>``: a list newest first reads each shard's newest and merges them,
-  ``SHARDS`` queries a page whatever the time range; ``ttl`` its retention.
-- A batch's entry is written in the transaction that records its attempt (as its own
-  batch's log is); an interactive request's once it is answered.
+- A batch's entry is its entry in its own batch's attempt log (``storage.requests``),
+  written in the transaction that records its attempt, listed here through the requests
+  table's ``request_log`` index: ``rlk`` ``rlog#batch#<shard>``, ``rls`` its id. The index
+  costs a write unit an entry where an entry of its own in that transaction cost two. The
+  index lists what the batch's log holds: a deleted batch's entries leave it with the batch.
+- An interactive request's entry is an item of its own, written once it is answered: ``pk``
+  ``rlog#interactive#<shard>``, ``sk`` its id.
+- Either way ``SHARDS`` partitions take a source's writes (so no one partition takes every
+  write) and an id is ``<ended ms, 15 digits>#<what made it>``: a list newest first reads
+  each shard's newest and merges them, ``SHARDS`` queries a page whatever the time range;
+  ``ttl`` its retention. Batch entries written before the index (items ``rlog#batch#<shard>``
+  of the control table) are listed with the rest until their retention ends.
 
 Counts per hour: ``pk`` ``rmetrics#<shard>``, ``sk`` the hour (hours since the epoch),
 ``b`` / ``be`` (batch requests, of them errors) and ``i`` / ``ie`` (interactive). Not in
@@ -38,6 +44,8 @@ FLUSH_SECONDS = 5.0  # a process writes the counts it noted at most this often (
 _COUNTERS = {"batch": ("b", "be"), "interactive": ("i", "ie")}
 # An entry's id in the list (its sort key): ended ms, then what made it.
 ENTRY_ID = re.compile(r"[0-9]{15}#[!-~]{1,300}")
+INDEX = "request_log"  # the requests table's index of batch entries (config.resources.REQUESTS)
+INDEX_PARTITION, INDEX_SORT = "rlk", "rls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +66,15 @@ def is_error(entry: AttemptEntry) -> bool:
     return entry.outcome != "success"
 
 
+def index_keys(entry: AttemptEntry) -> dict[str, str]:
+    """The ``request_log`` index's keys of a batch's entry, for its item in the batch's log."""
+    return {INDEX_PARTITION: f"rlog#batch#{random.randrange(SHARDS)}", INDEX_SORT: entry_id(entry)}
+
+
 class RequestLog:
-    def __init__(self, client: Any, table: str) -> None:
+    def __init__(self, client: Any, table: str, requests_table: str) -> None:
         self._table = Table(client, table)
+        self._requests = Table(client, requests_table)
         self._lock = threading.Lock()
         self._pending: dict[tuple[Source, int], list[int]] = {}  # (source, hour): [requests, errors]
         self._flushed_at = 0.0
@@ -154,21 +168,27 @@ class RequestLog:
         high = f"{end_ms:015d}#"  # every id of end_ms sorts after it: excluded
         if before is not None and before < high:
             high = before
+        places: list[tuple[Table, str, str, dict[str, Any]]] = [(self._table, "pk", "sk", {})]
+        if source == "batch":
+            places.append((self._requests, INDEX_PARTITION, INDEX_SORT, {"IndexName": INDEX}))
         found: list[tuple[str, AttemptEntry]] = []
-        for shard in range(SHARDS):
-            items, _ = self._table.query_step(
-                limit=limit + 2,  # one more than the page, and the bound BETWEEN includes
-                KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
-                ExpressionAttributeValues={
-                    ":pk": {"S": self._pk(source, shard)},
-                    ":lo": {"S": low},
-                    ":hi": {"S": high},
-                },
-                ScanIndexForward=False,
-            )
-            for raw in items:
-                item = from_item(raw)
-                if item["sk"] != high:  # BETWEEN includes its bound; the range does not
-                    found.append((str(item["sk"]), AttemptEntry.from_fields(item)))
+        for table, partition, sort, index in places:
+            for shard in range(SHARDS):
+                items, _ = table.query_step(
+                    limit=limit + 2,  # one more than the page, and the bound BETWEEN includes
+                    KeyConditionExpression="#p = :pk AND #s BETWEEN :lo AND :hi",
+                    ExpressionAttributeNames={"#p": partition, "#s": sort},
+                    ExpressionAttributeValues={
+                        ":pk": {"S": self._pk(source, shard)},
+                        ":lo": {"S": low},
+                        ":hi": {"S": high},
+                    },
+                    ScanIndexForward=False,
+                    **index,
+                )
+                for raw in items:
+                    item = from_item(raw)
+                    if item[sort] != high:  # BETWEEN includes its bound; the range does not
+                        found.append((str(item[sort]), AttemptEntry.from_fields(item)))
         found.sort(key=lambda pair: pair[0], reverse=True)
         return found[:limit], len(found) > limit

@@ -31,6 +31,7 @@ from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestEnd, RequestRecord
 from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
+from batchgw.storage.reqlog import index_keys
 
 # The clauses of a request's conditional writes.
 is_queued = "#st = :queued"
@@ -682,7 +683,13 @@ class RequestStore:
     def log_action(self, entry: AttemptEntry, *, ttl: int) -> dict[str, Any]:
         """The write that logs one attempt, for the transaction that records it (so an
         attempt is logged exactly when its outcome is)."""
-        item = {"pk": attempts_pk(entry.batch_id), "idx": entry.key, "ttl": ttl, **entry.fields()}
+        item = {
+            "pk": attempts_pk(entry.batch_id),
+            "idx": entry.key,
+            "ttl": ttl,
+            **entry.fields(),
+            **index_keys(entry),
+        }
         return {"Put": {"TableName": self._table.name, "Item": to_item(item)}}
 
     def attempts(
