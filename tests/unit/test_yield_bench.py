@@ -155,9 +155,7 @@ def test_a_runs_answer_to_next_call_is_what_the_workers_wrote_during_it() -> Non
     assert spread([]) is None
 
 
-def test_scheduling_calls_are_counted_per_second_in_each_phase_while_the_batch_runs() -> (
-    None
-):
+def test_scheduling_calls_are_counted_per_second_in_each_phase_while_the_batch_runs() -> None:
     worker_read = ("batchgw-worker", "read", "interactive")
     slot_write = ("batchgw-worker", "write", "slots#*")
     looks = [  # CYCLES: bursts from 0 to 2 s, quiet from 2 to 4 s

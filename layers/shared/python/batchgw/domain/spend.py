@@ -295,6 +295,21 @@ def room_left(user: UserRecord, key: KeyRecord, user_spend: Spend, key_spend: Sp
     return max(0, min(rooms)) if rooms else None
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """An attempt's charge that its batch's counter shard keeps, in the transaction that
+    records the attempt, until it is rolled up into its payer's spend (an owner no quota or
+    budget limits: ``needs_spend``): its known cost, and an unknown cost at its most."""
+
+    user_id: str
+    key_id: str | None
+    known_nano: int = 0
+    unknown_nano: int = 0
+
+    def __bool__(self) -> bool:
+        return self.known_nano > 0 or self.unknown_nano > 0
+
+
 def needs_spend(user: UserRecord, key: KeyRecord) -> bool:
     """Whether any quota or budget limits the owner (else spend need not be read to judge)."""
     return not (limit_of_user(user).unlimited and limit_of_key(key).unlimited)

@@ -32,9 +32,10 @@ from batchgw.domain.decisions import (
 )
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestEnd, RequestRecord
+from batchgw.domain.spend import Deferred
 from batchgw.domain.states import RequestStatus
 from batchgw.observability import logger, metrics
-from batchgw.run import completion
+from batchgw.run import charges, completion
 from batchgw.run.aio import io
 from batchgw.run.owner import priced
 from batchgw.storage.blobs import body_key
@@ -130,11 +131,14 @@ async def settle(
     started: float,
     guard: RunGuard | None = None,
     reserved: int = 0,
+    defer: bool = False,
     batch_price: Price | None = None,
 ) -> Settled:
     """Decide what becomes of a request that ran, and store it (an end with ``guard``'s
     check that the batch still runs: ``Settled.runs``). ``reserved`` is what the request
-    could cost at most: an attempt whose cost is unknown is charged that, apart.
+    could cost at most: an attempt whose cost is unknown is charged that, apart. ``defer``:
+    no quota or budget limits the owner, so the attempt's charge waits in its shard
+    (``run.charges``).
 
     ``batch_price``: the request ran on its provider's batch service, at that price. Its
     answer says nothing of the model's health or load here; a request to run again
@@ -169,11 +173,20 @@ async def settle(
     log = _log_entry(deps, batch, held, outcome, decision, started=started, now=now)
     _measure(batch, held, outcome, decision, started=started, now=now, called=not on_provider)
     if isinstance(decision, Retry):
-        return await _schedule_retry(deps, batch, held, decision, log=log, reserved=reserved)
+        return await _schedule_retry(deps, batch, held, decision, log=log, reserved=reserved, defer=defer)
     if decision.results_full:
         await io(deps.batches.mark_results_full, batch.id)
     return await end(
-        deps, batch, held, decision, outcome=outcome, started=started, log=log, guard=guard, reserved=reserved
+        deps,
+        batch,
+        held,
+        decision,
+        outcome=outcome,
+        started=started,
+        log=log,
+        guard=guard,
+        reserved=reserved,
+        defer=defer,
     )
 
 
@@ -275,7 +288,9 @@ async def _schedule_retry(
     *,
     log: AttemptEntry | None = None,
     reserved: int = 0,
+    defer: bool = False,
 ) -> Settled:
+    deferred, charges = _charging(deps, batch, held, retry.charge, reserved, defer)
     scheduled = await io(
         deps.requests.schedule_retry,
         held,
@@ -285,7 +300,8 @@ async def _schedule_retry(
         uses_attempt=retry.uses_attempt,
         shard=batch.shard_of(held.index),
         charge=retry.charge,
-        charges=[*_charges(deps, batch, held, retry.charge, reserved), *_log_writes(deps, log)],
+        charges=[*charges, *_log_writes(deps, log)],
+        deferred=deferred,
     )
     if scheduled is Scheduled.LOST:
         return Settled(After.STOP)
@@ -296,7 +312,7 @@ async def _schedule_retry(
         if reason is Verdict.GONE:
             return Settled(After.STOP)
         decision = stopped_retry(reason, retry, held)
-        return await end(deps, batch, held, decision, called=True, log=log, reserved=reserved)
+        return await end(deps, batch, held, decision, called=True, log=log, reserved=reserved, defer=defer)
     await _count(deps, log)
     if retry.pause_model_until is None:
         return Settled(After.NEXT, retry_at=retry.next_at)
@@ -317,6 +333,7 @@ async def end(
     log: AttemptEntry | None = None,
     guard: RunGuard | None = None,
     reserved: int = 0,
+    defer: bool = False,
 ) -> Settled:
     """Record a request's end and count it; the chain stops if the lease was lost.
 
@@ -338,6 +355,7 @@ async def end(
             status=decision.status, ended_at=now, error=decision.error, cost_nano=decision.cost_nano
         )
     shard = batch.shard_of(held.index)
+    deferred, charges = _charging(deps, batch, held, decision.tally, reserved, defer)
     recorded = await io(
         deps.requests.record_end,
         held,
@@ -345,8 +363,9 @@ async def end(
         end=ending,
         tally=decision.tally,
         called=called or outcome is not None,
-        charges=[*_charges(deps, batch, held, decision.tally, reserved), *_log_writes(deps, log)],
+        charges=[*charges, *_log_writes(deps, log)],
         guard=guard,
+        deferred=deferred,
     )
     if recorded is Recorded.LEASE_LOST:
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
@@ -373,16 +392,22 @@ async def end(
     return Settled(After.NEXT, runs=recorded is Recorded.RUNS)
 
 
-def _charges(
-    deps: Deps, batch: BatchRecord, held: RequestRecord, tally: Tally, reserved: int
-) -> list[dict[str, Any]]:
-    """The updates that charge what ``tally`` counts of the attempt's cost to the batch's
-    owner and key, for the transaction that records it: an attempt of unknown cost at
-    ``reserved``, the most it could have cost (it counts against quotas and budgets, not in
-    the batch's known cost)."""
+def _charging(
+    deps: Deps, batch: BatchRecord, held: RequestRecord, tally: Tally, reserved: int, defer: bool
+) -> tuple[Deferred | None, list[dict[str, Any]]]:
+    """How the transaction that records the attempt charges what ``tally`` counts of its
+    cost to the batch's owner and key: an attempt of unknown cost at ``reserved``, the most
+    it could have cost (it counts against quotas and budgets, not in the batch's known
+    cost). With ``defer``, kept in the request's shard until this process rolls it up
+    (``run.charges``); else the updates that charge the owner's spend in the transaction."""
     payer = Payer(batch.owner, batch.key_id)
     unknown = reserved * tally.cost_unknown
-    return deps.spend.charge_actions(
+    if defer:
+        deferred = Deferred(batch.owner, batch.key_id, tally.cost_nano, unknown)
+        if deferred:
+            charges.note(batch, batch.shard_of(held.index))
+        return deferred, []
+    return None, deps.spend.charge_actions(
         payer,
         tally.cost_nano,
         now=deps.clock(),

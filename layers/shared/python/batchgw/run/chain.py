@@ -48,7 +48,7 @@ from batchgw.domain.request import RequestRecord
 from batchgw.domain.spend import Judgement
 from batchgw.domain.states import BatchStatus
 from batchgw.observability import logger, metrics
-from batchgw.run import attempt, completion, renewing
+from batchgw.run import attempt, charges, completion, renewing
 from batchgw.run.aio import io
 from batchgw.run.attempt import After
 from batchgw.run.claim_ahead import ClaimAhead
@@ -92,14 +92,18 @@ async def run_message(
 
 
 async def flush_counts(deps: Deps) -> None:
-    """Write the request counts this process noted (``storage.reqlog``); counts that cannot be
-    written wait for the next flush, and the work goes on."""
-    if not deps.reqlog.waiting:
-        return
+    """Write the request counts this process noted (``storage.reqlog``) and roll up the charges
+    it kept (``run.charges``); what cannot be written now waits for the next flush, and the
+    work goes on."""
+    if deps.reqlog.waiting:
+        try:
+            await io(deps.reqlog.flush, deps.clock())
+        except Exception:
+            logger.warning("request counts not written yet", exc_info=True)
     try:
-        await io(deps.reqlog.flush, deps.clock())
+        await io(charges.roll_up_kept, deps)
     except Exception:
-        logger.warning("request counts not written yet", exc_info=True)
+        logger.warning("kept charges not rolled up yet", exc_info=True)
 
 
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:
@@ -360,7 +364,7 @@ class ChainRun:
             await io(self.deps.live.refresh)
         if metrics.due():
             metrics.flush()
-        if self.deps.reqlog.due(now):
+        if self.deps.reqlog.due(now) or charges.due(now):
             await flush_counts(self.deps)
         settings = self.deps.settings
         if self.batch.window_closed(now):
@@ -516,6 +520,7 @@ class ChainRun:
             started=started,
             guard=RunGuard(generation),
             reserved=self.owner_gate.reserved,
+            defer=not self.owner_gate.limited,
         )
         # The batch still runs, as its shard said in the write; else read it before the next.
         self.verdict = Verdict.RUN if settled.runs else None

@@ -19,6 +19,7 @@ from batchgw.domain.decisions import not_run_error
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.domain.webhooks import EventMessage
 from batchgw.observability import logger, metrics
+from batchgw.run import charges
 from batchgw.run.result_files import write_results
 from batchgw.run.stopped import end_abandoned, lease_ran_out, sweep
 from batchgw.storage.dynamo import timestamp
@@ -78,6 +79,7 @@ def finalize(deps: Deps, batch_id: str, deadline: float | None = None) -> dict[s
     files = write_results(deps, batch, deadline)
     if files is None:
         return {"status": BatchStatus.FINALIZING.value, "purge_at": None}
+    charges.roll_up_batch(deps, batch_id)  # what its shards kept of its charges (run.charges)
     ended = deps.batches.end(
         batch_id,
         {

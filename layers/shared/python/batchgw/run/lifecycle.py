@@ -28,7 +28,7 @@ from batchgw.domain.states import BatchStatus, RequestStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.inputs import input_lines
 from batchgw.observability import logger
-from batchgw.run import completion
+from batchgw.run import charges, completion
 from batchgw.run.ending import retention_fields
 from batchgw.run.prepare_lease import PrepareLease
 from batchgw.run.stopped import sweep
@@ -464,6 +464,7 @@ def purge(deps: Deps, batch_id: str) -> dict[str, Any]:
                 deps.files.mark_deleted(file_id, ttl=int(deps.clock()) + 30 * 86400)
             deps.blobs.delete(file_key(file_id))
     deps.requests.delete_all(batch_id)
+    charges.roll_up_batch(deps, batch_id)  # none of them ends now: what its shards kept is final
     deps.batches.delete_all(batch_id, now=deps.clock())
     deps.blobs.delete_batch(batch_id)
     logger.info("batch purged", extra={"batch_id": batch_id})

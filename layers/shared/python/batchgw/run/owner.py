@@ -30,6 +30,7 @@ from batchgw.domain.spend import (
     reservation_tokens,
 )
 from batchgw.observability import logger
+from batchgw.run import charges
 from batchgw.run.aio import io
 from batchgw.storage.slots import Hold, UserSlots, UserSlotStore, UserTake
 from batchgw.storage.spend import Payer
@@ -85,6 +86,7 @@ class OwnerGate:
         self._batch = batch
         self._token = UserSlotStore.new_token()
         self._held: Hold | None = None
+        self.limited = True  # a quota or budget limits the owner, as last read (so charges are not kept)
 
     async def admit(self, held: RequestRecord) -> OwnerVerdict:
         """Whether ``held`` may run now; if so, this chain holds a slot of its owner with
@@ -93,6 +95,10 @@ class OwnerGate:
         user, keys = await account_of(deps, batch.owner)
         key = key_of(batch, keys)
         limited = user is not None and key is not None and needs_spend(user, key)
+        if limited and charges.kept(batch.id):
+            # Newly limited: what this process kept of the batch's charges is judged too.
+            await io(charges.roll_up_kept, deps, batch.id)
+        self.limited = limited
         # What the request may cost at most: held against the owner's quotas while it runs,
         # and charged at its end if its cost is never known (``reserved``).
         body, reserve = await self._reservation(held)

@@ -4,18 +4,34 @@ A batch's requests are counted in shards (``ctr#<k>``), each the ``left`` of its
 the requests, so that many workers count at once without contending on one item. The
 record's verbs that stop the batch mark every shard ``halt`` (``storage.batch_records``),
 so a worker counting a request's end learns of it in that one write.
+
+A shard also keeps the charges its requests' ends deferred (``domain.spend.Deferred``:
+``dcost``, ``dunk``, added in the transaction that records each attempt, with whom they
+charge: ``du``, ``dk``) and what of them was rolled up into that payer's spend (``rcost``,
+``runk``). ``roll_up`` charges the difference and moves the rolled marks to the deferred
+totals it read in one transaction, conditional on the marks it read: whoever rolls up,
+however often and after whatever crash, each deferred charge reaches the spend exactly once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from batchgw.domain.batch import SHARD_PREFIX, BatchRecord, ShardRecord, Tally, shard_sk
+from batchgw.domain.batch import SHARD_PREFIX, BatchRecord, ShardRecord, Tally, shard_of_sk, shard_sk
+from batchgw.domain.errors import StorageError
 from batchgw.domain.states import BatchStatus
 from batchgw.storage.batch_records import batch_exists, batch_key, record_update, shards_unset
 from batchgw.storage.dynamo import Table, Update, from_item, to_item
+
+# A shard's deferred charges and what of them was rolled up: (known cost, unknown at its most).
+DEFERRED = ("dcost", "dunk")
+ROLLED = ("rcost", "runk")
+PAYER = ("du", "dk")  # the batch's owner and key ("" for none)
+# The spend's updates that charge what shard k kept (k, user, key, known, unknown at its most).
+Charge = Callable[[int, str, str | None, int, int], Sequence[dict[str, Any]]]
+_ROLL_TRIES = 4  # reads and rolls while others roll the same shard up at once
 
 # The clauses of the counter shards' conditional writes.
 shard_is_empty = "#left = :zero"
@@ -133,3 +149,50 @@ class CounterShards:
             failure=f"could not finish shard {shard} of {batch_id}",
         )
         return cancelled is None
+
+    def roll_up(
+        self, batch_id: str, shard: int, charge: Charge, *, item: dict[str, Any] | None = None
+    ) -> int:
+        """Charge what shard ``shard`` deferred and was not rolled up yet, with ``charge``'s
+        updates in the transaction that moves the shard's rolled marks (``item``: the shard
+        as just read, strongly). Returns the nano-dollars this call charged (0 when another
+        roll-up came first, or nothing was owed)."""
+        key = batch_key(batch_id, shard_sk(shard))
+        for _ in range(_ROLL_TRIES):
+            found = item if item is not None else self._table.get(key) or {}
+            item = None
+            deferred = [int(found.get(name, 0)) for name in DEFERRED]
+            rolled = [int(found.get(name, 0)) for name in ROLLED]
+            known, unknown = deferred[0] - rolled[0], deferred[1] - rolled[1]
+            if known <= 0 and unknown <= 0:
+                return 0
+            clauses, values = [], {}
+            for k, name in enumerate(ROLLED):
+                if name in found:
+                    clauses.append(f"{name} = :was{k}")
+                    values[f":was{k}"] = rolled[k]
+                else:
+                    clauses.append(f"attribute_not_exists({name})")
+            moved = Update(
+                set=dict(zip(ROLLED, deferred, strict=True)), condition=" AND ".join(clauses), values=values
+            )
+            payer = str(found.get(PAYER[0], "")), str(found.get(PAYER[1], "")) or None
+            cancelled = self._table.transact(
+                [{"Update": moved.request(self._table.name, key)}, *charge(shard, *payer, known, unknown)],
+                failure=f"could not roll up the charges of shard {shard} of {batch_id}",
+            )
+            if cancelled is None:
+                return known + unknown
+        raise StorageError(f"shard {shard} of {batch_id}: its charges kept being rolled up by others")
+
+    def roll_up_all(self, batch_id: str, charge: Charge) -> int:
+        """Roll up every shard of the batch that owes its payer (``roll_up``)."""
+        charged = 0
+        for raw in self._table.query(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":pk": {"S": batch_id}, ":p": {"S": SHARD_PREFIX}},
+            ConsistentRead=True,
+        ):
+            item = from_item(raw)
+            charged += self.roll_up(batch_id, shard_of_sk(str(item["sk"])), charge, item=item)
+        return charged

@@ -29,7 +29,9 @@ from batchgw.domain.attempts import AttemptEntry, key_bound
 from batchgw.domain.batch import RECORD_SK, Tally, shard_sk
 from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestEnd, RequestRecord
+from batchgw.domain.spend import Deferred
 from batchgw.domain.states import BatchStatus, RequestStatus
+from batchgw.storage.batch_shards import DEFERRED, PAYER
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
 from batchgw.storage.reqlog import index_keys
 
@@ -69,6 +71,16 @@ _RESULT_FIELDS = "pk, idx, custom_id, #m, #st, #err, res, res_ref, status_code, 
 def attempts_pk(batch_id: str) -> str:
     """The partition of a batch's request log, beside its requests."""
     return f"{batch_id}#attempts"
+
+
+def _deferred(deferred: Deferred | None) -> tuple[dict[str, int], dict[str, str]]:
+    """The shard's counters that keep an attempt's ``deferred`` charge, and whom it charges
+    (``storage.batch_shards``)."""
+    if not deferred:
+        return {}, {}
+    amounts = (deferred.known_nano, deferred.unknown_nano)
+    added = {name: amount for name, amount in zip(DEFERRED, amounts, strict=True) if amount > 0}
+    return added, {PAYER[0]: deferred.user_id, PAYER[1]: deferred.key_id or ""}
 
 
 class ClaimKind(StrEnum):
@@ -287,6 +299,7 @@ class RequestStore:
         called: bool = False,
         charges: Sequence[dict[str, Any]] = (),
         guard: RunGuard | None = None,
+        deferred: Deferred | None = None,
     ) -> Recorded:
         """End a running request and count it in its shard, in one transaction.
 
@@ -296,7 +309,8 @@ class RequestStore:
         learns that the shard finished. ``called``: the end follows an upstream call
         (counted in the request's ``calls``). ``charges``: the updates that charge the
         attempt's cost to its owner's and key's spend (``SpendStore.charge_actions``), in
-        the same transaction. With ``guard``, the first try also checks the shard for a
+        the same transaction; or ``deferred``, that cost kept in the shard until it is
+        rolled up (``storage.batch_shards``). With ``guard``, the first try also checks the shard for a
         stop (RUNS when none): a refused check tries again without it (OK: the caller
         reads the batch to learn why).
 
@@ -306,7 +320,9 @@ class RequestStore:
         """
         end = replace(end, ended_by=held.lease_owner)
         ended = self._ended(held, end, called).request(self._table.name, self._key(held.batch_id, held.index))
-        recorded = self._end_and_count(held.batch_id, held.index, ended, shard, tally, charges, guard)
+        recorded = self._end_and_count(
+            held.batch_id, held.index, ended, shard, tally, charges, guard, deferred
+        )
         if recorded is Recorded.LEASE_LOST and self._ended_by_us(held):
             return Recorded.SHARD_FINISHED
         return recorded
@@ -378,11 +394,12 @@ class RequestStore:
         tally: Tally,
         charges: Sequence[dict[str, Any]] = (),
         guard: RunGuard | None = None,
+        deferred: Deferred | None = None,
     ) -> Recorded:
         failure = f"could not record {batch_id}/{index}"
         last, checked = False, guard
         for _ in range(3):
-            count = self._count(batch_id, shard, tally, last=last, guard=checked)
+            count = self._count(batch_id, shard, tally, last=last, guard=checked, deferred=deferred)
             cancelled = self._table.transact(
                 [{"Update": ended}, {"Update": count}, *charges], failure=failure
             )
@@ -425,14 +442,23 @@ class RequestStore:
         )
 
     def _count(
-        self, batch_id: str, shard: int, tally: Tally, *, last: bool, guard: RunGuard | None = None
+        self,
+        batch_id: str,
+        shard: int,
+        tally: Tally,
+        *,
+        last: bool,
+        guard: RunGuard | None = None,
+        deferred: Deferred | None = None,
     ) -> dict[str, Any]:
         condition, values = exactly_one_left if last else more_than_one_left, {":one": 1}
         if guard is not None:
             clause, guard_values = guard.condition()
             condition, values = f"{condition} AND {clause}", {**values, **guard_values}
+        kept, payer = _deferred(deferred)
         update = Update(
-            add={"left": -1, **tally.counters()},
+            add={"left": -1, **tally.counters(), **kept},
+            set=payer,
             condition=condition,
             names={"#left": "left"},
             values=values,
@@ -451,13 +477,15 @@ class RequestStore:
         shard: int = 0,
         charge: Tally | None = None,
         charges: Sequence[dict[str, Any]] = (),
+        deferred: Deferred | None = None,
     ) -> Scheduled:
         """Put a running request back to wait for its next try, only while its batch still
         runs: the request, a check of the batch's record and the attempt's ``charge`` to its
         shard's counters (``left`` unchanged) are one transaction, so no retry is scheduled
         after a cancel or the window's end has settled the batch's unstarted requests
         (STOPPED: end it instead), and the attempt is charged exactly once (to the shard,
-        and by ``charges`` to its owner's and key's spend).
+        and by ``charges`` to its owner's and key's spend, or kept in the shard as
+        ``deferred``).
 
         ``uses_attempt`` False gives the attempt back (a model_queued wait). A refused
         write is read back: this worker's own retry, committed by a try whose answer was
@@ -483,9 +511,10 @@ class RequestStore:
             {"Update": update.request(self._table.name, self._key(held.batch_id, held.index))},
             self._batch_runs_check(held.batch_id),
         ]
-        counters = charge.counters() if charge is not None else {}
+        kept, payer = _deferred(deferred)
+        counters = {**(charge.counters() if charge is not None else {}), **kept}
         if counters:
-            charged = Update(add=counters).request(
+            charged = Update(add=counters, set=payer).request(
                 self._batches, {"pk": {"S": held.batch_id}, "sk": {"S": shard_sk(shard)}}
             )
             actions.append({"Update": charged})

@@ -14,8 +14,10 @@ A batch stored without a key is charged under the key id ``-``.
 
 A batch's charge is not written here on its own: ``charge_actions`` gives the update that
 joins the transaction recording the attempt (``storage.requests``), so each attempt's cost
-is charged exactly once, with the attempt. An interactive request, which has no record to
-write, is charged on its own (``charge``), once its answer came.
+is charged exactly once, with the attempt; or, for an owner no limit applies to, the one
+that joins the transaction rolling up what the batch's counter shard kept
+(``run.charges``). An interactive request, which has no record to write, is charged on its
+own (``charge``), once its answer came.
 """
 
 from __future__ import annotations

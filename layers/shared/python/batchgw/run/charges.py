@@ -1,0 +1,89 @@
+"""Charges an attempt's shard keeps, rolled up into its payer's spend.
+
+An owner whom no quota or budget limits (``domain.spend.needs_spend``) is charged through
+their batch's counter shards: the transaction that records an attempt adds its cost to
+the shard (``Deferred``) instead of updating the owner's spend item, two write units an
+attempt fewer. ``storage.batch_shards.roll_up`` moves what a shard kept into the spend,
+exactly once whoever does it. It is done by the process that recorded the attempts, every
+``ROLL_SECONDS`` and as its run ends; by the batch's finalize, for every shard, before the
+batch takes its final status; and by its purge, before its shards go (a batch deleted
+while it ran never finalizes). So no charge is lost with a process that dies holding it.
+
+Such an owner's spend lags their batches by ``ROLL_SECONDS`` at most while their workers
+live, and by the rest of the batch's run at most when one dies. Nothing is judged by it:
+an owner a quota or budget limits is charged in the attempt's transaction, and a chain
+that finds its owner newly limited rolls up what its process kept of their batch before
+it judges the next request (``run.owner``). What other processes kept of that owner's
+batches reaches the spend within ``ROLL_SECONDS``: the most a new limit can miss.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from batchgw.deps import Deps
+from batchgw.domain.batch import BatchRecord
+from batchgw.storage.batch_shards import Charge
+from batchgw.storage.spend import Payer
+from batchgw.storage.spend import shard_of as spend_shard
+
+ROLL_SECONDS = 10.0  # how long a process keeps charges before it rolls them up (the spend's lag)
+
+_lock = threading.Lock()
+_kept: set[tuple[str, int]] = set()  # (batch, shard) where this process's attempts kept charges
+_rolled_at = [0.0]
+
+
+def note(batch: BatchRecord, shard: int) -> None:
+    """An attempt of ``batch`` recorded in ``shard`` kept its charge there."""
+    with _lock:
+        _kept.add((batch.id, shard))
+
+
+def due(now: float) -> bool:
+    """Whether charges are kept and were last rolled up ``ROLL_SECONDS`` ago or more."""
+    return bool(_kept) and now - _rolled_at[0] >= ROLL_SECONDS
+
+
+def kept(batch_id: str) -> bool:
+    """Whether this process kept charges of ``batch_id`` it has not rolled up."""
+    with _lock:
+        return any(batch == batch_id for batch, _ in _kept)
+
+
+def roll_up_kept(deps: Deps, batch_id: str | None = None) -> None:
+    """Roll up the shards this process kept charges in (of ``batch_id`` only, when given).
+    A shard that cannot be rolled up now is kept for the next time (and the finalize)."""
+    with _lock:
+        taken = sorted(key for key in _kept if batch_id is None or key[0] == batch_id)
+        _kept.difference_update(taken)
+        if batch_id is None:
+            _rolled_at[0] = deps.clock()
+    for done, (batch, shard) in enumerate(taken):
+        try:
+            deps.batches.roll_up(batch, shard, _charge(deps, batch))
+        except Exception:
+            with _lock:
+                _kept.update(taken[done:])
+            raise
+
+
+def roll_up_batch(deps: Deps, batch_id: str) -> None:
+    """Roll up every shard of the batch (its finalize and its purge: idempotent)."""
+    deps.batches.roll_up_all(batch_id, _charge(deps, batch_id))
+
+
+def _charge(deps: Deps, batch_id: str) -> Charge:
+    """The spend's updates that charge what a shard of ``batch_id`` kept, as of now."""
+    now = deps.clock()
+
+    def charge(
+        shard: int, user_id: str, key_id: str | None, known: int, unknown: int
+    ) -> list[dict[str, Any]]:
+        payer = Payer(user_id, key_id)
+        return deps.spend.charge_actions(
+            payer, known, now=now, shard=spend_shard(batch_id, shard), unknown_nano=unknown
+        )
+
+    return charge
