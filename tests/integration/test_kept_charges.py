@@ -11,9 +11,10 @@ import asyncio
 import pytest
 from batchgw.api import batches
 from batchgw.deps import Deps
+from batchgw.domain.batch import shard_sk
 from batchgw.domain.chains import ChainMessage
 from batchgw.domain.outcome import Outcome
-from batchgw.run import attempt, charges, ending, lifecycle
+from batchgw.run import attempt, charges, ending, lifecycle, owner
 from batchgw.storage.spend import Payer
 
 from local.simulator import Simulator
@@ -84,12 +85,13 @@ def test_two_roll_ups_of_one_shard_read_at_once_charge_it_once(deps: Deps) -> No
     batch_id = prepared(deps, 1)
     receive_all(deps)
     ended_unrolled(deps, batch_id, 0)
-    key = {"pk": {"S": batch_id}, "sk": {"S": "ctr#0"}}
+    key = {"pk": {"S": batch_id}, "sk": {"S": shard_sk(0)}}
     stale = deps.batches._table.get(key)  # what a second roll-up read before the first wrote
-    charge = charges._charge(deps, batch_id)
+    assert stale is not None
+    charge = charges._charge(deps)
 
-    assert deps.batches.roll_up(batch_id, 0, charge) == cost(deps, batch_id) > 0
-    assert deps.batches.roll_up(batch_id, 0, charge, item=stale) == 0  # refused, read again: nothing owed
+    assert deps.batches.roll_up([(batch_id, 0)], charge) == cost(deps, batch_id) > 0
+    assert deps.batches.roll_up([(batch_id, 0)], charge, items=[stale]) == 0  # refused, read again: none owed
     assert spent(deps) == cost(deps, batch_id)
 
 
@@ -108,3 +110,18 @@ def test_a_limited_owner_is_charged_in_the_attempts_own_transaction(deps: Deps) 
     receive_all(deps)
     ended_unrolled(deps, batch_id, 0, defer=False)
     assert spent(deps) == cost(deps, batch_id) > 0
+
+
+def test_an_administrators_change_to_an_account_has_every_process_roll_up_what_it_kept(deps: Deps) -> None:
+    batch_id = prepared(deps, 2)
+    receive_all(deps)
+    batch = deps.batches.get_record(batch_id)
+    assert batch is not None
+    asyncio.run(
+        attempt.settle(deps, batch, claim(deps, batch_id, 0), ANSWER, started=deps.clock(), defer=True)
+    )
+    assert charges.kept(batch_id) and spent(deps) == 0
+    asyncio.run(owner.account_of(deps, ALICE.user_id))  # the accounts as this process read them
+    deps.live.note_accounts_changed()  # an administrator sets a quota, say
+    asyncio.run(owner.account_of(deps, ALICE.user_id))  # a chain's next look at any owner
+    assert not charges.kept(batch_id) and spent(deps) == cost(deps, batch_id) > 0

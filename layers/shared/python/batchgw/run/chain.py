@@ -54,7 +54,7 @@ from batchgw.run.attempt import After
 from batchgw.run.claim_ahead import ClaimAhead
 from batchgw.run.invisible import Invisible
 from batchgw.run.model_gate import ModelGate
-from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
+from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch, roll_up_kept
 from batchgw.run.slot import read_ahead
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
@@ -100,10 +100,7 @@ async def flush_counts(deps: Deps) -> None:
             await io(deps.reqlog.flush, deps.clock())
         except Exception:
             logger.warning("request counts not written yet", exc_info=True)
-    try:
-        await io(charges.roll_up_kept, deps)
-    except Exception:
-        logger.warning("kept charges not rolled up yet", exc_info=True)
+    await roll_up_kept(deps)
 
 
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:

@@ -5,7 +5,8 @@ their batch's counter shards: the transaction that records an attempt adds its c
 the shard (``Deferred``) instead of updating the owner's spend item, two write units an
 attempt fewer. ``storage.batch_shards.roll_up`` moves what a shard kept into the spend,
 exactly once whoever does it. It is done by the process that recorded the attempts, every
-``ROLL_SECONDS`` and as its run ends; by the batch's finalize, for every shard, before the
+``ROLL_SECONDS``, as its run ends and as soon as it learns that an administrator changed an
+account (``run.owner``); by the batch's finalize, for every shard, before the
 batch takes its final status; and by its purge, before its shards go (a batch deleted
 while it ran never finalizes). So no charge is lost with a process that dies holding it.
 
@@ -13,22 +14,23 @@ Such an owner's spend lags their batches by ``ROLL_SECONDS`` at most while their
 live, and by the rest of the batch's run at most when one dies. Nothing is judged by it:
 an owner a quota or budget limits is charged in the attempt's transaction, and a chain
 that finds its owner newly limited rolls up what its process kept of their batch before
-it judges the next request (``run.owner``). What other processes kept of that owner's
-batches reaches the spend within ``ROLL_SECONDS``: the most a new limit can miss.
+it judges the next request. Every other process rolls up all it kept once it reads the
+change (the live configuration's accounts version, read every few seconds): what a new
+limit can miss is what the owner's batches spent in that time.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 from typing import Any
 
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.storage.batch_shards import Charge
-from batchgw.storage.spend import Payer
-from batchgw.storage.spend import shard_of as spend_shard
+from batchgw.storage.spend import SPEND_SHARDS, Payer
 
-ROLL_SECONDS = 10.0  # how long a process keeps charges before it rolls them up (the spend's lag)
+ROLL_SECONDS = 30.0  # how long a process keeps charges before it rolls them up (the spend's lag)
 
 _lock = threading.Lock()
 _kept: set[tuple[str, int]] = set()  # (batch, shard) where this process's attempts kept charges
@@ -60,30 +62,28 @@ def roll_up_kept(deps: Deps, batch_id: str | None = None) -> None:
         _kept.difference_update(taken)
         if batch_id is None:
             _rolled_at[0] = deps.clock()
-    for done, (batch, shard) in enumerate(taken):
-        try:
-            deps.batches.roll_up(batch, shard, _charge(deps, batch))
-        except Exception:
-            with _lock:
-                _kept.update(taken[done:])
-            raise
+    try:
+        deps.batches.roll_up(taken, _charge(deps))
+    except Exception:
+        with _lock:
+            _kept.update(taken)
+        raise
 
 
 def roll_up_batch(deps: Deps, batch_id: str) -> None:
     """Roll up every shard of the batch (its finalize and its purge: idempotent)."""
-    deps.batches.roll_up_all(batch_id, _charge(deps, batch_id))
+    deps.batches.roll_up_all(batch_id, _charge(deps))
 
 
-def _charge(deps: Deps, batch_id: str) -> Charge:
-    """The spend's updates that charge what a shard of ``batch_id`` kept, as of now."""
+def _charge(deps: Deps) -> Charge:
+    """The spend's updates that charge what shards kept, as of now (to any of the payer's
+    spend shards: they only spread the writes)."""
     now = deps.clock()
 
-    def charge(
-        shard: int, user_id: str, key_id: str | None, known: int, unknown: int
-    ) -> list[dict[str, Any]]:
-        payer = Payer(user_id, key_id)
+    def charge(user_id: str, key_id: str | None, known: int, unknown: int) -> list[dict[str, Any]]:
+        shard = random.randrange(SPEND_SHARDS)
         return deps.spend.charge_actions(
-            payer, known, now=now, shard=spend_shard(batch_id, shard), unknown_nano=unknown
+            Payer(user_id, key_id), known, now=now, shard=shard, unknown_nano=unknown
         )
 
     return charge

@@ -56,12 +56,23 @@ async def account_of(deps: Deps, user_id: str) -> tuple[UserRecord | None, list[
     if version != _read_under[0]:  # an administrator changed an account: read them afresh
         _accounts.clear()
         _read_under[0] = version
+        # ...and a limit it may have set judges what this process kept of its owners' charges.
+        await roll_up_kept(deps)
     cached = _accounts.get(user_id)
     if cached is None or cached[0] <= now:
         user, keys = await io(deps.accounts.account, user_id)
         cached = (now + deps.settings.batch_owner_cache_seconds, user, keys)
         _accounts[user_id] = cached
     return cached[1], cached[2]
+
+
+async def roll_up_kept(deps: Deps, batch_id: str | None = None) -> None:
+    """Roll up the charges this process kept (``run.charges``); what cannot be rolled up now
+    is kept for the next time."""
+    try:
+        await io(charges.roll_up_kept, deps, batch_id)
+    except Exception:
+        logger.warning("kept charges not rolled up yet", exc_info=True)
 
 
 def key_of(batch: BatchRecord, keys: list[KeyRecord]) -> KeyRecord | None:
@@ -97,7 +108,7 @@ class OwnerGate:
         limited = user is not None and key is not None and needs_spend(user, key)
         if limited and charges.kept(batch.id):
             # Newly limited: what this process kept of the batch's charges is judged too.
-            await io(charges.roll_up_kept, deps, batch.id)
+            await roll_up_kept(deps, batch.id)
         self.limited = limited
         # What the request may cost at most: held against the owner's quotas while it runs,
         # and charged at its end if its cost is never known (``reserved``).

@@ -29,9 +29,10 @@ from batchgw.storage.dynamo import Table, Update, from_item, to_item
 DEFERRED = ("dcost", "dunk")
 ROLLED = ("rcost", "runk")
 PAYER = ("du", "dk")  # the batch's owner and key ("" for none)
-# The spend's updates that charge what shard k kept (k, user, key, known, unknown at its most).
-Charge = Callable[[int, str, str | None, int, int], Sequence[dict[str, Any]]]
-_ROLL_TRIES = 4  # reads and rolls while others roll the same shard up at once
+# The spend's updates that charge what shards kept (user, key, known, unknown at its most).
+Charge = Callable[[str, str | None, int, int], Sequence[dict[str, Any]]]
+_ROLL_TRIES = 4  # reads and rolls while others roll the same shards up at once
+ROLL_GROUP = 40  # shards per roll-up transaction, beside one spend update per payer (100 actions at most)
 
 # The clauses of the counter shards' conditional writes.
 shard_is_empty = "#left = :zero"
@@ -151,48 +152,89 @@ class CounterShards:
         return cancelled is None
 
     def roll_up(
-        self, batch_id: str, shard: int, charge: Charge, *, item: dict[str, Any] | None = None
+        self,
+        shards: Sequence[tuple[str, int]],
+        charge: Charge,
+        *,
+        items: Sequence[dict[str, Any]] | None = None,
     ) -> int:
-        """Charge what shard ``shard`` deferred and was not rolled up yet, with ``charge``'s
-        updates in the transaction that moves the shard's rolled marks (``item``: the shard
-        as just read, strongly). Returns the nano-dollars this call charged (0 when another
-        roll-up came first, or nothing was owed)."""
-        key = batch_key(batch_id, shard_sk(shard))
-        for _ in range(_ROLL_TRIES):
-            found = item if item is not None else self._table.get(key) or {}
-            item = None
-            deferred = [int(found.get(name, 0)) for name in DEFERRED]
-            rolled = [int(found.get(name, 0)) for name in ROLLED]
-            known, unknown = deferred[0] - rolled[0], deferred[1] - rolled[1]
-            if known <= 0 and unknown <= 0:
-                return 0
-            clauses, values = [], {}
-            for k, name in enumerate(ROLLED):
-                if name in found:
-                    clauses.append(f"{name} = :was{k}")
-                    values[f":was{k}"] = rolled[k]
-                else:
-                    clauses.append(f"attribute_not_exists({name})")
-            moved = Update(
-                set=dict(zip(ROLLED, deferred, strict=True)), condition=" AND ".join(clauses), values=values
+        """Charge what the shards (``(batch id, k)``) deferred and was not rolled up yet:
+        ``ROLL_GROUP`` of them to a transaction that moves their rolled marks with one of
+        ``charge``'s spend updates per payer (``items``: the shards as just read, strongly).
+        Returns the nano-dollars this call charged (none for a shard another roll-up
+        came first to)."""
+        charged = 0
+        for start in range(0, len(shards), ROLL_GROUP):
+            group = shards[start : start + ROLL_GROUP]
+            charged += self._roll_up_group(
+                group, charge, None if items is None else items[start : start + ROLL_GROUP]
             )
-            payer = str(found.get(PAYER[0], "")), str(found.get(PAYER[1], "")) or None
+        return charged
+
+    def _roll_up_group(
+        self, group: Sequence[tuple[str, int]], charge: Charge, items: Sequence[dict[str, Any]] | None
+    ) -> int:
+        keys = [batch_key(batch_id, shard_sk(shard)) for batch_id, shard in group]
+        for _ in range(_ROLL_TRIES):
+            found = items if items is not None else [from_item(raw) for raw in self._table.get_many(keys)]
+            items = None
+            moves: list[dict[str, Any]] = []
+            owed: dict[tuple[str, str | None], list[int]] = {}
+            for item in found:
+                move, payer, amounts = _roll_move(self._table.name, item)
+                if move is not None:
+                    moves.append(move)
+                    sums = owed.setdefault(payer, [0, 0])
+                    sums[0] += amounts[0]
+                    sums[1] += amounts[1]
+            if not moves:
+                return 0
+            spend = [
+                action
+                for (user, key), (known, unknown) in owed.items()
+                for action in charge(user, key, known, unknown)
+            ]
             cancelled = self._table.transact(
-                [{"Update": moved.request(self._table.name, key)}, *charge(shard, *payer, known, unknown)],
-                failure=f"could not roll up the charges of shard {shard} of {batch_id}",
+                [*moves, *spend], failure=f"could not roll up the charges of {len(moves)} counter shards"
             )
             if cancelled is None:
-                return known + unknown
-        raise StorageError(f"shard {shard} of {batch_id}: its charges kept being rolled up by others")
+                return sum(known + unknown for known, unknown in owed.values())
+        raise StorageError(f"the charges of {len(group)} counter shards kept being rolled up by others")
 
     def roll_up_all(self, batch_id: str, charge: Charge) -> int:
         """Roll up every shard of the batch that owes its payer (``roll_up``)."""
-        charged = 0
-        for raw in self._table.query(
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":pk": {"S": batch_id}, ":p": {"S": SHARD_PREFIX}},
-            ConsistentRead=True,
-        ):
-            item = from_item(raw)
-            charged += self.roll_up(batch_id, shard_of_sk(str(item["sk"])), charge, item=item)
-        return charged
+        items = [
+            from_item(raw)
+            for raw in self._table.query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":pk": {"S": batch_id}, ":p": {"S": SHARD_PREFIX}},
+                ConsistentRead=True,
+            )
+        ]
+        shards = [(batch_id, shard_of_sk(str(item["sk"]))) for item in items]
+        return self.roll_up(shards, charge, items=items)
+
+
+def _roll_move(
+    table: str, item: dict[str, Any]
+) -> tuple[dict[str, Any] | None, tuple[str, str | None], tuple[int, int]]:
+    """What a shard owes its payer (known, unknown), the payer, and the update that moves its
+    rolled marks to what it deferred, conditional on the marks read (None: it owes nothing)."""
+    deferred = [int(item.get(name, 0)) for name in DEFERRED]
+    rolled = [int(item.get(name, 0)) for name in ROLLED]
+    owed = (deferred[0] - rolled[0], deferred[1] - rolled[1])
+    payer = str(item.get(PAYER[0], "")), str(item.get(PAYER[1], "")) or None
+    if owed[0] <= 0 and owed[1] <= 0:
+        return None, payer, owed
+    clauses, values = [], {}
+    for k, name in enumerate(ROLLED):
+        if name in item:
+            clauses.append(f"{name} = :was{k}")
+            values[f":was{k}"] = rolled[k]
+        else:
+            clauses.append(f"attribute_not_exists({name})")
+    moved = Update(
+        set=dict(zip(ROLLED, deferred, strict=True)), condition=" AND ".join(clauses), values=values
+    )
+    key = {"pk": {"S": str(item["pk"])}, "sk": {"S": str(item["sk"])}}
+    return {"Update": moved.request(table, key)}, payer, owed
