@@ -54,7 +54,7 @@ from batchgw.run.attempt import After
 from batchgw.run.claim_ahead import ClaimAhead
 from batchgw.run.invisible import Invisible
 from batchgw.run.model_gate import ModelGate
-from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch, roll_up_kept
+from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
 from batchgw.run.slot import read_ahead
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
@@ -92,15 +92,9 @@ async def run_message(
 
 
 async def flush_counts(deps: Deps) -> None:
-    """Write the request counts this process noted (``storage.reqlog``) and roll up the charges
-    it kept (``run.charges``); what cannot be written now waits for the next flush, and the
-    work goes on."""
-    if deps.reqlog.waiting:
-        try:
-            await io(deps.reqlog.flush, deps.clock())
-        except Exception:
-            logger.warning("request counts not written yet", exc_info=True)
-    await roll_up_kept(deps)
+    """Write what this process noted of its attempts (``attempt.flush_noted``), off the loop."""
+    if deps.reqlog.waiting or charges.waiting():
+        await io(attempt.flush_noted, deps)
 
 
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:

@@ -43,6 +43,11 @@ def note(batch: BatchRecord, shard: int) -> None:
         _kept.add((batch.id, shard))
 
 
+def waiting() -> bool:
+    """Whether this process kept charges it has not rolled up."""
+    return bool(_kept)
+
+
 def due(now: float) -> bool:
     """Whether charges are kept and were last rolled up ``ROLL_SECONDS`` ago or more."""
     return bool(_kept) and now - _rolled_at[0] >= ROLL_SECONDS
