@@ -59,6 +59,8 @@ from batchgw.run.slot import read_ahead
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 
+_running = [0]  # the messages this process runs now (an invocation's, on AWS)
+
 
 async def run_message(
     deps: Deps, message: WorkMessage, *, owner: str, deadline: float, receipt: str | None = None
@@ -70,6 +72,7 @@ async def run_message(
     about one lease, not after the queue's long default visibility.
     """
     taken_over = Invisible.of_this_loop(deps).add(receipt) if receipt else asyncio.Event()
+    _running[0] += 1
     try:
         batch = await io(deps.batches.get_record, message.batch_id)
         if batch is None or batch.status is not BatchStatus.IN_PROGRESS:
@@ -83,7 +86,9 @@ async def run_message(
     finally:
         if receipt:
             Invisible.of_this_loop(deps).discard(receipt)
-        await flush_counts(deps)
+        _running[0] -= 1
+        if not _running[0]:  # the invocation's last message: its environment may idle now
+            await flush_counts(deps)
     if stopped.finished:
         # Normally the last record woke the workflow; this covers a worker that died
         # between recording the last request and waking it (its message came back to us).

@@ -3,12 +3,13 @@
 An owner whom no quota or budget limits (``domain.spend.needs_spend``) is charged through
 their batch's counter shards: the transaction that records an attempt adds its cost to
 the shard (``Deferred``) instead of updating the owner's spend item, two write units an
-attempt fewer. ``storage.batch_shards.roll_up`` moves what a shard kept into the spend,
-exactly once whoever does it. It is done by the process that recorded the attempts, every
-``ROLL_SECONDS``, as its run ends and as soon as it learns that an administrator changed an
-account (``run.owner``); by the batch's finalize, for every shard, before the
-batch takes its final status; and by its purge, before its shards go (a batch deleted
-while it ran never finalizes). So no charge is lost with a process that dies holding it.
+attempt fewer. ``storage.batch_shards.roll_up`` moves what shards kept into the spend,
+exactly once whoever does it. It is done by the process that recorded the attempts:
+every ``ROLL_SECONDS``, as its invocation's last message ends (``run.chain``) and as soon
+as it learns that an administrator changed an account (``run.owner``); by the batch's
+finalize, for every shard, before the batch takes its final status; and by its purge,
+before its shards go (a batch deleted while it ran never finalizes). So no charge is lost
+with a process that dies holding it.
 
 Such an owner's spend lags their batches by ``ROLL_SECONDS`` at most while their workers
 live, and by the rest of the batch's run at most when one dies. Nothing is judged by it:
