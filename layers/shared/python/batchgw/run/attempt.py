@@ -254,10 +254,11 @@ def _log_writes(deps: Deps, entry: AttemptEntry | None) -> list[dict[str, Any]]:
     return [deps.requests.log_action(entry, ttl=ttl)]
 
 
-def flush_noted(deps: Deps) -> None:
+def flush_noted(deps: Deps, *, all_of_them: bool = True) -> None:
     """Write what this process noted of the attempts it recorded: the request counts
-    (``storage.reqlog``) and the charges it kept (``run.charges``). What cannot be written now
-    waits for the next flush, and the work goes on."""
+    (``storage.reqlog``) and the charges it kept (``run.charges``; unless ``all_of_them``,
+    not those of shards another process rolled up lately). What cannot be written now waits
+    for the next flush, and the work goes on."""
     if deps.reqlog.waiting:
         try:
             deps.reqlog.flush(deps.clock())
@@ -265,7 +266,7 @@ def flush_noted(deps: Deps) -> None:
             logger.warning("request counts not written yet", exc_info=True)
     if charges.waiting():
         try:
-            charges.roll_up_kept(deps)
+            charges.roll_up_kept(deps, all_of_them=all_of_them)
         except Exception:
             logger.warning("kept charges not rolled up yet", exc_info=True)
 

@@ -96,10 +96,10 @@ async def run_message(
         await io(completion.wake_if_done, deps, batch.id)
 
 
-async def flush_counts(deps: Deps) -> None:
+async def flush_counts(deps: Deps, *, all_of_them: bool = True) -> None:
     """Write what this process noted of its attempts (``attempt.flush_noted``), off the loop."""
     if deps.reqlog.waiting or charges.waiting():
-        await io(attempt.flush_noted, deps)
+        await io(attempt.flush_noted, deps, all_of_them=all_of_them)
 
 
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:
@@ -361,7 +361,7 @@ class ChainRun:
         if metrics.due():
             metrics.flush()
         if self.deps.reqlog.due(now) or charges.due(now):
-            await flush_counts(self.deps)
+            await flush_counts(self.deps, all_of_them=False)
         settings = self.deps.settings
         if self.batch.window_closed(now):
             return Stopped(Why.WINDOW_CLOSED)  # no new request starts

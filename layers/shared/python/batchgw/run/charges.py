@@ -60,25 +60,32 @@ def kept(batch_id: str) -> bool:
         return any(batch == batch_id for batch, _ in _kept)
 
 
-def roll_up_kept(deps: Deps, batch_id: str | None = None) -> None:
+def roll_up_kept(deps: Deps, batch_id: str | None = None, *, all_of_them: bool = True) -> None:
     """Roll up the shards this process kept charges in (of ``batch_id`` only, when given).
-    A shard that cannot be rolled up now is kept for the next time (and the finalize)."""
+    Unless ``all_of_them``, a shard some process rolled up within ``ROLL_SECONDS`` is kept
+    for later: each shard is then written about once per ``ROLL_SECONDS`` however many
+    processes kept charges in it. A shard that cannot be rolled up now is kept for the next
+    time (and the finalize)."""
+    now = deps.clock()
     with _lock:
         taken = sorted(key for key in _kept if batch_id is None or key[0] == batch_id)
         _kept.difference_update(taken)
         if batch_id is None:
-            _rolled_at[0] = deps.clock()
+            _rolled_at[0] = now
+    since = None if all_of_them else now - ROLL_SECONDS
     try:
-        deps.batches.roll_up(taken, _charge(deps))
+        _, left = deps.batches.roll_up(taken, _charge(deps), now=now, unless_since=since)
     except Exception:
         with _lock:
             _kept.update(taken)
         raise
+    with _lock:
+        _kept.update(left)
 
 
 def roll_up_batch(deps: Deps, batch_id: str) -> None:
     """Roll up every shard of the batch (its finalize and its purge: idempotent)."""
-    deps.batches.roll_up_all(batch_id, _charge(deps))
+    deps.batches.roll_up_all(batch_id, _charge(deps), now=deps.clock())
 
 
 def _charge(deps: Deps) -> Charge:
