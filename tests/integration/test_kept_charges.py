@@ -90,8 +90,11 @@ def test_two_roll_ups_of_one_shard_read_at_once_charge_it_once(deps: Deps) -> No
     assert stale is not None
     charge = charges._charge(deps)
 
-    assert deps.batches.roll_up([(batch_id, 0)], charge) == cost(deps, batch_id) > 0
-    assert deps.batches.roll_up([(batch_id, 0)], charge, items=[stale]) == 0  # refused, read again: none owed
+    now = deps.clock()
+    assert deps.batches.roll_up([(batch_id, 0)], charge, now=now) == (cost(deps, batch_id), [])
+    assert cost(deps, batch_id) > 0
+    again = deps.batches.roll_up([(batch_id, 0)], charge, now=now, items=[stale])
+    assert again == (0, [])  # refused, read again: nothing owed
     assert spent(deps) == cost(deps, batch_id)
 
 
@@ -125,3 +128,22 @@ def test_an_administrators_change_to_an_account_has_every_process_roll_up_what_i
     deps.live.note_accounts_changed()  # an administrator sets a quota, say
     asyncio.run(owner.account_of(deps, ALICE.user_id))  # a chain's next look at any owner
     assert not charges.kept(batch_id) and spent(deps) == cost(deps, batch_id) > 0
+
+
+def test_a_shard_rolled_up_lately_is_left_to_a_later_roll_up_unless_all_are_asked_for(deps: Deps) -> None:
+    batch_id = prepared(deps, 40)
+    receive_all(deps)
+    batch = deps.batches.get_record(batch_id)
+    assert batch is not None
+    later = batch.shard_count  # a request of the same shard as the first
+    ended_unrolled(deps, batch_id, 0)
+    charges.roll_up_batch(deps, batch_id)  # another process rolled the shards up just now
+    first = spent(deps)
+    ended_unrolled(deps, batch_id, later)
+    charges.note(batch, batch.shard_of(later))
+
+    charges.roll_up_kept(deps, all_of_them=False)  # within ROLL_SECONDS of that: left, and kept
+    assert spent(deps) == first and charges.kept(batch_id)
+    deps.clock.advance(charges.ROLL_SECONDS)  # type: ignore[attr-defined]
+    charges.roll_up_kept(deps, all_of_them=False)
+    assert spent(deps) == cost(deps, batch_id) > first and not charges.kept(batch_id)

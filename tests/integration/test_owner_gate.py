@@ -15,9 +15,10 @@ from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage, decode
 from batchgw.domain.outcome import Outcome
 from batchgw.domain.principal import Principal
-from batchgw.domain.spend import next_day, next_month
+from batchgw.domain.spend import Judgement, next_day, next_month
 from batchgw.run import ending, lifecycle
 from batchgw.run.chain import run_message
+from batchgw.run.owner import OwnerGate
 from batchgw.storage import aws
 from batchgw.storage.slots import Hold
 from batchgw.storage.spend import Payer
@@ -332,6 +333,39 @@ def test_a_users_requests_never_run_beyond_their_roles_concurrency(sim: Simulato
         asyncio.run(workers([decode(m["Body"]) for m in handed_on]))
     assert statuses(deps, ALICE, first) + statuses(deps, ALICE, second) == ["completed"] * 12
     assert sim.stats()["tags"]["alice"]["max_in_flight"] == 2
+
+
+def test_an_owner_without_limits_holds_one_role_slot_across_requests_of_different_reservations(
+    sim: Simulator,
+) -> None:
+    """No quota or budget judges the reservation a hold carries: a chain's next request keeps
+    the hold it has (one write per chain, not per request), and an unknown cost is still
+    charged at its own request's most."""
+    deps = gate_deps(sim, FakeClock(), BATCH_ROLE_CONCURRENCY_INTERNAL="2")
+    texts = ["hi", "x" * 4000, "x" * 9000]  # ever longer bodies: ever larger reservations
+    created = batches.create_batch(
+        deps, ALICE, body_of([chat_request(f"r-{i}", t) for i, t in enumerate(texts)])
+    )
+    lifecycle.prepare(deps, created["id"])
+    receive_all(deps)
+    batch_id = str(created["id"])
+    batch = deps.batches.get_record(batch_id)
+    assert batch is not None
+    takes: list[int] = []
+    real_take = deps.user_slots.take
+
+    def take(*args: Any, **kwargs: Any) -> Any:
+        takes.append(args[2].reserved)
+        return real_take(*args, **kwargs)
+
+    deps.user_slots.take = take  # type: ignore[method-assign]
+    gate, reserves = OwnerGate(deps, batch), []
+    for index in range(len(texts)):
+        verdict = asyncio.run(gate.admit(claim(deps, batch_id, index)))
+        assert verdict.standing.judgement is Judgement.RUN
+        reserves.append(gate.reserved)
+    assert len(takes) == 1 and takes[0] == reserves[0]
+    assert reserves[0] < reserves[1] < reserves[2]
 
 
 def test_a_revoked_key_found_as_the_batch_is_cancelled_ends_the_request_cancelled(

@@ -41,7 +41,7 @@ from batchgw.provider.planning import plan, planned_reruns
 from batchgw.provider.promises import check_owner, forbidden, idle, lost, note_live
 from batchgw.provider.services import Gone
 from batchgw.provider.submitting import cancel_orphans, orphan_grace, recover, submit
-from batchgw.run import lifecycle
+from batchgw.run import attempt, lifecycle
 from batchgw.storage.workflow import Next, step
 
 
@@ -52,16 +52,7 @@ def provider_step(deps: Deps, batch_id: str) -> dict[str, Any]:
     try:
         return _step(deps, batch_id)
     finally:
-        _flush_counts(deps)
-
-
-def _flush_counts(deps: Deps) -> None:
-    """Counts that cannot be written now wait for the process's next flush: the step goes on."""
-    if deps.reqlog.waiting:
-        try:
-            deps.reqlog.flush(deps.clock())
-        except Exception:
-            logger.warning("request counts not written yet", exc_info=True)
+        attempt.flush_noted(deps)
 
 
 def _step(deps: Deps, batch_id: str) -> dict[str, Any]:

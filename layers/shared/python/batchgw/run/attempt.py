@@ -254,6 +254,23 @@ def _log_writes(deps: Deps, entry: AttemptEntry | None) -> list[dict[str, Any]]:
     return [deps.requests.log_action(entry, ttl=ttl)]
 
 
+def flush_noted(deps: Deps, *, all_of_them: bool = True) -> None:
+    """Write what this process noted of the attempts it recorded: the request counts
+    (``storage.reqlog``) and the charges it kept (``run.charges``; unless ``all_of_them``,
+    not those of shards another process rolled up lately). What cannot be written now waits
+    for the next flush, and the work goes on."""
+    if deps.reqlog.waiting:
+        try:
+            deps.reqlog.flush(deps.clock())
+        except Exception:
+            logger.warning("request counts not written yet", exc_info=True)
+    if charges.waiting():
+        try:
+            charges.roll_up_kept(deps, all_of_them=all_of_them)
+        except Exception:
+            logger.warning("kept charges not rolled up yet", exc_info=True)
+
+
 async def _count(deps: Deps, entry: AttemptEntry | None) -> None:
     """Note a recorded attempt in the request volume counts, written with the process's next
     flush (apart from its transaction: see ``storage.reqlog``)."""

@@ -54,10 +54,12 @@ from batchgw.run.attempt import After
 from batchgw.run.claim_ahead import ClaimAhead
 from batchgw.run.invisible import Invisible
 from batchgw.run.model_gate import ModelGate
-from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch, roll_up_kept
+from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
 from batchgw.run.slot import read_ahead
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
+
+_running = [0]  # the messages this process runs now (an invocation's, on AWS)
 
 
 async def run_message(
@@ -70,6 +72,7 @@ async def run_message(
     about one lease, not after the queue's long default visibility.
     """
     taken_over = Invisible.of_this_loop(deps).add(receipt) if receipt else asyncio.Event()
+    _running[0] += 1
     try:
         batch = await io(deps.batches.get_record, message.batch_id)
         if batch is None or batch.status is not BatchStatus.IN_PROGRESS:
@@ -83,7 +86,9 @@ async def run_message(
     finally:
         if receipt:
             Invisible.of_this_loop(deps).discard(receipt)
-        await flush_counts(deps)
+        _running[0] -= 1
+        if not _running[0]:  # the invocation's last message: its environment may idle now
+            await flush_counts(deps)
     if stopped.finished:
         # Normally the last record woke the workflow; this covers a worker that died
         # between recording the last request and waking it (its message came back to us).
@@ -91,16 +96,10 @@ async def run_message(
         await io(completion.wake_if_done, deps, batch.id)
 
 
-async def flush_counts(deps: Deps) -> None:
-    """Write the request counts this process noted (``storage.reqlog``) and roll up the charges
-    it kept (``run.charges``); what cannot be written now waits for the next flush, and the
-    work goes on."""
-    if deps.reqlog.waiting:
-        try:
-            await io(deps.reqlog.flush, deps.clock())
-        except Exception:
-            logger.warning("request counts not written yet", exc_info=True)
-    await roll_up_kept(deps)
+async def flush_counts(deps: Deps, *, all_of_them: bool = True) -> None:
+    """Write what this process noted of its attempts (``attempt.flush_noted``), off the loop."""
+    if deps.reqlog.waiting or charges.waiting():
+        await io(attempt.flush_noted, deps, all_of_them=all_of_them)
 
 
 def _superseded(message: WorkMessage, batch: BatchRecord) -> bool:
@@ -362,7 +361,7 @@ class ChainRun:
         if metrics.due():
             metrics.flush()
         if self.deps.reqlog.due(now) or charges.due(now):
-            await flush_counts(self.deps)
+            await flush_counts(self.deps, all_of_them=False)
         settings = self.deps.settings
         if self.batch.window_closed(now):
             return Stopped(Why.WINDOW_CLOSED)  # no new request starts

@@ -3,12 +3,13 @@
 An owner whom no quota or budget limits (``domain.spend.needs_spend``) is charged through
 their batch's counter shards: the transaction that records an attempt adds its cost to
 the shard (``Deferred``) instead of updating the owner's spend item, two write units an
-attempt fewer. ``storage.batch_shards.roll_up`` moves what a shard kept into the spend,
-exactly once whoever does it. It is done by the process that recorded the attempts, every
-``ROLL_SECONDS``, as its run ends and as soon as it learns that an administrator changed an
-account (``run.owner``); by the batch's finalize, for every shard, before the
-batch takes its final status; and by its purge, before its shards go (a batch deleted
-while it ran never finalizes). So no charge is lost with a process that dies holding it.
+attempt fewer. ``storage.batch_shards.roll_up`` moves what shards kept into the spend,
+exactly once whoever does it. It is done by the process that recorded the attempts:
+every ``ROLL_SECONDS``, as its invocation's last message ends (``run.chain``) and as soon
+as it learns that an administrator changed an account (``run.owner``); by the batch's
+finalize, for every shard, before the batch takes its final status; and by its purge,
+before its shards go (a batch deleted while it ran never finalizes). So no charge is lost
+with a process that dies holding it.
 
 Such an owner's spend lags their batches by ``ROLL_SECONDS`` at most while their workers
 live, and by the rest of the batch's run at most when one dies. Nothing is judged by it:
@@ -43,6 +44,11 @@ def note(batch: BatchRecord, shard: int) -> None:
         _kept.add((batch.id, shard))
 
 
+def waiting() -> bool:
+    """Whether this process kept charges it has not rolled up."""
+    return bool(_kept)
+
+
 def due(now: float) -> bool:
     """Whether charges are kept and were last rolled up ``ROLL_SECONDS`` ago or more."""
     return bool(_kept) and now - _rolled_at[0] >= ROLL_SECONDS
@@ -54,25 +60,32 @@ def kept(batch_id: str) -> bool:
         return any(batch == batch_id for batch, _ in _kept)
 
 
-def roll_up_kept(deps: Deps, batch_id: str | None = None) -> None:
+def roll_up_kept(deps: Deps, batch_id: str | None = None, *, all_of_them: bool = True) -> None:
     """Roll up the shards this process kept charges in (of ``batch_id`` only, when given).
-    A shard that cannot be rolled up now is kept for the next time (and the finalize)."""
+    Unless ``all_of_them``, a shard some process rolled up within ``ROLL_SECONDS`` is kept
+    for later: each shard is then written about once per ``ROLL_SECONDS`` however many
+    processes kept charges in it. A shard that cannot be rolled up now is kept for the next
+    time (and the finalize)."""
+    now = deps.clock()
     with _lock:
         taken = sorted(key for key in _kept if batch_id is None or key[0] == batch_id)
         _kept.difference_update(taken)
         if batch_id is None:
-            _rolled_at[0] = deps.clock()
+            _rolled_at[0] = now
+    since = None if all_of_them else now - ROLL_SECONDS
     try:
-        deps.batches.roll_up(taken, _charge(deps))
+        _, left = deps.batches.roll_up(taken, _charge(deps), now=now, unless_since=since)
     except Exception:
         with _lock:
             _kept.update(taken)
         raise
+    with _lock:
+        _kept.update(left)
 
 
 def roll_up_batch(deps: Deps, batch_id: str) -> None:
     """Roll up every shard of the batch (its finalize and its purge: idempotent)."""
-    deps.batches.roll_up_all(batch_id, _charge(deps))
+    deps.batches.roll_up_all(batch_id, _charge(deps), now=deps.clock())
 
 
 def _charge(deps: Deps) -> Charge:

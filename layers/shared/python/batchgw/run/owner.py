@@ -97,6 +97,7 @@ class OwnerGate:
         self._batch = batch
         self._token = UserSlotStore.new_token()
         self._held: Hold | None = None
+        self._reserve = 0  # what the request admitted last may cost at most
         self.limited = True  # a quota or budget limits the owner, as last read (so charges are not kept)
 
     async def admit(self, held: RequestRecord) -> OwnerVerdict:
@@ -142,7 +143,7 @@ class OwnerGate:
     @property
     def reserved(self) -> int:
         """What the request this chain holds a slot for may cost at most (nano-dollars)."""
-        return 0 if self._held is None else self._held.reserved
+        return 0 if self._held is None else self._reserve
 
     async def release(self) -> None:
         """Let go of the owner's slot (and the reservation it carries)."""
@@ -175,7 +176,9 @@ class OwnerGate:
 
     async def _hold(self, user: UserRecord, reserve: int, now: float, version: int | None) -> UserTake:
         """Hold one of the owner's slots with ``reserve`` on it (renewing this chain's own
-        hold when it is due, or when the reservation changes)."""
+        hold when it is due, or when a quota or budget limits the owner: ``version`` is the
+        slot map's as judged; without one, the reservation the hold carries is not judged by
+        anyone until a limit comes, and a chain's next request under it writes it anew)."""
         deps = self._deps
         cap = deps.settings.role_concurrency(user.role)
         if cap == 0 and version is None:
@@ -186,14 +189,15 @@ class OwnerGate:
         call, lease = deps.settings.batch_upstream_timeout_seconds, deps.settings.batch_lease_seconds
         held = self._held
         covers_the_call = held is not None and held.until - now > call + lease / 2
-        if version is None and held is not None and held.reserved == reserve and covers_the_call:
+        if version is None and held is not None and covers_the_call:
+            self._reserve = reserve
             return UserTake.TAKEN
         hold = Hold(until=now + call + lease, reserved=reserve, key_id=self._batch.key_id or "")
         taken = await io(
             deps.user_slots.take, self._batch.owner, self._token, hold, cap=cap, now=now, version=version
         )
         if taken is UserTake.TAKEN:
-            self._held = hold
+            self._held, self._reserve = hold, reserve
         elif taken is UserTake.FULL:
             await self.release()
         return taken

@@ -23,12 +23,13 @@ from batchgw.domain.batch import SHARD_PREFIX, BatchRecord, ShardRecord, Tally, 
 from batchgw.domain.errors import StorageError
 from batchgw.domain.states import BatchStatus
 from batchgw.storage.batch_records import batch_exists, batch_key, record_update, shards_unset
-from batchgw.storage.dynamo import Table, Update, from_item, to_item
+from batchgw.storage.dynamo import Table, Update, from_item, timestamp, to_item
 
 # A shard's deferred charges and what of them was rolled up: (known cost, unknown at its most).
 DEFERRED = ("dcost", "dunk")
 ROLLED = ("rcost", "runk")
 PAYER = ("du", "dk")  # the batch's owner and key ("" for none)
+ROLLED_AT = "rat"  # when the shard was last rolled up
 # The spend's updates that charge what shards kept (user, key, known, unknown at its most).
 Charge = Callable[[str, str | None, int, int], Sequence[dict[str, Any]]]
 _ROLL_TRIES = 4  # reads and rolls while others roll the same shards up at once
@@ -156,39 +157,53 @@ class CounterShards:
         shards: Sequence[tuple[str, int]],
         charge: Charge,
         *,
+        now: float,
+        unless_since: float | None = None,
         items: Sequence[dict[str, Any]] | None = None,
-    ) -> int:
+    ) -> tuple[int, list[tuple[str, int]]]:
         """Charge what the shards (``(batch id, k)``) deferred and was not rolled up yet:
-        ``ROLL_GROUP`` of them to a transaction that moves their rolled marks with one of
-        ``charge``'s spend updates per payer (``items``: the shards as just read, strongly).
-        Returns the nano-dollars this call charged (none for a shard another roll-up
-        came first to)."""
-        charged = 0
+        ``ROLL_GROUP`` of them to a transaction that moves their rolled marks (and notes
+        ``now`` as when: ``rat``) with one of ``charge``'s spend updates per payer
+        (``items``: the shards as just read, strongly). ``unless_since``: a shard that owes
+        but was rolled up since then is left for later. Returns the nano-dollars this call
+        charged (none for a shard another roll-up came first to), and the shards left."""
+        charged, left = 0, []
         for start in range(0, len(shards), ROLL_GROUP):
             group = shards[start : start + ROLL_GROUP]
-            charged += self._roll_up_group(
-                group, charge, None if items is None else items[start : start + ROLL_GROUP]
-            )
-        return charged
+            read = None if items is None else items[start : start + ROLL_GROUP]
+            done, skipped = self._roll_up_group(group, charge, now, unless_since, read)
+            charged += done
+            left += skipped
+        return charged, left
 
     def _roll_up_group(
-        self, group: Sequence[tuple[str, int]], charge: Charge, items: Sequence[dict[str, Any]] | None
-    ) -> int:
+        self,
+        group: Sequence[tuple[str, int]],
+        charge: Charge,
+        now: float,
+        unless_since: float | None,
+        items: Sequence[dict[str, Any]] | None,
+    ) -> tuple[int, list[tuple[str, int]]]:
         keys = [batch_key(batch_id, shard_sk(shard)) for batch_id, shard in group]
         for _ in range(_ROLL_TRIES):
             found = items if items is not None else [from_item(raw) for raw in self._table.get_many(keys)]
             items = None
             moves: list[dict[str, Any]] = []
+            left: list[tuple[str, int]] = []
             owed: dict[tuple[str, str | None], list[int]] = {}
             for item in found:
-                move, payer, amounts = _roll_move(self._table.name, item)
-                if move is not None:
-                    moves.append(move)
-                    sums = owed.setdefault(payer, [0, 0])
-                    sums[0] += amounts[0]
-                    sums[1] += amounts[1]
+                move, payer, amounts = _roll_move(self._table.name, item, now)
+                if move is None:
+                    continue
+                if unless_since is not None and float(item.get(ROLLED_AT, -1)) > unless_since:
+                    left.append((str(item["pk"]), shard_of_sk(str(item["sk"]))))
+                    continue
+                moves.append(move)
+                sums = owed.setdefault(payer, [0, 0])
+                sums[0] += amounts[0]
+                sums[1] += amounts[1]
             if not moves:
-                return 0
+                return 0, left
             spend = [
                 action
                 for (user, key), (known, unknown) in owed.items()
@@ -198,10 +213,10 @@ class CounterShards:
                 [*moves, *spend], failure=f"could not roll up the charges of {len(moves)} counter shards"
             )
             if cancelled is None:
-                return sum(known + unknown for known, unknown in owed.values())
+                return sum(known + unknown for known, unknown in owed.values()), left
         raise StorageError(f"the charges of {len(group)} counter shards kept being rolled up by others")
 
-    def roll_up_all(self, batch_id: str, charge: Charge) -> int:
+    def roll_up_all(self, batch_id: str, charge: Charge, *, now: float) -> int:
         """Roll up every shard of the batch that owes its payer (``roll_up``)."""
         items = [
             from_item(raw)
@@ -212,11 +227,11 @@ class CounterShards:
             )
         ]
         shards = [(batch_id, shard_of_sk(str(item["sk"]))) for item in items]
-        return self.roll_up(shards, charge, items=items)
+        return self.roll_up(shards, charge, now=now, items=items)[0]
 
 
 def _roll_move(
-    table: str, item: dict[str, Any]
+    table: str, item: dict[str, Any], now: float
 ) -> tuple[dict[str, Any] | None, tuple[str, str | None], tuple[int, int]]:
     """What a shard owes its payer (known, unknown), the payer, and the update that moves its
     rolled marks to what it deferred, conditional on the marks read (None: it owes nothing)."""
@@ -233,8 +248,7 @@ def _roll_move(
             values[f":was{k}"] = rolled[k]
         else:
             clauses.append(f"attribute_not_exists({name})")
-    moved = Update(
-        set=dict(zip(ROLLED, deferred, strict=True)), condition=" AND ".join(clauses), values=values
-    )
+    marks = {**dict(zip(ROLLED, deferred, strict=True)), ROLLED_AT: timestamp(now)}
+    moved = Update(set=marks, condition=" AND ".join(clauses), values=values)
     key = {"pk": {"S": str(item["pk"])}, "sk": {"S": str(item["sk"])}}
     return {"Update": moved.request(table, key)}, payer, owed
