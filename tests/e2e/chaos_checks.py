@@ -22,7 +22,7 @@ import httpx
 from batchgw.config import resources
 from batchgw.domain.batch import RECORD_SK
 from batchgw.storage.dynamo import from_item
-from batchgw.storage.requests import attempts_pk
+from batchgw.storage.reqlog import attempts_pk
 from batchgw.storage.spend import MONTH, NO_KEY, UNKNOWN
 
 from local import env as local_env

@@ -26,9 +26,7 @@ from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
-# The reports read at BATCH_SHARE_READ_SECONDS always (the idle pace has a test of its own:
-# tests/unit/test_admission.py).
-SETTINGS = {"BATCH_MODEL_CONCURRENCY": "4", "BATCH_SHARE_IDLE_READ_SECONDS": "0"}
+SETTINGS = {"BATCH_MODEL_CONCURRENCY": "4"}
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from tests.support import FakeClock
 MODEL = "m"
 SLOT_WAIT = 2.0  # BATCH_SLOT_WAIT_SECONDS
 LEASE = 600.0
-IDLE = 1.0  # BATCH_SHARE_IDLE_READ_SECONDS
 
 
 class Live:
@@ -198,40 +197,8 @@ def test_a_refused_slot_write_says_why_the_model_was_paused_given_way_full_or_yi
     assert Admission.needs_share(full)
     assert admission.refused(full, world.share(), now=now) == Wait(StopReason.MODEL_FULL, 4 * SLOT_WAIT)
     world.interactive.in_flight[MODEL] = 1
-    world.clock.advance(IDLE)  # read again (none was in flight: at the idle pace)
+    world.clock.advance(world.live.settings.batch_share_read_seconds)  # the reports are read again
     assert admission.refused(full, world.share(), now=world.clock()) == Wait(StopReason.YIELD, 2 * SLOT_WAIT)
-
-
-class CountedReports(InteractiveStore):
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads = 0
-
-    def reports(self) -> list[LoadReport]:
-        self.reads += 1
-        return super().reports()
-
-
-def test_the_reports_are_read_at_the_idle_pace_while_no_interactive_request_is_in_flight() -> None:
-    clock, live, reports = FakeClock(), Live(cap=4), CountedReports()
-    shares = BatchShares(live, reports, LimitStore(), clock)  # type: ignore[arg-type]
-    every = live.settings.batch_share_read_seconds
-    assert every < IDLE == live.settings.batch_share_idle_read_seconds
-
-    def reads_over(seconds: float) -> int:
-        before = reports.reads
-        for _ in range(round(seconds / every)):
-            shares.share(MODEL)
-            clock.advance(every)
-        return reports.reads - before
-
-    assert reads_over(10.0) == round(10.0 / IDLE)  # none in flight: idle pace
-    reports.in_flight[MODEL] = 1
-    reads_over(IDLE)  # the next read sees it...
-    assert reads_over(2.0) == round(2.0 / every)  # ...and the reports are read at the full pace
-    reports.in_flight[MODEL] = 0
-    reads_over(TUNING.idle_after_seconds)  # none for this long...
-    assert reads_over(10.0) == round(10.0 / IDLE)  # ...the idle pace again
 
 
 def test_a_chain_that_yielded_waits_in_place_round_after_round_while_the_share_yields(world: World) -> None:

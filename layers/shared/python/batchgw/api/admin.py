@@ -278,7 +278,7 @@ def attempts(deps: Deps, principal: Principal, batch_id: str, params: Params) ->
         )
         if before_key is None:
             raise BadRequest("'after' must be an attempt id from this list.", param="after")
-    found, more = deps.requests.attempts(
+    found, more = deps.reqlog.batch_attempts(
         batch_id,
         limit=limit,
         start_ms=start_ms,
@@ -475,7 +475,7 @@ def request_log(deps: Deps, principal: Principal, params: Params) -> dict[str, A
     if batch_id is not None:
         visible_batch(deps, principal, batch_id)
         before_key = None if after is None else _batch_log_key(after)
-        found, more = deps.requests.attempts(
+        found, more = deps.reqlog.batch_attempts(
             batch_id, limit=limit, start_ms=start_ms, end_ms=end_ms, before_key=before_key
         )
         entries = [(log_entry_id(entry), entry) for _, entry in found]

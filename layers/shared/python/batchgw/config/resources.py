@@ -72,7 +72,7 @@ BATCHES = TableSpec(
 )
 
 # Requests: one item per request of a batch, keyed by the batch and the request's index,
-# and beside them each batch's attempt log (storage.requests.attempts_pk). The request log
+# and beside them each batch's attempt log (storage.reqlog.attempts_pk). The request log
 # index lists the attempt log's entries across batches, newest first (storage.reqlog): only
 # those entries have its keys, so a claim or an end of a request writes its item alone.
 REQUESTS = TableSpec(

@@ -164,18 +164,6 @@ class Settings(BaseModel):
             "read it again (one Query per environment at most this often): lower yields sooner, reads more"
         ),
     )
-    batch_share_idle_read_seconds: float = Field(
-        1.0,
-        ge=0,
-        le=60,
-        alias="BATCH_SHARE_IDLE_READ_SECONDS",
-        description=(
-            "How old that view may grow instead once the environment's reads have seen no interactive "
-            "request in flight for 5 s: a burst after such a silence waits up to this long, not "
-            "BATCH_SHARE_READ_SECONDS, for batch work to give way; at most BATCH_SHARE_READ_SECONDS "
-            "(0): the same pace always"
-        ),
-    )
     batch_call_pacing: bool = Field(
         True,
         alias="BATCH_CALL_PACING",

@@ -251,7 +251,7 @@ def _log_writes(deps: Deps, entry: AttemptEntry | None) -> list[dict[str, Any]]:
     if entry is None:
         return []
     ttl = int(entry.ended_at + deps.settings.batch_attempt_log_retention_days * 86400)
-    return [deps.requests.log_action(entry, ttl=ttl)]
+    return [deps.reqlog.batch_entry_action(entry, ttl=ttl)]
 
 
 def flush_noted(deps: Deps, *, all_of_them: bool = True) -> None:

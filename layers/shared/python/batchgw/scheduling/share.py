@@ -3,11 +3,7 @@
 A model's share is its cap, less the interactive requests in flight that the reports say,
 less the reserve (``domain.interactive.batch_share``), held to its adaptive limit
 (``domain.adaptive``). Reports and limits are read at most every
-``BATCH_SHARE_READ_SECONDS`` and ``Tuning.limits_max_age_seconds``; once no read has seen
-an interactive request in flight for ``Tuning.idle_after_seconds``, the reports are read
-every ``BATCH_SHARE_IDLE_READ_SECONDS`` instead: a process's reads cost a quarter, by
-default, while no interactive traffic comes, and batch work gives way to a burst after such
-a silence once a read sees it, up to that long after it began.
+``BATCH_SHARE_READ_SECONDS`` and ``Tuning.limits_max_age_seconds``.
 """
 
 from __future__ import annotations
@@ -70,7 +66,6 @@ class BatchShares:
         self._read_at = -math.inf
         self._limits_read_at = -math.inf
         self._read_ok_at = -math.inf
-        self._reported_at = -math.inf  # the last read that found an interactive request in flight
         self._warned_unreadable = False
         self._reading = threading.Lock()
 
@@ -103,14 +98,8 @@ class BatchShares:
 
     @property
     def _max_age(self) -> float:
-        """How old the reports read may grow: ``BATCH_SHARE_READ_SECONDS`` (as it is now), or
-        ``BATCH_SHARE_IDLE_READ_SECONDS`` once the reads have seen no interactive request in
-        flight for ``Tuning.idle_after_seconds``."""
-        settings = self._live.settings
-        every = settings.batch_share_read_seconds
-        if self._clock() - self._reported_at >= self._tuning.idle_after_seconds:
-            return max(every, settings.batch_share_idle_read_seconds)
-        return every
+        """How old the reports read may grow (``BATCH_SHARE_READ_SECONDS``, as it is now)."""
+        return self._live.settings.batch_share_read_seconds
 
     def fresh(self) -> bool:
         """Whether ``share`` answers now without reading the table."""
@@ -118,8 +107,8 @@ class BatchShares:
 
     def recent(self) -> bool:
         """Whether the last read is recent enough to go by while the next one is made
-        (``max_age`` and ``BATCH_SHARE_READ_SECONDS`` more: ``run.slot.share_of``)."""
-        return self._clock() - self._read_at < self._max_age + self._live.settings.batch_share_read_seconds
+        (within twice ``max_age``: ``run.slot.share_of``)."""
+        return self._clock() - self._read_at < 2 * self._max_age
 
     def load(self) -> InteractiveLoad | None:
         """The summed live reports, at most ``max_age`` old; None while unreadable."""
@@ -168,8 +157,6 @@ class BatchShares:
                 self._load = None
         else:
             self._load = InteractiveLoad.of(reports, now)
-            if any(self._load.shared.values()):
-                self._reported_at = now
             self._recent = [
                 (at, load) for at, load in self._recent if now - at <= self._tuning.peak_hold_seconds
             ]

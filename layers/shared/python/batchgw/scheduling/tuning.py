@@ -5,8 +5,7 @@ The figures behind them (the runs they were measured in, when, and on what) are 
 (``config.settings``), not a field here: these change with a release. The knobs whose best
 value depends on the deployment are settings: how long a yielded chain waits in place
 (``BATCH_YIELD_IN_PLACE_SECONDS``), how old the interactive load read may be
-(``BATCH_SHARE_READ_SECONDS``, and ``BATCH_SHARE_IDLE_READ_SECONDS`` while no interactive request
-is in flight), and whether call starts are paced (``BATCH_CALL_PACING``).
+(``BATCH_SHARE_READ_SECONDS``), and whether call starts are paced (``BATCH_CALL_PACING``).
 """
 
 from __future__ import annotations
@@ -49,8 +48,6 @@ class Tuning:
     # --- the share: interactive reports and adaptive limits -----------------------------------
     # Adaptive limits change at most once per cooldown: read once a second at most.
     limits_max_age_seconds: float = 1.0
-    # Reads that saw no interactive request in flight this long: BATCH_SHARE_IDLE_READ_SECONDS applies.
-    idle_after_seconds: float = 5.0
     # A transient read failure stops no batch work for this long; then the load is unknown.
     unreadable_grace_seconds: float = 3.0
     # Busy traffic's dips of a request or two do not hand its slots to batch work...

@@ -21,6 +21,7 @@ from typing import Any
 
 from batchgw.domain.batch import SHARD_PREFIX, BatchRecord, ShardRecord, Tally, shard_of_sk, shard_sk
 from batchgw.domain.errors import StorageError
+from batchgw.domain.spend import Deferred
 from batchgw.domain.states import BatchStatus
 from batchgw.storage.batch_records import batch_exists, batch_key, record_update, shards_unset
 from batchgw.storage.dynamo import Table, Update, from_item, timestamp, to_item
@@ -34,6 +35,17 @@ ROLLED_AT = "rat"  # when the shard was last rolled up
 Charge = Callable[[str, str | None, int, int], Sequence[dict[str, Any]]]
 _ROLL_TRIES = 4  # reads and rolls while others roll the same shards up at once
 ROLL_GROUP = 40  # shards per roll-up transaction, beside one spend update per payer (100 actions at most)
+
+
+def kept_charge(deferred: Deferred | None) -> tuple[dict[str, int], dict[str, str]]:
+    """What a shard's counter update adds to keep an attempt's ``deferred`` charge, and whom it
+    charges (for its ``set``)."""
+    if not deferred:
+        return {}, {}
+    amounts = (deferred.known_nano, deferred.unknown_nano)
+    added = {name: amount for name, amount in zip(DEFERRED, amounts, strict=True) if amount > 0}
+    return added, {PAYER[0]: deferred.user_id, PAYER[1]: deferred.key_id or ""}
+
 
 # The clauses of the counter shards' conditional writes.
 shard_is_empty = "#left = :zero"

@@ -1,9 +1,12 @@
-"""The request log across batches, and request volume counts, in the control table.
+"""The request log: each batch's attempt log, the log across batches, and request volume
+counts.
 
 Every upstream call is one entry, whatever batch made it, or none (an interactive request):
 
-- A batch's entry is its entry in its own batch's attempt log (``storage.requests``),
-  written in the transaction that records its attempt, listed here through the requests
+- A batch's entry is an item of its batch's attempt log, beside its requests in the requests
+  table (``pk`` ``<batch id>#attempts``, ``idx`` when it ended, then its index:
+  ``batch_attempts``), written in the transaction that records its attempt
+  (``batch_entry_action``), and listed across batches through the requests
   table's ``request_log`` index: ``rlk`` ``rlog#batch#<shard>``, ``rls`` its id. The index
   costs a write unit an entry where an entry of its own in that transaction cost two. The
   index lists what the batch's log holds: a deleted batch's entries leave it with the batch.
@@ -33,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from batchgw.domain.attempts import AttemptEntry
+from batchgw.domain.attempts import AttemptEntry, key_bound
 from batchgw.storage.dynamo import Table, Update, from_item, to_item
 
 Source = Literal["batch", "interactive"]
@@ -64,6 +67,11 @@ def entry_id(entry: AttemptEntry) -> str:
 
 def is_error(entry: AttemptEntry) -> bool:
     return entry.outcome != "success"
+
+
+def attempts_pk(batch_id: str) -> str:
+    """The partition of a batch's attempt log, beside its requests."""
+    return f"{batch_id}#attempts"
 
 
 def index_keys(entry: AttemptEntry) -> dict[str, str]:
@@ -191,4 +199,60 @@ class RequestLog:
                     if item[sort] != high:  # BETWEEN includes its bound; the range does not
                         found.append((str(item[sort]), AttemptEntry.from_fields(item)))
         found.sort(key=lambda pair: pair[0], reverse=True)
+        return found[:limit], len(found) > limit
+
+    def batch_entry_action(self, entry: AttemptEntry, *, ttl: int) -> dict[str, Any]:
+        """The write that logs one attempt of a batch in its batch's log (and so, through the
+        index, in the log across batches), for the transaction that records it (so an attempt
+        is logged exactly when its outcome is)."""
+        item = {
+            "pk": attempts_pk(entry.batch_id),
+            "idx": entry.key,
+            "ttl": ttl,
+            **entry.fields(),
+            **index_keys(entry),
+        }
+        return {"Put": {"TableName": self._requests.name, "Item": to_item(item)}}
+
+    def batch_attempts(
+        self,
+        batch_id: str,
+        *,
+        limit: int,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        before_key: int | None = None,
+        model: str | None = None,
+        outcome: str | None = None,
+        status_code: int | None = None,
+    ) -> tuple[list[tuple[int, AttemptEntry]], bool]:
+        """The batch's logged attempts newest first, ended in [start_ms, end_ms) and before
+        the cursor ``before_key``, of that model, outcome or status code; at most ``limit``,
+        and whether more follow."""
+        low = key_bound(start_ms) if start_ms is not None else 0
+        high = key_bound(end_ms) - 1 if end_ms is not None else 2**63 - 1
+        if before_key is not None:
+            high = min(high, before_key - 1)
+        names = {"#k": "idx"}
+        values: dict[str, Any] = {":pk": attempts_pk(batch_id), ":lo": low, ":hi": high}
+        filters = []
+        for name, value in (("model", model), ("outcome", outcome), ("status_code", status_code)):
+            if value is not None:
+                names[f"#{name}"] = name
+                values[f":{name}"] = value
+                filters.append(f"#{name} = :{name}")
+        request: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND #k BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": to_item(values),
+            "ScanIndexForward": False,
+        }
+        if filters:
+            request["FilterExpression"] = " AND ".join(filters)
+        found: list[tuple[int, AttemptEntry]] = []
+        for raw in self._requests.query(limit=200 if filters else limit + 1, **request):
+            item = from_item(raw)
+            found.append((int(item["idx"]), AttemptEntry.from_fields(item)))
+            if len(found) > limit:
+                break
         return found[:limit], len(found) > limit

@@ -25,15 +25,14 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from batchgw.domain.attempts import AttemptEntry, key_bound
 from batchgw.domain.batch import RECORD_SK, Tally, shard_sk
 from batchgw.domain.errors import StorageError
 from batchgw.domain.request import RequestEnd, RequestRecord
 from batchgw.domain.spend import Deferred
 from batchgw.domain.states import BatchStatus, RequestStatus
-from batchgw.storage.batch_shards import DEFERRED, PAYER
+from batchgw.storage.batch_shards import kept_charge
 from batchgw.storage.dynamo import Table, Update, from_item, one_of, timestamp, to_item
-from batchgw.storage.reqlog import index_keys
+from batchgw.storage.reqlog import attempts_pk
 
 # The clauses of a request's conditional writes.
 is_queued = "#st = :queued"
@@ -66,21 +65,6 @@ SWEEP_CHUNK = 99  # requests per transaction, with their shard's counter update
 # What a result line shows of a request (``domain.results``): all but its request body.
 _RESULT_NAMES = {"#st": "status", "#m": "model", "#err": "error"}
 _RESULT_FIELDS = "pk, idx, custom_id, #m, #st, #err, res, res_ref, status_code, request_id"
-
-
-def attempts_pk(batch_id: str) -> str:
-    """The partition of a batch's request log, beside its requests."""
-    return f"{batch_id}#attempts"
-
-
-def _deferred(deferred: Deferred | None) -> tuple[dict[str, int], dict[str, str]]:
-    """The shard's counters that keep an attempt's ``deferred`` charge, and whom it charges
-    (``storage.batch_shards``)."""
-    if not deferred:
-        return {}, {}
-    amounts = (deferred.known_nano, deferred.unknown_nano)
-    added = {name: amount for name, amount in zip(DEFERRED, amounts, strict=True) if amount > 0}
-    return added, {PAYER[0]: deferred.user_id, PAYER[1]: deferred.key_id or ""}
 
 
 class ClaimKind(StrEnum):
@@ -455,7 +439,7 @@ class RequestStore:
         if guard is not None:
             clause, guard_values = guard.condition()
             condition, values = f"{condition} AND {clause}", {**values, **guard_values}
-        kept, payer = _deferred(deferred)
+        kept, payer = kept_charge(deferred)
         update = Update(
             add={"left": -1, **tally.counters(), **kept},
             set=payer,
@@ -511,7 +495,7 @@ class RequestStore:
             {"Update": update.request(self._table.name, self._key(held.batch_id, held.index))},
             self._batch_runs_check(held.batch_id),
         ]
-        kept, payer = _deferred(deferred)
+        kept, payer = kept_charge(deferred)
         counters = {**(charge.counters() if charge is not None else {}), **kept}
         if counters:
             charged = Update(add=counters, set=payer).request(
@@ -706,60 +690,3 @@ class RequestStore:
                 )
             )
             self._table.delete_many(list(keys))
-
-    # --- the request log ----------------------------------------------------------------------
-
-    def log_action(self, entry: AttemptEntry, *, ttl: int) -> dict[str, Any]:
-        """The write that logs one attempt, for the transaction that records it (so an
-        attempt is logged exactly when its outcome is)."""
-        item = {
-            "pk": attempts_pk(entry.batch_id),
-            "idx": entry.key,
-            "ttl": ttl,
-            **entry.fields(),
-            **index_keys(entry),
-        }
-        return {"Put": {"TableName": self._table.name, "Item": to_item(item)}}
-
-    def attempts(
-        self,
-        batch_id: str,
-        *,
-        limit: int,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        before_key: int | None = None,
-        model: str | None = None,
-        outcome: str | None = None,
-        status_code: int | None = None,
-    ) -> tuple[list[tuple[int, AttemptEntry]], bool]:
-        """The batch's logged attempts newest first, ended in [start_ms, end_ms) and before
-        the cursor ``before_key``, of that model, outcome or status code; at most ``limit``,
-        and whether more follow."""
-        low = key_bound(start_ms) if start_ms is not None else 0
-        high = key_bound(end_ms) - 1 if end_ms is not None else 2**63 - 1
-        if before_key is not None:
-            high = min(high, before_key - 1)
-        names = {"#k": "idx"}
-        values: dict[str, Any] = {":pk": attempts_pk(batch_id), ":lo": low, ":hi": high}
-        filters = []
-        for name, value in (("model", model), ("outcome", outcome), ("status_code", status_code)):
-            if value is not None:
-                names[f"#{name}"] = name
-                values[f":{name}"] = value
-                filters.append(f"#{name} = :{name}")
-        request: dict[str, Any] = {
-            "KeyConditionExpression": "pk = :pk AND #k BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": to_item(values),
-            "ScanIndexForward": False,
-        }
-        if filters:
-            request["FilterExpression"] = " AND ".join(filters)
-        found: list[tuple[int, AttemptEntry]] = []
-        for raw in self._table.query(limit=200 if filters else limit + 1, **request):
-            item = from_item(raw)
-            found.append((int(item["idx"]), AttemptEntry.from_fields(item)))
-            if len(found) > limit:
-                break
-        return found[:limit], len(found) > limit
