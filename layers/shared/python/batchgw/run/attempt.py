@@ -307,7 +307,7 @@ async def _schedule_retry(
     reserved: int = 0,
     defer: bool = False,
 ) -> Settled:
-    deferred, charges = _charging(deps, batch, held, retry.charge, reserved, defer)
+    deferred, spend_updates = _charging(deps, batch, held, retry.charge, reserved, defer)
     scheduled = await io(
         deps.requests.schedule_retry,
         held,
@@ -317,7 +317,7 @@ async def _schedule_retry(
         uses_attempt=retry.uses_attempt,
         shard=batch.shard_of(held.index),
         charge=retry.charge,
-        charges=[*charges, *_log_writes(deps, log)],
+        charges=[*spend_updates, *_log_writes(deps, log)],
         deferred=deferred,
     )
     if scheduled is Scheduled.LOST:
@@ -372,7 +372,7 @@ async def end(
             status=decision.status, ended_at=now, error=decision.error, cost_nano=decision.cost_nano
         )
     shard = batch.shard_of(held.index)
-    deferred, charges = _charging(deps, batch, held, decision.tally, reserved, defer)
+    deferred, spend_updates = _charging(deps, batch, held, decision.tally, reserved, defer)
     recorded = await io(
         deps.requests.record_end,
         held,
@@ -380,7 +380,7 @@ async def end(
         end=ending,
         tally=decision.tally,
         called=called or outcome is not None,
-        charges=[*charges, *_log_writes(deps, log)],
+        charges=[*spend_updates, *_log_writes(deps, log)],
         guard=guard,
         deferred=deferred,
     )
