@@ -7,6 +7,7 @@ charged in the attempt's own transaction."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from batchgw.api import batches
@@ -106,6 +107,31 @@ def test_a_batch_deleted_while_it_ran_has_what_its_shards_kept_charged_by_its_pu
     assert batches.delete_batch(deps, ALICE, batch_id)["deleted"]
     lifecycle.purge(deps, batch_id)
     assert spent(deps) == kept > 0
+
+
+def test_a_roll_up_that_reads_the_shard_just_before_an_attempts_write_leaves_its_charge_for_the_next(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another chain of the process rolls up what it kept while this attempt's write is on
+    its way: the shard is still on the process's list once the write lands, and the next
+    roll-up charges it."""
+    batch_id = prepared(deps, 1)
+    receive_all(deps)
+    batch = deps.batches.get_record(batch_id)
+    assert batch is not None
+    real_record_end = deps.requests.record_end
+
+    def rolled_up_first(*args: Any, **kwargs: Any) -> Any:
+        charges.roll_up_kept(deps)
+        return real_record_end(*args, **kwargs)
+
+    monkeypatch.setattr(deps.requests, "record_end", rolled_up_first)
+    asyncio.run(
+        attempt.settle(deps, batch, claim(deps, batch_id, 0), ANSWER, started=deps.clock(), defer=True)
+    )
+    assert charges.kept(batch_id) and spent(deps) == 0
+    charges.roll_up_kept(deps)
+    assert spent(deps) == cost(deps, batch_id) > 0
 
 
 def test_a_limited_owner_is_charged_in_the_attempts_own_transaction(deps: Deps) -> None:

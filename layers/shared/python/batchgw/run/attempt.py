@@ -308,18 +308,21 @@ async def _schedule_retry(
     defer: bool = False,
 ) -> Settled:
     deferred, spend_updates = _charging(deps, batch, held, retry.charge, reserved, defer)
-    scheduled = await io(
-        deps.requests.schedule_retry,
-        held,
-        next_at=retry.next_at,
-        error=retry.error,
-        attempt_cost_nano=retry.attempt_cost_nano,
-        uses_attempt=retry.uses_attempt,
-        shard=batch.shard_of(held.index),
-        charge=retry.charge,
-        charges=[*spend_updates, *_log_writes(deps, log)],
-        deferred=deferred,
-    )
+    try:
+        scheduled = await io(
+            deps.requests.schedule_retry,
+            held,
+            next_at=retry.next_at,
+            error=retry.error,
+            attempt_cost_nano=retry.attempt_cost_nano,
+            uses_attempt=retry.uses_attempt,
+            shard=batch.shard_of(held.index),
+            charge=retry.charge,
+            charges=[*spend_updates, *_log_writes(deps, log)],
+            deferred=deferred,
+        )
+    finally:
+        _kept(batch, held, deferred)
     if scheduled is Scheduled.LOST:
         return Settled(After.STOP)
     if scheduled is Scheduled.STOPPED:
@@ -373,17 +376,20 @@ async def end(
         )
     shard = batch.shard_of(held.index)
     deferred, spend_updates = _charging(deps, batch, held, decision.tally, reserved, defer)
-    recorded = await io(
-        deps.requests.record_end,
-        held,
-        shard=shard,
-        end=ending,
-        tally=decision.tally,
-        called=called or outcome is not None,
-        charges=[*spend_updates, *_log_writes(deps, log)],
-        guard=guard,
-        deferred=deferred,
-    )
+    try:
+        recorded = await io(
+            deps.requests.record_end,
+            held,
+            shard=shard,
+            end=ending,
+            tally=decision.tally,
+            called=called or outcome is not None,
+            charges=[*spend_updates, *_log_writes(deps, log)],
+            guard=guard,
+            deferred=deferred,
+        )
+    finally:
+        _kept(batch, held, deferred)
     if recorded is Recorded.LEASE_LOST:
         logger.warning("lease lost before recording", extra={"batch_id": batch.id, "index": held.index})
         return Settled(After.STOP)
@@ -409,6 +415,14 @@ async def end(
     return Settled(After.NEXT, runs=recorded is Recorded.RUNS)
 
 
+def _kept(batch: BatchRecord, held: RequestRecord, deferred: Deferred | None) -> None:
+    """Note the shard where the attempt's write kept its charge (``run.charges``) once the
+    write was made, whatever it answered: a roll-up that read the shard before the write
+    would otherwise take it off this process's list, leaving the charge to the finalize."""
+    if deferred:
+        charges.note(batch, batch.shard_of(held.index))
+
+
 def _charging(
     deps: Deps, batch: BatchRecord, held: RequestRecord, tally: Tally, reserved: int, defer: bool
 ) -> tuple[Deferred | None, list[dict[str, Any]]]:
@@ -420,10 +434,7 @@ def _charging(
     payer = Payer(batch.owner, batch.key_id)
     unknown = reserved * tally.cost_unknown
     if defer:
-        deferred = Deferred(batch.owner, batch.key_id, tally.cost_nano, unknown)
-        if deferred:
-            charges.note(batch, batch.shard_of(held.index))
-        return deferred, []
+        return Deferred(batch.owner, batch.key_id, tally.cost_nano, unknown), []
     return None, deps.spend.charge_actions(
         payer,
         tally.cost_nano,
