@@ -26,6 +26,10 @@ class Tuning:
     chain_retry_wait_seconds: float = 30.0
     # ...its slot in hand for a wait this short at most: longer, the slot serves other chains.
     retry_wait_keep_slot_seconds: float = 1.0
+    # A chain at its walk's end reads its batch's requests this many at a time, highest index
+    # first, for ones it can take (``run.tail``): a read of ~100 KB, about one stride's worth
+    # of 6 chains' requests left each.
+    tail_read_items: int = 100
     # A chain at a request not written yet reads the batch again after this long...
     write_wait_seconds: float = 0.05
     # ...doubled each time, up to this: prepare writes a batch's requests while its first run.

@@ -1,0 +1,75 @@
+"""The requests a chain takes from its batch's other chains once its own walk has ended.
+
+A batch's chains walk strided indexes and end unevenly: one that yielded, split late, or
+ran slower requests or more retries lags behind the others. Without help, the batch's end
+runs on the laggards alone while the slots the others held stand idle, until a split
+hands the room on (a read of the room, a message, a new chain's claim). Instead, a chain
+whose walk has ended reads its batch's requests from the highest index down, a page at
+a time, and claims the ones still to run, in its own slot, at once. The laggards walk up
+from below; the two meet, and the batch ends on every slot it had.
+
+Nothing is coordinated but through the claim, which stays the judge: a request another
+worker took meanwhile is simply passed. The claims of a tail carry the mark ``TAIL_MARK``
+in their owner, so a laggard that meets one passes it rather than waiting out its lease
+(``run.chain``): if the taker dies, its chain's message comes back, its walk ends again,
+and its tail finds the request (its lease run out) again. A request taken from the tail
+that cannot run now (a full model, a yield) is handed on as a message of its own, never
+merely given back: a laggard may have passed it already.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchgw.deps import Deps
+from batchgw.run.aio import io
+
+TAIL_MARK = "+tail"  # ends the owner of a claim taken from another chain's walk
+
+
+def taken_from_the_tail(owner: str | None) -> bool:
+    """Whether a request's lease holder took it from the tail (see the module's text)."""
+    return owner is not None and owner.endswith(TAIL_MARK)
+
+
+class Tail:
+    """The indexes a chain at its walk's end may take, read a page at a time (``next``).
+
+    Each chain tries a page from its own place in it (``spread``, its walk's residue): the
+    chains that end together read the same page, and each trying it top first would find
+    each index taken by the one before. A page
+    with nothing to take ends the tail: each chain's requests still to run lie above its
+    walk's place, so past a page of none, the laggards have at most a page's worth of
+    strides left, and take them faster than a page read."""
+
+    def __init__(self, deps: Deps, batch_id: str, below: int, spread: int = 0) -> None:
+        self._deps = deps
+        self._spread = spread
+        self._batch_id = batch_id
+        self._below = below  # the indexes below this are read: the batch's written ones
+        self._start: dict[str, Any] | None = None  # where the next page starts
+        self._found: list[int] = []
+        self._ended = below <= 0
+        self.pages = 0  # pages read
+
+    async def next(self) -> int | None:
+        """The next index to try, reading a page when the last is used up (None: no more)."""
+        while not self._found:
+            if self._ended:
+                return None
+            deps = self._deps
+            found, self._start = await io(
+                deps.requests.claimable_step,
+                self._batch_id,
+                below=self._below,
+                now=deps.clock(),
+                limit=deps.tuning.tail_read_items,
+                start=self._start,
+            )
+            self.pages += 1
+            self._ended = not found or self._start is None
+            if found:  # tried from the chain's own place, the rest after it
+                at = self._spread % len(found)
+                found = found[at:] + found[:at]
+            self._found = found[::-1]
+        return self._found.pop()
