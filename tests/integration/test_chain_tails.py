@@ -21,7 +21,7 @@ from batchgw.run.chain import Why, run_message
 from batchgw.run.tail import TAIL_MARK
 
 from local.simulator import Simulator
-from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.integration.conftest import body_of, chat_request, make_deps, receive_all, tune
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -82,6 +82,7 @@ def test_the_tail_is_read_from_the_top_so_the_lagging_chains_keep_their_next_req
 ) -> None:
     deps, _, (first, *_) = prepared(sim)
     sending(deps, monkeypatch)
+    tune(deps, monkeypatch, tail_read_items=3, tail_least_share=0.0)  # pages of three
     taken: list[int] = []
     claim = deps.requests.claim
 
@@ -92,9 +93,11 @@ def test_the_tail_is_read_from_the_top_so_the_lagging_chains_keep_their_next_req
 
     monkeypatch.setattr(deps.requests, "claim", claimed)
     run(deps, first)
-    # Its own walk was 0, 3, 6, 9; the others' are taken highest first, where they would
-    # reach last.
-    assert taken == [11, 10, 8, 7, 5, 4, 2, 1]
+    # Its own walk was 0, 3, 6, 9; the others' are read highest first, where they would
+    # reach last, three requests read at a time (two of them to take; each page in an
+    # order of the chain's own).
+    pages = [sorted(taken[k : k + 2], reverse=True) for k in range(0, len(taken), 2)]
+    assert pages == [[11, 10], [8, 7], [5, 4], [2, 1]]
 
 
 def test_a_chain_that_meets_a_request_taken_from_the_tail_passes_it_instead_of_waiting_out_its_lease(
@@ -142,3 +145,15 @@ def test_a_request_taken_from_the_tail_that_cannot_run_now_is_handed_on_as_a_mes
     assert [message for message, _ in sent] == [RequestMessage(batch_id, index)]
     request = deps.requests.get(batch_id, index)
     assert request is not None and request.status is RequestStatus.QUEUED
+
+
+def test_a_sparse_page_ends_the_tail_leaving_the_rest_to_their_chains(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, batch_id, (first, *_) = prepared(sim)
+    sending(deps, monkeypatch)
+    # Pages of three, sparse below three to take: the first (11, 10 and the chain's own 9) is.
+    tune(deps, monkeypatch, tail_read_items=3, tail_least_share=1.0)
+    run(deps, first)
+    ran = [i for i, status in enumerate(statuses(deps, batch_id)) if status is RequestStatus.SUCCEEDED]
+    assert ran == [0, 3, 6, 9, 10, 11]

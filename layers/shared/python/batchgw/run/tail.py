@@ -19,6 +19,7 @@ merely given back: a laggard may have passed it already.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from batchgw.deps import Deps
@@ -35,12 +36,14 @@ def taken_from_the_tail(owner: str | None) -> bool:
 class Tail:
     """The indexes a chain at its walk's end may take, read a page at a time (``next``).
 
-    Each chain tries a page from its own place in it (``spread``, its walk's residue): the
-    chains that end together read the same page, and each trying it top first would find
-    each index taken by the one before. A page
-    with nothing to take ends the tail: each chain's requests still to run lie above its
-    walk's place, so past a page of none, the laggards have at most a page's worth of
-    strides left, and take them faster than a page read."""
+    Each chain tries a page in an order of its own (shuffled, seeded by ``spread``, its
+    walk's residue): the chains that end together read the same page, and each trying it
+    top first would find each index taken by the one before. A sparse page ends the tail
+    (fewer to take than ``tail_least_share`` of the requests it read): each chain's requests
+    still to run lie above its walk's place, so a laggard's are dense near the top when it
+    lags by a little, and spread over the batch when it lags by a lot (a chain that found
+    its model full for long): reading the batch for those would cost more than splitting
+    that chain, which its next request does once room is free (``run.chain``)."""
 
     def __init__(self, deps: Deps, batch_id: str, below: int, spread: int = 0) -> None:
         self._deps = deps
@@ -58,18 +61,18 @@ class Tail:
             if self._ended:
                 return None
             deps = self._deps
+            tuning = deps.tuning
             found, self._start = await io(
                 deps.requests.claimable_step,
                 self._batch_id,
                 below=self._below,
                 now=deps.clock(),
-                limit=deps.tuning.tail_read_items,
+                limit=tuning.tail_read_items,
                 start=self._start,
             )
             self.pages += 1
-            self._ended = not found or self._start is None
-            if found:  # tried from the chain's own place, the rest after it
-                at = self._spread % len(found)
-                found = found[at:] + found[:at]
-            self._found = found[::-1]
+            sparse = len(found) < tuning.tail_least_share * tuning.tail_read_items
+            self._ended = sparse or self._start is None
+            random.Random(self._spread).shuffle(found)
+            self._found = found
         return self._found.pop()

@@ -30,6 +30,9 @@ class Tuning:
     # first, for ones it can take (``run.tail``): a read of ~100 KB, about one stride's worth
     # of 6 chains' requests left each.
     tail_read_items: int = 100
+    # ...and stops after a page with fewer to take than this share of it: a laggard's requests
+    # that far apart are a split's to spread (a page each for a few requests, for every chain).
+    tail_least_share: float = 0.1
     # A chain at a request not written yet reads the batch again after this long...
     write_wait_seconds: float = 0.05
     # ...doubled each time, up to this: prepare writes a batch's requests while its first run.
