@@ -157,3 +157,19 @@ def test_a_sparse_page_ends_the_tail_leaving_the_rest_to_their_chains(
     run(deps, first)
     ran = [i for i, status in enumerate(statuses(deps, batch_id)) if status is RequestStatus.SUCCEEDED]
     assert ran == [0, 3, 6, 9, 10, 11]
+
+
+def test_a_chain_that_ends_far_from_its_batchs_end_takes_nothing_and_leaves_its_slot_to_a_split(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, logged: list[logging.LogRecord]
+) -> None:
+    deps, batch_id, (first, *_) = prepared(sim)
+    sending(deps, monkeypatch)
+    given: list[tuple[str, str]] = []
+    monkeypatch.setattr(deps.ledger, "give", lambda model, batch: given.append((model, batch)))
+    # Pages of three: the first (11, 10 and the chain's own 9) is two thirds still to run,
+    # more than the half that says the others walk far below.
+    tune(deps, monkeypatch, tail_read_items=3, tail_most_share=0.5)
+    run(deps, first)
+    ran = [i for i, status in enumerate(statuses(deps, batch_id)) if status is RequestStatus.SUCCEEDED]
+    assert ran == [0, 3, 6, 9]
+    assert stops(logged) == [Why.FINISHED.value] and given == [("sim-chat", batch_id)]

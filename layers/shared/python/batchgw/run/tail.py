@@ -12,7 +12,9 @@ Nothing is coordinated but through the claim, which stays the judge: a request a
 worker took meanwhile is simply passed. The claims of a tail carry the mark ``TAIL_MARK``
 in their owner, so a laggard that meets one passes it rather than waiting out its lease
 (``run.chain``): if the taker dies, its chain's message comes back, its walk ends again,
-and its tail finds the request (its lease run out) again. A request taken from the tail
+and its tail finds the request (its lease run out) again; should that tail end before it
+does, the reconciler gives the request a message of its own once the batch stalls
+(``run.reconcile``). A request taken from the tail
 that cannot run now (a full model, a yield) is handed on as a message of its own, never
 merely given back: a laggard may have passed it already.
 """
@@ -38,12 +40,17 @@ class Tail:
 
     Each chain tries a page in an order of its own (shuffled, seeded by ``spread``, its
     walk's residue): the chains that end together read the same page, and each trying it
-    top first would find each index taken by the one before. A sparse page ends the tail
-    (fewer to take than ``tail_least_share`` of the requests it read): each chain's requests
-    still to run lie above its walk's place, so a laggard's are dense near the top when it
-    lags by a little, and spread over the batch when it lags by a lot (a chain that found
-    its model full for long): reading the batch for those would cost more than splitting
-    that chain, which its next request does once room is free (``run.chain``)."""
+    top first would find each index taken by the one before.
+
+    Each chain's requests still to run lie above its walk's place, so a tail is worth
+    taking only near the batch's end, with some chains behind by a little. A first page
+    nearly all still to run (more than ``tail_most_share`` of it) says the batch is far
+    from its end: the chain that ended was a split's short part, and the others walk far
+    below; it takes nothing and gives its slot to a split, as a chain that ends does. A
+    sparse page (fewer to take than ``tail_least_share`` of it) ends the tail too: a
+    laggard behind by a lot (a chain that found its model full for long) is spread over
+    the whole batch, and reading the batch for it would cost every chain more than that
+    chain's own split, which its next request makes once room is free (``run.chain``)."""
 
     def __init__(self, deps: Deps, batch_id: str, below: int, spread: int = 0) -> None:
         self._deps = deps
@@ -71,6 +78,8 @@ class Tail:
                 start=self._start,
             )
             self.pages += 1
+            if self.pages == 1 and len(found) > tuning.tail_most_share * tuning.tail_read_items:
+                found = []  # far from the batch's end: see the class's text
             sparse = len(found) < tuning.tail_least_share * tuning.tail_read_items
             self._ended = sparse or self._start is None
             random.Random(self._spread).shuffle(found)
