@@ -13,7 +13,6 @@ import pytest
 from batchgw.api import admin, batches, files
 from batchgw.api import results as results_api
 from batchgw.deps import Deps
-from batchgw.domain.chains import RequestMessage
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.principal import Principal
 from batchgw.run import lifecycle
@@ -21,7 +20,7 @@ from batchgw.upstream import routing
 
 from local.simulator import Simulator
 from tests.integration.conftest import body_of, chat_request, make_deps
-from tests.integration.test_owner_gate import prepared, run, walk
+from tests.integration.test_owner_gate import prepared, walk
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -117,8 +116,7 @@ def test_queued_requests_fail_batch_route_unavailable_once_their_model_lost_its_
     deps: Deps, sim: Simulator
 ) -> None:
     batch_id = prepared(deps, ALICE, 4)
-    for index in (2, 3):  # requests 2 and 3 run, alone
-        run(deps, RequestMessage(batch_id, index))
+    walk(deps, batch_id, start=2)  # requests 2 and 3 run
     allow(deps, "sim-chat", "primary", False)
     allow(deps, "sim-chat", "backup", False)
     walk(deps, batch_id)  # 0 and 1 come up now

@@ -121,8 +121,7 @@ def test_a_running_batch_shows_when_it_should_finish_and_warns_when_its_window_c
     batch_id = prepared(deps, ALICE, 10)
     assert batches.get_batch(deps, ALICE, batch_id)["eta"] is None  # nothing done yet: no pace
     clock.advance(60)
-    for index in range(5, 10):  # five requests in the first minute
-        walk_one(deps, batch_id, index)
+    walk(deps, batch_id, start=5)  # five requests in the first minute
     eta = batches.get_batch(deps, ALICE, batch_id)["eta"]
     now = clock()
     assert eta["requests_per_minute"] == pytest.approx(5, rel=0.01)

@@ -18,9 +18,7 @@ While one request is with the upstream the chain claims its next index; when the
 comes, storing it is the one AWS round trip before the next upstream call. A request
 that must be tried again stays the chain's: it waits on the chain's heap and runs, with
 the chain's slot, once due. When the chain stops before they are due, each waiting
-request is handed to a message of its own. Once its own walk has ended, the chain takes
-the requests its batch's other chains have not reached yet, highest index first
-(``run.tail``): the batch's end runs on every slot its chains held.
+request is handed to a message of its own.
 
 Each step of the loop decides, and none sends the chain on: a step returns None to go on,
 or a ``Stopped``, why the chain stops (``Why``) and in how many seconds its continuation is
@@ -40,7 +38,6 @@ import asyncio
 import heapq
 import math
 import uuid
-from enum import Enum
 from typing import Any
 
 from batchgw.deps import Deps
@@ -60,18 +57,9 @@ from batchgw.run.model_gate import ModelGate
 from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
 from batchgw.run.slot import read_ahead
 from batchgw.run.stops import WHY_OF_VERDICT, Stopped, Why
-from batchgw.run.tail import TAIL_MARK, Tail, taken_from_the_tail
 from batchgw.storage.requests import Claim, ClaimKind, RunGuard
 
 _running = [0]  # the messages this process runs now (an invocation's, on AWS)
-
-
-class Source(Enum):
-    """Where a chain's next request comes from."""
-
-    WALK = "walk"  # its own strided indexes, in order
-    HEAP = "heap"  # its requests waiting for a retry, once due
-    TAIL = "tail"  # another chain's, once its own walk has ended (``run.tail``)
 
 
 async def run_message(
@@ -144,7 +132,6 @@ class ChainRun:
         self.stride = 0 if isinstance(message, RequestMessage) else message.stride
         self.retries: list[tuple[float, int]] = []  # (due, index): requests waiting for a retry
         self.prefetch: ClaimAhead | None = None  # the next index, claimed ahead
-        self.tail: Tail | None = None  # what it takes from other chains once its walk ended
         # What the batch allows (``batch`` was just read); None: read it afresh.
         self.verdict: Verdict | None = verdict(batch, deps.clock())
         self.latest = batch  # the batch as last read
@@ -269,41 +256,34 @@ class ChainRun:
         No step sends the continuation; the run's exit does (``_stop``)."""
         while True:
             now = self.deps.clock()
-            source = Source.HEAP if self.prefetch is None and self._retry_due(now) else Source.WALK
-            taken: int | None = None
-            if source is Source.WALK and not self._has_next():
-                taken = await self._from_tail()
-                if taken is None:
-                    if await self._waited_for_retry():
-                        continue
-                    if self.lone:
-                        return Stopped(Why.LONE_DONE)
-                    return Stopped(Why.RETRIES_LATER if self.retries else Why.FINISHED)
-                source = Source.TAIL
+            from_heap = self.prefetch is None and self._retry_due(now)
+            if not from_heap and not self._has_next():
+                if await self._waited_for_retry():
+                    continue
+                if self.lone:
+                    return Stopped(Why.LONE_DONE)
+                return Stopped(Why.RETRIES_LATER if self.retries else Why.FINISHED)
             if stopped := await self._must_stop(now):
                 return stopped
-            if source is Source.WALK and self.next_index >= self.written:
+            if not from_heap and self.next_index >= self.written:
                 if await self._waited_for_writes():
                     continue
                 return self._stopped_by_verdict()
             # Only now, past every reason to stop, does the target leave the heap: a stop
             # above hands every waiting request on.
-            if source is Source.HEAP:
-                target = heapq.heappop(self.retries)[1]
-            else:
-                target = self.next_index if taken is None else taken
-            claim = await self._claim(target, source, now)
+            target = heapq.heappop(self.retries)[1] if from_heap else self.next_index
+            claim = await self._claim(target, from_heap, now)
             if claim.kind is not ClaimKind.CLAIMED or claim.request is None:
-                if stopped := self._passed(claim, target, source, now):
+                if stopped := self._passed(claim, target, from_heap, now):
                     return stopped
                 continue
             held = claim.request
             if await attempt.ended_poison(self.deps, self.batch, held):
                 if self.lone:
                     return Stopped(Why.LONE_DONE)
-                self._advance(source)
+                self._advance(from_heap)
                 continue
-            if stopped := await self._take_slot(held, target, source, now):
+            if stopped := await self._take_slot(held, target, from_heap, now):
                 if stopped.why is Why.YIELDED and await self._room_again(held.model, stopped.resume_after):
                     continue
                 return stopped
@@ -313,16 +293,16 @@ class ChainRun:
                 # A newer generation of chains runs the batch: give the request back to it
                 # (a retry goes back on the heap, which the exit hands on at once).
                 await attempt.release(self.deps, self.batch, held)
-                if source is not Source.WALK:
+                if from_heap:
                     heapq.heappush(self.retries, (now, target))
                 return Stopped(Why.SUPERSEDED)
             if self.verdict is not Verdict.RUN:
-                if await self._ended_unrun(held, source):
+                if await self._ended_unrun(held, from_heap):
                     continue
                 return self._stopped_by_verdict()
-            if stopped := await self._admitted(held, target, source):
+            if stopped := await self._admitted(held, target, from_heap):
                 return stopped
-            self._advance(source)
+            self._advance(from_heap)
             self._claim_ahead(now)
             if stopped := await self._run(held, target):
                 return stopped
@@ -336,19 +316,9 @@ class ChainRun:
     def _retry_due(self, now: float) -> bool:
         return bool(self.retries) and self.retries[0][0] <= now
 
-    def _advance(self, source: Source) -> None:
-        if source is Source.WALK:
+    def _advance(self, from_heap: bool) -> None:
+        if not from_heap:
             self.next_index += self.stride
-
-    async def _from_tail(self) -> int | None:
-        """Once its walk has ended, the next index the chain may take from its batch's other
-        chains (``run.tail``); None when there is none (or it is a lone request)."""
-        if self.lone or self.taken_over.is_set():
-            return None
-        if self.tail is None:
-            below, spread = min(self.written, self.batch.total), self.next_index % max(1, self.stride)
-            self.tail = Tail(self.deps, self.batch.id, below=below, spread=spread)
-        return await self.tail.next()
 
     async def _waited_for_retry(self) -> bool:
         """At the end of its walk, a chain waits for a retry due soon: with its slot in hand
@@ -409,31 +379,24 @@ class ChainRun:
             return Stopped(Why.MODEL_PAUSED, self.deps.health.paused_until(model) - now)
         return None
 
-    async def _claim(self, target: int, source: Source, now: float) -> Claim:
-        if self.prefetch is not None and source is Source.WALK:
+    async def _claim(self, target: int, from_heap: bool, now: float) -> Claim:
+        if self.prefetch is not None and not from_heap:
             claim, self.prefetch = await self.prefetch.claim(), None
             return claim
-        owner = f"{self.owner}{TAIL_MARK}" if source is Source.TAIL else self.owner
         settings = self.deps.settings
         return await io(
-            self.deps.requests.claim, self.batch.id, target, owner, now, settings.batch_lease_seconds
+            self.deps.requests.claim, self.batch.id, target, self.owner, now, settings.batch_lease_seconds
         )
 
-    def _passed(self, claim: Claim, target: int, source: Source, now: float) -> Stopped | None:
+    def _passed(self, claim: Claim, target: int, from_heap: bool, now: float) -> Stopped | None:
         """A target this worker did not get: None to go on with the chain, or the stop."""
-        if source is Source.TAIL:
-            return None  # another chain's: whatever became of it, it is not this chain's
         if claim.kind is ClaimKind.HELD:
             # Another worker holds it: a live duplicate of this chain, or a dead worker
             # whose lease has not yet run out. Come back when the lease ends: then the
-            # request has ended (skip on) or can be taken over. One taken from the tail
-            # is passed: if its taker dies, its chain's tail finds it again (``run.tail``).
-            if source is Source.HEAP:
+            # request has ended (skip on) or can be taken over.
+            if from_heap:
                 return None  # a retry another worker runs: it is that worker's now
             assert claim.request is not None
-            if taken_from_the_tail(claim.request.lease_owner):
-                self._advance(source)
-                return None
             logger.info(  # which run holds it: its invocation's id leads the owner
                 "request held by another run",
                 extra={"batch_id": self.batch.id, "index": target, "holder": claim.request.lease_owner},
@@ -450,11 +413,11 @@ class ChainRun:
             heapq.heappush(self.retries, (claim.request.next_at, target))
         if self.lone:
             return Stopped(Why.LONE_DONE)  # ended already
-        self._advance(source)
+        self._advance(from_heap)
         return None
 
     async def _take_slot(
-        self, held: RequestRecord, target: int, source: Source, now: float
+        self, held: RequestRecord, target: int, from_heap: bool, now: float
     ) -> Stopped | None:
         """Hold a slot of the request's model (None); if full or paused, hand the request
         back and stop, the chain to ask again later."""
@@ -463,11 +426,11 @@ class ChainRun:
             return None
         await attempt.release(self.deps, self.batch, held)
         wait = await self.model_gate.refused(held.model, grant, now)
-        if source is not Source.WALK:  # a request taken from the tail waits as a retry would
+        if from_heap:
             heapq.heappush(self.retries, (now + wait.seconds, target))
         return Stopped.waiting(wait)
 
-    async def _admitted(self, held: RequestRecord, target: int, source: Source) -> Stopped | None:
+    async def _admitted(self, held: RequestRecord, target: int, from_heap: bool) -> Stopped | None:
         """Check the batch's key and owner again (``run.owner``): None to run ``held``. Else
         the batch fails for its owner, or the request goes back and the chain comes back
         when it is due to be checked again (the batch paused, when a quota, a budget or the
@@ -497,7 +460,7 @@ class ChainRun:
         after = max(0.0, (standing.check_at or now) - now)
         if standing.judgement is Judgement.PAUSE:
             self.latest = await pause_batch(self.deps, self.batch.id, standing) or self.latest
-        if source is not Source.WALK:
+        if from_heap:
             heapq.heappush(self.retries, (now + after, target))
         return Stopped(Why.OWNER_PAUSED if standing.judgement is Judgement.PAUSE else Why.OWNER_WAIT, after)
 
@@ -511,7 +474,7 @@ class ChainRun:
         if batch is not None and self.verdict is Verdict.RUN and _superseded(self.message, batch):
             self.verdict = Verdict.SUPERSEDED
 
-    async def _ended_unrun(self, held: RequestRecord, source: Source) -> bool:
+    async def _ended_unrun(self, held: RequestRecord, from_heap: bool) -> bool:
         """Cancelled, deleted, past the window, or out of result storage: the claimed
         request ends without running. True to go on (with results full, the chain ends its
         other requests the same way)."""
@@ -519,7 +482,7 @@ class ChainRun:
         await attempt.end_unrun(self.deps, self.batch, held, self.verdict)
         if self.verdict is not Verdict.RESULTS_FULL or self.lone:
             return False
-        self._advance(source)
+        self._advance(from_heap)
         return True
 
     async def _run(self, held: RequestRecord, target: int) -> Stopped | None:

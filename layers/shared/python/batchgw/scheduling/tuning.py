@@ -26,15 +26,6 @@ class Tuning:
     chain_retry_wait_seconds: float = 30.0
     # ...its slot in hand for a wait this short at most: longer, the slot serves other chains.
     retry_wait_keep_slot_seconds: float = 1.0
-    # A chain at its walk's end reads its batch's requests this many at a time, highest index
-    # first, for ones it can take (``run.tail``): a read of about 100 KB, 12.5 read units.
-    tail_read_items: int = 100
-    # ...takes none when more than this share of the first page is still to run: the batch is
-    # far from its end (the chain was a split's short part), and a split spreads it for less...
-    tail_most_share: float = 0.9
-    # ...and stops after a page with fewer to take than this share of it: a laggard's requests
-    # that far apart are a split's to spread (a page each for a few requests, for every chain).
-    tail_least_share: float = 0.1
     # A chain at a request not written yet reads the batch again after this long...
     write_wait_seconds: float = 0.05
     # ...doubled each time, up to this: prepare writes a batch's requests while its first run.

@@ -637,36 +637,6 @@ class RequestStore:
             )
         ]
 
-    def claimable_step(
-        self, batch_id: str, *, below: int, now: float, limit: int, start: dict[str, Any] | None = None
-    ) -> tuple[list[int], dict[str, Any] | None]:
-        """One read down the batch's requests, highest index first, from ``below`` (or
-        ``start``, where the last step stopped): the indexes a claim could take now (queued,
-        due for a retry, or running on a lease that ran out) among at most ``limit`` read,
-        and where the next step starts (None: no request is left below). Eventually
-        consistent: the claim is the judge."""
-        claimable = f"{is_queued} OR {retry_is_due} OR ({is_running} AND {lease_ran_out})"
-        items, after = self._table.query_step(
-            limit=limit,
-            start=start,
-            KeyConditionExpression="pk = :pk AND idx < :below",
-            FilterExpression=claimable,
-            ProjectionExpression="idx",
-            ScanIndexForward=False,
-            ExpressionAttributeNames=_STATUS,
-            ExpressionAttributeValues=to_item(
-                {
-                    ":pk": batch_id,
-                    ":below": below,
-                    ":queued": RequestStatus.QUEUED.value,
-                    ":retry": RequestStatus.RETRY_WAIT.value,
-                    ":running": RequestStatus.RUNNING.value,
-                    ":now": timestamp(now),
-                }
-            ),
-        )
-        return [int(raw["idx"]["N"]) for raw in items], after
-
     def page(self, batch_id: str, *, after_index: int, limit: int) -> tuple[list[RequestRecord], bool]:
         """Up to ``limit`` requests after index ``after_index``, in submission order, and
         whether more follow."""
