@@ -74,7 +74,7 @@ def test_twelve_creates_racing_against_a_limit_of_four_batches_make_exactly_four
     deps = make_deps(sim, FakeClock(), BATCH_MAX_ACTIVE_PER_USER="4")
     outcomes = at_once(12, lambda: create(deps, ALICE, 1))
     assert outcomes.count("ok") == 4
-    assert set(outcomes) == {"ok", "too_many_active_batches"}
+    assert set(outcomes) == {"ok", "too_many_open_batches"}
     assert len(batches.list_batches(deps, ALICE, {})["data"]) == 4
     assert deps.usage.read(ALICE.user_id).batches == 4
     assert code_of(lambda: create(deps, BOB, 1)) == "ok"  # another user is not affected

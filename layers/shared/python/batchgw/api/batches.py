@@ -419,7 +419,7 @@ def _over_limit(deps: Deps, refused: OverLimit) -> TooManyRequests:
         return TooManyRequests(
             f"You have {refused.count} unfinished batches, the most allowed "
             f"({settings.batch_max_active_per_user}).",
-            code="too_many_active_batches",
+            code="too_many_open_batches",  # spec 003's name (001's job_limit_exceeded is not used)
         )
     return TooManyRequests(
         f"This batch would take your unfinished requests to {refused.count}, over the limit "
