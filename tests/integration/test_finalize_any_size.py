@@ -19,9 +19,10 @@ from batchgw.run.chain import run_message
 from batchgw.storage import aws
 from batchgw.storage.blobs import export_key
 
+from functions.api import handler as api
 from local.simulator import Simulator
-from tests.integration.conftest import make_deps, receive_all
-from tests.support import FakeClock
+from tests.integration.conftest import chat_request, make_deps, receive_all
+from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -133,3 +134,36 @@ def test_a_finalize_out_of_time_saves_its_cursor_and_the_next_one_goes_on(
     assert batches.get_batch(deps, ALICE, batch_id)["status"] == "finalizing"
     assert ending.finalize(deps, batch_id, deadline=clock() + 600)["status"] == "completed"
     check_result_objects(deps, batch_id, 40)
+
+
+def test_an_inline_batch_also_reads_finalizing_while_its_output_is_written(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spec 000 names ``finalizing`` for file batches; here an inline batch shows it too, while
+    its output.jsonl is written (README, deliberate differences)."""
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    monkeypatch.setattr(api, "get_deps", lambda: deps)
+
+    def status_over_http(batch_id: str) -> dict[str, Any]:
+        answer = api.handler(http_event("GET", f"/v1/batches/{batch_id}"), LambdaContext())  # type: ignore[arg-type]
+        assert answer["statusCode"] == 200
+        return dict(json.loads(answer["body"]))
+
+    requests = [chat_request(f"q-{i}", f"hello {i}") for i in range(3)]
+    created = api.handler(http_event("POST", "/v1/batches", body={"requests": requests}), LambdaContext())  # type: ignore[arg-type]
+    batch_id = json.loads(created["body"])["id"]
+    lifecycle.prepare(deps, batch_id)
+    for message in receive_all(deps):
+        asyncio.run(run_message(deps, decode(message["Body"]), owner="w", deadline=clock() + 900))
+    lifecycle.park(deps, batch_id, "t")
+    seen = [status_over_http(batch_id)["status"]]
+    ending.finalize(deps, batch_id, deadline=clock() - 1)  # the output is still being written
+    finalizing = status_over_http(batch_id)
+    seen.append(finalizing["status"])
+    ending.finalize(deps, batch_id)
+    done = status_over_http(batch_id)
+    seen.append(done["status"])
+    assert seen == ["in_progress", "finalizing", "completed"]
+    assert finalizing["finalizing_at"] is not None and done["finalizing_at"] == finalizing["finalizing_at"]
+    assert done["input_file_id"] is None and done["output_file_id"] is None  # an inline batch
