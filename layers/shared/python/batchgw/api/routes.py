@@ -1,7 +1,7 @@
 """The public routes (``/v1/...``): batches, files and uploads, the caller's webhook and
-account, the API's description, and the retired Message Batches API, each a thin call into
-``batchgw.api``. The api function (``functions/api``) registers them on its resolver, as the
-admin function does ``admin_routes``.
+account, the models the caller may use, the API's description, and the retired Message
+Batches API, each a thin call into ``batchgw.api``. The api function (``functions/api``)
+registers them on its resolver, as the admin function does ``admin_routes``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
-from batchgw.api import accounts, auth, batches, files, uploads, webhooks
+from batchgw.api import accounts, auth, batches, files, models, uploads, webhooks
 from batchgw.api.http import caller, json_body, json_response, params, raw_body
 from batchgw.api.params import Download, last
 from batchgw.deps import Deps
@@ -251,6 +251,19 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
         # outside the batch API: BATCH_ENABLED does not apply
         deps = get_deps()
         return json_response(200, accounts.me(deps, caller(deps, app)))
+
+    # --- the models the caller may use --------------------------------------------------------
+
+    @app.get("/v1/models")
+    def list_models() -> Response[Any]:
+        # outside the batch API as /v1/me is: with BATCH_ENABLED off no model lists the batch tier
+        deps = get_deps()
+        return json_response(200, models.list_models(deps, caller(deps, app)))
+
+    @app.get("/v1/models/<model_id>")
+    def get_model(model_id: str) -> Response[Any]:
+        deps = get_deps()
+        return json_response(200, models.get_model(deps, caller(deps, app), model_id))
 
     # --- the API's description ----------------------------------------------------------------
 
