@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from batchgw.api import batches
+from batchgw.api import batches, files
 from batchgw.deps import Deps
 from batchgw.domain.errors import ApiError
 from batchgw.domain.principal import Principal
@@ -19,10 +19,11 @@ from batchgw.domain.states import RequestStatus
 from batchgw.provider.executor import provider_step
 from batchgw.run import ending, lifecycle
 
+from functions.api import handler as api
 from local.simulator import Simulator
 from tests.integration.conftest import chat_request, make_deps, receive_all
 from tests.integration.test_owner_gate import walk
-from tests.support import FakeClock
+from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -572,3 +573,123 @@ def test_a_step_that_died_before_recording_its_anthropic_batch_finds_it_by_the_n
     control(sim, f"/{made['id']}", action="complete")
     assert _steps(deps, created["id"])["next"] == "finalize"
     assert {r.status for r in deps.requests.all(created["id"])} == {RequestStatus.SUCCEEDED}
+
+
+# --- media a provider's batch service cannot fetch (spec 003) ------------------------------------
+
+UNFETCHABLE = [
+    "data:image/png;base64,iVBORw0KGgo=",
+    "http://127.0.0.1/cat.png",
+    "http://10.0.0.7/cat.png",
+    "http://localhost:8080/cat.png",
+    "http://[::1]/cat.png",
+    "http://169.254.10.20/cat.png",
+]
+
+
+def image_request(custom_id: str, url: str) -> dict[str, Any]:
+    content = [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": url}}]
+    return {
+        "custom_id": custom_id,
+        "body": {"model": "sim-chat", "messages": [{"role": "user", "content": content}]},
+    }
+
+
+def post_batch(deps: Deps, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]) -> tuple[int, Any]:
+    monkeypatch.setattr(api, "get_deps", lambda: deps)
+    answer = api.handler(http_event("POST", "/v1/batches", body=body), LambdaContext())  # type: ignore[arg-type]
+    return int(answer["statusCode"]), json.loads(answer["body"])
+
+
+@pytest.mark.parametrize("url", UNFETCHABLE)
+def test_media_a_provider_batch_cannot_fetch_is_refused_unsupported_batch_media_and_nothing_is_stored(
+    deps: Deps, sim: Simulator, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    requests = [chat_request("plain", "hello"), image_request("pic", url)]
+    status, body = post_batch(deps, monkeypatch, {"requests": requests, "execution_mode": "provider"})
+    assert status == 400
+    assert body["error"]["code"] == "unsupported_batch_media"
+    assert body["error"]["param"] == "requests[1].body.messages[0].content[1].image_url.url"
+    assert "custom_id 'pic'" in body["error"]["message"]
+    assert batches.list_batches(deps, ALICE, {})["data"] == []
+    assert deps.workflow.started == [] and provider_batches(sim) == []  # type: ignore[attr-defined]
+
+
+def test_vendor_file_ids_and_inline_base64_are_refused_for_a_provider_batch(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file_part = {"type": "file", "file": {"file_id": "file-abc123"}}
+    chat = {"model": "sim-chat", "messages": [{"role": "user", "content": [file_part]}]}
+    status, body = post_batch(
+        deps, monkeypatch, {"requests": [{"custom_id": "f", "body": chat}], "execution_mode": "provider"}
+    )
+    assert (status, body["error"]["code"]) == (400, "unsupported_batch_media")
+    assert body["error"]["param"] == "requests[0].body.messages[0].content[0].file.file_id"
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    claude = {"model": "sim-claude", "max_tokens": 16, "messages": [{"role": "user", "content": [image]}]}
+    monkeypatch.setattr(api, "get_deps", lambda: deps)
+    answer = api.handler(
+        http_event(
+            "POST",
+            "/v1/batches",
+            body={
+                "requests": [{"custom_id": "c", "url": "/v1/messages", "body": claude}],
+                "execution_mode": "provider",
+            },
+            headers={"anthropic-version": "2023-06-01"},
+        ),
+        LambdaContext(),  # type: ignore[arg-type]
+    )
+    error = json.loads(answer["body"])["error"]
+    assert (answer["statusCode"], error["code"]) == (400, "unsupported_batch_media")
+    assert error["param"] == "requests[0].body.messages[0].content[0].source"
+
+
+def test_a_public_media_url_runs_on_the_provider_and_a_gateway_run_batch_keeps_todays_rule(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    public = [image_request("pic", "https://example.com/cat.png")]
+    status, body = post_batch(deps, monkeypatch, {"requests": public, "execution_mode": "provider"})
+    assert status == 200 and body["execution_mode"] == "provider"
+    # Run here, the same media go as an interactive request's would (README: deliberate differences).
+    local = [image_request(f"pic-{i}", url) for i, url in enumerate(UNFETCHABLE)]
+    status, body = post_batch(deps, monkeypatch, {"requests": local})
+    assert status == 200 and body["execution_mode"] == "gateway"
+
+
+def test_a_provider_file_batch_with_unfetchable_media_fails_validation_naming_the_line(
+    deps: Deps, sim: Simulator
+) -> None:
+    lines = [
+        {
+            "custom_id": "a",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": chat_request("a", "hi")["body"],
+        },
+        {
+            "custom_id": "b",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            **image_request("b", UNFETCHABLE[1]),
+        },
+    ]
+    data = "\n".join(json.dumps(line) for line in lines).encode()
+    upload = files.upload_file(deps, ALICE, "multipart/form-data; boundary=B", multipart(data))
+    raw = {"input_file_id": upload["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    created = batches.create_batch(deps, ALICE, json.dumps({**raw, "execution_mode": "provider"}).encode())
+    lifecycle.prepare(deps, created["id"])
+    failed = batches.get_batch(deps, ALICE, created["id"])
+    assert failed["status"] == "failed" and failed["error"]["code"] == "unsupported_batch_media"
+    problem = failed["errors"]["data"][0]
+    assert problem["line"] == 2 and problem["param"] == "body.messages[0].content[1].image_url.url"
+    assert provider_batches(sim) == []
+
+
+def multipart(data: bytes) -> bytes:
+    return (
+        b'--B\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        b'--B\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n\r\n'
+        + data
+        + b"\r\n--B--\r\n"
+    )

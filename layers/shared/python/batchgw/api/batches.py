@@ -41,6 +41,7 @@ from batchgw.storage.blobs import own_input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.spend import Payer, reserve_provider, used_up_now
 from batchgw.storage.workflow import Next
+from batchgw.validation import media
 from batchgw.validation.create import (
     COMPLETION_WINDOWS,
     check_anthropic_version,
@@ -264,6 +265,8 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
             raise batch_not_supported(deps, opening.endpoint, given.models, asked)
         if choice.mode is Mode.GATEWAY:
             _check_routes(deps, given.models)
+        else:
+            _check_provider_media(given)
     else:
         check_file_batches(deps)
     _check_spend(deps, principal)
@@ -407,6 +410,20 @@ def _check_routes(deps: Deps, models: Sequence[str]) -> None:
                 f"Model '{model}' has no route that batch work may use; an administrator can allow one.",
                 param="model",
                 code="batch_route_unavailable",
+            )
+
+
+def _check_provider_media(given: InlineInput) -> None:
+    """400 ``unsupported_batch_media`` when a request of a batch bound for a provider's batch
+    service carries media that service cannot fetch (``validation.media``)."""
+    for index, (custom_id, _, body) in enumerate(given.requests):
+        refused = media.unsupported_media(body)
+        if refused is not None:
+            param = f"requests[{index}].body.{refused[0]}"
+            raise BadRequest(
+                f"requests[{index}] (custom_id '{custom_id}'): {media.message(*refused)}",
+                param=param,
+                code=media.CODE,
             )
 
 

@@ -10,6 +10,7 @@ routes the workflow answers ``step(Next...)`` (``storage.workflow``).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -36,6 +37,7 @@ from batchgw.storage.blobs import body_key
 from batchgw.storage.dynamo import timestamp
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.workflow import Next, step
+from batchgw.validation import media
 from batchgw.validation.file import FileReport, report_object, validate_file
 
 # Requests written per flush while preparing (bounded memory whatever the batch's size).
@@ -206,7 +208,10 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     )
     on_gateway = choice is not None and choice.mode is Mode.GATEWAY
     unroutable = [model for model in models if on_gateway and not deps.live.batch_routes(model)]
-    if report.ok and choice is None:
+    refused_media = None if not report.ok or choice is None or on_gateway else _provider_media(deps, batch)
+    if refused_media is not None:
+        errors = [refused_media]
+    elif report.ok and choice is None:
         errors = [
             {
                 "code": "batch_not_supported",
@@ -267,6 +272,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             "queued_request_limit",
             "batch_route_unavailable",
             "batch_not_supported",
+            media.CODE,
         )
         error = {  # as OMG's guide shows it (spec 001): with its type, and the file as its param
             "type": "invalid_request_error",
@@ -288,6 +294,24 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             from_statuses=_UNPREPARED,
         )
         logger.info("batch input refused", extra={"batch_id": batch.id, "problems": len(errors)})
+    return None
+
+
+def _provider_media(deps: Deps, batch: BatchRecord) -> dict[str, Any] | None:
+    """The first line of a file batch bound for a provider's batch service whose media that
+    service cannot fetch (``validation.media``), as a validation problem; None: none has."""
+    for number, line in enumerate(input_lines(deps, batch), start=1):
+        if not line.strip():
+            continue
+        refused = media.unsupported_media(json.loads(line).get("body"))
+        if refused is not None:
+            param = f"body.{refused[0]}"
+            return {
+                "code": media.CODE,
+                "line": number,
+                "param": param,
+                "message": f"line {number}: {media.message(param, refused[1])}",
+            }
     return None
 
 
