@@ -9,101 +9,29 @@ Without Chromium (``/usr/bin/chromium``, or ``BATCHGW_CHROMIUM``) these tests sk
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
+from playwright.sync_api import Browser, Page, expect
 
 from local.run import LocalStack
-from tests.e2e.conftest import Account, chat, root
-from tests.support import REPO_ROOT, wait_for
+from tests.e2e.conftest import chat, root
+from tests.e2e.console_support import (
+    AXE,
+    User,
+    browser,
+    console,
+    page,
+    playwright,
+    shot,
+    sign_in,
+    wait_status,
+)
+from tests.support import wait_for
 
-CHROMIUM = os.environ.get("BATCHGW_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).with_name("screenshots")
-AXE = REPO_ROOT / "layers" / "shared" / "console" / "node_modules" / "axe-core" / "axe.min.js"
-TIMEOUT_MS = 20_000
-
-if not Path(CHROMIUM).is_file():
-    if os.environ.get("BATCHGW_REQUIRE_BROWSER") == "1":
-        raise RuntimeError(
-            f"the console's browser tests need Chromium at {CHROMIUM} (apt-get install chromium)"
-        )
-    pytest.skip(f"no Chromium at {CHROMIUM}: the console's browser tests skip", allow_module_level=True)
-
-from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Playwright]:
-    with sync_playwright() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def browser(playwright: Playwright) -> Iterator[Browser]:
-    launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-    yield launched
-    launched.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-    context.set_default_timeout(TIMEOUT_MS)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert not errors, f"the page threw: {errors}"
-
-
-def console(stack: LocalStack) -> str:
-    return stack.api_url.removesuffix("/v1") + "/console/"
-
-
-def shot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-
-
-class User:
-    """A fresh user of a role, with its API key (the console signs in with it)."""
-
-    def __init__(self, stack: LocalStack, role: str = "internal") -> None:
-        self.account = Account(stack, role=role)
-        made = self.account.admin.post(f"/admin/users/{self.account.id}/keys", json={})
-        assert made.status_code == 200, made.text
-        self.key = made.json()["key"]
-        self.http = httpx.Client(
-            base_url=stack.api_url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30
-        )
-
-    def batch(self, name: str, requests: list[dict[str, Any]]) -> str:
-        made = self.http.post("/batches", json={"requests": requests, "metadata": {"name": name}})
-        assert made.status_code == 200, made.text
-        return str(made.json()["id"])
-
-    def status(self, batch_id: str) -> str:
-        return str(self.http.get(f"/batches/{batch_id}").raise_for_status().json()["status"])
-
-
-def sign_in(page: Page, stack: LocalStack, key: str) -> None:
-    page.goto(console(stack))
-    page.get_by_label("API key").fill(key)
-    page.get_by_role("button", name="Sign in", exact=True).click()
-    expect(page.get_by_text("Signed in as")).to_be_visible()
-
-
-def wait_status(user: User, batch_id: str, *statuses: str) -> None:
-    wait_for(
-        lambda: user.status(batch_id) in statuses, timeout=60, interval=0.2, what=f"{batch_id} {statuses}"
-    )
+__all__ = ["browser", "page", "playwright"]  # the browser fixtures, used by name
 
 
 # --- the files the console is made of -----------------------------------------------------
@@ -398,25 +326,6 @@ def test_with_batch_disabled_there_is_no_link_and_the_page_says_batch_is_not_ava
         wait_for(
             lambda: user.http.get("/batches").status_code == 200, timeout=30, interval=0.2, what="Batch back"
         )
-
-
-def test_the_admin_tab_lists_every_users_batches_with_totals_models_and_attempts(
-    page: Page, stack: LocalStack
-) -> None:
-    user = User(stack)
-    batch_id = user.batch("admin sees this", [chat("a", "hi"), chat("b", "there")])
-    wait_status(user, batch_id, "completed")
-    sign_in(page, stack, "sk-local-admin")
-    page.get_by_role("link", name="Admin: Batches").click()
-    expect(page.get_by_role("heading", name="Totals")).to_be_visible()
-    expect(page.locator('tr[data-model="sim-chat"]')).to_be_visible()
-    page.get_by_label("User", exact=True).fill(user.account.id)
-    page.get_by_role("button", name="Search", exact=True).click()
-    row = page.locator(f'tr[data-batch="{batch_id}"]')
-    expect(row).to_contain_text(user.account.id)
-    row.get_by_role("button", name=re.compile("^Attempts")).click()
-    expect(page.locator("table.attempts tbody tr")).to_have_count(2)
-    shot(page, "admin-batches")
 
 
 def test_a_state_changing_call_without_the_csrf_header_is_refused(page: Page, stack: LocalStack) -> None:

@@ -1,5 +1,6 @@
 """The console's files: its page, its scripts and styles (``web/``), and the third-party
-modules it imports (Preact and htm), served by the api function under ``/console/``.
+modules it imports (Preact, htm, and uPlot for the admin pages' charts, with its stylesheet),
+served by the api function under ``/console/``.
 
 The third-party files come from the npm registry, pinned in ``layers/shared/console``'s
 ``package-lock.json``: ``make install`` runs ``npm ci`` there and copies the files named in
@@ -33,8 +34,12 @@ VENDOR = {
     "preact": ("preact", "dist/preact.mjs"),
     "preact/hooks": ("preact", "hooks/dist/hooks.mjs"),
     "htm": ("htm", "dist/htm.mjs"),
+    "uplot": ("uplot", "dist/uPlot.esm.js"),
 }
+# The vendor stylesheets the page links, by the same scheme (their package and file).
+VENDOR_STYLES = {"uplot.css": ("uplot", "dist/uPlot.min.css")}
 IMPORT_MAP_MARK = "<!-- importmap -->"
+STYLES_MARK = "<!-- vendor styles -->"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -63,7 +68,7 @@ class Vendored:
     versions: dict[str, str]
 
     def path(self, name: str) -> str:
-        package, inner = VENDOR[name]
+        package, inner = VENDOR.get(name) or VENDOR_STYLES[name]
         return f"{PREFIX}/vendor/{package}@{self.versions[package]}/{inner.rsplit('/', 1)[-1]}"
 
 
@@ -84,10 +89,12 @@ def page() -> tuple[str, str]:
     imports = {name: vendor.path(name) for name in VENDOR}
     script = json.dumps({"imports": imports}, indent=2)
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    styles = "\n  ".join(f'<link rel="stylesheet" href="{vendor.path(name)}">' for name in VENDOR_STYLES)
     html = (
         (WEB / "index.html")
         .read_text()
         .replace(IMPORT_MAP_MARK, f'<script type="importmap">{script}</script>')
+        .replace(STYLES_MARK, styles)
     )
     return html, f"'sha256-{digest}'"
 
@@ -136,11 +143,10 @@ def asset(path: str) -> Asset | None:
 
 def _vendor(path: str) -> Asset | None:
     vendor = vendored()
-    for name in VENDOR:
+    for name, (package, inner) in [*VENDOR.items(), *VENDOR_STYLES.items()]:
         if vendor.path(name) == f"{PREFIX}/vendor/{path}":
-            package, inner = VENDOR[name]
             file = WEB / "vendor" / package / inner.rsplit("/", 1)[-1]
-            return Asset(file.read_text(), CONTENT_TYPES[".js"], FOREVER)
+            return Asset(file.read_text(), CONTENT_TYPES[file.suffix], FOREVER)
     return None
 
 
@@ -150,7 +156,7 @@ def copy_vendor(node_modules: Path, into: Path = WEB / "vendor") -> dict[str, st
     versions: dict[str, str] = {}
     if into.exists():
         shutil.rmtree(into)
-    for package, inner in VENDOR.values():
+    for package, inner in [*VENDOR.values(), *VENDOR_STYLES.values()]:
         source = node_modules / package / inner
         if not source.is_file():
             raise FileNotFoundError(f"{source} is missing: is {package} installed (npm ci)?")

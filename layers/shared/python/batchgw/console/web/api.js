@@ -49,6 +49,7 @@ export async function call(method, path, { body, headers = {}, raw = false } = {
 
 export const get = (path) => call("GET", path);
 export const post = (path, body, headers) => call("POST", path, { body, headers });
+export const patch = (path, body) => call("PATCH", path, { body });
 export const del = (path) => call("DELETE", path);
 
 // A download of what a POST answers (the preflight's problems as CSV or JSONL).

@@ -4,11 +4,15 @@
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, del, get, post, setCsrf } from "./api.js";
-import { html, Link, navigate, usePath } from "./ui.js";
+import { html, Link, navigate, useLocation } from "./ui.js";
 import { BatchesPage } from "./pages/batches.js";
 import { BatchPage } from "./pages/batch.js";
 import { CreatePage } from "./pages/create.js";
-import { AdminPage } from "./pages/admin.js";
+import { AdminBatchesPage } from "./pages/admin/batches.js";
+import { ConfigPage } from "./pages/admin/config.js";
+import { ConcurrencyPage } from "./pages/admin/concurrency.js";
+import { PromptsPage } from "./pages/admin/prompts.js";
+import { RecentPage, RequestsPage } from "./pages/admin/requests.js";
 import { WebhookPage } from "./pages/webhook.js";
 
 // --- signing in ------------------------------------------------------------------------------
@@ -48,19 +52,32 @@ function SignIn({ onSignedIn }) {
 
 // --- the shell: side navigation by the capabilities -------------------------------------------
 
+// The admin area's pages, in the side navigation's order: [path, label].
+const ADMIN = [
+  ["/console/admin/config", "Configuration"],
+  ["/console/admin/concurrency", "Batch Concurrency"],
+  ["/console/admin", "Batches"],
+  ["/console/admin/prompts", "Prompts"],
+  ["/console/admin/requests", "Requests"],
+  ["/console/admin/recent", "Recent Requests"],
+];
+
 function Nav({ session, capabilities, path, onSignOut }) {
   const links = [];
   if (capabilities && capabilities.show_entry) links.push(["/console/", "Batches"]);
   if (capabilities && capabilities.show_entry && capabilities.role_may_submit) links.push(["/console/create", "Create batch"]);
   if (capabilities && capabilities.show_entry) links.push(["/console/webhook", "Webhook"]);
-  if (session.role === "admin") links.push(["/console/admin", "Admin: Batches"]);
-  const current = (href) => (href === "/console/" ? path === "/console/" || path.startsWith("/console/batches") : path.startsWith(href));
+  const current = (href) => {
+    if (href === "/console/") return path === "/console/" || path.startsWith("/console/batches");
+    if (href === "/console/admin") return path === "/console/admin" || path === "/console/admin/";
+    return path === href || path.startsWith(`${href}/`);
+  };
+  const item = ([href, label]) => html`<li><${Link} href=${href} aria-current=${current(href) ? "page" : undefined}>${label}<//></li>`;
   return html`
     <nav class="side" aria-label="Console">
       <h1>batchgw</h1>
-      <ul>
-        ${links.map(([href, label]) => html`<li><${Link} href=${href} aria-current=${current(href) ? "page" : undefined}>${label}<//></li>`)}
-      </ul>
+      <ul>${links.map(item)}</ul>
+      ${session.role === "admin" && html`<h2 class="nav-group" id="nav-admin">Admin</h2><ul aria-labelledby="nav-admin">${ADMIN.map(item)}</ul>`}
       <div class="who">
         <div>Signed in as <strong>${session.user_id}</strong> (${session.role})</div>
         <div>API key <code>${session.key_prefix}…</code></div>
@@ -76,9 +93,19 @@ function Unavailable({ capabilities }) {
   return html`<section><h2>Batches</h2><p class="info" role="status">${why}</p></section>`;
 }
 
-function Page({ session, capabilities, path }) {
+function AdminPage({ path, query }) {
+  const prompts = path.match(/^\/console\/admin\/prompts(?:\/([^/]+))?\/?$/);
+  if (prompts) return html`<${PromptsPage} id=${prompts[1] ? decodeURIComponent(prompts[1]) : ""} />`;
+  if (path.startsWith("/console/admin/config")) return html`<${ConfigPage} />`;
+  if (path.startsWith("/console/admin/concurrency")) return html`<${ConcurrencyPage} />`;
+  if (path.startsWith("/console/admin/requests")) return html`<${RequestsPage} query=${query} />`;
+  if (path.startsWith("/console/admin/recent")) return html`<${RecentPage} />`;
+  return html`<${AdminBatchesPage} />`;
+}
+
+function Page({ session, capabilities, path, query }) {
   if (path.startsWith("/console/admin")) {
-    return session.role === "admin" ? html`<${AdminPage} />` : html`<p class="error">Only administrators see this page.</p>`;
+    return session.role === "admin" ? html`<${AdminPage} path=${path} query=${query} />` : html`<p class="error">Only administrators see this page.</p>`;
   }
   if (!capabilities || capabilities.status !== "enabled") return html`<${Unavailable} capabilities=${capabilities || { status: "unavailable" }} />`;
   if (path.startsWith("/console/webhook")) return html`<${WebhookPage} capabilities=${capabilities} />`;
@@ -91,7 +118,7 @@ function Page({ session, capabilities, path }) {
 function App() {
   const [session, setSession] = useState(undefined); // undefined: not known yet; null: signed out
   const [capabilities, setCapabilities] = useState(null);
-  const path = usePath();
+  const { path, query } = useLocation();
 
   const signedIn = async (shown) => {
     setCsrf(shown.csrf_token);
@@ -126,7 +153,7 @@ function App() {
     <a class="skip" href="#main">Skip to content</a>
     <div class="shell">
       <${Nav} session=${session} capabilities=${capabilities} path=${path} onSignOut=${signOut} />
-      <main id="main" tabindex="-1"><${Page} session=${session} capabilities=${capabilities} path=${path} /></main>
+      <main id="main" tabindex="-1"><${Page} session=${session} capabilities=${capabilities} path=${path} query=${query} /></main>
     </div>`;
 }
 
