@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from batchgw.deps import Deps
 from batchgw.domain.errors import StorageError
+from batchgw.storage import aws
+from botocore.exceptions import ClientError
 
 from functions.api import handler as api
 from local.simulator import Simulator
@@ -69,7 +71,7 @@ def test_with_batch_disabled_it_answers_that_and_no_entry_while_every_batch_rout
     assert status == 401
 
 
-def test_while_the_batch_store_cannot_be_read_batch_is_unavailable_and_the_link_stays_hidden(
+def test_when_only_the_history_check_fails_has_history_is_null_and_the_link_stays(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deps = make_deps(sim, FakeClock())
@@ -78,6 +80,36 @@ def test_while_the_batch_store_cannot_be_read_batch_is_unavailable_and_the_link_
         raise StorageError("the batches table cannot be read")
 
     monkeypatch.setattr(deps.batches, "list_for_owner", refuse)
+    status, free = ask(deps, monkeypatch, "sk-local-free")  # below BATCH_MIN_ROLE: only history shows it
+    assert status == 200
+    assert free == {
+        "object": "user.batch_capabilities",
+        "status": "enabled",
+        "min_role": "internal",
+        "role_may_submit": False,
+        "has_history": None,
+        "show_entry": True,
+    }
+    monkeypatch.undo()
+
+    def refuse_webhook(*_: Any, **__: Any) -> Any:
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "no"}}, "GetItem")
+
+    monkeypatch.setattr(deps.webhooks, "get", refuse_webhook)
+    _, free = ask(deps, monkeypatch, "sk-local-free")
+    assert (free["status"], free["has_history"], free["show_entry"]) == ("enabled", None, True)
+
+
+def test_while_the_batch_store_is_not_ready_batch_is_unavailable_and_the_link_stays_hidden(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = make_deps(sim, FakeClock())
+    aws.get_clients().dynamodb.delete_table(TableName=deps.settings.batches_table)
     status, body = ask(deps, monkeypatch, "sk-local-alice")
     assert status == 200
-    assert (body["status"], body["has_history"], body["show_entry"]) == ("unavailable", None, False)
+    assert (body["status"], body["role_may_submit"], body["has_history"], body["show_entry"]) == (
+        "unavailable",
+        True,
+        None,
+        False,
+    )

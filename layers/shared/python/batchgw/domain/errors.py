@@ -104,3 +104,8 @@ class ServiceUnavailable(ApiError):
 
 class StorageError(Exception):
     """An AWS call failed in a way the caller cannot handle; raised from the SDK error."""
+
+
+class StoreNotReady(StorageError):
+    """The table a read needs does not exist (yet): the store is not deployed or not ready,
+    which no retry of the same call changes."""

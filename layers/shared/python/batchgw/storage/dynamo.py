@@ -11,7 +11,8 @@
   a value.
 
 A conditional write answers whether it applied; every other SDK error becomes a
-``StorageError`` saying what failed, raised from the SDK's own.
+``StorageError`` saying what failed, raised from the SDK's own (``StoreNotReady`` when a
+query or batch call finds no table).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from batchgw.domain.errors import StorageError
+from batchgw.domain.errors import StorageError, StoreNotReady
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
+TABLE_MISSING = "ResourceNotFoundException"
 TRANSACTION_CANCELLED = "TransactionCanceledException"
 BATCH_WRITE_LIMIT = 25
 BATCH_GET_LIMIT = 100
@@ -464,4 +466,6 @@ class Table:
         try:
             return call(**request)
         except ClientError as exc:
+            if error_code(exc) == TABLE_MISSING:
+                raise StoreNotReady(failure) from exc
             raise StorageError(failure) from exc
