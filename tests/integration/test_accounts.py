@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from batchgw.api import auth
+from batchgw.api import auth, idempotency
 from batchgw.deps import Deps
+from batchgw.storage import aws
 from batchgw.storage.spend import Payer
 
 from functions.admin import handler as admin
@@ -151,6 +152,63 @@ def test_a_suspended_account_is_refused_and_reinstated(world: Any) -> None:
     call("PATCH", f"/admin/users/{user_id}", ADMIN, {"status": "active"})
     clock.advance(31)
     assert call("GET", "/v1/batches", key["key"])[0] == 200
+
+
+def test_a_suspended_account_gets_401_on_create_in_the_error_shape(world: Any) -> None:
+    """The create call's errors: 401 once the account is unavailable (its other routes say
+    403 ``account_suspended``)."""
+    _deps, clock = world
+    user_id = new_user()
+    key = new_key(user_id)
+    call("PATCH", f"/admin/users/{user_id}", ADMIN, {"status": "suspended"})
+    clock.advance(31)
+    status, error = call("POST", "/v1/batches", key["key"], {"requests": [chat_request("s", "hi")]})
+    assert status == 401
+    assert error == {
+        "error": {
+            "message": error["error"]["message"],
+            "type": "authentication_error",
+            "param": None,
+            "code": "account_unavailable",
+        }
+    }
+
+
+@pytest.mark.parametrize("change", ["suspended", "deleted"])
+def test_an_account_made_unavailable_after_authentication_gets_401_and_nothing_is_stored(
+    world: Any, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """Suspended or deleted between the create's authentication and its store: the store's
+    own transaction sees it, so no batch, no stored requests, no Idempotency-Key claim and
+    no usage are left."""
+    deps, _clock = world
+    user_id = new_user()
+    key = new_key(user_id)
+    store = deps.batches.create
+    seen: list[str] = []
+
+    def unavailable_then_store(record: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(record.id)
+        if change == "suspended":
+            assert call("PATCH", f"/admin/users/{user_id}", ADMIN, {"status": "suspended"})[0] == 200
+        else:
+            assert call("DELETE", f"/admin/users/{user_id}", ADMIN)[0] == 200
+        return store(record, *args, **kwargs)
+
+    monkeypatch.setattr(deps.batches, "create", unavailable_then_store)
+    body = {"requests": [chat_request("a", "hi"), chat_request("b", "there")]}
+    status, error = call("POST", "/v1/batches", key["key"], body, headers={"Idempotency-Key": "race"})
+    assert status == 401 and error["error"]["code"] == "account_unavailable", error
+    assert set(error["error"]) == {"message", "type", "param", "code"}
+    [batch_id] = seen
+    assert deps.batches.get(batch_id) is None
+    assert deps.batches.list_for_owner(user_id, limit=10)[0] == []
+    assert list(deps.requests.all(batch_id)) == []
+    stored = aws.get_clients().s3.list_objects_v2(Bucket=deps.settings.data_bucket).get("Contents", [])
+    assert [o["Key"] for o in stored if batch_id in o["Key"]] == []  # its input copy went too
+    assert deps.idempotency.get(user_id, idempotency.stored_key("batches", "race")) is None
+    usage = deps.usage.read(user_id)
+    assert (usage.batches, usage.requests, usage.held, usage.file_bytes) == (0, 0, {}, 0)
 
 
 def test_regenerating_a_key_revokes_the_old_secret_and_keeps_its_budgets(world: Any) -> None:

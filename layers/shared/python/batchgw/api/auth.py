@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from batchgw.deps import Deps
 from batchgw.domain.accounts import UserStatus
-from batchgw.domain.errors import Forbidden, NotFound, RateLimited, Unauthorized
+from batchgw.domain.errors import AccountSuspended, Forbidden, NotFound, RateLimited, Unauthorized
 from batchgw.domain.principal import Principal, hash_key
 from batchgw.domain.rates import RateRule
 
@@ -123,7 +123,7 @@ def _identify(deps: Deps, authorization: str | None) -> Principal:
     if principal is None:
         raise Unauthorized("Invalid API key: unknown, revoked or expired.", code="invalid_api_key")
     if principal == SUSPENDED:
-        raise Forbidden("Your account is suspended.", code="account_suspended")
+        raise AccountSuspended()
     return principal
 
 
@@ -193,6 +193,6 @@ def session_caller(deps: Deps, token: str, *, method: str, csrf: str | None) -> 
             "The key this session signed in with is revoked or expired.", code="invalid_api_key"
         )
     if principal == SUSPENDED:
-        raise Forbidden("Your account is suspended.", code="account_suspended")
+        raise AccountSuspended()
     _take_turn(deps, principal)
     return principal

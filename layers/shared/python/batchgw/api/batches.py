@@ -21,6 +21,7 @@ from batchgw.deps import Deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
 from batchgw.domain.errors import (
+    AccountUnavailable,
     BadRequest,
     Conflict,
     Forbidden,
@@ -37,6 +38,7 @@ from batchgw.domain.spend import TokenCost, most_cost, over_budget_message, refu
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.usage import OverLimit, UsageLimits
 from batchgw.observability import logger
+from batchgw.storage.batches import OwnerInactive
 from batchgw.storage.blobs import own_input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.spend import Payer, reserve_provider, used_up_now
@@ -368,7 +370,8 @@ def _window(deps: Deps, asked: str | None) -> tuple[str, float | None]:
 
 def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
     """Store the batch, counted against its owner's limits in the same write (429 over
-    one, its input removed), and start its workflow; if the workflow cannot start, nothing
+    one, its input removed) and only while its owner is still active (401 once suspended or
+    deleted, its input removed), and start its workflow; if the workflow cannot start, nothing
     is left behind (no batch counting against the user's limits) and the caller may retry."""
     settings = deps.settings
     limits = UsageLimits(
@@ -376,7 +379,13 @@ def _store_and_start(deps: Deps, record: BatchRecord) -> dict[str, Any]:
         settings.batch_max_queued_requests_per_user,
         storage_limit(deps),
     )
-    refused = deps.batches.create(record, limits, now=deps.clock())
+    try:
+        refused = deps.batches.create(
+            record, limits, now=deps.clock(), owner_active=deps.accounts.active_check(record.owner)
+        )
+    except OwnerInactive:
+        deps.blobs.delete(own_input_key(record))
+        raise AccountUnavailable() from None
     if refused is not None:
         deps.blobs.delete(own_input_key(record))
         raise _over_limit(deps, refused)

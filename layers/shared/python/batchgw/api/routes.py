@@ -15,7 +15,7 @@ from batchgw.api import accounts, auth, batches, files, models, uploads, webhook
 from batchgw.api.http import caller, json_body, json_response, params, raw_body
 from batchgw.api.params import Download, last
 from batchgw.deps import Deps
-from batchgw.domain.errors import BadRequest
+from batchgw.domain.errors import AccountSuspended, AccountUnavailable, BadRequest
 from batchgw.domain.principal import Principal
 from batchgw.validation.jsonbody import parse_json
 
@@ -68,7 +68,12 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
 
     @app.post("/v1/batches")
     def create_batch() -> Response[Any]:
-        deps, principal = call()
+        try:
+            deps, principal = call()
+        except AccountSuspended:
+            # The create call's errors: 401 when the account is unavailable, as it is when it
+            # is suspended after this point, before the batch is stored (``batches.create``).
+            raise AccountUnavailable() from None
         headers = app.current_event.headers
         refuse_create_headers(headers)
         created = batches.create_batch(

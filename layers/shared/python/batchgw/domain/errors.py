@@ -48,9 +48,26 @@ class Unauthorized(ApiError):
     type = "authentication_error"
 
 
+class AccountUnavailable(Unauthorized):
+    """A create whose account is suspended or deleted, when it is authenticated or at any
+    moment before its batch is stored: the spec's 401 for the create call."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Your account is suspended or deleted: the batch was not created.", code="account_unavailable"
+        )
+
+
 class Forbidden(ApiError):
     status = 403
     type = "permission_error"
+
+
+class AccountSuspended(Forbidden):
+    """A suspended account's key: recognised, and refused (403 on every route but the create's)."""
+
+    def __init__(self) -> None:
+        super().__init__("Your account is suspended.", code="account_suspended")
 
 
 class NotFound(ApiError):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from batchgw.domain.accounts import KeyRecord, UserRecord
+from batchgw.domain.accounts import KeyRecord, UserRecord, UserStatus
 from batchgw.domain.errors import StorageError
 from batchgw.storage.dynamo import Table, Update, from_item, to_item
 
@@ -27,6 +27,9 @@ REGISTRY = "users"
 # The clauses of the accounts' conditional writes.
 record_not_exists = "attribute_not_exists(pk)"
 record_exists = "attribute_exists(pk)"
+# A write joined to this check happens only for a user still there and active: not suspended,
+# not deleted (a profile stored without a status is active, as ``UserRecord.from_item`` reads it).
+user_active = "attribute_exists(pk) AND (attribute_not_exists(#status) OR #status = :active)"
 
 
 def _user_key(user_id: str, sk: str = PROFILE) -> dict[str, Any]:
@@ -96,6 +99,19 @@ class AccountStore:
     def key(self, user_id: str, key_id: str) -> KeyRecord | None:
         item = self._table.get(_user_key(user_id, f"key#{key_id}"))
         return None if item is None else KeyRecord.from_item(item)
+
+    def active_check(self, user_id: str) -> dict[str, Any]:
+        """A transaction's ``ConditionCheck`` that ``user_id`` is still active: a write joined
+        to it does not happen once the account is suspended or deleted, however late."""
+        return {
+            "ConditionCheck": {
+                "TableName": self._table.name,
+                "Key": _user_key(user_id),
+                "ConditionExpression": user_active,
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": to_item({":active": UserStatus.ACTIVE.value}),
+            }
+        }
 
     # --- writes -------------------------------------------------------------------------------
 

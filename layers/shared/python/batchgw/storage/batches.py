@@ -53,6 +53,10 @@ class ParentChanged(Exception):
     """A retry's parent was gone, another's, or had all the children it may have."""
 
 
+class OwnerInactive(Exception):
+    """The batch's owner was suspended or deleted before its record could be stored."""
+
+
 class _RecordChanged(Exception):
     """The write of a batch's record joined to a usage charge did not hold its condition."""
 
@@ -68,14 +72,18 @@ class BatchStore(BatchRecords, CounterShards, RunMarks, PrepareLease, OwnerIndex
 
     # --- the record's life --------------------------------------------------------------------
 
-    def create(self, record: BatchRecord, limits: UsageLimits, *, now: float) -> OverLimit | None:
+    def create(
+        self, record: BatchRecord, limits: UsageLimits, *, now: float, owner_active: Mapping[str, Any]
+    ) -> OverLimit | None:
         """Store a new batch's record and count it in its owner's usage, in one transaction:
         one unfinished batch more, and its requests (a file batch's are counted once its file
         is read: ``charge_requests``), and its input copy's ``input_bytes`` as input-file bytes,
         under its own entry until it ends (``domain.usage``). OverLimit, with nothing stored, when that
         would take the owner over ``limits``. A retry's child batch is listed on its parent in
         the same transaction: ParentChanged, with nothing stored, when the parent is gone, is
-        no longer its owner's, or lists ``MAX_CHILDREN`` already."""
+        no longer its owner's, or lists ``MAX_CHILDREN`` already. The transaction holds
+        ``owner_active`` too (``AccountStore.active_check``): OwnerInactive, with nothing
+        stored, when the owner was suspended or deleted since the caller was authenticated."""
         put = {
             "Put": {
                 "TableName": self._table.name,
@@ -93,6 +101,7 @@ class BatchStore(BatchRecords, CounterShards, RunMarks, PrepareLease, OwnerIndex
                 requests=record.total,
                 limits=limits,
                 also=also,
+                guards=[owner_active],
                 copy=record if record.input_bytes else None,
                 now=now,
             )
@@ -290,16 +299,19 @@ class BatchStore(BatchRecords, CounterShards, RunMarks, PrepareLease, OwnerIndex
         requests: int,
         limits: UsageLimits,
         also: Sequence[dict[str, Any]] = (),
+        guards: Sequence[Mapping[str, Any]] = (),
         copy: BatchRecord | None = None,
         now: float = 0.0,
     ) -> OverLimit | None:
-        """Run ``action`` (a conditional write of batch ``batch_id``'s record) and ``also``
-        (writes of other items) with ``batches`` and ``requests`` charged to ``owner``'s
+        """Run ``action`` (a conditional write of batch ``batch_id``'s record), ``also``
+        (writes of other items) and ``guards`` (the owner's ``active_check``, on a create)
+        with ``batches`` and ``requests`` charged to ``owner``'s
         usage, in one transaction, and ``copy``'s input copy with them (at ``now``, after
         dropping the owner's expired file hours). OverLimit when the owner would go over
         ``limits``, counting as ended the requests that ended in the batches their usage
         holds (see ``storage.usage``); raises _RecordChanged when ``action``'s own condition
-        did not hold, ParentChanged when one of ``also`` did not."""
+        did not hold, ParentChanged when one of ``also`` did not, OwnerInactive when one of
+        ``guards`` did not."""
         read: tuple[Usage, int] | None = None  # the usage as read, and the requests ended of it
         most_bytes = 0
         if copy is not None:
@@ -323,7 +335,8 @@ class BatchStore(BatchRecords, CounterShards, RunMarks, PrepareLease, OwnerIndex
                     )
                     charge = UsageStore.joined(charge, held)
                 cancelled = self._table.transact(
-                    [action, *also, self._usage.action(owner, charge)], failure=f"could not count {batch_id}"
+                    [action, *also, *guards, self._usage.action(owner, charge)],
+                    failure=f"could not count {batch_id}",
                 )
                 if cancelled is None:
                     return None
@@ -331,6 +344,8 @@ class BatchStore(BatchRecords, CounterShards, RunMarks, PrepareLease, OwnerIndex
                     raise _RecordChanged
                 if any(cancelled.failed(1 + i) for i in range(len(also))):
                     raise ParentChanged
+                if any(cancelled.failed(1 + len(also) + i) for i in range(len(guards))):
+                    raise OwnerInactive
             usage = self._usage.read(owner)
             ended_now = self._ended_requests(owner, usage)
             if ended_now is None:
