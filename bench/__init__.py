@@ -38,7 +38,7 @@ invocations are cold starts, which the measured runs then do not pay). Then:
 3. **Retries** (issue 3): a second batch (``--retry-n``, default N) where every 10th
    request carries ``[[sim status=503 fail=2]]``, so it fails twice with 503 and then
    succeeds; the gateway retries with its real backoff (``BATCH_RETRY_BASE_SECONDS``,
-   default 5 s, doubling, half jittered). The direct client runs the same requests and
+   default 5 s, doubling, up to 20 % jitter on top). The direct client runs the same requests and
    retries 503s with the same rule (``batchgw.domain.decisions.backoff_seconds``, same settings),
    sleeping outside its semaphore as the gateway frees the slot while a request waits.
    The simulator must have seen exactly N + 2 x N/10 requests for the gateway's run.

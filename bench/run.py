@@ -197,7 +197,7 @@ def print_retry(
 ) -> None:
     print(
         f"\n=== retries: {workload.n} requests, {workload.failing} fail twice with 503 "
-        f"(backoff base {result['retry_base_seconds']:g} s, doubling, half jittered) ==="
+        f"(backoff base {result['retry_base_seconds']:g} s, doubling, up to 20 % jitter on top) ==="
     )
     _table(
         [

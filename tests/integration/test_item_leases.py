@@ -320,7 +320,7 @@ def test_a_chain_waiting_seconds_for_a_retry_lets_its_slot_go_meanwhile(sim: Sim
         sim,
         time.time,
         BATCH_MODEL_CONCURRENCY="1",
-        BATCH_RETRY_BASE_SECONDS="4",  # half jittered: the retry waits 2 to 4 s
+        BATCH_RETRY_BASE_SECONDS="4",  # jittered on top: the retry waits 4 to 4.8 s
         BATCH_RETRY_MAX_SECONDS="4",
     )
     requests = [chat_request("r-0", "flaky [[sim status=503 fail=1]]"), chat_request("r-1", "fine")]

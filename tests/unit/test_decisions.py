@@ -14,6 +14,7 @@ from batchgw.domain.batch import Tally
 from batchgw.domain.decisions import (
     MAX_QUEUED_WAIT_SECONDS,
     MAX_TRIES_WITHOUT_WINDOW,
+    RETRY_JITTER,
     Decision,
     End,
     Retry,
@@ -104,11 +105,35 @@ def test_a_200_that_is_not_json_fails_permanently_as_upstream_error() -> None:
     }
 
 
-def test_backoff_doubles_from_the_base_to_the_cap_with_jitter() -> None:
+def test_backoff_starts_at_5_seconds_doubles_to_15_minutes_and_jitters_only_on_top() -> None:
     rng = random.Random(7)
-    for attempt, full in [(1, 5), (2, 10), (3, 20), (8, 640), (9, 900), (30, 900)]:
+    for attempt, nominal in [(1, 5), (2, 10), (3, 20), (8, 640), (9, 900), (30, 900), (10_000, 900)]:
         delay = backoff_seconds(attempt, SETTINGS, rng)
-        assert full / 2 <= delay <= full
+        assert nominal <= delay <= nominal * (1 + RETRY_JITTER)
+
+
+def test_backoff_is_never_below_its_nominal_delay_and_its_jitter_stays_bounded() -> None:
+    rng = random.Random(11)
+    delays = [backoff_seconds(1, SETTINGS, rng) for _ in range(5000)]
+    assert min(delays) >= 5 and max(delays) <= 5 * (1 + RETRY_JITTER)
+    assert max(delays) - min(delays) > 0.9 * 5 * RETRY_JITTER  # jittered over its whole range
+    assert RETRY_JITTER <= 0.5
+
+
+def test_a_retry_waits_at_least_its_nominal_delay_whatever_the_draw() -> None:
+    class Extreme(random.Random):
+        def __init__(self, draw: float) -> None:
+            super().__init__()
+            self.draw = draw
+
+        def random(self) -> float:
+            return self.draw
+
+    for draw in (0.0, 0.999999):
+        step = decide(
+            outcome(503), request(3), SETTINGS, now=NOW, expires_at=NOW + 3600, price=None, rng=Extreme(draw)
+        )
+        assert isinstance(step, Retry) and NOW + 20 <= step.next_at <= NOW + 20 * (1 + RETRY_JITTER)
 
 
 def test_a_longer_retry_after_is_honoured() -> None:
@@ -225,7 +250,7 @@ def test_a_retried_attempt_is_charged_as_it_is_recorded() -> None:
     busy = outcome(503).replace(input_tokens=10)  # an error that still reports usage
     step = next_step(busy, attempts=2, now=NOW, expires_at=NOW + 3600, settings=SETTINGS, price=PRICE, lost=1)
     assert isinstance(step, Retry) and step.uses_attempt and step.pause_model_until is None
-    assert NOW + 5 <= step.next_at <= NOW + 10  # the second retry: base doubled, half jittered
+    assert NOW + 10 <= step.next_at <= NOW + 10 * (1 + RETRY_JITTER)  # the second retry: base doubled
     assert step.error["code"] == "service_unavailable"
     assert step.charge == Tally(input_tokens=10, cost_nano=10 * 2_000)  # lost attempts count at the end
     lost = Outcome("retry", error={"code": "upstream_error"}, usage_known=False)

@@ -4,7 +4,7 @@ Pure rules (no AWS, no clock of their own), so each one is tested directly. ``de
 is the whole decision after a request ran; ``not_run`` ends one that may not run.
 
 - 408, 425, 429 and 5xx other than 504 are retried with exponential backoff (base
-  doubling to the cap, with jitter), honouring a longer ``Retry-After``, while the
+  doubling to the cap, jitter added on top), honouring a longer ``Retry-After``, while the
   window is open; a try that would start after the window closes fails the request with
   the last error it got. Without a window a request is tried at most 2,000 times.
 - 503 ``model_queued`` uses no attempt: the request waits for the deployment's
@@ -36,6 +36,9 @@ MAX_QUEUED_WAIT_SECONDS = 168 * 3600
 # A request whose worker was lost this many times is not tried again (its workers keep
 # dying: it is more likely the request than the workers).
 MAX_LOST_ATTEMPTS = 3
+# A retry waits its nominal delay plus up to this share of it more, at random: it spreads a
+# burst of requests that failed together, so their retries do not all arrive together again.
+RETRY_JITTER = 0.2
 
 
 class DecisionSettings(Protocol):
@@ -117,11 +120,13 @@ def verdict(batch: BatchRecord | None, now: float) -> Verdict:
 
 
 def backoff_seconds(attempt: int, settings: DecisionSettings, rng: random.Random | None = None) -> float:
-    """Delay before try ``attempt + 1``: base * 2^(attempt-1) up to the cap, half of it jittered."""
+    """Delay before try ``attempt + 1``: the nominal delay, base * 2^(attempt-1) capped at
+    BATCH_RETRY_MAX_SECONDS, plus a jitter of up to ``RETRY_JITTER`` of it; never below the
+    nominal delay."""
     rng = rng or random.Random()
     exponent = min(max(attempt - 1, 0), 60)
-    delay = min(settings.batch_retry_max_seconds, settings.batch_retry_base_seconds * (2**exponent))
-    return delay / 2 + rng.random() * delay / 2
+    nominal = min(settings.batch_retry_max_seconds, settings.batch_retry_base_seconds * (2**exponent))
+    return nominal + rng.random() * RETRY_JITTER * nominal
 
 
 def queued_wait_seconds(retry_after: float | None, settings: DecisionSettings) -> float:
