@@ -27,6 +27,7 @@ from batchgw.upstream.client import classify
 
 from local.simulator import Simulator
 from tests.integration.conftest import FakeWorkflow, body_of, chat_request, make_deps, receive_all
+from tests.integration.test_console_batches import call
 from tests.support import FakeClock, spec_counts
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -116,6 +117,48 @@ def test_a_retry_that_finds_the_window_closed_fails_with_its_last_error(sim: Sim
     assert statuses(deps, batch_id) == [("failed", "service_unavailable"), ("expired", "batch_expired")]
     done = finish(deps, batch_id)
     assert done["status"] == "expired" and done["request_counts"]["failed"] == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "tries"),
+    [
+        (425, "upstream_error", 3),
+        (408, "upstream_error", 3),
+        (429, "rate_limited", 3),
+        (500, "upstream_error", 3),
+        (503, "service_unavailable", 3),
+        (401, "forbidden", 1),  # not retried: the provider refused the gateway's credentials
+    ],
+)
+def test_an_upstream_status_retried_until_the_window_closes_ends_with_its_last_error_and_spec_code(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, status: int, code: str, tries: int
+) -> None:
+    """Through the HTTP API: a 425 or 408 retried until the next try would start after the
+    window ends as a 429 or 5xx does, with the last error it got, never ``invalid_request``
+    (the model rejecting it) nor ``timeout`` (a 504's, not retried); a 401 fails at once."""
+    clock = FakeClock()
+    deps = make_deps(sim, clock, BATCH_COMPLETION_WINDOW_HOURS="0.01")  # 36 s
+    created, batch = call(
+        deps,
+        monkeypatch,
+        "POST",
+        "/v1/batches",
+        body={"requests": [chat_request("r", f"[[sim status={status}]] hi")]},
+    )
+    assert created == 200, batch
+    lifecycle.prepare(deps, batch["id"])
+    receive_all(deps)
+    # Tries at 0 s, 6 s and 18 s (5 s, then 10 s, jittered by at most 20 %); the next would
+    # start at 38 s or later, after the window.
+    for advance in (6, 12, 0):
+        run(deps, RequestMessage(batch["id"], 0))
+        clock.advance(advance)
+    answered, page = call(deps, monkeypatch, "GET", f"/v1/batches/{batch['id']}/results")
+    assert answered == 200
+    [result] = page["data"]
+    assert result["status"] == "failed" and result["response"] is None
+    assert (result["error"]["code"], result["error"]["status"]) == (code, status)
+    assert sim.stats()["models"]["sim-chat"]["requests"] == tries
 
 
 # --- the reconciler -------------------------------------------------------------------------------

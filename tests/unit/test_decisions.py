@@ -84,12 +84,17 @@ def test_a_504_fails_at_once_with_code_timeout() -> None:
 
 
 def test_error_codes_follow_the_spec_table() -> None:
-    codes = {s: outcome(s).error["code"] for s in (400, 403, 404, 422, 429, 500, 503)}  # type: ignore[index]
+    statuses = (400, 401, 403, 404, 408, 409, 422, 425, 429, 500, 503)
+    codes = {s: outcome(s).error["code"] for s in statuses}  # type: ignore[index]
     assert codes == {
         400: "invalid_request",
+        401: "forbidden",  # the provider refused the gateway's credentials, as with a 403
         403: "forbidden",
         404: "model_not_found",
+        408: "upstream_error",  # retried: `timeout` is a 504's, never retried
+        409: "invalid_request",
         422: "invalid_request",
+        425: "upstream_error",  # retried: never the model rejecting the request
         429: "rate_limited",
         500: "upstream_error",
         503: "service_unavailable",

@@ -94,12 +94,15 @@ _PATHS = {
     "/v1/messages": "/messages",
 }
 
+# The spec's error codes. A 401 is the provider refusing the gateway's credentials, as a 403
+# is; ``timeout`` is a 504's alone (not retried): a 408 or 425 is retried, and one that still
+# fails after every retry ends ``upstream_error`` as any other failure that may pass does.
 _ERROR_CODES = {
     400: "invalid_request",
     422: "invalid_request",
+    401: "forbidden",
     403: "forbidden",
     404: "model_not_found",
-    408: "timeout",
     429: "rate_limited",
     503: "service_unavailable",
     504: "timeout",
@@ -107,9 +110,12 @@ _ERROR_CODES = {
 
 
 def error_code_for(status: int) -> str:
+    """The error code a request ends with after an upstream ``status``: the spec's table;
+    ``upstream_error`` for any other status that is retried (408, 425, 5xx); any other 4xx is
+    the model rejecting the request (``invalid_request``)."""
     if status in _ERROR_CODES:
         return _ERROR_CODES[status]
-    return "upstream_error" if status >= 500 or status == 401 else "invalid_request"
+    return "upstream_error" if status >= 500 or status in RETRYABLE else "invalid_request"
 
 
 def parse_retry_after(value: str | None) -> float | None:
