@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
+import httpx
+import openai
 import pytest
-from batchgw.api import auth, idempotency
+from batchgw.api import auth, files, idempotency
 from batchgw.deps import Deps
+from batchgw.domain.principal import Principal
 from batchgw.storage import aws
 from batchgw.storage.spend import Payer
+from openai import OpenAI
 
 from functions.admin import handler as admin
 from functions.api import handler as api
@@ -209,6 +214,50 @@ def test_an_account_made_unavailable_after_authentication_gets_401_and_nothing_i
     assert deps.idempotency.get(user_id, idempotency.stored_key("batches", "race")) is None
     usage = deps.usage.read(user_id)
     assert (usage.batches, usage.requests, usage.held, usage.file_bytes) == (0, 0, {}, 0)
+
+
+def openai_over_the_handler(key: str) -> OpenAI:
+    """The OpenAI SDK, unmodified, its HTTP calls served by the api handler in this process."""
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        event = http_event(request.method, request.url.path, key=None, headers=dict(request.headers))
+        event["body"], event["isBase64Encoded"] = base64.b64encode(request.content).decode(), True
+        answer = api.handler(event, LambdaContext())  # type: ignore[arg-type]
+        body = answer.get("body") or ""
+        content = base64.b64decode(body) if answer.get("isBase64Encoded") else body.encode()
+        return httpx.Response(int(answer["statusCode"]), headers=answer.get("headers") or {}, content=content)
+
+    transport = httpx.Client(transport=httpx.MockTransport(serve))
+    return OpenAI(base_url="http://gateway.test/v1", api_key=key, max_retries=0, http_client=transport)
+
+
+def test_the_openai_sdk_sees_an_authentication_error_when_the_account_is_suspended_before_the_store(
+    world: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, _clock = world
+    user_id = new_user()
+    key = new_key(user_id)
+    line = {
+        "custom_id": "f",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": chat_request("f", "hi")["body"],
+    }
+    owner = Principal(user_id=user_id, role="internal", key_id=key["id"])
+    file_id = files.new_input_file(deps, owner, "in.jsonl", (json.dumps(line) + "\n").encode()).id
+    store = deps.batches.create
+
+    def suspended_then_store(*args: Any, **kwargs: Any) -> Any:
+        deps.accounts.change_user(user_id, {"status": "suspended"})
+        return store(*args, **kwargs)
+
+    monkeypatch.setattr(deps.batches, "create", suspended_then_store)
+    client = openai_over_the_handler(key["key"])
+    with pytest.raises(openai.AuthenticationError) as refused:
+        client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert refused.value.status_code == 401 and refused.value.code == "account_unavailable"
+    assert deps.batches.list_for_owner(user_id, limit=10)[0] == []
+    assert deps.usage.read(user_id).batches == 0
 
 
 def test_regenerating_a_key_revokes_the_old_secret_and_keeps_its_budgets(world: Any) -> None:
