@@ -1,5 +1,10 @@
-"""Configuration: the settings (environment and runtime overrides), the model catalog,
-and the one definition of every table, queue and bucket (``resources``).
+"""Configuration: what the gateway is configured with, and the resources it runs on.
+
+- ``settings``: every limit, duration and resource name, as one validated model (environment
+  and runtime overrides);
+- ``catalog``: the model catalog (names, aliases, routes, prices);
+- ``resources``: the one definition of every table, queue and bucket;
+- ``__main__``: runtime settings from a command line (``python -m batchgw.config``).
 
 May import: ``domain``.
 """
