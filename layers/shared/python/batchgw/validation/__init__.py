@@ -4,6 +4,15 @@ Nothing here touches AWS or does I/O. Validators of one request raise ``RequestI
 which carries the line code of a file's validation report; the create call turns it into
 a ``BadRequest`` that names the request.
 
+- ``create``: ``POST /v1/batches`` with direct requests, the whole batch checked;
+- ``file``: a JSONL input file checked line by line as it streams; ``fastlines``: its fast
+  path for the common line (msgspec); ``strict``: the console's stricter check (preflight);
+- ``chat``, ``embeddings``, ``responses`` and ``messages``: each endpoint's request body;
+  ``common``: the checks they share; ``jsonbody``: strict JSON parsing;
+- ``translatable``: whether a Messages request can run as a chat completion;
+- ``media``: media a provider's batch service cannot take;
+- ``costs``: what a batch's requests may cost, before it runs.
+
 May import: ``config``, ``domain``.
 """
 
