@@ -1,25 +1,14 @@
 """May this chain start a request on model M now? ``Start``, or ``Wait(reason, seconds)``.
 
 One ``Admission`` per chain run: it counts the times in a row the chain found its model full
-(``ChainMessage.full``), so each wait is longer than the one before, and a slot granted
-starts the count over. It decides from what the chain read (the slot map, the model's
-batch share, the pauses it knows of) and reads nothing itself; the chain acts on the answer
-(``run.chain``). The slot write stays the judge: a model seen with room is asked for.
+(``ChainMessage.full``), so each wait is longer than the one before. It decides from what the
+chain read (the slot map, the share, the pauses it knows of) and reads nothing itself; the
+chain acts on the answer (``run.chain``), and the slot write stays the judge. The reasons:
+``MODEL_PAUSED``, ``MODEL_FULL``, ``YIELD`` (waited in place first: ``in_place_round``),
+``GIVE_WAY`` (``domain.fairness``) and ``OWNER_PAUSED``.
 
-The stop reasons, and how long each waits:
-
-- ``MODEL_PAUSED``: the model is paused (its upstream's failures, or a slot map's pause):
-  at least until the pause ends;
-- ``MODEL_FULL``: every slot of the model's batch share is held: the base wait
-  (``BATCH_SLOT_WAIT_SECONDS``), doubled each time in a row, up to
-  ``Tuning.slot_wait_max_factor`` times, jittered up to twice;
-- ``YIELD``: interactive traffic (or the upstream's backpressure) takes the free slots: as
-  a full model, up to ``Tuning.yield_wait_max_factor`` times only (bursts end), and waited
-  in place first (``in_place_round``);
-- ``GIVE_WAY``: another batch waits for a slot while this one holds more than its part
-  (``domain.fairness``): as a full model;
-- ``OWNER_PAUSED``: a quota, budget or the role holds the batch back (as the batch says):
-  until it is due to be checked again, a second at least.
+How long each waits, and why: docs/design/scheduling.md, "Admission" and
+"From the code: scheduling/admission.py".
 """
 
 from __future__ import annotations

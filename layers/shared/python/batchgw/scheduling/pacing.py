@@ -1,26 +1,13 @@
 """Upstream calls started in one worker process, spread over part of the recent call length.
 
-The chains a worker process runs share its CPU (one invocation's event loop and threads on
-Lambda; locally, the invocations the poller runs in threads of one process share its one
-interpreter lock): what a chain does between one call's answer and its next call (recording
-the end, checking the owner, claiming ahead) runs beside every other chain's steps. Requests
-of one length that start together end together, and their ends then share the process in
-turns, each finishing about as late as the last. Nothing pulls such a group apart again, so
-its slots stand idle that much longer on every request.
+The chains of one process share its CPU, so calls of one length started together end
+together and their ends queue behind each other. ``CallPacer`` spaces the starts apart by
+``Tuning.spread_share`` of the recent call length, shared among the chains running (at most
+``Tuning.spacing_max_seconds``), never below the chains' own pace. With ``BATCH_CALL_PACING``
+off, calls start at once.
 
-So calls started in one process are spaced apart: by ``Tuning.spread_share`` of the recent
-call length shared among the chains running, so that a group spreads over half a call's
-length and the ends that follow come one after another (the runs behind the figure are in
-docs/design/scheduling.md).
-
-With ``BATCH_CALL_PACING`` off, calls start at once.
-
-The spacing never slows a process below its chains' own pace. The recent call length is
-the mean length of the calls as they come, so the chains running over it is the rate of starts
-they need (chains of several lengths included: the short ones' calls come more often); the
-spacing allows twice that, and calls that answer at once are not spaced at all. One call far
-longer than the rest lengthens the recent length for a few calls after it: the spacing is at
-most ``Tuning.spacing_max_seconds`` meanwhile.
+Why and the measurements: docs/design/scheduling.md, "Pacing and the claim ahead" and
+"From the code: scheduling/pacing.py".
 """
 
 from __future__ import annotations
