@@ -2,30 +2,13 @@
 saturation and grows back while they stay healthy (additive increase, multiplicative
 decrease), never above the share ``domain.interactive`` computes.
 
-The spec's rule subtracts the interactive requests in flight from a fixed cap; it cannot see
-traffic that reaches the upstream some other way, nor an upstream that is simply full. Two
-signals say so here:
+Two signals shrink it (``saturated``): saturation answers (429, 503 other than
+``model_queued``) across many requests, and latency well above the model's unloaded latency
+for many answers in a row (``BATCH_ADAPTIVE_LATENCY_FACTOR``). A decrease takes the limit to
+``DECREASE`` at most once per ``COOLDOWN_SECONDS``; healthy answers and time grow it back.
 
-- **saturation answers across many requests**: 429, or 503 that is not ``model_queued`` (a
-  deployment waiting for a GPU is not busy: it is absent, and the spec has its own pause for
-  it), from at least ``SATURATION_MIN_REQUESTS`` different requests in the last
-  ``SATURATION_WINDOW_SECONDS``, making at least ``SATURATION_MIN_SHARE`` of the answers then
-  (``saturated``). A request that fails on its own, among answers that are healthy, is its
-  retry schedule's business: a batch whose requests fail one by one does not shrink its share;
-- **latency rising**: the model's recent batch latency (an exponential average of successful
-  answers) stays well above its unloaded latency (the lowest that average has been lately,
-  forgotten slowly) for many answers in a row: ``BATCH_ADAPTIVE_LATENCY_FACTOR`` times it
-  (3; 0 turns this signal off) and ``LATENCY_MIN_GAP_MS`` more. The latency is measured by
-  the worker, so it holds the gateway's own delays too: the factor is set high enough that
-  a busy worker is not mistaken for a busy upstream.
-
-Either shrinks the model's limit to ``DECREASE`` of the batch requests it had (at most once per
-``COOLDOWN_SECONDS`` across the deployment: one overload answers many requests at once);
-healthy answers grow it by about one request per limit's worth of answers, and time grows it
-by ``RECOVERY_PER_SECOND`` since the last decrease (a model that went quiet after an overload
-is not held back by it forever); once it reaches the cap the model is unconstrained again.
-
-Pure: every decision is a function of the observations and the settings.
+Pure: every decision is a function of the observations and the settings. Why two signals,
+and the thresholds: docs/design/scheduling.md, "From the code: domain/adaptive.py".
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The work queue's messages: chains of a batch's requests, and lone requests.
 
 A batch of N requests is run by W chains (W ≤ its models' concurrency): chain ``c`` owns
-indexes c, c+W, c+2W, ... A ``ChainMessage`` says where its chain resumes; the worker
-runs the chain in order and, when it must stop, sends the message for where it stopped.
-So the queue holds about W messages per batch, whatever N is (invariant 4).
+indexes c, c+W, c+2W, ... A ``ChainMessage`` says where its chain resumes, so the queue holds
+about W messages per batch, whatever N is (invariant 4). A chain whose model has room it does
+not use splits (``split``) into k parts of k times its stride, up to ``MAX_SPLIT_FACTOR``
+times the batch's first stride. A ``RequestMessage`` carries one request on its own (a retry
+its chain could not keep, or one the reconciler found abandoned).
 
-A chain whose model has room it does not use splits (``split``): in two, it keeps every
-other index of its own and hands the rest to a new chain of twice its stride; in k parts
-(room for k - 1 more chains), it keeps every k-th and hands the rest to k - 1 new chains of
-k times its stride. Chains that yielded to interactive traffic (or ran slower requests) lag
-behind the others; without a split, the batch's end would run on fewer chains than its
-model has slots. The chains still partition the batch's indexes, and a chain's stride stays
-at most ``MAX_SPLIT_FACTOR`` times the batch's first one, so the queue holds at most that
-many times W messages.
-
-A ``RequestMessage`` carries one request on its own: a retry that its chain could not
-keep (the chain stopped before the retry came due), or one the reconciler found
-abandoned.
+Why chains split, and how: docs/design/scheduling.md, "From the code: domain/chains.py".
 """
 
 from __future__ import annotations

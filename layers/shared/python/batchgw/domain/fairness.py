@@ -1,16 +1,11 @@
 """Batches on one model share its batch slots: a batch that finds the model full while
 another batch holds more than its even part is let in as that batch gives way.
 
-A model's slots are taken first come (``storage.slots``): a chain keeps its slot from one
-request to the next, and hands on to itself at once, so without this rule a batch of
-50,000 requests that filled the model first would hold every slot until it ended, and a
-batch of four requests sent a minute later would wait for all of it. Instead a chain that
-finds the model full notes its batch as waiting on the model's slot map; a chain of a
-batch holding more than the even part (the slots over the batches holding or waiting for
-them) sees that at its next request, gives its slot back and waits like any chain that
-found the model full, until the waiting batch holds its part (or needs no more and stops
-waiting). With more batches than slots each keeps the one slot it holds: the others wait
-for a batch to end.
+A chain that finds its model full notes its batch as waiting on the model's slot map; a
+chain of a batch holding more than the even part (the slots over the batches holding or
+waiting for them) gives its slot back at its next request, until the waiting batch holds its
+part. Why (a first-come model lets one large batch hold every slot): docs/design/scheduling.md,
+"From the code: domain/fairness.py".
 
 Pure: the callers read the slot map (``storage.slots``) and act on the answer.
 """
