@@ -1,35 +1,15 @@
 """The worker's loop: run one message, a chain of a batch's requests or a lone request.
 
-For each index of its chain the worker
+For each index of its chain the worker claims the request (its lease), holds a slot of its
+model, knows the batch still runs, calls the upstream, and stores what the outcome means
+(the end, counted in the batch's shard, or the next try), while claiming its next index
+ahead. A request to try again waits on the chain's heap and runs with its slot once due.
 
-1. claims the request: a conditional write that takes its lease (owner, epoch + 1);
-2. holds a slot of the request's model (a self-expiring lease, kept across the chain);
-3. knows the batch still runs: no request starts once the batch is cancelled, deleted,
-   past its window or superseded. The end of the request before it, counted in its
-   counter shard, checked that the shard is not halted (``storage.requests.RunGuard``;
-   every change that stops a batch halts its shards in the same transaction); when that
-   check failed, or nothing was checked yet, the batch is read (strongly consistent);
-4. calls the upstream with httpx;
-5. decides what the outcome means and stores it: the end, counted in the batch's
-   shard in one transaction that holds only while this worker still has the lease at
-   that epoch, or the next try.
+Each step returns None to go on or a ``Stopped`` (why, and when the continuation is due);
+the run's one exit (``ChainRun._stop``) acts on it and logs one "chain stopped" line.
+Whatever dies where, the lease runs out and the message comes back.
 
-While one request is with the upstream the chain claims its next index; when the answer
-comes, storing it is the one AWS round trip before the next upstream call. A request
-that must be tried again stays the chain's: it waits on the chain's heap and runs, with
-the chain's slot, once due. When the chain stops before they are due, each waiting
-request is handed to a message of its own.
-
-Each step of the loop decides, and none sends the chain on: a step returns None to go on,
-or a ``Stopped``, why the chain stops (``Why``) and in how many seconds its continuation is
-due (the message that resumes it at its next index; a lone request's own message again),
-or None when there is nothing to hand on. The run's one exit (``ChainRun._stop``) acts on
-it: it sends the continuation, gives back the index claimed ahead, hands each request
-waiting on the heap a message of its own, lets go of the slots, and logs one
-"chain stopped" line with the reason.
-
-Whatever dies where, the lease runs out and the message comes back: the request is taken
-over by the next worker, and the lost attempt is counted as one of unknown cost.
+The loop step by step: docs/design/scheduling.md, "From the code: run/chain.py".
 """
 
 from __future__ import annotations
