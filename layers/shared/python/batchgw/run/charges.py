@@ -1,23 +1,14 @@
 """Charges an attempt's shard keeps, rolled up into its payer's spend.
 
 An owner whom no quota or budget limits (``domain.spend.needs_spend``) is charged through
-their batch's counter shards: the transaction that records an attempt adds its cost to
-the shard (``Deferred``) instead of updating the owner's spend item, two write units an
-attempt fewer. ``storage.batch_shards.roll_up`` moves what shards kept into the spend,
-exactly once whoever does it. It is done by the process that recorded the attempts:
-every ``ROLL_SECONDS``, as its invocation's last message ends (``run.chain``) and as soon
-as it learns that an administrator changed an account (``run.owner``); by the batch's
-finalize, for every shard, before the batch takes its final status; and by its purge,
-before its shards go (a batch deleted while it ran never finalizes). So no charge is lost
-with a process that dies holding it.
+their batch's counter shards (``Deferred``), two write units an attempt fewer than updating
+their spend item; ``storage.batch_shards.roll_up`` moves what the shards kept into the
+spend, exactly once. The process that recorded the attempts rolls up every ``ROLL_SECONDS``,
+at its invocation's last message and when an administrator changes an account; finalize
+and purge roll up every shard. So no charge is lost with a process that dies.
 
-Such an owner's spend lags their batches by ``ROLL_SECONDS`` at most while their workers
-live, and by the rest of the batch's run at most when one dies. Nothing is judged by it:
-an owner a quota or budget limits is charged in the attempt's transaction, and a chain
-that finds its owner newly limited rolls up what its process kept of their batch before
-it judges the next request. Every other process rolls up all it kept once it reads the
-change (the live configuration's accounts version, read every few seconds): what a new
-limit can miss is what the owner's batches spent in that time.
+When each roll-up happens, and how far the spend may lag: docs/design/ledger.md,
+"From the code: run/charges.py".
 """
 
 from __future__ import annotations
