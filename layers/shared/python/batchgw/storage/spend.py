@@ -1,23 +1,14 @@
 """What users and keys spent, per UTC day and month, in the control table.
 
-One item per user, key, month and shard holds the month's total and one counter per day,
-in the user's partition. A charge lands in one of ``SPEND_SHARDS`` shards (chosen by the
-request), so the charges of one busy key spread over several items instead of
-contending for one inside their transactions. A charge is one item, the key's: the
-user's spend is the sum of every item of the month in the user's partition (all of their
-keys, deleted ones too), one strongly consistent Query; a key's is its own items among
-those.
-
     pk spend#user#<user id>  sk <YYYY-MM>#<key id>#<shard>   mo (the month), d01 .. d31
 
-A batch stored without a key is charged under the key id ``-``.
+One item per user, key, month and shard (``SPEND_SHARDS``, so one busy key's charges do not
+contend for one item); a user's spend is one strongly consistent Query of their partition.
+A batch's charge joins the transaction that records its attempt (``charge_actions``), or the
+roll-up of its shard (``run.charges``); an interactive request is charged on its own
+(``charge``). A batch stored without a key is charged under the key id ``-``.
 
-A batch's charge is not written here on its own: ``charge_actions`` gives the update that
-joins the transaction recording the attempt (``storage.requests``), so each attempt's cost
-is charged exactly once, with the attempt; or, for an owner no limit applies to, the one
-that joins the transaction rolling up what the batch's counter shard kept
-(``run.charges``). An interactive request, which has no record to write, is charged on its
-own (``charge``), once its answer came.
+Why the items are laid out so: docs/design/ledger.md, "From the code: storage/spend.py".
 """
 
 from __future__ import annotations
