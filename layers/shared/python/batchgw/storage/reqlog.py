@@ -1,30 +1,15 @@
 """The request log: each batch's attempt log, the log across batches, and request volume
 counts.
 
-Every upstream call is one entry, whatever batch made it, or none (an interactive request):
+Every upstream call is one entry: a batch's in its batch's attempt log in the requests table
+(``pk`` ``<batch id>#attempts``), written in the attempt's transaction
+(``batch_entry_action``) and listed across batches through the ``request_log`` index; an
+interactive request's an item of its own (``rlog#interactive#<shard>``). Ids are
+``<ended ms, 15 digits>#<what made it>`` over ``SHARDS`` partitions. Counts per hour
+(``rmetrics#<shard>``) are summed in the process (``note``) and written at most every
+``FLUSH_SECONDS`` (``flush``).
 
-- A batch's entry is an item of its batch's attempt log, beside its requests in the requests
-  table (``pk`` ``<batch id>#attempts``, ``idx`` when it ended, then its index:
-  ``batch_attempts``), written in the transaction that records its attempt
-  (``batch_entry_action``), and listed across batches through the requests
-  table's ``request_log`` index: ``rlk`` ``rlog#batch#<shard>``, ``rls`` its id. The index
-  costs a write unit an entry where an entry of its own in that transaction cost two. The
-  index lists what the batch's log holds: a deleted batch's entries leave it with the batch.
-- An interactive request's entry is an item of its own, written once it is answered: ``pk``
-  ``rlog#interactive#<shard>``, ``sk`` its id.
-- Either way ``SHARDS`` partitions take a source's writes (so no one partition takes every
-  write) and an id is ``<ended ms, 15 digits>#<what made it>``: a list newest first reads
-  each shard's newest and merges them, ``SHARDS`` queries a page whatever the time range;
-  ``ttl`` its retention. Batch entries written before the index (items ``rlog#batch#<shard>``
-  of the control table) are listed with the rest until their retention ends.
-
-Counts per hour: ``pk`` ``rmetrics#<shard>``, ``sk`` the hour (hours since the epoch),
-``b`` / ``be`` (batch requests, of them errors) and ``i`` / ``ie`` (interactive). Not in
-the entry's transaction (a counter every worker adds to would make transactions conflict):
-each process adds up what it recorded (``note``) and writes the sums at most every
-``FLUSH_SECONDS`` and when a run ends (``flush``), one write per hour and source, not one
-per request. A count lost to a crash before its flush is a count, never a request or a
-charge. A range of hours is ``SHARDS`` queries.
+The layout, its write units and why: docs/design/ledger.md, "From the code: storage/reqlog.py".
 """
 
 from __future__ import annotations
