@@ -1,26 +1,14 @@
 """What one user holds against their limits: unfinished batches and requests, and the bytes
 of their input files, as counted in their usage record.
 
-The record changes only in the transaction that makes the change it counts (a batch
-created or ended, a file stored or deleted), under a condition that keeps it within the
-limit, so two calls racing at a limit cannot both pass.
+The record changes only in the transaction that makes the change it counts, under a
+condition that keeps it within the limit, so two calls racing at a limit cannot both pass.
+An unfinished batch's input copy is held under its own entry (``hb:<batch id>``); input files
+are counted per expiry hour (``f<hour>``), and an hour that has passed is dropped by the next
+write that finds it.
 
-A batch's own copy of its input (a file batch's copy of its file, an inline batch's
-requests as stored) counts as input-file bytes too, from the write that creates the batch to
-the one that deletes its record (its purge, or its owner's delete). While the batch is
-unfinished its bytes are held under its own entry (``hb:<batch id>``), whatever its record's
-TTL backstop does meanwhile (a batch without a window moves it on at each reconcile); the
-write that ends the batch moves them into the hour its record may vanish in at the latest
-(``BatchRecord.input_until``, set then), as if it were a file expiring then. So the record
-holds one entry per unfinished batch, never one per batch kept. An entry whose batch vanished
-unfinished (DynamoDB's TTL removing a batch whose workflow died) is released as its requests
-are (``storage.usage.release_vanished``).
-
-Input files leave the count when they expire, with no write of their own: their bytes are
-kept per *expiry hour* (the hour at or after the file's ``expires_at``), and an hour that
-has passed is dropped (its bytes taken off the total) by the next write that finds it. A
-file thus counts until the end of the hour it expires in, and the record holds at most one
-bucket per hour of retention.
+How batches' copies and expiring files are counted, and why: docs/design/ledger.md,
+"From the code: domain/usage.py".
 """
 
 from __future__ import annotations

@@ -3,22 +3,13 @@
     pk usage#<user id>   sk usage   batches, requests, v, held:<batch id>...,
                                     fbytes, fnext, f<hour>..., hb:<batch id>...
 
-Nothing is written here on its own but the dropping of expired file hours: the charges
-and releases are updates that join the transaction of the change they count
-(``storage.batches``, ``storage.files``), each under a condition that keeps the user
-within their limit — DynamoDB conditions cannot add, so each compares against a bound
-computed before the write (``batches <= :most`` for one batch more under a limit of
-``:most + 1``).
+Nothing is written here on its own but the dropping of expired file hours: charges and
+releases join the transaction of the change they count (``storage.batches``,
+``storage.files``), each under a condition against a bound computed before the write. A
+charge over the limit is tried again with the ``credit`` of requests already ended, and a
+batch whose record vanished unreleased is released by the next charge (``release_vanished``).
 
-Unfinished requests are charged whole when a batch is created (or its file read) and
-released whole when it ends, while its requests end one by one: a charge that finds the
-record over the limit reads what already ended in the user's unfinished batches (the
-``credit``) and is tried again with that credit, provided no batch was released since the
-record was read (``v`` counts releases), else it reads again. The record names the batches
-it counts (``held:<batch id>``, what each charged), so the credit is read from those
-batches' own records, strongly consistent, and a batch whose record vanished without its
-release (DynamoDB's TTL removing a batch whose workflow died) is released by the next
-charge that finds it (``release_vanished``).
+The conditions, the credit and why: docs/design/ledger.md, "From the code: storage/usage.py".
 """
 
 from __future__ import annotations
