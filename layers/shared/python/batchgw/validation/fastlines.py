@@ -1,26 +1,14 @@
 """A fast path for the common file line: the same rules, mostly checked by msgspec in C.
 
-``validate_file`` reads a line here first. A reader decodes it straight into strict
-msgspec Structs whose types are the endpoint's rules (or stricter), then checks in
-Python what a type cannot say (rules that depend on a message's role, fields that
-exclude each other). It returns a ``FastLine`` only when it can vouch that the full
-path (``parse_json`` and ``plan_request``) would take the line too; anything else
-(a bad line, a field it does not know, a shape it does not model) returns None, and the
-full path checks the line again and words the exact error. So a reader may refuse more
-than the full path, never less; ``tests/unit/test_validation_speed_fastlines.py`` holds
-the two to that.
+``validate_file`` reads a line here first: it is decoded into strict msgspec Structs whose
+types are the endpoint's rules (or stricter), then checked in Python for what a type cannot
+say. A ``FastLine`` comes back only when the full path (``parse_json`` and ``plan_request``)
+would take the line too; anything else returns None and the full path checks it again. So a
+reader may refuse more than the full path, never less
+(``tests/unit/test_validation_speed_fastlines.py``). The catalog checks stay with the caller
+(``file._Scanner``).
 
-Why that holds for the JSON itself: msgspec refuses what ``parse_json`` refuses (invalid
-UTF-8, lone surrogate escapes, ``NaN``/``Infinity``, numbers that overflow a float,
-integers over 4,300 digits) and, like ``json``, keeps the last of duplicate keys. Two
-gaps are closed here: msgspec skips unknown fields without checking their contents, so
-every Struct forbids unknown fields and the fields the endpoint passes through unread are
-typed ``Any`` (decoded, hence checked); and the two parsers' nesting limits differ by a
-few levels, so a line with more than ``MAX_DEPTH`` brackets, which might nest that deep,
-is left to the full path.
-
-Only the catalog checks stay with the caller (``file._Scanner``), which knows the
-catalog and the role and caches the verdict per model name.
+Why that holds for the JSON itself: docs/design/validation.md, "From the code: validation/fastlines.py".
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
 """A JSONL batch input file, checked line by line as it streams (a batch "from a file").
 
-Each non-blank physical line is one request ``{"custom_id", "method", "url", "body"}``:
-all four keys, method ``"POST"``, url equal to the batch's endpoint, and a body the
-endpoint would take, checked by the same ``plan_request`` as a direct request. The
-validation report lists the problems by physical line number (1-based; blank
-lines are skipped but counted), with the spec's line codes.
+Each non-blank physical line is one request ``{"custom_id", "method", "url", "body"}``,
+checked by the same ``plan_request`` as a direct request (model by canonical id, one per
+file). Every line is checked, one problem per line; the report (``FileReport``) lists the
+first ``MAX_ERRORS`` by physical line number, with the spec's line codes, and counts the
+rest. ``validate_file`` reads a line through its endpoint's fast path first (``fastlines``);
+the report is the same either way. Memory follows the longest line, not the file
+(``split_lines``, ``iter_planned``).
 
-Choices the spec leaves open:
-
-- "Every line must use the same model" compares canonical model ids: an alias and the
-  model it names (``sim-chat-latest`` and ``sim-chat``) are the same model, since both run
-  on it. The first valid line fixes the batch's model; a line naming another is
-  ``invalid_body`` at ``body.model``.
-- Every line is checked, so one round finds every problem of the file. The report lists
-  the first ``max_errors`` (``MAX_ERRORS``, 100) and counts the rest
-  (``FileReport.problem_count``): it is stored on the failed batch, a DynamoDB item read on
-  every GET, so it stays a few tens of KB whatever the file. Scanning stops only at the
-  first line over ``BATCH_MAX_REQUESTS`` (reported once as ``too_many_lines``): a file far
-  over the limit costs no more than one at it. ``FileReport.complete`` says whether the
-  whole file was read.
-- One problem per line: the first check it fails, in this order: size, JSON, the four
-  keys, custom_id, its uniqueness, method, url, body, price and output limit
-  (``plan_request``), model.
-- A repeated custom_id is reported at every repetition, and a line that fails a later
-  check still claims its custom_id.
-
-Speed: ``validate_file`` reads a line through the endpoint's fast path first
-(``fastlines``, chat completions for now), which decodes and checks a well-formed line in
-a few microseconds, in C for the most part, and leaves every other line to the full
-checks above, which word the error. The report is the same either way. The loop and the
-custom_id table keep the objects made per valid line few (its decoded form, its digest):
-objects are what costs most when allocations are traced, as in the benchmark's run.
-
-Memory follows the longest line, not the file: a line's body is dropped once checked;
-what stays is a 16-byte digest of each custom_id (one flat table, 2 MB for 50,000
-lines) and a few counters. ``split_lines`` cuts a stream into lines without ever
-holding an over-long one whole, and ``iter_planned`` streams the plans of a validated
-file without holding them either.
+The choices the spec leaves open, speed and memory: docs/design/validation.md,
+"From the code: validation/file.py".
 """
 
 from __future__ import annotations
