@@ -7,7 +7,8 @@
   dimensions: the Lambda log stream is what CloudWatch reads them from, at no API cost.
 - traces: the worker and lifecycle handlers run under Powertools Tracer (``new_tracer``;
   off outside Lambda). The api handler does not: importing the X-Ray SDK costs its cold
-  start about 130 ms, and Lambda's active tracing records its invocations anyway.
+  start (docs/design/cold-start.md, "From the code: observability.py"), and Lambda's active
+  tracing records its invocations anyway.
 """
 
 from __future__ import annotations
