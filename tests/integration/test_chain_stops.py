@@ -95,7 +95,7 @@ def finished(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
 
 def retries_later(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     batch_id, message = prepared(deps, [FAILS_ONCE])
-    return Case(message, [(RequestMessage(batch_id, 0), 50, 101)])
+    return Case(message, [(RequestMessage(batch_id, 0), 100, 121)])  # 100 s, jitter on top
 
 
 def window_closed(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
@@ -218,14 +218,14 @@ def lone_done(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
 
 def lone_retry(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     batch_id, _ = prepared(deps, [FAILS_ONCE])
-    return Case(RequestMessage(batch_id, 0), [(RequestMessage(batch_id, 0), 50, 101)])
+    return Case(RequestMessage(batch_id, 0), [(RequestMessage(batch_id, 0), 100, 121)])
 
 
 def lone_early(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
     batch_id, _ = prepared(deps, [FAILS_ONCE])
-    run(deps, RequestMessage(batch_id, 0))  # tried once: its retry waits 50-100 s
+    run(deps, RequestMessage(batch_id, 0))  # tried once: its retry waits 100-120 s
     clock.advance(10)
-    return Case(RequestMessage(batch_id, 0), [(RequestMessage(batch_id, 0), 40, 91)])
+    return Case(RequestMessage(batch_id, 0), [(RequestMessage(batch_id, 0), 90, 111)])
 
 
 def error(deps: Deps, clock: FakeClock, mp: pytest.MonkeyPatch) -> Case:
