@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-run lock run reset test test-large test-fast lint format synth deploy diff admin-key config bench bench-smoke bench-yield cost chaos clean
+.PHONY: install install-run lock run reset test test-large test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield cost chaos clean
 
 ## Python packages come from the lock files in requirements/ (exact versions, checked against
 ## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
@@ -94,6 +94,12 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/.local/site
+
+## Serve the documentation site (docs/, mkdocs.yml) at DOCS_ADDR, rebuilt on every change.
+DOCS_ADDR ?= 127.0.0.1:8000
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
 
 format: install
 	$(VENV)/bin/ruff check --fix .
