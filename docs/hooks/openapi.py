@@ -102,7 +102,7 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> list[str]:
             if "schema" in content:
                 lines += _json_block(content["schema"])
             if "example" in content:
-                lines += ["Example:", ""] + _json_block(content["example"])
+                lines += ["Example:", "", *_json_block(content["example"])]
     lines += ["| answer | description |", "|---|---|"]
     for code, response in operation.get("responses", {}).items():
         links = ", ".join(f"`{name}`" for name in response.get("links", {}))
