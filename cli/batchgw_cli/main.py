@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from batchgw_cli import explaining, submitting, watching
+from batchgw_cli import explaining, smoke, submitting, watching
 from batchgw_cli.client import DEFAULT_BASE_URL, Api, ApiFailure, CliError
 
 app = typer.Typer(
@@ -33,6 +33,7 @@ app = typer.Typer(
 )
 webhook_app = typer.Typer(help="Your batch webhook: where batch ends are announced.", no_args_is_help=True)
 app.add_typer(webhook_app, name="webhook")
+app.command("smoke")(smoke.smoke)  # for an operator: a deployment checked end to end
 
 INTERRUPTED = (
     "interrupted: what was sent is kept, and a batch made goes on; run the same command again to go on"
