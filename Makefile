@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-run lock run reset test test-large test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield cost chaos clean
+.PHONY: install install-run lock run reset test test-large test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield cost chaos smoke clean
 
 ## Python packages come from the lock files in requirements/ (exact versions, checked against
 ## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
@@ -135,6 +135,23 @@ admin-key: install-run
 ## Runtime settings of the local stack: make config ARGS="show", ARGS="set BATCH_ENABLED false".
 config: install-run
 	$(PY) -m local.config $(ARGS)
+
+## Smoke-test a running batchgw, local or deployed, with the official OpenAI SDK
+## (docs/operate/smoke.md): make smoke BASE_URL=https://…/v1 API_KEY=sk-… [ADMIN_KEY=sk-…]
+## [MODEL=sim-chat] [ARGS="--timeout 600 --keep"]. The keys reach it through the environment:
+## neither make's echo of the command nor the smoke's own command line shows them.
+ifneq ($(filter smoke,$(MAKECMDGOALS)),)
+ifeq ($(strip $(BASE_URL)),)
+$(error make smoke needs BASE_URL=<the API base, ending in /v1; the local stack's: http://127.0.0.1:8080/v1>)
+endif
+ifeq ($(strip $(API_KEY)),)
+$(error make smoke needs API_KEY=<a key that may create batches; the local stack's: sk-local-alice>)
+endif
+endif
+smoke: export BATCHGW_API_KEY = $(API_KEY)
+smoke: export BATCHGW_ADMIN_KEY = $(ADMIN_KEY)
+smoke: install
+	$(PY) -m batchgw_cli smoke --base-url "$(BASE_URL)" $(if $(MODEL),--model "$(MODEL)") $(ARGS)
 
 bench: install
 	$(PY) -m bench.run
