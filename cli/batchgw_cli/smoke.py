@@ -258,7 +258,9 @@ class Smoke:
 
     def wait_cancelled(self) -> str:
         assert self.cancelled is not None
-        batch = self.wait(self.cancelled, final=("cancelled", "completed"))
+        batch = self.wait(self.cancelled)
+        if batch.status not in ("cancelled", "completed"):  # a cancel ends it one of these two ways
+            raise StepFailed(f"batch {batch.id} ended {batch.status}: {_batch_error(batch)}")
         counts = batch.request_counts
         done = counts.completed if counts is not None else 0
         self.succeeded += done
@@ -283,14 +285,14 @@ class Smoke:
 
     # --- waiting and reading ----------------------------------------------------------------
 
-    def wait(self, batch_id: str, *, final: tuple[str, ...] = FINAL) -> Any:
-        """The batch once it ends (in ``final``, or any final status: the caller judges it);
-        StepFailed when it has not within the timeout, naming its requests' last errors."""
+    def wait(self, batch_id: str) -> Any:
+        """The batch once it ends, however it ended (the caller judges that); StepFailed when
+        it has not within the timeout, naming its requests' last errors."""
         deadline = self.clock() + self.options.timeout
         pause = POLL_FIRST_SECONDS
         while True:
             batch = self.client.batches.retrieve(batch_id)
-            if batch.status in final or batch.status in FINAL:
+            if batch.status in FINAL:
                 return batch
             if self.clock() >= deadline:
                 raise StepFailed(
@@ -436,6 +438,8 @@ def _line_error(line: dict[str, Any] | None) -> str:
 
 def _batch_error(batch: Any) -> str:
     """Why a batch ended without completing: its ``error``, or the first of its ``errors``."""
+    if batch.status == "expired":
+        return "its completion window closed before its requests ran"
     extra = batch.model_extra or {}
     error = extra.get("error") or {}
     if error:
