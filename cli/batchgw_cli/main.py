@@ -1,7 +1,9 @@
 """The ``batchgw`` command: every command talks to the gateway's public API (``/v1``) with the
 key in BATCHGW_API_KEY (or ``--api-key``), at BATCHGW_BASE_URL (or ``--base-url``; the local
 stack by default). ``--json`` prints the API's objects for scripts; errors are one line on
-stderr with the API's code, and exit 1 (2 for a command line typer refuses)."""
+stderr with the API's code, and exit 1 (2 for a command line typer refuses). ``batchgw smoke``
+(``batchgw_cli.smoke``), for operators, drives the same API with the official OpenAI SDK and,
+given an administrator's key, reads the admin totals too."""
 
 from __future__ import annotations
 
