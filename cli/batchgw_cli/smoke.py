@@ -116,8 +116,8 @@ class Smoke:
         yield "inline create", self.create_inline
         yield "file create", self.create_from_file
         yield "cancel", self.create_and_cancel
-        yield "inline results", lambda: self.check_inline()
-        yield "file results", lambda: self.check_file()
+        yield "inline results", self.check_inline
+        yield "file results", self.check_file
         yield "cancel ends", self.wait_cancelled
         if self.options.admin_key:
             yield "summary after", self.check_summary
