@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
@@ -21,6 +21,11 @@ SERVICE = {"service": "batchgw"}
 # Work messages wait at most 15 minutes before they are visible (SQS's longest delay); a
 # chain's message older than an hour means no worker is taking work.
 OLDEST_MESSAGE_ALARM_SECONDS = 3600
+# The operator's runbook: one entry per alarm, headed by the alarm's entry name. Each alarm is
+# named ``<stack>-<entry>`` (``-<model>`` after it for a per-model one) and its description,
+# which the notification carries, ends with the entry's address in the repository
+# (``tests/infra/test_runbook.py`` keeps the alarms and the entries in step).
+RUNBOOK = "docs/operate/runbook.md"
 
 
 class Observability(Construct):
@@ -56,24 +61,24 @@ class Observability(Construct):
                 dlq.metric_approximate_number_of_messages_visible(
                     period=Duration.minutes(1), statistic="Maximum"
                 ),
-                f"messages of the {name} queue reached its dead-letter queue",
+                f"Messages of the {name} queue reached its dead-letter queue.",
             )
         self._alarm(
             "FailedExecutions",
             state_machine.metric_failed(period=PERIOD, statistic="Sum"),
-            "a batch workflow execution failed: its batch will not finalize on its own",
+            "A batch workflow execution failed: its batch will not finalize on its own.",
         )
         self._alarm(
             "WorkerErrors",
             worker.metric_errors(period=PERIOD, statistic="Sum"),
-            "worker invocations failed (not partial batch failures: the whole invocation)",
+            "Worker invocations failed (not partial batch failures: the whole invocation).",
         )
         # The work queue only: a webhook event may rightly wait hours for its user's endpoint.
         work = queues[resources.WORK_QUEUE.logical_id]
         self._alarm(
             "WorkOldestMessage",
             work.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
-            "a message of the work queue has waited over an hour: no worker is taking work",
+            "A message of the work queue has waited over an hour: no worker is taking work.",
             threshold=OLDEST_MESSAGE_ALARM_SECONDS,
             evaluation_periods=2,
         )
@@ -81,10 +86,12 @@ class Observability(Construct):
         # (dimensions service and model), so each model of the catalog has its own alarm.
         for number, model in enumerate(sorted(models)):
             self._alarm(
-                f"ModelWaitingForCapacity{number}",
+                "ModelWaitingForCapacity",
                 _custom("ModelWaitingForCapacity", "Maximum", period=Duration.minutes(10), model=model),
                 f"Batch model waiting for capacity: {model} has had queued batch requests and served "
                 "none for BATCH_QUEUED_ALERT_HOURS. Resolved when it serves one.",
+                construct_id=f"ModelWaitingForCapacity{number}",
+                subject=model,
             )
 
         dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
@@ -190,17 +197,23 @@ class Observability(Construct):
 
     def _alarm(
         self,
-        construct_id: str,
+        entry: str,
         metric: cloudwatch.Metric,
         description: str,
         *,
+        construct_id: str | None = None,
+        subject: str | None = None,
         threshold: float = 0,
         evaluation_periods: int = 1,
     ) -> None:
+        """An alarm notifying the topic, named after its runbook ``entry`` (and ``subject``, of
+        one of several alarms sharing an entry); ``construct_id`` defaults to the entry."""
+        name = f"{Stack.of(self).stack_name}-{entry}" + ("" if subject is None else f"-{subject}")
         alarm = metric.create_alarm(
             self,
-            construct_id,
-            alarm_description=description,
+            construct_id or entry,
+            alarm_name=name,
+            alarm_description=f"{description} Runbook: {RUNBOOK}#{entry.lower()}",
             threshold=threshold,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             evaluation_periods=evaluation_periods,
