@@ -66,7 +66,8 @@ class Observability(Construct):
         self._alarm(
             "FailedExecutions",
             state_machine.metric_failed(period=PERIOD, statistic="Sum"),
-            "A batch workflow execution failed: its batch will not finalize on its own.",
+            "A batch workflow execution failed: its batch is left unfinished (BatchWorkflowBroken, "
+            "States.Runtime) or an ended batch's data was not purged (PurgeFailed).",
         )
         self._alarm(
             "WorkerErrors",
