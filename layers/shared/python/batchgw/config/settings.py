@@ -521,7 +521,7 @@ class Settings(BaseModel):
         alias="BATCH_ATTEMPT_LOG_RETENTION_DAYS",
         description="Days the request log keeps each attempt (GET /admin/batch/jobs/{batch_id}/attempts)",
     )
-    # Read by the stack's alarm check (``run.alerts``), not by the rules.
+    # Read by the reconciler's capacity check (``run.reconcile``), which feeds the per-model alarm.
     batch_queued_alert_hours: float = Field(
         6,
         ge=0,

@@ -104,7 +104,7 @@ def _watch_capacity(deps: Deps, batch: BatchRecord, now: float) -> None:
         since = max(served_at or 0.0, float(batch.created_at))
         waiting = now - since >= hours * 3600
         metrics.value("ModelWaitingForCapacity", 1 if waiting else 0, model=model)
-        metrics.value("ModelWaitingForCapacity", 1 if waiting else 0)  # any model: the alarm's
+        metrics.value("ModelWaitingForCapacity", 1 if waiting else 0)  # one series across models
         if waiting:
             logger.warning(
                 "batch model waiting for capacity",
