@@ -90,6 +90,7 @@ def test_the_document_links_each_made_object_to_what_can_be_done_with_it(documen
     created = document["paths"]["/v1/batches"]["post"]["responses"]["200"]["links"]
     assert {ids[link["operationId"]] for link in created.values()} == {
         ("get", "/v1/batches/{batch_id}"),
+        ("patch", "/v1/batches/{batch_id}"),
         ("post", "/v1/batches/{batch_id}/cancel"),
         ("get", "/v1/batches/{batch_id}/results"),
         ("get", "/v1/batches/{batch_id}/output.jsonl"),

@@ -60,6 +60,7 @@ NOT_HALTING: dict[str, Verb] = {
     "note_reconciled": lambda deps, b: deps.batches.note_reconciled(b, left=3, progress_at=1.0, ttl=9),
     "clear_event_pending": lambda deps, b: deps.batches.clear_event_pending(b),
     "save_finalize_cursor": lambda deps, b: deps.batches.save_finalize_cursor(b, {"output": {"part": 1}}),
+    "reschedule": lambda deps, b: deps.batches.reschedule(b, {"priority": 3, "complete_by": None}),
 }
 
 # The statuses each verb may change a batch from.
@@ -82,6 +83,7 @@ FROM: dict[str, frozenset[BatchStatus]] = {
     "note_reconciled": UNFINISHED_STATUSES,
     "clear_event_pending": ANY,
     "save_finalize_cursor": ANY,
+    "reschedule": UNFINISHED_STATUSES,
 }
 TRIED_FROM = (
     BatchStatus.VALIDATING,

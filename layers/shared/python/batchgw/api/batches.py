@@ -1,4 +1,5 @@
-"""The batch API's rules: create, read, cancel, delete and list batches.
+"""The batch API's rules: create, read, change (its scheduling), cancel, delete and list
+batches.
 
 Every read checks the caller: another user's batch reads as not found (an admin may read
 any). Create stores the request and starts the workflow; it never calls a model.
@@ -7,7 +8,7 @@ any). Create stores the request and starts the workflow; it never calls a model.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from batchgw.api import idempotency
@@ -43,7 +44,7 @@ from batchgw.storage.blobs import own_input_key
 from batchgw.storage.idempotency import KEY_KEPT_SECONDS
 from batchgw.storage.spend import Payer, reserve_provider, used_up_now
 from batchgw.storage.workflow import Next
-from batchgw.validation import media
+from batchgw.validation import media, priority
 from batchgw.validation.create import (
     COMPLETION_WINDOWS,
     check_anthropic_version,
@@ -54,8 +55,16 @@ from batchgw.validation.create import (
     validate_create,
 )
 from batchgw.validation.jsonbody import parse_json
+from batchgw.validation.priority import Scheduling, check_complete_by_time, schedule_change, scheduling_of
 
-FILE_CREATE_KEYS = {"input_file_id", "endpoint", "completion_window", "metadata", "execution_mode"}
+FILE_CREATE_KEYS = {
+    "input_file_id",
+    "endpoint",
+    "completion_window",
+    "metadata",
+    "execution_mode",
+    *priority.FIELDS,
+}
 _STATUS_NAMES = frozenset(s.value for s in BatchStatus)
 BATCH_PREFIX = "batch_"
 # A status-filtered list reads at most about this many of each owner's batches per page.
@@ -160,6 +169,7 @@ def _create(
         anthropic_version=anthropic_version,
         input=requests,
         mode=plan.mode,
+        scheduling=plan.scheduling,
     )
     return open_batch(deps, principal, creating, opening)
 
@@ -185,6 +195,7 @@ def _file_opening(
     anthropic_version = check_anthropic_version(endpoint, anthropic_version, settings=deps.settings)
     metadata = check_metadata(body.get("metadata"))
     mode = requested_mode(body.get("execution_mode"), metadata)
+    scheduling = scheduling_of(body, admin=principal.is_admin)
     if mode is Mode.PROVIDER and window != PROVIDER_WINDOW:
         raise batch_not_supported(deps, endpoint, (), window or "")
     file = batch_input_file(deps, principal, body.get("input_file_id"))
@@ -196,6 +207,7 @@ def _file_opening(
         anthropic_version=anthropic_version,
         input=copied_file(deps, file),
         mode=mode,
+        scheduling=scheduling,
     )
 
 
@@ -243,6 +255,7 @@ class Opening:
     anthropic_version: str | None = None
     parent_batch_id: str | None = None
     mode: Mode = Mode.GATEWAY  # where its creator asked it to run (``domain.modes``)
+    scheduling: Scheduling = field(default_factory=Scheduling)  # priority and complete_by
 
 
 def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Opening) -> dict[str, Any]:
@@ -250,6 +263,9 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
     input, and start its workflow: the batch object."""
     given = opening.input
     label, seconds = _window(deps, opening.window)
+    now = deps.clock()
+    window_end = None if seconds is None else int(now + seconds)  # _open's is no earlier
+    check_complete_by_time(opening.scheduling.complete_by, now=now, expires_at=window_end)
     choice, prices = None, None
     if isinstance(given, InlineInput):
         # The window asked for: one left to the gateway's own runs on a provider as well (its
@@ -325,6 +341,8 @@ def _open(
         execution_mode=None if choice is None else choice.mode.value,
         mode_reason=None if choice is None else choice.reason.value,
         batch_prices=prices,
+        priority=opening.scheduling.priority,
+        complete_by=opening.scheduling.complete_by,
         ttl=backstop_ttl(
             now=clock_now,
             expires_at=expires_at,
@@ -526,6 +544,34 @@ def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
     if record.status is BatchStatus.CANCELLING and not record.cancel_swept and record.task_token is not None:
         _wake_to_cancel(deps, record)
     return batch_object(visible_batch(deps, principal, batch_id), deps.clock())
+
+
+def update_batch(deps: Deps, principal: Principal, batch_id: str, body: Any) -> dict[str, Any]:
+    """PATCH /v1/batches/{id}: change its ``priority`` and/or ``complete_by`` until it ends
+    (``validation.priority``: an administrator's range is wider, on any batch). 409
+    ``batch_finalized`` once it has ended, also when it ends between this read and the
+    write, which is conditional on it."""
+    batch = visible_batch(deps, principal, batch_id)
+    if batch.record.status.is_final:
+        raise _finalized(batch.record)
+    now = deps.clock()
+    change = schedule_change(body, admin=principal.is_admin, now=now, expires_at=batch.record.expires_at)
+    after = deps.batches.reschedule(batch.record.id, change)
+    if after is None:  # it ended (or was deleted) meanwhile
+        ended = deps.batches.get_record(batch.record.id)
+        if ended is None:
+            raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found")
+        raise _finalized(ended)
+    logger.info("batch rescheduled", extra={"batch_id": after.id, **change})
+    return batch_object(replace(batch, record=after), now)
+
+
+def _finalized(record: BatchRecord) -> Conflict:
+    return Conflict(
+        f"Batch '{record.id}' has ended (status {record.status.value}): its priority and "
+        "complete_by can no longer change.",
+        code="batch_finalized",
+    )
 
 
 def _wake_to_cancel(deps: Deps, record: BatchRecord) -> None:

@@ -27,6 +27,7 @@ from batchgw.domain.interactive import MAX_IN_FLIGHT, MAX_REPORT_MODELS, MAX_TTL
 from batchgw.domain.modes import MODES
 from batchgw.domain.states import BatchStatus
 from batchgw.domain.webhooks import BATCH_EVENT_TYPES
+from batchgw.validation.priority import ADMIN_PRIORITIES, USER_PRIORITIES
 
 ERROR = {
     "type": "object",
@@ -160,6 +161,22 @@ _REQUEST_LINE = {
     },
 }
 _METADATA = {"type": ["object", "null"], "additionalProperties": {"type": "string", "maxLength": 512}}
+# A batch's scheduling (``validation.priority``): on a create, and changed by PATCH.
+_SCHEDULING = {
+    "priority": {
+        "type": "integer",
+        "minimum": ADMIN_PRIORITIES[0],
+        "maximum": ADMIN_PRIORITIES[1],
+        "description": f"Higher first (0). A user may give {USER_PRIORITIES[0]} to {USER_PRIORITIES[1]}; "
+        f"an administrator {ADMIN_PRIORITIES[0]} to {ADMIN_PRIORITIES[1]}.",
+    },
+    "complete_by": {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "description": "Unix seconds by which the batch is wanted done: after now, not after "
+        "expires_at (null: none).",
+    },
+}
 _WINDOW = {"type": "string", "enum": ["24h", "48h", "72h", "168h"]}
 
 
@@ -206,6 +223,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                             "minLength": 1,
                             "description": "Each body's model when it gives none (it may not give another).",
                         },
+                        **_SCHEDULING,
                     },
                 },
                 {
@@ -216,6 +234,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                         "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
                         "completion_window": _WINDOW,
                         "metadata": _METADATA,
+                        **_SCHEDULING,
                     },
                 },
             ]
@@ -372,6 +391,16 @@ BODIES.update(
         ("post", "/v1/webhook_endpoints/{endpoint_id}/test"): _object(
             {"event_type": {"type": "string", "enum": list(BATCH_EVENT_TYPES)}}, ("event_type",)
         ),
+        ("patch", "/v1/batches/{batch_id}"): _json_body(
+            {
+                "type": "object",
+                "description": "Change an unfinished batch's priority and/or complete_by (null "
+                "clears it); 409 batch_finalized once it has ended.",
+                "properties": _SCHEDULING,
+                "minProperties": 1,
+                "additionalProperties": False,
+            }
+        ),
         ("post", "/admin/users"): _object(_USER, ("name", "email", "role")),
         ("patch", "/admin/users/{user_id}"): _object(
             {**_USER, "status": {"type": "string", "enum": ["active", "suspended"]}}
@@ -406,6 +435,7 @@ _FILE = {"file_id": "$response.body#/id"}
 _UPLOAD = {"upload_id": "$response.body#/id"}
 _BATCH_OPERATIONS = {
     "GetBatch": ("get", "/v1/batches/{batch_id}"),
+    "UpdateBatch": ("patch", "/v1/batches/{batch_id}"),
     "CancelBatch": ("post", "/v1/batches/{batch_id}/cancel"),
     "BatchResults": ("get", "/v1/batches/{batch_id}/results"),
     "BatchOutput": ("get", "/v1/batches/{batch_id}/output.jsonl"),

@@ -93,6 +93,11 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     def get_batch(batch_id: str) -> Response[Any]:
         return json_response(200, batches.get_batch(*call(), batch_id))
 
+    @app.patch("/v1/batches/<batch_id>")
+    def update_batch(batch_id: str) -> Response[Any]:
+        deps, principal = call()
+        return json_response(200, batches.update_batch(deps, principal, batch_id, json_body(app)))
+
     @app.post("/v1/batches/<batch_id>/cancel")
     def cancel_batch(batch_id: str) -> Response[Any]:
         return json_response(200, batches.cancel_batch(*call(), batch_id))

@@ -57,6 +57,10 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
         "execution_mode": record.execution_mode,
         "execution_mode_requested": record.mode_requested,
         "execution_mode_reason": record.mode_reason,
+        # Its scheduling, as asked and changeable while it runs (PATCH): higher first, and
+        # when it is wanted done by (null: by expires_at at the latest).
+        "priority": record.priority,
+        "complete_by": record.complete_by,
     }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from batchgw.domain import codec
 from batchgw.domain.money import usd
@@ -178,6 +178,11 @@ class BatchRecord:
     execution_mode: str | None = None
     mode_reason: str | None = None
     batch_prices: dict[str, list[str]] | None = None
+    # What its owner (or an administrator) asked of its scheduling, changeable while it runs
+    # (``validation.priority``): higher first, and the unix time it is wanted done by (None:
+    # no wish beyond ``expires_at``). A batch stored before these read 0 and None.
+    priority: int = 0
+    complete_by: int | None = None
 
     @property
     def on_provider(self) -> bool:
@@ -294,6 +299,8 @@ class BatchRecord:
             execution_mode=item.get("execution_mode"),
             mode_reason=item.get("mode_reason"),
             batch_prices=codec.plain(item.get("batch_prices")),
+            priority=int(item.get("priority", 0)),
+            complete_by=num("complete_by"),
         )
 
     def to_item(self) -> dict[str, Any]:
@@ -307,6 +314,14 @@ class BatchRecord:
                 continue
             item[f.name] = list(value) if isinstance(value, tuple) else value
         return item
+
+
+class ScheduleChange(TypedDict, total=False):
+    """A change of a batch's scheduling fields: those given change (``complete_by`` None
+    clears it), the others stay."""
+
+    priority: int
+    complete_by: int | None
 
 
 _LATER_TIMESTAMPS = tuple(name for name in TIMESTAMPS if name not in ("created_at", "expires_at"))

@@ -5,8 +5,8 @@ may leave (``status_is_one_of``), so two steps racing (a cancel and the window's
 a retried finalize) cannot both apply.
 
 Each change of the record is a verb of the store (``cancel``, ``pause``,
-``fail_for_owner``, ``mark_results_full``, ...; the generic ``_change`` is private), and
-each verb says whether it stops the batch's requests from starting. One that does
+``fail_for_owner``, ``reschedule``, ``mark_results_full``, ...; the generic ``_change`` is
+private), and each verb says whether it stops the batch's requests from starting. One that does
 (``cancel``, ``fail_for_owner``, ``start_failing``, ``start_expiring``,
 ``mark_results_full``, ``start_finalizing``, and ``end`` and ``delete_record`` in
 ``storage.batches``) also marks each of its counter shards ``halt`` in the same
@@ -30,6 +30,7 @@ from batchgw.domain.batch import (
     BatchRecord,
     CountedBatch,
     Counts,
+    ScheduleChange,
     ShardRecord,
     shard_sk,
 )
@@ -188,6 +189,12 @@ class BatchRecords:
             batch_key(batch_id), update, failure=f"could not update {batch_id}"
         )
         return None if after is None else BatchRecord.from_item(after)
+
+    def reschedule(self, batch_id: str, change: ScheduleChange) -> BatchRecord | None:
+        """Set a batch's ``priority`` and/or ``complete_by`` (None clears it) while it has not
+        reached a final status, checked in the same write: a batch that ended meanwhile is
+        not written (None, as for a batch gone). No halt: it runs on."""
+        return self._change(batch_id, dict(change), from_statuses=UNFINISHED_STATUSES)
 
     def mark_results_full(self, batch_id: str) -> BatchRecord | None:
         """The batch's results reached their storage limit: no request starts from now on

@@ -7,6 +7,7 @@ as ``requests[1] (custom_id 'q-2'): Model 'no-such-model' not found``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from batchgw.validation import RequestInvalid, join_param, shown
 from batchgw.validation.chat import validate_chat_body
 from batchgw.validation.embeddings import validate_embeddings_body
 from batchgw.validation.messages import KNOWN_ANTHROPIC_VERSIONS, validate_messages_body
+from batchgw.validation.priority import Scheduling, scheduling_of
 from batchgw.validation.responses import validate_responses_body
 from batchgw.validation.translatable import check_translatable
 
@@ -54,8 +56,18 @@ GATEWAY_OPTIONS: dict[str, tuple[str, ...]] = {
 
 # ``endpoint`` and ``model``: the create shape of Merge Gateway's guide (spec 003), defaults
 # for every request's url and body model (``_with_batch_defaults``).
+# ``priority`` and ``complete_by``: the batch's scheduling (``validation.priority``).
 _CREATE_FIELDS = frozenset(
-    {"requests", "metadata", "completion_window", "endpoint", "model", "execution_mode"}
+    {
+        "requests",
+        "metadata",
+        "completion_window",
+        "endpoint",
+        "model",
+        "execution_mode",
+        "priority",
+        "complete_by",
+    }
 )
 
 
@@ -80,6 +92,7 @@ class CreatePlan:
     metadata: dict[str, str] | None
     completion_window: str | None = None  # None: the gateway's own (BATCH_COMPLETION_WINDOW_HOURS)
     mode: Mode = Mode.GATEWAY  # where its creator asked it to run (``execution_mode``)
+    scheduling: Scheduling = dataclasses.field(default_factory=Scheduling)  # priority, complete_by
 
 
 def validate_create(
@@ -105,6 +118,7 @@ def validate_create(
         )
     _check_create_fields(body)
     metadata = check_metadata(body.get("metadata"))
+    scheduling = scheduling_of(body, admin=role == "admin")
 
     items = body.get("requests")
     if not isinstance(items, list):
@@ -153,6 +167,7 @@ def validate_create(
         metadata=metadata,
         completion_window=body.get("completion_window"),
         mode=requested_mode(body.get("execution_mode"), metadata),
+        scheduling=scheduling,
     )
 
 
