@@ -11,7 +11,8 @@ a ``BadRequest`` that names the request.
   ``common``: the checks they share; ``jsonbody``: strict JSON parsing;
 - ``translatable``: whether a Messages request can run as a chat completion;
 - ``media``: media a provider's batch service cannot take;
-- ``costs``: what a batch's requests may cost, before it runs.
+- ``costs``: what a batch's requests may cost, before it runs;
+- ``priority``: a batch's ``priority`` and ``complete_by``, on a create or a PATCH.
 
 May import: ``config``, ``domain``.
 """
