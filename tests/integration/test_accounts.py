@@ -420,3 +420,31 @@ def test_a_revoke_made_in_another_process_reaches_this_ones_cached_key_within_a_
     monkeypatch.setattr(accounts_api, "forget_keys", lambda: None)  # the admin's process is not ours
     assert call("POST", f"/admin/keys/{key['id']}/revoke", ADMIN)[0] == 200
     assert call("GET", "/v1/batches", key["key"])[0] == 401
+
+
+# --- a user's weight (issue 56) ------------------------------------------------------------------
+
+
+def test_a_users_weight_is_1_unless_an_administrator_sets_another(world: Any) -> None:
+    user_id = new_user()
+    assert call("GET", f"/admin/users/{user_id}", ADMIN)[1]["weight"] == 1
+    status, made = call(
+        "POST",
+        "/admin/users",
+        ADMIN,
+        {"name": "W", "email": "w@example.com", "role": "internal", "weight": 2.5},
+    )
+    assert status == 200 and made["weight"] == 2.5
+    assert call("PATCH", f"/admin/users/{user_id}", ADMIN, {"weight": 100})[1]["weight"] == 100
+    assert call("PATCH", f"/admin/users/{user_id}", ADMIN, {"weight": 0.25})[1]["weight"] == 0.25
+    assert call("GET", f"/admin/users/{user_id}", ADMIN)[1]["weight"] == 0.25
+    assert call("GET", "/v1/me", ALICE)[1]["weight"] == 1  # the user sees theirs
+
+
+@pytest.mark.parametrize("weight", [0, -1, 100.5, 1e-300, True, "2", None, [1]])
+def test_a_weight_not_above_0_and_at_most_100_is_refused(world: Any, weight: Any) -> None:
+    user_id = new_user()
+    status, error = call("PATCH", f"/admin/users/{user_id}", ADMIN, {"weight": weight})
+    assert status == 400 and error["error"]["param"] == "weight", error
+    assert "above 0" in error["error"]["message"] and "at most 100" in error["error"]["message"]
+    assert call("GET", f"/admin/users/{user_id}", ADMIN)[1]["weight"] == 1

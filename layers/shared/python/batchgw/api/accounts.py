@@ -21,7 +21,7 @@ from batchgw.api.ids import new_id
 from batchgw.api.params import MAX_UNIX_SECONDS
 from batchgw.deps import Deps
 from batchgw.domain import money
-from batchgw.domain.accounts import KeyRecord, UserRecord, UserStatus
+from batchgw.domain.accounts import DEFAULT_WEIGHT, KeyRecord, UserRecord, UserStatus
 from batchgw.domain.errors import ApiError, BadRequest, Forbidden, NotFound
 from batchgw.domain.principal import ROLES, Principal, hash_key
 from batchgw.domain.spend import Spend
@@ -32,6 +32,8 @@ KEY_PREFIX = "key_"
 SECRET_PREFIX = "sk-"
 VISIBLE_PREFIX_CHARS = 12
 _MAX_TEXT = 200
+MAX_WEIGHT = 100
+WEIGHT_STEP = Decimal("0.000001")
 
 
 def _changes_accounts(change: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -82,6 +84,7 @@ def user_object(user: UserRecord) -> dict[str, Any]:
         "daily_quota_usd": _usd(user.daily_quota_nano),
         "monthly_quota_usd": _usd(user.monthly_quota_nano),
         "created_at": user.created_at,
+        "weight": float(user.weight),
     }
 
 
@@ -158,6 +161,26 @@ def nano_of(body: dict[str, Any], name: str) -> int | None:
     return int(amount * money.NANO_PER_USD)
 
 
+def _weight(body: dict[str, Any]) -> Decimal:
+    """A user's weight: a number above 0, at most ``MAX_WEIGHT``, kept to ``WEIGHT_STEP`` (their
+    share of batch capacity against other users'; the engine does not use it yet)."""
+    value = body["weight"]
+    amount = None
+    if not isinstance(value, bool) and isinstance(value, int | float):
+        try:
+            amount = Decimal(str(value))
+        except InvalidOperation:
+            amount = None
+    if amount is not None and amount.is_finite() and 0 < amount <= MAX_WEIGHT:
+        amount = amount.quantize(WEIGHT_STEP).normalize()  # 1e-300 is no weight DynamoDB keeps
+        if amount > 0:
+            return amount
+    raise BadRequest(
+        f"'weight' must be a number above 0 (to {WEIGHT_STEP} at the finest) and at most {MAX_WEIGHT}.",
+        param="weight",
+    )
+
+
 def _time(body: dict[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
@@ -180,7 +203,7 @@ def _visible_user(deps: Deps, user_id: str) -> UserRecord:
 def create_user(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
     require_admin(principal)
     body = _object(body)
-    _only(body, {"name", "email", "role", "daily_quota_usd", "monthly_quota_usd"})
+    _only(body, {"name", "email", "role", "daily_quota_usd", "monthly_quota_usd", "weight"})
     user = UserRecord(
         id=new_id(USER_PREFIX, deps.clock()),
         name=str(_text(body, "name", required=True)),
@@ -189,6 +212,7 @@ def create_user(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
         daily_quota_nano=nano_of(body, "daily_quota_usd"),
         monthly_quota_nano=nano_of(body, "monthly_quota_usd"),
         created_at=int(deps.clock()),
+        weight=DEFAULT_WEIGHT if body.get("weight") is None else _weight(body),
     )
     deps.accounts.create(user)
     return user_object(user)
@@ -209,7 +233,7 @@ def get_user(deps: Deps, principal: Principal, user_id: str) -> dict[str, Any]:
 def update_user(deps: Deps, principal: Principal, user_id: str, body: Any) -> dict[str, Any]:
     require_admin(principal)
     body = _object(body)
-    _only(body, {"name", "email", "role", "status", "daily_quota_usd", "monthly_quota_usd"})
+    _only(body, {"name", "email", "role", "status", "daily_quota_usd", "monthly_quota_usd", "weight"})
     _visible_user(deps, user_id)
     fields: dict[str, Any] = {}
     if "name" in body:
@@ -224,6 +248,8 @@ def update_user(deps: Deps, principal: Principal, user_id: str, body: Any) -> di
                 "'status' must be 'active' or 'suspended' (DELETE removes a user).", param="status"
             )
         fields["status"] = body["status"]
+    if "weight" in body:
+        fields["weight"] = _weight(body)
     for name, stored in (
         ("daily_quota_usd", "daily_quota_nano"),
         ("monthly_quota_usd", "monthly_quota_nano"),

@@ -346,6 +346,12 @@ _USER = {
     "role": _ROLE,
     "daily_quota_usd": _USD,
     "monthly_quota_usd": _USD,
+    "weight": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": 100,
+        "description": "the share of batch capacity against other users (1)",
+    },
 }
 _KEY = {
     "name": {"type": "string"},

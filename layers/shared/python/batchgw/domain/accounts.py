@@ -1,6 +1,7 @@
 """Users and their API keys, as stored.
 
-A user has a role, a status and optional daily and monthly cost quotas; a key belongs to
+A user has a role, a status, optional daily and monthly cost quotas and a weight (their
+share of batch capacity against other users', 1 by default; issue 56); a key belongs to
 one user, is stored hashed with a visible prefix, may expire or be revoked, and may carry
 its own daily and monthly budget. Amounts are integer nano-dollars (None: unlimited).
 """
@@ -8,8 +9,11 @@ its own daily and monthly budget. Amounts are integer nano-dollars (None: unlimi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any
+
+DEFAULT_WEIGHT = Decimal(1)
 
 
 class UserStatus(StrEnum):
@@ -33,6 +37,7 @@ class UserRecord:
     daily_quota_nano: int | None = None
     monthly_quota_nano: int | None = None
     created_at: int = 0
+    weight: Decimal = DEFAULT_WEIGHT  # an administrator's choice, > 0 and <= 100
 
     @property
     def active(self) -> bool:
@@ -52,6 +57,7 @@ class UserRecord:
             daily_quota_nano=_num(item, "daily_quota_nano"),
             monthly_quota_nano=_num(item, "monthly_quota_nano"),
             created_at=int(item.get("created_at", 0)),
+            weight=Decimal(str(item.get("weight", DEFAULT_WEIGHT))),
         )
 
     def to_item(self) -> dict[str, Any]:
@@ -64,6 +70,7 @@ class UserRecord:
             "daily_quota_nano": self.daily_quota_nano,
             "monthly_quota_nano": self.monthly_quota_nano,
             "created_at": self.created_at,
+            "weight": self.weight,
         }
 
 
