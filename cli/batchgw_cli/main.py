@@ -89,6 +89,16 @@ def _print(ctx: Context, value: Any, human: Callable[[], None]) -> None:
 # --- batches ----------------------------------------------------------------------------------
 
 
+def _checked_complete_by(value: str | None) -> str | None:
+    """``--complete-by`` refused on the command line (exit 2) when it is no time."""
+    if value is not None:
+        try:
+            submitting.complete_by_of(value, time.time())
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 @app.command()
 def submit(
     ctx: typer.Context,
@@ -102,16 +112,25 @@ def submit(
         list[str] | None, typer.Option("--metadata", "-m", help="KEY=VALUE (repeatable).")
     ] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Watch it until it ends.")] = False,
+    priority: Annotated[
+        int | None,
+        typer.Option(help="Higher runs first: -10 to 10 (an administrator: -100 to 100). Default 0."),
+    ] = None,
+    complete_by: Annotated[
+        str | None, typer.Option(help=submitting.COMPLETE_BY_HELP, callback=_checked_complete_by)
+    ] = None,
 ) -> None:
     """Upload FILE and create its batch; prints the batch id.
 
     Running the same command again (after a crash, a dropped connection or Ctrl-C) resumes
     the upload or finds the batch instead of creating another.
 
-    Example: batchgw submit requests.jsonl --window 24h --name nightly --watch
+    Example: batchgw submit requests.jsonl --window 24h --name nightly --priority 5 --complete-by +6h --watch
     """
     c = _ctx(ctx)
-    options = submitting.Options(endpoint, window, name, _pairs(metadata or []))
+    options = submitting.Options(
+        endpoint, window, name, _pairs(metadata or []), priority=priority, complete_by=complete_by
+    )
     with _bytes_progress(c, f"uploading {file.name}") as progress:
         batch, _ = submitting.submit(c.api, file, options, progress=progress)
     if watch:
@@ -280,6 +299,8 @@ def get(ctx: typer.Context, batch_id: str) -> None:
 def _show_batch(batch: dict[str, Any]) -> None:
     out.print(f"[bold]{batch['id']}[/] {batch['status']} · {batch['endpoint']}")
     out.print(watching.summary(batch))
+    if watching.scheduling(batch):
+        out.print(watching.scheduling(batch))
     for note in watching.notes(batch):
         out.print(f"[yellow]{note}")
     _explain(batch)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,32 @@ class Options:
     window: str
     name: str | None
     metadata: dict[str, str]
+    priority: int | None = None
+    complete_by: str | None = None  # as given (``complete_by_of`` reads it when the batch is made)
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+COMPLETE_BY_HELP = (
+    "When you want the batch done by: unix seconds (1767225600), an ISO 8601 time with a "
+    "timezone (2026-01-01T12:00:00Z), or a time from now (+90m, +2h, +1d). At most the window's end."
+)
+
+
+def complete_by_of(text: str, now: float) -> int:
+    """``--complete-by`` as unix seconds: unix seconds, an ISO 8601 time with a timezone, or
+    ``+<n><s|m|h|d>`` from ``now``. ValueError, saying what it takes, for anything else."""
+    given = text.strip()
+    if given.isdigit():
+        return int(given)
+    if given.startswith("+") and given[-1:] in DURATION_UNITS and given[1:-1].isdigit():
+        return int(now) + int(given[1:-1]) * DURATION_UNITS[given[-1]]
+    try:
+        moment = datetime.fromisoformat(given)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise ValueError(f"{text!r} is not a time: {COMPLETE_BY_HELP}")
+    return int(moment.timestamp())
 
 
 @dataclass
@@ -111,10 +139,17 @@ def idempotency_key(api: Api, sha256: str, options: Options, endpoint: str) -> s
             options.window,
             options.name,
             sorted(options.metadata.items()),
+            # as given, so the same command finds its batch again (``+2h`` included); only when
+            # given, so a submission without them keeps the key it always had
+            *([options.priority, options.complete_by] if _scheduled(options) else []),
         ],
         separators=(",", ":"),
     )
     return "cli-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+def _scheduled(options: Options) -> bool:
+    return options.priority is not None or options.complete_by is not None
 
 
 def submit(
@@ -148,6 +183,10 @@ def submit(
         "completion_window": options.window,
         **({"metadata": metadata} if metadata else {}),
     }
+    if options.priority is not None:
+        body["priority"] = options.priority
+    if options.complete_by is not None:
+        body["complete_by"] = complete_by_of(options.complete_by, time.time())
     try:
         batch = api.json("POST", "/batches", json=body, headers={"Idempotency-Key": key})
     except ApiFailure as exc:

@@ -60,6 +60,23 @@ def summary(batch: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def scheduling(batch: dict[str, Any]) -> str:
+    """One line: its priority, when it is wanted done by and when it is estimated done (each
+    only when the batch object has it), or nothing."""
+    parts = []
+    if batch.get("priority") is not None:
+        parts.append(f"priority {batch['priority']}")
+    if batch.get("complete_by") is not None:
+        parts.append(f"complete by {_utc(batch['complete_by'])}")
+    if batch.get("estimated_completion_at") is not None:
+        parts.append(f"estimated done {_utc(batch['estimated_completion_at'])}")
+    return " · ".join(parts)
+
+
+def _utc(seconds: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(seconds))
+
+
 def _duration(seconds: int) -> str:
     if seconds < 60:
         return f"{seconds}s"
@@ -105,6 +122,9 @@ def watch(
     ) as progress:
         total = int(batch["request_counts"]["total"]) or None
         task = progress.add_task("batch", total=total, status=batch["status"], summary="")
+        planned = scheduling(batch)
+        if planned:
+            progress.console.print(planned)
         while True:
             done = ended_of(batch)
             progress.update(
@@ -114,6 +134,9 @@ def watch(
                 status=batch["status"],
                 summary=summary(batch),
             )
+            if scheduling(batch) != planned:  # changed while it runs (PATCH)
+                planned = scheduling(batch)
+                progress.console.print(planned)
             for note in notes(batch):
                 if note not in shown:
                     shown.add(note)

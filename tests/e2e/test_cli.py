@@ -1,6 +1,7 @@
 """The ``batchgw`` console script against a local stack of its own, as a user runs it (a
 subprocess; nothing of the API mocked): submit, watch and download a 2,000-line file; the
-same submission found again, with its state file or without; an interrupted upload resumed;
+same submission found again, with its state file or without; a priority and a complete_by
+given; an interrupted upload resumed;
 each exit code; ``--json`` parsed; a preflight's problems by line and its cost bounds;
 retry; the webhook; one-line errors. A terminal capture (a pseudo-terminal read by the pyte
 emulator) shows the progress bar as a user sees it; ``fixtures/cli_watch_screen.txt`` keeps
@@ -99,6 +100,22 @@ def test_submit_watch_and_download_a_2000_line_file(env: dict[str, str], tmp_pat
     assert shown["metadata"]["name"] == "big" and shown["request_counts"]["completed"] == 2000
     listed = json.loads(cli(env, "--json", "list", "--limit", "5").stdout)
     assert batch_id in [b["id"] for b in listed["data"]]
+
+
+def test_submit_takes_a_priority_and_a_complete_by_and_get_shows_them(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    source = write_jsonl(tmp_path / "urgent.jsonl", 3, prefix="u")
+    made = cli(env, "--json", "submit", str(source), "--priority", "5", "--complete-by", "+2h")
+    assert made.returncode == 0, made.stderr
+    batch = json.loads(made.stdout)
+    assert batch["priority"] == 5 and abs(batch["complete_by"] - (time.time() + 7200)) < 120
+    shown = cli(env, "get", batch["id"])
+    assert "priority 5 · complete by " in shown.stdout, shown.stdout
+    refused = cli(env, "submit", str(source), "--complete-by", "soon")
+    assert refused.returncode == 2 and "ISO 8601" in refused.stderr
+    too_high = cli(env, "submit", str(source), "--name", "too high", "--priority", "11")
+    assert too_high.returncode == 1 and "-10 to 10" in too_high.stderr, too_high.stderr
 
 
 def test_the_same_submission_finds_the_same_batch_with_or_without_its_state(

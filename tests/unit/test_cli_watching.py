@@ -59,3 +59,29 @@ def test_a_window_closing_first_and_a_pause_are_noted() -> None:
         "warning: the window closes first",
         "paused: daily_quota until 1700000000",
     ]
+
+
+# --- priority and complete_by (issue 56) ------------------------------------------------------------
+
+
+def test_the_scheduling_line_shows_what_the_batch_object_has_and_nothing_for_a_missing_field() -> None:
+    assert watching.scheduling(batch("in_progress")) == ""
+    shown = {**batch("in_progress"), "priority": 5, "complete_by": 1_767_225_600}
+    assert watching.scheduling(shown) == "priority 5 · complete by 2026-01-01 00:00 UTC"
+    assert watching.scheduling({**shown, "complete_by": None}) == "priority 5"
+    later = {**shown, "estimated_completion_at": 1_767_229_200}
+    assert watching.scheduling(later).endswith("estimated done 2026-01-01 01:00 UTC")
+
+
+def test_watch_prints_the_scheduling_again_when_it_changes() -> None:
+    reads = iter(
+        [
+            {**batch("in_progress", completed=1), "priority": 0},
+            {**batch("in_progress", completed=2), "priority": 7},
+            {**batch("completed", completed=10), "priority": 7},
+        ]
+    )
+    screen = io.StringIO()
+    watching.watch(lambda: next(reads), Console(file=screen, width=120), sleep=lambda _: None)
+    lines = [line.strip() for line in screen.getvalue().splitlines()]
+    assert "priority 0" in lines and "priority 7" in lines
