@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,35 @@ def test_cancel_and_delete_from_the_batch_page(page: Page, stack: LocalStack) ->
     assert user.http.get(f"/batches/{batch_id}").status_code == 404
 
 
+def test_the_batch_page_shows_its_priority_and_changes_it_and_its_complete_by(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    batch_id = user.batch("urgent", [chat(f"p{i}", "slow [[sim latency_ms=2000]]") for i in range(30)])
+    sign_in(page, stack, user.key)
+    page.goto(console(stack) + f"batches/{batch_id}")
+    expect(page.locator("[data-priority]")).to_have_text("0")
+    expect(page.locator("[data-complete-by]")).to_contain_text("No time set")
+    page.get_by_role("button", name="Change priority", exact=True).click()
+    page.get_by_label("Priority").fill("11")
+    page.get_by_role("button", name="Save", exact=True).click()
+    # Outside a user's range: the server's refusal, in its words; nothing changed.
+    expect(page.get_by_role("alert")).to_contain_text("from -10 to 10")
+    in_an_hour = page.evaluate(
+        "() => { const d = new Date(Date.now() + 3600e3);"
+        " d.setMinutes(d.getMinutes() - d.getTimezoneOffset()); return d.toISOString().slice(0, 16); }"
+    )
+    page.get_by_label("Priority").fill("7")
+    page.get_by_label("Complete by").fill(in_an_hour)
+    shot(page, "batch-priority")
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator("[data-priority]")).to_have_text("7")
+    expect(page.locator("[data-complete-by]")).not_to_contain_text("No time set")
+    stored = user.http.get(f"/batches/{batch_id}").json()
+    assert stored["priority"] == 7 and abs(stored["complete_by"] - (time.time() + 3600)) < 120
+    user.http.post(f"/batches/{batch_id}/cancel").raise_for_status()
+
+
 # --- the create wizard --------------------------------------------------------------------
 
 
@@ -218,13 +248,14 @@ def test_the_create_wizard_names_the_failing_line_then_submits_a_fixed_file(
     good.write_bytes(_jsonl([_line(f"g{i}") for i in range(3)]))
     page.get_by_role("button", name="Back", exact=True).click()
     page.get_by_role("button", name="Back", exact=True).click()
-    _through_the_wizard(page, good, "wizard batch", Temperature="0.5")
+    _through_the_wizard(page, good, "wizard batch", Temperature="0.5", Priority="3")
     expect(page.get_by_text("Every line passed the check: 3 requests.")).to_be_visible()
     expect(page.locator("pre")).to_contain_text('"temperature":0.5')
     shot(page, "create-check-passed")
     page.get_by_role("button", name="Submit batch", exact=True).click()
     expect(page.get_by_role("heading", name="wizard batch")).to_be_visible()
     batch_id = page.url.rsplit("/", 1)[-1]
+    expect(page.locator("[data-priority]")).to_have_text("3")  # the Configure step's priority
     wait_status(user, batch_id, "completed")
     stored = user.http.get(f"/batches/{batch_id}/results").json()["data"]
     assert len(stored) == 3

@@ -305,6 +305,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                 "name": {"type": "string", "minLength": 1, "maxLength": 256},
                 "description": {"type": "string", "maxLength": 512},
                 "check": {"type": "string"},
+                **_SCHEDULING,
             },
         }
     ),

@@ -34,6 +34,7 @@ from batchgw.domain import console as rules
 from batchgw.domain.batch import BatchRecord, CountedBatch
 from batchgw.domain.errors import BadRequest, Conflict, NotFound
 from batchgw.domain.principal import Principal
+from batchgw.validation import priority
 from batchgw.validation.strict import stored_lines
 
 # Batches one list call reads at most while it looks for a page of matches, and how many it
@@ -43,7 +44,7 @@ _READ_PAGE = 50
 MAX_SEARCH_CHARS = 200
 MAX_NAME_CHARS = 256  # metadata values' own limit (``validation.create.check_metadata``)
 MAX_DESCRIPTION_CHARS = 512
-_SUBMIT_KEYS = frozenset({*preflight.BODY_KEYS, "check", "name", "description"})
+_SUBMIT_KEYS = frozenset({*preflight.BODY_KEYS, "check", "name", "description", *priority.FIELDS})
 # Targets a batch of which may be copied, or its unfinished requests exported (the spec's).
 EXPORTABLE = frozenset({"/v1/chat/completions", "/v1/embeddings"})
 CHOICES_KEY = "console_choices"  # the batch's metadata key for the create page's choices
@@ -218,11 +219,12 @@ def submit(
     deps: Deps, principal: Principal, raw: bytes, body: Any, idempotency_key: str | None
 ) -> dict[str, Any]:
     """POST /console/batches: the create page's last step. The body is the preflight's (the
-    file and the choices) with the batch's ``name``, ``description`` and the ``check`` the
-    preflight answered; the file is checked again, and a check that no longer matches (the
-    file, the key, or the model the choice resolves to changed) is refused with 409
-    ``check_outdated``. The batch keeps its own copy of the stored requests. An
-    ``Idempotency-Key`` is required: a reload finds the batch instead of making another."""
+    file and the choices) with the batch's ``name``, ``description``, its ``priority`` and
+    ``complete_by`` if given, and the ``check`` the preflight answered; the file is checked
+    again, and a check that no longer matches (the file, the key, or the model the choice
+    resolves to changed) is refused with 409 ``check_outdated``. The batch keeps its own copy
+    of the stored requests. An ``Idempotency-Key`` is required: a reload finds the batch
+    instead of making another."""
     if not idempotency_key:
         raise BadRequest(
             "A console submission needs an Idempotency-Key header.", code="idempotency_key_required"
@@ -240,6 +242,7 @@ def submit(
     metadata = {"name": name, "console": "1", CHOICES_KEY: _choices_of(body)}
     if description:
         metadata["description"] = description
+    scheduling = priority.scheduling_of(body, admin=principal.is_admin)
 
     def create(creating: Creating) -> dict[str, Any]:
         require_role(deps, principal, "create batches")
@@ -266,6 +269,7 @@ def submit(
             window=None,
             metadata=metadata,
             input=api_batches.FileInput(checked.file_id, write=write),
+            scheduling=scheduling,
         )
         return api_batches.open_batch(deps, principal, creating, opening)
 

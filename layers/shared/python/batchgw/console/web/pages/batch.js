@@ -1,11 +1,12 @@
 // One batch's details (GET /console/api/batches/{id}): counts, usage, cost, its ETA and
 // timestamps, what went wrong and what to do (the server's words: never an exception's), and
-// webhook deliveries; cancel, delete, retry, and download the results it has. A processing
+// webhook deliveries; cancel, delete, retry, and download the results it has; its priority
+// and complete_by, changed (PATCH /v1/batches/{id}) until it ends. A processing
 // batch's page asks again on its own, less often the longer nothing changes.
 
 import { useEffect, useRef, useState } from "preact/hooks";
-import { del, get, post } from "../api.js";
-import { count, inputMethod, usd, when } from "../format.js";
+import { del, get, patch, post } from "../api.js";
+import { count, fromLocalInput, inputMethod, localInput, usd, when } from "../format.js";
 import { ErrorNote, html, Link, navigate } from "../ui.js";
 import { Badge, Outcomes } from "./batches.js";
 
@@ -56,6 +57,53 @@ function Issue({ batch }) {
     </section>`;
 }
 
+const FINAL = ["completed", "failed", "expired", "cancelled"];
+
+// Its priority and complete_by, and a form to change them while it has not ended (the
+// server checks the ranges and answers in its own words).
+function Schedule({ batch, onSaved }) {
+  const [editing, setEditing] = useState(null);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const open = !FINAL.includes(batch.status);
+  const save = async (event) => {
+    event.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      await patch(`/v1/batches/${encodeURIComponent(batch.id)}`, {
+        priority: Number(editing.priority),
+        complete_by: fromLocalInput(editing.complete_by),
+      });
+      setEditing(null);
+      onSaved();
+    } catch (failure) {
+      setError(failure);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`
+    <dl class="facts" data-schedule>
+      <dt>Priority</dt><dd data-priority>${batch.priority ?? 0}</dd>
+      <dt>Complete by</dt><dd data-complete-by>${batch.complete_by == null ? "No time set (the window's end)" : when(batch.complete_by)}</dd>
+    </dl>
+    <p class="note">The gateway does not order work by these yet.</p>
+    ${open && !editing && html`<div class="actions"><button type="button" onClick=${() => setEditing({ priority: String(batch.priority ?? 0), complete_by: localInput(batch.complete_by) })}>Change priority</button></div>`}
+    ${editing && html`
+      <form class="form" onSubmit=${save}>
+        <${ErrorNote} error=${error} />
+        <label for="priority">Priority <span class="hint">Higher runs first: -10 to 10 (an administrator: -100 to 100).</span></label>
+        <input id="priority" type="number" step="1" required value=${editing.priority} onInput=${(e) => setEditing({ ...editing, priority: e.target.value })} />
+        <label for="complete-by">Complete by <span class="hint">Optional: when you want it done, no later than the window's end. Empty: no time.</span></label>
+        <input id="complete-by" type="datetime-local" value=${editing.complete_by} onInput=${(e) => setEditing({ ...editing, complete_by: e.target.value })} />
+        <div class="actions">
+          <button type="button" onClick=${() => { setEditing(null); setError(null); }}>Cancel</button>
+          <button type="submit" class="primary" disabled=${busy}>Save</button>
+        </div>
+      </form>`}`;
+}
+
 function Deliveries({ deliveries }) {
   if (!deliveries.length) return html`<p class="note">No webhook deliveries about this batch.</p>`;
   return html`
@@ -76,6 +124,7 @@ export function BatchPage({ id, capabilities }) {
   const [notice, setNotice] = useState(null);
   const [busy, setBusy] = useState(false);
   const [exported, setExported] = useState(null);
+  const [saved, setSaved] = useState(0); // a change of its schedule: read the batch again
   const wait = useRef(FIRST_POLL_MS);
   const seen = useRef(null);
 
@@ -103,7 +152,7 @@ export function BatchPage({ id, capabilities }) {
       stopped = true;
       clearTimeout(timer);
     };
-  }, [id, notice]);
+  }, [id, notice, saved]);
 
   const exportUnfinished = async () => {
     setBusy(true);
@@ -194,6 +243,8 @@ export function BatchPage({ id, capabilities }) {
         ${batch.parent_batch_id && html`<dt>Retries</dt><dd><${Link} href=${`/console/batches/${encodeURIComponent(batch.parent_batch_id)}`}>${batch.parent_batch_id}<//></dd>`}
         ${batch.retry_batch_ids && batch.retry_batch_ids.length > 0 && html`<dt>Retried by</dt><dd>${batch.retry_batch_ids.map((child, i) => html`${i ? ", " : ""}<${Link} href=${`/console/batches/${encodeURIComponent(child)}`}>${child}<//>`)}</dd>`}
       </dl>
+      <h3>Scheduling</h3>
+      <${Schedule} batch=${batch} onSaved=${() => setSaved((n) => n + 1)} />
       <h3>Webhook deliveries</h3>
       <${Deliveries} deliveries=${batch.webhook_deliveries || []} />
     </section>`;

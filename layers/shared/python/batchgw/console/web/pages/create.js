@@ -7,7 +7,7 @@
 
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call, del, download, get, post } from "../api.js";
-import { count, when } from "../format.js";
+import { count, fromLocalInput, when } from "../format.js";
 import { ErrorNote, html, Link, navigate } from "../ui.js";
 
 const PENDING = "batchgw.console.pending-submission";
@@ -161,7 +161,7 @@ export function CreatePage({ capabilities, session }) {
   const [scan, setScan] = useState(null); // the check with no choices: what the file says
   const [endpoint, setEndpoint] = useState("");
   const [models, setModels] = useState([]);
-  const [form, setForm] = useState({ name: "", description: "", model: "", temperature: "", max_tokens: "" });
+  const [form, setForm] = useState({ name: "", description: "", model: "", temperature: "", max_tokens: "", priority: "0", complete_by: "" });
   const [check, setCheck] = useState(null);
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
@@ -199,6 +199,7 @@ export function CreatePage({ capabilities, session }) {
         if (!copy) throw new Error("This batch cannot be copied yet: only a Chat or Embeddings batch made from a file can.");
         const c = copy.choices || {};
         setForm({
+          ...form,
           name: copy.name ? `Copy of ${copy.name}` : "",
           description: copy.description || "",
           model: c.model || "",
@@ -253,7 +254,14 @@ export function CreatePage({ capabilities, session }) {
       const next = {
         key: crypto.randomUUID(),
         started_at: Date.now(),
-        body: { ...body(), name: form.name.trim(), description: form.description.trim() || undefined, check: check.check },
+        body: {
+          ...body(),
+          name: form.name.trim(),
+          description: form.description.trim() || undefined,
+          priority: form.priority === "" ? undefined : Number(form.priority),
+          complete_by: fromLocalInput(form.complete_by) ?? undefined,
+          check: check.check,
+        },
       };
       writePending(next);
       try {
@@ -318,6 +326,10 @@ export function CreatePage({ capabilities, session }) {
             <input id="temperature" type="number" step="0.1" min="0" max="2" ...${field("temperature")} />
             <label for="max_tokens">max_tokens <span class="hint">Optional: for every request.</span></label>
             <input id="max_tokens" type="number" step="1" min="1" ...${field("max_tokens")} />`}
+          <label for="priority">Priority <span class="hint">Higher runs first: -10 to 10 (0 by default). The gateway does not order work by it yet.</span></label>
+          <input id="priority" type="number" step="1" min="-10" max="10" ...${field("priority")} />
+          <label for="complete_by">Complete by <span class="hint">Optional: when you want the batch done, no later than its window's end.</span></label>
+          <input id="complete_by" type="datetime-local" ...${field("complete_by")} />
           <div class="actions">
             <button type="button" onClick=${() => setStep(0)}>Back</button>
             <button class="primary" type="submit" disabled=${busy}>Next: check</button>
