@@ -343,3 +343,34 @@ def test_an_empty_file_is_taken_and_its_batch_fails_validation_with_empty_file(
     done = wait_batch(client, batch.id)
     assert done.status == "failed"
     assert done.errors is not None and [e.code for e in done.errors.data] == ["empty_file"]
+
+
+def test_a_batchs_priority_and_complete_by_are_set_with_extra_body_and_changed_with_patch(
+    client: OpenAI, tmp_path: Path
+) -> None:
+    """Issue 56 through the SDK: create with ``extra_body``, ``client.patch`` with
+    ``cast_to=Batch``, the fields echoed; a batch that has ended refuses a change (409)."""
+    uploaded = client.files.create(file=write(tmp_path, [line("p1", "hi")]).open("rb"), purpose="batch")
+    due = int(time.time()) + 3600
+    batch = client.batches.create(
+        input_file_id=uploaded.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        extra_body={"priority": 5, "complete_by": due},
+    )
+    assert (batch.model_extra or {}).get("priority") == 5 and (batch.model_extra or {})["complete_by"] == due
+    patched = client.patch(
+        f"/batches/{batch.id}", body={"priority": -3, "complete_by": None}, cast_to=openai.types.Batch
+    )
+    assert isinstance(patched, openai.types.Batch) and patched.id == batch.id
+    assert (patched.model_extra or {}).get("priority") == -3 and (patched.model_extra or {})[
+        "complete_by"
+    ] is None
+    assert (client.batches.retrieve(batch.id).model_extra or {}).get("priority") == -3
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.patch(f"/batches/{batch.id}", body={"priority": 11}, cast_to=openai.types.Batch)
+    assert refused.value.param == "priority"  # type: ignore[attr-defined]
+    assert wait_batch(client, batch.id).status == "completed"
+    with pytest.raises(openai.ConflictError) as ended:
+        client.patch(f"/batches/{batch.id}", body={"priority": 1}, cast_to=openai.types.Batch)
+    assert ended.value.code == "batch_finalized"
