@@ -14,6 +14,7 @@ from batchgw.domain.shares import (
     allocate,
     fair_shares,
     gives_back,
+    giving_back,
     may_take,
     order_key,
     promise,
@@ -274,3 +275,16 @@ def test_fair_shares_add_up_to_the_slots_when_demand_exceeds_them() -> None:
         "b": 4,
         "c": 4,
     }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 12), min_size=1),
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 12), min_size=1),
+    st.integers(0, 60),
+)
+def test_the_batches_giving_back_are_those_gives_back_names_one_by_one(
+    held: dict[str, int], allocation: dict[str, int], slots: int
+) -> None:
+    named = {batch for batch in held if gives_back(batch, slots, held, allocation)}
+    assert giving_back(slots, held, allocation) == named
