@@ -4,13 +4,17 @@ tenants, priority then deadline then creation within one, and the estimate made 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections import defaultdict
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 from batchgw.domain.shares import (
+    DEADLINE_MARGIN,
     Claim,
+    Pace,
     allocate,
     fair_shares,
     gives_back,
@@ -18,6 +22,7 @@ from batchgw.domain.shares import (
     may_take,
     order_key,
     promise,
+    reserves,
     tenant_slots,
 )
 from hypothesis import given, settings
@@ -131,6 +136,41 @@ def test_a_free_slot_goes_first_to_a_batch_below_its_allocation_and_never_stands
     assert not may_take("b", 9, held, allocation)  # no slot free
     # Two free, b lacks one: a may take the other (no slot idle).
     assert may_take("a", 11, held, {"a": 6, "b": 5})
+
+
+# --- deadlines at risk -----------------------------------------------------------------------------
+
+
+def test_a_deadline_at_risk_gets_the_slots_it_needs_beyond_its_tenants_fair_share() -> None:
+    # 100 requests of 1 s due in 10 s: 100 / (10 * margin) slots to end in time, of 20.
+    due = claim("due", "alice", 100, complete_by=10.0)
+    claims = [due, claim("b", "bob", 100), claim("c", "carol", 100)]
+    need = math.ceil(100 / (10 * DEADLINE_MARGIN))
+    assert allocate(20, claims)["due"] == 6  # a third (rounded down: b and c come first), without
+    allocation = allocate(20, claims, Pace(now=0.0, request_seconds=1.0))
+    assert allocation["due"] == need
+    assert allocation["b"] + allocation["c"] == 20 - need
+    assert abs(allocation["b"] - allocation["c"]) <= 1  # the rest still shared fairly
+
+
+def test_a_deadline_not_at_risk_changes_nothing() -> None:
+    claims = [claim("due", "alice", 100, complete_by=1e6), claim("b", "bob", 100), claim("c", "carol", 100)]
+    assert allocate(20, claims, Pace(now=0.0, request_seconds=1.0)) == allocate(20, claims)
+
+
+def test_a_deadline_at_risk_comes_before_a_higher_priority_batch_of_its_own_tenant() -> None:
+    claims = [claim("urgent", "alice", 50, priority=5), claim("due", "alice", 50, complete_by=10.0)]
+    allocation = allocate(10, claims, Pace(now=0.0, request_seconds=1.0))
+    assert allocation == {"urgent": 3, "due": 7}  # 50 in 8 s: 7 slots
+
+
+def test_reserves_go_earliest_deadline_first_while_slots_last_and_none_to_a_missed_one() -> None:
+    claims = [
+        claim("later", "a", 100, complete_by=20.0),
+        claim("sooner", "b", 100, complete_by=10.0),
+        claim("missed", "c", 100, complete_by=5.0),
+    ]
+    assert reserves(16, claims, Pace(now=6.0, request_seconds=1.0)) == {"sooner": 16, "later": 0}
 
 
 # --- the estimate ----------------------------------------------------------------------------------
@@ -288,3 +328,16 @@ def test_the_batches_giving_back_are_those_gives_back_names_one_by_one(
 ) -> None:
     named = {batch for batch in held if gives_back(batch, slots, held, allocation)}
     assert giving_back(slots, held, allocation) == named
+
+
+@settings(max_examples=200, deadline=None)
+@given(claims_strategy, st.integers(0, 120), st.lists(st.floats(1, 500), min_size=12, max_size=12))
+def test_with_deadlines_at_risk_the_allocation_still_uses_every_usable_slot_and_no_more(
+    raw: list[tuple[int, int, int, float]], slots: int, due: list[float]
+) -> None:
+    claims = [replace(c, complete_by=due[i] if i % 2 else None) for i, c in enumerate(build(raw))]
+    allocation = allocate(slots, claims, Pace(now=0.0, request_seconds=1.0))
+    assert sum(allocation.values()) == min(slots, sum(c.demand for c in claims))
+    assert all(0 <= allocation[c.batch_id] <= c.demand for c in claims)
+    kept = reserves(slots, claims, Pace(now=0.0, request_seconds=1.0))
+    assert all(allocation[batch] >= count for batch, count in kept.items())

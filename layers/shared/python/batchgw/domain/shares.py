@@ -21,6 +21,9 @@ from dataclasses import dataclass, replace
 
 # A share within this much of a whole slot counts as that slot (float sums of weights).
 _EPSILON = 1e-9
+# A batch with a ``complete_by`` is kept the slots that would end it in this share of its time
+# left (``reserves``): requests' lengths vary, and the batch slots move with interactive traffic.
+DEADLINE_MARGIN = 0.8
 
 
 @dataclass(frozen=True)
@@ -53,49 +56,90 @@ def order_key(claim: Claim) -> tuple[int, bool, float, float, str]:
     return (-claim.priority, deadline is None, deadline or 0.0, claim.created_at, claim.batch_id)
 
 
-def fair_shares(slots: float, demands: Mapping[str, int], weights: Mapping[str, float]) -> dict[str, float]:
+def fair_shares(
+    slots: float,
+    demands: Mapping[str, int],
+    weights: Mapping[str, float],
+    floors: Mapping[str, int] | None = None,
+) -> dict[str, float]:
     """Each tenant's weighted max-min fair share of ``slots`` (water-filling, not rounded).
 
     A tenant gets ``level * weight`` for the one ``level`` at which the shares add up to
-    ``slots``, or its demand when that is less; with more slots than demand, every demand.
+    ``slots``, but never less than its floor (0 unless given) nor more than its demand; with
+    more slots than demand, every demand. The floors must add up to ``slots`` at most.
     """
-    order = sorted(demands, key=lambda tenant: (demands[tenant] / weights[tenant], tenant))
-    shares: dict[str, float] = {}
-    left = max(0.0, float(slots))
-    weight_left = math.fsum(weights[tenant] for tenant in order)
-    for index, tenant in enumerate(order):
-        level = left / weight_left if weight_left > 0 else 0.0
-        if demands[tenant] <= level * weights[tenant] + _EPSILON:
-            shares[tenant] = float(demands[tenant])
-            left = max(0.0, left - demands[tenant])
-            weight_left -= weights[tenant]
-            continue
-        for rest in order[index:]:
-            shares[rest] = level * weights[rest]
-        break
-    return shares
+    if sum(demands.values()) <= slots:
+        return {tenant: float(demand) for tenant, demand in demands.items()}
+    floor = {tenant: min(demand, (floors or {}).get(tenant, 0)) for tenant, demand in demands.items()}
+    # Sweep the level up: a tenant's share grows with it from its floor to its demand.
+    points = sorted(
+        [(floor[tenant] / weights[tenant], 0, tenant) for tenant in demands]
+        + [(demands[tenant] / weights[tenant], 1, tenant) for tenant in demands]
+    )
+    total, slope, level = float(sum(floor.values())), 0.0, 0.0
+    for point, ends, tenant in points:
+        reach = total + slope * (point - level)
+        if slope > 0 and reach >= slots:
+            level += (slots - total) / slope
+            break
+        total, level = reach, point
+        slope += -weights[tenant] if ends else weights[tenant]
+    return {
+        tenant: min(float(demands[tenant]), max(float(floor[tenant]), level * weights[tenant]))
+        for tenant in demands
+    }
 
 
-def tenant_slots(slots: int, claims: Iterable[Claim]) -> dict[str, int]:
+@dataclass(frozen=True)
+class Pace:
+    """The moment an allocation is made and the model's recent pace: a slot ends a request
+    every ``request_seconds``. Given to ``allocate``, it makes room for deadlines at risk."""
+
+    now: float
+    request_seconds: float
+
+
+def reserves(slots: int, claims: Iterable[Claim], pace: Pace) -> dict[str, int]:
+    """The slots each batch with a ``complete_by`` needs to end by it at the model's pace,
+    aiming ``DEADLINE_MARGIN`` of its time left ahead, earliest deadline first while slots
+    last. A batch already past its ``complete_by`` has missed it: none for it."""
+    kept: dict[str, int] = {}
+    left = max(0, slots)
+    dated = [claim for claim in claims if claim.complete_by is not None and claim.complete_by > pace.now]
+    for claim in sorted(dated, key=order_key):
+        assert claim.complete_by is not None
+        seconds = (claim.complete_by - pace.now) * DEADLINE_MARGIN
+        need = math.ceil(claim.demand * pace.request_seconds / seconds - _EPSILON)
+        kept[claim.batch_id] = min(need, claim.demand, left)
+        left -= kept[claim.batch_id]
+    return kept
+
+
+def tenant_slots(
+    slots: int, claims: Iterable[Claim], kept: Mapping[str, int] | None = None
+) -> dict[str, int]:
     """Whole slots per tenant: the fair shares rounded down, the slots rounding leaves given
     by largest remainder, then to the tenant whose first batch came first (then its id).
 
-    Never more than ``slots`` in all nor more than a tenant's demand; exactly
-    ``min(slots, total demand)``: no slot is left idle while a tenant needs one.
+    A tenant gets at least the slots ``kept`` for its batches (``reserves``). Never more than
+    ``slots`` in all nor more than a tenant's demand; exactly ``min(slots, total demand)``: no
+    slot is left idle while a tenant needs one.
     """
     demands: dict[str, int] = defaultdict(int)
     weights: dict[str, float] = {}
     first: dict[str, tuple[float, str]] = {}
+    floors: dict[str, int] = defaultdict(int)
     for claim in claims:
         demands[claim.tenant] += claim.demand
         weights[claim.tenant] = max(weights.get(claim.tenant, 0.0), claim.weight)
         seen = (claim.created_at, claim.batch_id)
         first[claim.tenant] = min(first.get(claim.tenant, seen), seen)
+        floors[claim.tenant] += (kept or {}).get(claim.batch_id, 0)
     slots = max(0, slots)
     total = sum(demands.values())
     if total <= slots:
         return dict(demands)
-    shares = fair_shares(slots, demands, weights)
+    shares = fair_shares(slots, demands, weights, floors)
     whole = {tenant: min(demands[tenant], math.floor(share + _EPSILON)) for tenant, share in shares.items()}
     ranked = sorted(shares, key=lambda tenant: (whole[tenant] - shares[tenant], first[tenant], tenant))
     left = slots - sum(whole.values())
@@ -105,26 +149,34 @@ def tenant_slots(slots: int, claims: Iterable[Claim]) -> dict[str, int]:
                 whole[tenant] += 1
                 left -= 1
     for tenant in reversed(ranked):  # only if floats rounded a share past a slot
-        while left < 0 and whole[tenant] > 0:
+        while left < 0 and whole[tenant] > floors[tenant]:
             whole[tenant] -= 1
             left += 1
     return whole
 
 
-def allocate(slots: int, claims: Sequence[Claim]) -> dict[str, int]:
+def allocate(slots: int, claims: Sequence[Claim], pace: Pace | None = None) -> dict[str, int]:
     """The slots each batch should hold: its tenant's whole slots (``tenant_slots``) handed to
     the tenant's batches in ``order_key`` order, each up to its demand.
 
+    With ``pace``, deadlines at risk come first: each batch with a ``complete_by`` has the
+    slots it needs to end by it (``reserves``) kept for it, from its tenant's share when that
+    is enough, beyond it (from other tenants) when not; the rest is shared as without.
     Every claim's batch is in the answer (0 for one that gets none). The allocation adds up
     to ``min(slots, total demand)``, and it is a function of the claims alone (their order
     does not matter).
     """
-    per_tenant = tenant_slots(slots, claims)
+    kept = reserves(slots, claims, pace) if pace is not None else {}
+    per_tenant = tenant_slots(slots, claims, kept)
     allocation: dict[str, int] = {}
-    for claim in sorted(claims, key=order_key):
-        give = min(claim.demand, per_tenant[claim.tenant])
+    for claim in claims:
+        give = kept.get(claim.batch_id, 0)
         per_tenant[claim.tenant] -= give
         allocation[claim.batch_id] = allocation.get(claim.batch_id, 0) + give
+    for claim in sorted(claims, key=order_key):
+        give = min(claim.demand - kept.get(claim.batch_id, 0), per_tenant[claim.tenant])
+        per_tenant[claim.tenant] -= give
+        allocation[claim.batch_id] += give
     return allocation
 
 
@@ -185,10 +237,12 @@ def promise(
 
     Assumes: the model keeps ``slots`` batch slots; each slot ends a request every
     ``request_seconds`` (the model's recent pace); every demand is the batch's requests left,
-    each batch running at its allocation (``allocate``) until one ends, the allocation made
-    again then; no batch arrives meanwhile. So it is the estimate under the tenant's share,
-    after what the tenant's batches ahead take, and a batch that arrives later (another
-    tenant's, or one of a higher priority in the same tenant) can delay it.
+    each batch running at its fair allocation (``allocate`` without a pace: no room kept for
+    deadlines) until one ends, the allocation made again then; no batch arrives meanwhile.
+    So it is the estimate under the tenant's share, after what the tenant's batches ahead
+    take. A batch that arrives later (another tenant's, or one of a higher priority in the
+    same tenant) or busier interactive traffic can delay it: the room ``allocate`` keeps for
+    a deadline at risk, given a pace, is what holds a promise made here then.
     """
     if claim.demand == 0:
         return Promise(now, claim.complete_by)
