@@ -161,7 +161,8 @@ def test_a_deadline_not_at_risk_changes_nothing() -> None:
 def test_a_deadline_at_risk_comes_before_a_higher_priority_batch_of_its_own_tenant() -> None:
     claims = [claim("urgent", "alice", 50, priority=5), claim("due", "alice", 50, complete_by=10.0)]
     allocation = allocate(10, claims, Pace(now=0.0, request_seconds=1.0))
-    assert allocation == {"urgent": 3, "due": 7}  # 50 in 8 s: 7 slots
+    need = math.ceil(50 / (10 * DEADLINE_MARGIN))
+    assert allocation == {"urgent": 10 - need, "due": need}
 
 
 def test_reserves_go_earliest_deadline_first_while_slots_last_and_none_to_a_missed_one() -> None:
