@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-run lock run reset test test-large test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield cost chaos smoke clean
+.PHONY: install install-run lock run reset test test-large test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield bench-sched cost chaos smoke clean
 
 ## Python packages come from the lock files in requirements/ (exact versions, checked against
 ## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
@@ -165,6 +165,13 @@ bench-smoke: install
 ## yield keys and bench/yield.png.
 bench-yield: install
 	$(PY) -m bench.yield_run $(ARGS)
+
+## One scheduler across every batch, by simulation (issue 56): 1,000 tenants, 10,000 batches, 20
+## models, a week of diurnal interactive load, the shares policy against FIFO and the per-batch even
+## share (a few minutes; ARGS="--quick" for a tiny run, ARGS="--seed N"). Writes bench/last.json's
+## sched keys and bench/sched.png.
+bench-sched: install
+	$(PY) -m bench.sched_sim $(ARGS)
 
 ## What one million requests of the named workload cost on AWS, from a recorded local run
 ## (about 3 minutes; N=500 by default, e.g. ARGS="--n 1000"; ARGS="--from-json" reprices bench/last.json).

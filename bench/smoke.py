@@ -40,6 +40,7 @@ SMOKE: dict[str, tuple[str, ...]] = {
     "imports": ("--runs", "1"),
     "restart": ("--batches", "6", "--settle-seconds", "60"),
     "worker_memory": ("--smoke",),
+    "sched_sim": ("--quick", "--out", "{out}"),
 }
 # The most one tiny run may take on a loaded 2-core machine before it counts as hung.
 SMOKE_TIMEOUT_SECONDS = 420
