@@ -74,3 +74,28 @@ def test_a_batch_holding_the_whole_model_gives_way_to_one_that_waits(sim: Simula
     for chain in (handed[0], *other_big_chains):
         assert run(chain) is None
     assert sim.stats()["models"][MODEL]["requests"] == 7
+
+
+def test_a_batchs_tag_rides_on_its_slot_and_wait_and_an_administrators_change_wins(sim: Simulator) -> None:
+    """The slot map keeps each contending batch's tag (``domain.contention``): the first a
+    chain writes stays (a chain's copy of the batch may be older than a PATCH), ``set_tag``
+    replaces it, and a wait drops the tags of batches that neither hold nor wait."""
+    clock = FakeClock()
+    deps = make_deps(sim, clock)
+    slots = deps.slots
+    assert slots.acquire(
+        MODEL, token_of("batch_a", "1"), cap=4, now=clock(), lease_seconds=60, tag=("batch_a", "t1")
+    ).granted
+    assert slots.acquire(
+        MODEL, token_of("batch_a", "2"), cap=4, now=clock(), lease_seconds=60, tag=("batch_a", "t2")
+    ).granted
+    assert slots.read(MODEL).tags == {"batch_a": "t1"}
+    slots.set_tag(MODEL, "batch_a", "patched")
+    slots.wait(MODEL, "batch_b", until=clock() + 30, tag="b1")
+    slots.wait(MODEL, "batch_b", until=clock() + 30, tag="b2")
+    assert slots.read(MODEL).tags == {"batch_a": "patched", "batch_b": "b1"}
+    slots.set_tag(MODEL, "batch_gone", "old")
+    slots.wait(MODEL, "batch_b", until=clock() + 30, tag="b1", stale=["batch_gone"])
+    assert slots.read(MODEL).tags == {"batch_a": "patched", "batch_b": "b1"}
+    slots.set_tag("no-map-yet", "batch_a", "t")  # no slot map: nothing to tag
+    assert slots.read("no-map-yet").tags == {}

@@ -19,7 +19,7 @@ from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS, execution_of, not_on_provider, price_of
 from batchgw.deps import Deps
-from batchgw.domain import codec
+from batchgw.domain import codec, contention
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
 from batchgw.domain.errors import (
     AccountUnavailable,
@@ -563,7 +563,20 @@ def update_batch(deps: Deps, principal: Principal, batch_id: str, body: Any) -> 
             raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found")
         raise _finalized(ended)
     logger.info("batch rescheduled", extra={"batch_id": after.id, **change})
+    _retag(deps, after)
     return batch_object(replace(batch, record=after), now)
+
+
+def _retag(deps: Deps, record: BatchRecord) -> None:
+    """The batch's new rank on its models' slot maps at once (``domain.contention``): its
+    chains go by it from their next request, before they read the batch again."""
+    owner = deps.accounts.user(record.owner)
+    tag = contention.tag_of(contention.batch_tag(record, 1.0 if owner is None else float(owner.weight)))
+    for model in record.models:
+        try:
+            deps.slots.set_tag(model, record.id, tag)
+        except StorageError:  # its chains write it as they read the batch again
+            logger.warning("could not retag a batch", extra={"batch_id": record.id, "model": model})
 
 
 def _finalized(record: BatchRecord) -> Conflict:

@@ -23,6 +23,7 @@ from typing import Any
 from batchgw.deps import Deps
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
+from batchgw.domain.contention import Tag, batch_tag
 from batchgw.domain.decisions import Verdict, verdict
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.spend import Judgement
@@ -119,7 +120,9 @@ class ChainRun:
         self.tuning = deps.tuning
         self.write_wait = self.tuning.write_wait_seconds  # how long the chain waits at that frontier next
         full = message.full if isinstance(message, ChainMessage) else 0
-        self.model_gate = ModelGate(deps, batch.id, full=full, deadline=deadline, taken_over=self.taken_over)
+        self.model_gate = ModelGate(
+            deps, batch.id, full=full, deadline=deadline, taken_over=self.taken_over, tag=self._tag
+        )
         self.slot = self.model_gate.slot  # the model's slot the chain holds
         if isinstance(message, ChainMessage) and message.slot and len(batch.models) == 1:
             self.slot.adopt(batch.models[0], message.slot)  # a split took it for this chain
@@ -130,6 +133,10 @@ class ChainRun:
         # once it waits: for room, a retry, its requests' writes). The time in between, its
         # slot idle, is the AnswerToNextCall metric: writing the end, the claim, the pacer.
         self.answered_at: float | None = None
+
+    def _tag(self) -> Tag:
+        """How the batch ranks on its model's slot map (``domain.contention``), as last read."""
+        return batch_tag(self.latest, self.owner_gate.weight)
 
     async def run(self) -> Stopped:
         """Run until a step stops the chain; the stop, once acted on (``_stop``).

@@ -13,8 +13,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from batchgw.deps import Deps
+from batchgw.domain import contention
 from batchgw.domain.batch import BatchRecord
+from batchgw.domain.contention import Tag
 from batchgw.domain.errors import StorageError
+from batchgw.domain.fairness import held_by_batch
 from batchgw.observability import logger
 from batchgw.run.aio import io
 from batchgw.run.slot import SlotHolder, share_of, slot_map_of
@@ -26,13 +29,21 @@ class ModelGate:
     """One chain run's way to its model's slots (see the module's docstring)."""
 
     def __init__(
-        self, deps: Deps, batch_id: str, *, full: int, deadline: float, taken_over: asyncio.Event
+        self,
+        deps: Deps,
+        batch_id: str,
+        *,
+        full: int,
+        deadline: float,
+        taken_over: asyncio.Event,
+        tag: Callable[[], Tag] | None = None,
     ) -> None:
         self.deps = deps
         self.batch_id = batch_id
         self.deadline = deadline
         self.taken_over = taken_over
-        self.slot = SlotHolder(deps, batch_id)
+        self.slot = SlotHolder(deps, batch_id, tag)
+        self.tag = self.slot.tag  # how the batch ranks on its model's slot map (``domain.contention``)
         # It counts the times in a row the chain found its model full (``ChainMessage.full``).
         self.admission = Admission(
             lambda: deps.settings.batch_slot_wait_seconds,
@@ -61,7 +72,9 @@ class ModelGate:
         deps.ledger.saw(model, state)
         paused_until = deps.health.paused_until(model)
         share = await share_of(deps, model)
-        decision = self.admission.before_slot(self.batch_id, state, share, paused_until=paused_until, now=now)
+        decision = self.admission.before_slot(
+            self.batch_id, state, share, paused_until=paused_until, now=now, tag=self.tag()
+        )
         if isinstance(decision, Start):
             return None
         if decision.reason in (StopReason.MODEL_FULL, StopReason.YIELD):
@@ -130,8 +143,13 @@ class ModelGate:
         now = self.deps.clock()
         until = now + 2 * wait + self.deps.settings.batch_slot_wait_seconds
         expired = [batch for batch, at in state.waiting.items() if at < now]
+        live = [batch for batch, at in state.waiting.items() if at >= now]
+        stale = contention.stale_tags(state.tags, held_by_batch(state.holders, now), live)
+        tag = contention.tag_of(self.tag())
         try:
-            await io(self.deps.slots.wait, model, self.batch_id, until=until, expired=expired)
+            await io(
+                self.deps.slots.wait, model, self.batch_id, until=until, expired=expired, tag=tag, stale=stale
+            )
         except StorageError:
             # Not noted, the batch waits as a first-come one would: the slot stays the judge.
             logger.warning(

@@ -99,12 +99,15 @@ class OwnerGate:
         self._held: Hold | None = None
         self._reserve = 0  # what the request admitted last may cost at most
         self.limited = True  # a quota or budget limits the owner, as last read (so charges are not kept)
+        self.weight = 1.0  # the owner's weight among tenants (``domain.contention``), as last read
 
     async def admit(self, held: RequestRecord) -> OwnerVerdict:
         """Whether ``held`` may run now; if so, this chain holds a slot of its owner with
         what the request may cost reserved."""
         deps, batch = self._deps, self._batch
         user, keys = await account_of(deps, batch.owner)
+        if user is not None:
+            self.weight = float(user.weight)
         key = key_of(batch, keys)
         limited = user is not None and key is not None and needs_spend(user, key)
         if limited and charges.kept(batch.id):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 
 from batchgw.deps import Deps
+from batchgw.domain import contention
+from batchgw.domain.contention import Tag
 from batchgw.domain.errors import StorageError
-from batchgw.domain.fairness import gives_way, held_by_batch, token_of
+from batchgw.domain.fairness import held_by_batch, token_of
 from batchgw.domain.interactive import BatchShare
 from batchgw.observability import logger, metrics
 from batchgw.run.aio import io, renewal
@@ -20,11 +23,13 @@ from batchgw.storage.slots import SlotGrant, SlotState, SlotStore
 
 class SlotHolder:
     """One chain's hold on one slot of one model at a time (see ``storage.slots``), for a
-    chain of ``batch_id`` (the slot's token names it: ``domain.fairness``)."""
+    chain of ``batch_id`` (the slot's token names it: ``domain.fairness``), whose ``tag``
+    (``domain.contention``: its owner, weight, priority...) says how it ranks."""
 
-    def __init__(self, deps: Deps, batch_id: str) -> None:
+    def __init__(self, deps: Deps, batch_id: str, tag: Callable[[], Tag] | None = None) -> None:
         self._deps = deps
         self.batch_id = batch_id
+        self.tag = tag or (lambda: Tag(tenant=f"batch:{batch_id}"))
         self.model: str | None = None
         self.token = token_of(batch_id, SlotStore.new_token())
         self._until = 0.0
@@ -71,7 +76,10 @@ class SlotHolder:
             self.model = None  # our lease lapsed and was purged: take a slot anew
             _in_use(model, -1)
         await self.release()
-        grant = await io(deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease)
+        tagged = (self.batch_id, contention.tag_of(self.tag()))
+        grant = await io(
+            deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease, tag=tagged
+        )
         if grant.granted:
             self.model, self._until, self._cap = model, now + lease, cap
             _in_use(model, +1)
@@ -117,7 +125,10 @@ class SlotHolder:
         if not waiting:
             return False
         held = held_by_batch(state.holders, now)
-        return gives_way(self.batch_id, cap, held, waiting, holding=self.model == model)
+        holding = self.model == model
+        return contention.gives_way(
+            self.batch_id, cap, held, waiting, state.tags, self.tag(), holding=holding
+        )
 
     async def _served(self, model: str, grant: SlotGrant) -> None:
         """A slot taken: this process's view has it, and the batch waits no longer."""

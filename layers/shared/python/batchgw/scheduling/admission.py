@@ -18,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from batchgw.domain import contention
 from batchgw.domain.batch import BatchRecord
-from batchgw.domain.fairness import gives_way, held_by_batch
+from batchgw.domain.contention import Tag
+from batchgw.domain.fairness import held_by_batch
 from batchgw.domain.interactive import BatchShare
 from batchgw.scheduling.tuning import TUNING, Tuning
 from batchgw.storage.slots import SlotGrant, SlotState
@@ -46,12 +48,15 @@ class Wait:
 
     reason: StopReason
     seconds: float
+    # The model is full, but its batch is owed slots other batches hold (``domain.contention``):
+    # they give them back at their next request, and the chain waits in place to take them.
+    owed: bool = False
 
     @property
     def in_place(self) -> bool:
         """Whether the chain first waits where it is, holding nothing, for the room to come
         back (``Admission.in_place_round``), before it leaves for ``seconds``."""
-        return self.reason is StopReason.YIELD
+        return self.reason is StopReason.YIELD or self.owed
 
 
 START = Start()
@@ -83,20 +88,36 @@ class Admission:
         return Wait(StopReason.OWNER_PAUSED, max(1.0, float(batch.paused["check_at"]) - now))
 
     def before_slot(
-        self, batch_id: str, state: SlotState, share: BatchShare, *, paused_until: float, now: float
+        self,
+        batch_id: str,
+        state: SlotState,
+        share: BatchShare,
+        *,
+        paused_until: float,
+        now: float,
+        tag: Tag | None = None,
     ) -> Start | Wait:
-        """Before a chain of ``batch_id`` takes anything: whether the model, as read at
-        ``now`` (its slot map ``state``, its batch ``share``, paused until ``paused_until`` as
-        far as this process knows), has a slot this batch may ask for."""
+        """Before a chain of ``batch_id`` (ranked by its ``tag``) takes anything: whether the
+        model, as read at ``now`` (its slot map ``state``, its batch ``share``, paused until
+        ``paused_until`` as far as this process knows), has a slot this batch may ask for."""
         paused_until = max(state.paused_until, paused_until)
         if paused_until > now:
             return Wait(StopReason.MODEL_PAUSED, self.wait(paused_until - now))
         if state.running(now) < share.slots:
             held = held_by_batch(state.holders, now)
-            if not gives_way(batch_id, share.slots, held, state.waiting_now(now), holding=False):
+            mine = tag or Tag(tenant=f"batch:{batch_id}")
+            waiting = state.waiting_now(now)
+            if not contention.gives_way(
+                batch_id, share.slots, held, waiting, state.tags, mine, holding=False
+            ):
                 return START
             return Wait(StopReason.GIVE_WAY, self.wait())
-        return self._full(share)
+        full = self._full(share)
+        held = held_by_batch(state.holders, now)
+        mine = tag or Tag(tenant=f"batch:{batch_id}")
+        if contention.owed(batch_id, share.slots, held, state.waiting_now(now), state.tags, mine):
+            return Wait(full.reason, full.seconds, owed=True)
+        return full
 
     def refused(self, grant: SlotGrant, share: BatchShare | None, *, now: float) -> Wait:
         """Why a slot write made at ``now`` refused a slot, and how long to wait. ``share``

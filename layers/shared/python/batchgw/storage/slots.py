@@ -2,7 +2,10 @@
 
 ``acquire`` adds this holder's token with an expiry while fewer than ``cap`` tokens are
 present; a holder that dies leaves an entry that expires and is purged by the next
-acquirer that finds the map full. Nothing leaks: every slot is a lease.
+acquirer that finds the map full. Nothing leaks: every slot is a lease. Beside its slots, a
+model's item keeps each contending batch's tag (``domain.contention``: owner, weight,
+priority, ``complete_by``), one attribute per batch, written with the slot or the wait it
+rides on and dropped when its batch neither holds nor waits.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ token_held = "attribute_exists(s.#t)"
 room_left = "size(s) < :cap"
 not_paused = "(attribute_not_exists(paused_until) OR paused_until < :now)"
 pause_is_shorter = "(attribute_not_exists(paused_until) OR paused_until < :u)"
+# A batch's tag on a model's item: an attribute of its own ("c:<batch id>"), so it is set
+# without the map it would otherwise need to exist first.
+TAG_PREFIX = "c:"
+# A tag already kept is left as it is by a chain's write (an administrator's change of the
+# batch, written by ``set_tag``, wins over the batch as the chain last read it).
+keep_tag = "#g = if_not_exists(#g, :g)"
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,8 @@ class SlotState:
     served_at: float | None = None
     # Batches that found the model full and wait for a slot (``domain.fairness``): until when.
     waiting: dict[str, float] = field(default_factory=dict)
+    # Each contending batch's tag (``domain.contention``), by batch id.
+    tags: dict[str, str] = field(default_factory=dict)
 
     def running(self, now: float) -> int:
         """Slots held now (a lease that ran out belongs to a holder that is gone)."""
@@ -65,15 +76,33 @@ class SlotStore:
     def new_token() -> str:
         return secrets.token_hex(8)
 
-    def acquire(self, model: str, token: str, *, cap: int, now: float, lease_seconds: float) -> SlotGrant:
-        """Take one of the model's ``cap`` slots, unless they are all held or it is paused."""
+    def acquire(
+        self,
+        model: str,
+        token: str,
+        *,
+        cap: int,
+        now: float,
+        lease_seconds: float,
+        tag: tuple[str, str] | None = None,
+    ) -> SlotGrant:
+        """Take one of the model's ``cap`` slots, unless they are all held or it is paused;
+        ``tag`` (batch id, tag) is kept beside it unless its batch has one already."""
         if cap <= 0:
             return SlotGrant(False)
+        names, values = (
+            {"#t": token},
+            {":until": timestamp(now + lease_seconds), ":cap": cap, ":now": timestamp(now)},
+        )
+        extra_set = ["s.#t = :until", "served_at = :now"]
+        if tag is not None:
+            names["#g"], values[":g"] = TAG_PREFIX + tag[0], tag[1]
+            extra_set.append(keep_tag)
         take = Update(
-            extra_set=["s.#t = :until", "served_at = :now"],
+            extra_set=extra_set,
             condition=f"{slots_exist} AND {token_not_held} AND {room_left} AND {not_paused}",
-            names={"#t": token},
-            values={":until": timestamp(now + lease_seconds), ":cap": cap, ":now": timestamp(now)},
+            names=names,
+            values=values,
         )
         for _ in range(3):
             taken, old = self._table.update_returning(
@@ -153,22 +182,44 @@ class SlotStore:
     def read(self, model: str) -> SlotState:
         return _state_of(self._table.get(self._key(model)))
 
-    def wait(self, model: str, batch_id: str, *, until: float, expired: Iterable[str] = ()) -> None:
+    def wait(
+        self,
+        model: str,
+        batch_id: str,
+        *,
+        until: float,
+        expired: Iterable[str] = (),
+        tag: str | None = None,
+        stale: Iterable[str] = (),
+    ) -> None:
         """Note ``batch_id`` as waiting for a slot of ``model`` until ``until`` (dropping the
-        ``expired`` waiters a read found, so the map does not grow with batches gone)."""
+        ``expired`` waiters a read found, so the map does not grow with batches gone), with
+        its ``tag`` unless it has one already; the ``stale`` batches' tags are dropped."""
         gone = [batch for batch in expired if batch != batch_id]
-        names = {"#b": batch_id, **{f"#x{i}": batch for i, batch in enumerate(gone)}}
+        dropped = [batch for batch in stale if batch != batch_id]
+        names = {
+            "#b": batch_id,
+            **{f"#x{i}": batch for i, batch in enumerate(gone)},
+            **{f"#y{i}": TAG_PREFIX + batch for i, batch in enumerate(dropped)},
+        }
+        tagged: list[str] = []
+        tag_values: dict[str, Any] = {}
+        if tag is not None:
+            names["#g"], tag_values[":g"] = TAG_PREFIX + batch_id, tag
+            tagged.append(keep_tag)
         note = Update(
-            extra_set=["w.#b = :until"],
-            extra_remove=[f"w.#x{i}" for i in range(len(gone))],
+            extra_set=["w.#b = :until", *tagged],
+            extra_remove=[f"w.#x{i}" for i in range(len(gone))] + [f"#y{i}" for i in range(len(dropped))],
             condition="attribute_exists(w)",
             names=names,
-            values={":until": timestamp(until)},
+            values={":until": timestamp(until), **tag_values},
         )
+        first_names = {"#g": names["#g"]} if tag is not None else {}
         first = Update(
-            extra_set=["w = :w"],
+            extra_set=["w = :w", *tagged],
             condition=f"attribute_not_exists(w) AND {slots_exist}",
-            values={":w": {batch_id: timestamp(until)}},
+            names=first_names,
+            values={":w": {batch_id: timestamp(until)}, **tag_values},
         )
         key, failure = self._key(model), f"could not note a batch waiting for {model}"
         for _ in range(3):
@@ -177,6 +228,18 @@ class SlotStore:
             ):
                 return
             self._create(model)  # no slot map yet (or another note made ``w`` meanwhile)
+
+    def set_tag(self, model: str, batch_id: str, tag: str) -> None:
+        """Keep ``tag`` as ``batch_id``'s on ``model``'s item, over the one kept (a change of
+        the batch's priority or ``complete_by`` reaches the scheduler at once); nothing when
+        the model has no slot map yet (its first chain writes the tag)."""
+        change = Update(
+            extra_set=["#g = :g"],
+            condition=slots_exist,
+            names={"#g": TAG_PREFIX + batch_id},
+            values={":g": tag},
+        )
+        self._table.update(self._key(model), change, failure=f"could not tag a batch on {model}")
 
     def stop_waiting(self, model: str, batch_id: str) -> None:
         """``batch_id`` no longer waits for a slot of ``model`` (it holds one)."""
@@ -209,6 +272,7 @@ def _state_of(item: dict[str, Any] | None) -> SlotState:
         float(item.get("paused_until", 0)),
         served_at,
         {b: float(u) for b, u in item.get("w", {}).items()},
+        {name.removeprefix(TAG_PREFIX): str(v) for name, v in item.items() if name.startswith(TAG_PREFIX)},
     )
 
 
