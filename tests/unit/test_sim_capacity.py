@@ -105,10 +105,20 @@ def test_the_answers_are_counted_past_the_latencies_kept_and_zeroed_by_a_reset(
 
 
 def test_metrics_show_the_queue_as_vllm_gauges(sim: Simulator) -> None:
+    queued = (
+        'vllm:num_requests_running{model_name="sim-chat"} 2',
+        'vllm:num_requests_waiting{model_name="sim-chat"} 2',
+    )
+
+    def showing_the_queue() -> str | None:
+        text = httpx.get(f"{sim.url}/metrics").text
+        return text if all(line in text for line in queued) else None
+
     with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(post, sim, f"[[sim latency_ms=400]] {i}") for i in range(4)]
-        wait_for(lambda: sim.stats()["queues"]["sim-chat"]["waiting"] == 2, timeout=10, what="two to wait")
-        metrics = httpx.get(f"{sim.url}/metrics").text
+        # Read until the metrics show two running and two waiting (on a loaded machine the
+        # first pair may end before one read: 1.5 s leaves each state seconds to be seen).
+        futures = [pool.submit(post, sim, f"[[sim latency_ms=1500]] {i}") for i in range(4)]
+        metrics = wait_for(showing_the_queue, timeout=10, interval=0.05, what="two running, two waiting")
         assert all(f.result().status_code == 200 for f in futures)
     assert "# TYPE vllm:num_requests_waiting gauge" in metrics
     assert 'vllm:num_requests_running{model_name="sim-chat"} 2' in metrics

@@ -11,7 +11,8 @@ Nothing here does I/O or reads a clock of its own: time comes in as an argument.
   from the upstream; ``fairness``: batches sharing a model's slots; ``health``: a process's
   view of each model's pauses and failures;
 - ``shares``: tenants sharing a model's slots (weighted max-min fair, priority and deadline
-  within a tenant) and the completion estimate made at create;
+  within a tenant) and the completion estimate made at create; ``contention``: the batches
+  on one model's slot map, their tags, and who gives way to whom;
 - ``money``: integer nano-dollars; ``spend``: spend, quotas and budgets; ``usage``: what a
   user holds against their limits; ``rates``: a key's request rate as a token bucket;
 - ``results``: a result as the client reads it; ``attempts``: the request log's entries;
