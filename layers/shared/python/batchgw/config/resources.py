@@ -235,8 +235,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "interactive": access(read=(WORKER,), write=(ADMIN, INTERACTIVE)),
     # storage.adaptive: each model's adaptive limit, kept by the workers from what they see
     "adaptive": access(read=(ADMIN,), write=(WORKER,)),
-    # storage.slots: model and per-user concurrency leases, shown to administrators
-    "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER,)),
+    # storage.slots: model and per-user concurrency leases, shown to administrators; the api
+    # rewrites a batch's tag on its models' maps when its priority or complete_by changes
+    "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER, API)),
     # (a user's slot map also holds their interactive requests' reservations, and the
     # provider-run batches' they were accepted, written by the api's create and, for a file
     # batch, by the lifecycle's first provider step)
