@@ -1,5 +1,5 @@
-"""One scheduler across batches, on the local stack: tenants share a model's batch slots
-max-min fair, and within a tenant a batch of higher priority, then of earlier
+"""One scheduler across batches, on the local stack (``BATCH_TENANT_SHARES`` on): tenants
+share a model's batch slots max-min fair, and within a tenant a batch of higher priority, then of earlier
 ``complete_by``, then made earlier, is served first (``domain.contention``); a priority
 changed with PATCH reaches the running chains at once (the slot map's tags).
 
@@ -9,6 +9,7 @@ are the simulator's latencies, waited on with deadlines, never slept through."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,9 +19,24 @@ from local.run import LocalStack
 from tests.e2e.conftest import MODEL_CAP, Account, Api, chat, root
 from tests.support import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("tenant_shares")]
+
+
+@pytest.fixture(scope="module")
+def tenant_shares(stack: LocalStack) -> Iterator[None]:
+    """``BATCH_TENANT_SHARES`` on for these tests (off by default), off again after them."""
+    admin = root(stack, "sk-local-admin")
+    assert admin.patch("/admin/config/BATCH_TENANT_SHARES", json={"value": True}).status_code == 200
+    # A runtime setting reaches every process within ~10 s (the local stack's contract): the
+    # workers' state is not observable from outside, so the bound is waited out.
+    time.sleep(RUNTIME_REACH_SECONDS)
+    yield
+    admin.delete("/admin/config/BATCH_TENANT_SHARES").raise_for_status()
+    time.sleep(RUNTIME_REACH_SECONDS)  # off again everywhere before the next module's tests
+
 
 SLOW = "[[sim latency_ms=300]]"
+RUNTIME_REACH_SECONDS = 11
 
 
 def slow_batch(api: Api, name: str, n: int, model: str = "sim-chat", **fields: Any) -> str:

@@ -172,6 +172,14 @@ class Settings(BaseModel):
             "so requests started together do not all end together; off: each call starts at once"
         ),
     )
+    batch_tenant_shares: bool = Field(
+        False,
+        alias="BATCH_TENANT_SHARES",
+        description=(
+            "Share each model's batch slots by user (max-min fair by weight) and, within a user's batches, "
+            "by priority, then complete_by, then creation; off: an even share per batch, whoever made it"
+        ),
+    )
     batch_max_requests: int = Field(
         50_000, ge=1, alias="BATCH_MAX_REQUESTS", description="Requests one batch may hold"
     )

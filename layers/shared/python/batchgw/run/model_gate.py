@@ -73,7 +73,13 @@ class ModelGate:
         paused_until = deps.health.paused_until(model)
         share = await share_of(deps, model)
         decision = self.admission.before_slot(
-            self.batch_id, state, share, paused_until=paused_until, now=now, tag=self.tag()
+            self.batch_id,
+            state,
+            share,
+            paused_until=paused_until,
+            now=now,
+            tag=self.tag(),
+            by_tenant=deps.settings.batch_tenant_shares,
         )
         if isinstance(decision, Start):
             return None
@@ -143,9 +149,12 @@ class ModelGate:
         now = self.deps.clock()
         until = now + 2 * wait + self.deps.settings.batch_slot_wait_seconds
         expired = [batch for batch, at in state.waiting.items() if at < now]
-        live = [batch for batch, at in state.waiting.items() if at >= now]
-        stale = contention.stale_tags(state.tags, held_by_batch(state.holders, now), live)
-        tag = contention.tag_of(self.tag())
+        tag: str | None = None
+        stale: list[str] = []
+        if self.deps.settings.batch_tenant_shares:  # else no tag: an even share per batch
+            live = [batch for batch, at in state.waiting.items() if at >= now]
+            stale = contention.stale_tags(state.tags, held_by_batch(state.holders, now), live)
+            tag = contention.tag_of(self.tag())
         try:
             await io(
                 self.deps.slots.wait, model, self.batch_id, until=until, expired=expired, tag=tag, stale=stale

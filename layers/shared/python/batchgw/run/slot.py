@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from batchgw.deps import Deps
-from batchgw.domain import contention
+from batchgw.domain import contention, fairness
 from batchgw.domain.contention import Tag
 from batchgw.domain.errors import StorageError
 from batchgw.domain.fairness import held_by_batch, token_of
@@ -76,7 +76,8 @@ class SlotHolder:
             self.model = None  # our lease lapsed and was purged: take a slot anew
             _in_use(model, -1)
         await self.release()
-        tagged = (self.batch_id, contention.tag_of(self.tag()))
+        by_tenant = deps.settings.batch_tenant_shares  # else no tag: an even share per batch
+        tagged = (self.batch_id, contention.tag_of(self.tag())) if by_tenant else None
         grant = await io(
             deps.slots.acquire, model, self.token, cap=cap, now=now, lease_seconds=lease, tag=tagged
         )
@@ -126,6 +127,8 @@ class SlotHolder:
             return False
         held = held_by_batch(state.holders, now)
         holding = self.model == model
+        if not self._deps.settings.batch_tenant_shares:
+            return fairness.gives_way(self.batch_id, cap, held, waiting, holding=holding)
         return contention.gives_way(
             self.batch_id, cap, held, waiting, state.tags, self.tag(), holding=holding
         )

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from batchgw.domain import contention
+from batchgw.domain import contention, fairness
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.contention import Tag
 from batchgw.domain.fairness import held_by_batch
@@ -96,6 +96,7 @@ class Admission:
         paused_until: float,
         now: float,
         tag: Tag | None = None,
+        by_tenant: bool = False,
     ) -> Start | Wait:
         """Before a chain of ``batch_id`` (ranked by its ``tag``) takes anything: whether the
         model, as read at ``now`` (its slot map ``state``, its batch ``share``, paused until
@@ -107,12 +108,18 @@ class Admission:
             held = held_by_batch(state.holders, now)
             mine = tag or Tag(tenant=f"batch:{batch_id}")
             waiting = state.waiting_now(now)
-            if not contention.gives_way(
-                batch_id, share.slots, held, waiting, state.tags, mine, holding=False
-            ):
+            if not by_tenant:  # BATCH_TENANT_SHARES off: an even share per batch
+                gives = fairness.gives_way(batch_id, share.slots, held, waiting, holding=False)
+            else:
+                gives = contention.gives_way(
+                    batch_id, share.slots, held, waiting, state.tags, mine, holding=False
+                )
+            if not gives:
                 return START
             return Wait(StopReason.GIVE_WAY, self.wait())
         full = self._full(share)
+        if not by_tenant:
+            return full
         held = held_by_batch(state.holders, now)
         mine = tag or Tag(tenant=f"batch:{batch_id}")
         if contention.owed(batch_id, share.slots, held, state.waiting_now(now), state.tags, mine):
