@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-run lock run reset test test-large test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield bench-sched cost chaos smoke clean
+.PHONY: install install-run lock run reset test test-large test-tenant-shares test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield bench-sched cost chaos smoke clean
 
 ## Python packages come from the lock files in requirements/ (exact versions, checked against
 ## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
@@ -89,6 +89,11 @@ test: install
 ## validated, counted and start running (a few minutes).
 test-large: install
 	BATCHGW_LARGE_FILE_CHECKS=1 $(PYTEST) tests/e2e/test_large_files.py -k 100mb
+
+## The engine's tenant order (BATCH_TENANT_SHARES, off by default) on a local stack: four
+## e2e tests outside `make test` while that setting stays off (a few minutes).
+test-tenant-shares: install
+	BATCHGW_TENANT_SHARE_CHECKS=1 $(PYTEST) tests/e2e/test_priorities.py
 
 lint: install
 	$(VENV)/bin/ruff check .
