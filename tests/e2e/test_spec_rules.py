@@ -155,15 +155,26 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 # 1. Unfinished requests are counted as unfinished.
 def test_rule_1_only_requests_not_yet_ended_count_against_the_queued_request_limit(slow: LocalStack) -> None:
     api = Api(slow, "sk-local-bob")
-    first = api.create(
-        [chat(f"f-{i}", "quick") for i in range(3)] + [chat("s", "slow [[sim latency_ms=2500]]")]
-    )
-    assert first.status_code == 200
-    wait_for(lambda: api.batch(first.json()["id"])["request_counts"]["completed"] >= 3, timeout=20)
-    # One request of the first batch is left: 1 + 4 is within the limit of 5 (7 of its 8 would not be).
+    admin = root(slow, "sk-local-admin")
+    # Both batches get a window no loaded machine can outrun (a runtime setting: a batch keeps the
+    # value it was created with), and the request left unfinished runs on a model of its own, so
+    # which request the one slot of sim-chat serves first cannot matter.
+    window = "/admin/config/BATCH_COMPLETION_WINDOW_HOURS"
+    assert admin.patch(window, json={"value": 1}).status_code == 200
+    try:
+        running = api.create([chat("s", "slow [[sim latency_ms=30000]]", model="sim-chat-only")])
+        quick = api.create([chat(f"f-{i}", "quick") for i in range(3)])
+    finally:
+        admin.delete(window)
+    assert running.status_code == 200 and quick.status_code == 200
+    api.wait_final(quick.json()["id"])
+    assert api.batch(running.json()["id"])["status"] in ("validating", "in_progress")
+    # One request is left unfinished: 1 + 4 is within the limit of 5 (with the 3 ended ones, 8 would not be).
     second = api.create([chat(f"g-{i}", "more") for i in range(4)])
     assert second.status_code == 200, second.text
     assert api.create([chat("h", "one too many")]).status_code == 429
+    for batch in (running, second):
+        api.http.post(f"/batches/{batch.json()['id']}/cancel")
 
 
 # 9. A cancel after the window closed still ends cancelled.

@@ -12,6 +12,8 @@ import pytest
 from batchgw.api import auth, files
 from batchgw.deps import Deps
 from batchgw.domain.batch import RECORD_SK, BatchRecord, ScheduleChange
+from batchgw.domain.contention import parse_tag
+from batchgw.domain.fairness import token_of
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
 from batchgw.storage import aws
@@ -293,3 +295,27 @@ def test_the_openai_sdk_patches_a_batch_and_reads_the_batch_back(world: Any) -> 
     patched = client.patch(f"/batches/{batch_id}", body={"priority": 4, "complete_by": due}, cast_to=Batch)
     assert isinstance(patched, Batch) and patched.id == batch_id
     assert (getattr(patched, "priority"), getattr(patched, "complete_by")) == (4, due)  # noqa: B009
+
+
+@pytest.mark.parametrize("tenant_shares", [True, False])
+def test_a_patch_reranks_the_batch_on_its_models_slot_map_at_once_only_with_tenant_shares(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, tenant_shares: bool
+) -> None:
+    """With ``BATCH_TENANT_SHARES`` on, the new priority is the batch's tag on its model's slot
+    map as soon as the PATCH answers (its running chains go by it at their next request);
+    off, nothing is written there (no chain would read or drop it)."""
+    deps = make_deps(sim, FakeClock(), BATCH_TENANT_SHARES=str(tenant_shares).lower())
+    monkeypatch.setattr(api, "get_deps", lambda: deps)
+    auth.forget_keys()
+    batch_id = created()["id"]
+    assert deps.slots.acquire(
+        "sim-chat", token_of(batch_id, "x"), cap=4, now=deps.clock(), lease_seconds=60
+    ).granted
+    status, _ = call("PATCH", f"/v1/batches/{batch_id}", body={"priority": 4})
+    assert status == 200
+    tags = deps.slots.read("sim-chat").tags
+    if tenant_shares:
+        tag = parse_tag(tags[batch_id])
+        assert tag is not None and (tag.tenant, tag.priority) == ("user-alice", 4)
+    else:
+        assert batch_id not in tags

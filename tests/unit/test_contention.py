@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from batchgw.domain.contention import Tag, gives_way, owed, parse_tag, stale_tags, tag_of
+from functools import partial
+
+from batchgw.domain.contention import Tag, owed, parse_tag, stale_tags, tag_of, yields
+
+# The decision with BATCH_TENANT_SHARES on.
+gives_way = partial(yields, by_tenant=True)
 
 ALICE = Tag("user-alice", created_at=100.0)
 BOB = Tag("user-bob", created_at=200.0)
@@ -90,3 +95,13 @@ def test_a_batch_finding_the_model_full_is_owed_what_others_hold_beyond_their_sh
 
 def test_tags_of_batches_neither_holding_nor_waiting_are_stale() -> None:
     assert stale_tags(["a", "b", "c"], {"a": 1, "b": 0}, ["c"]) == ["b"]
+
+
+def test_with_tenant_shares_off_every_batch_has_the_even_share_whatever_its_tag() -> None:
+    urgent = Tag("user-alice", priority=5, created_at=300.0)
+    on_map = tags(a=ALICE, b=urgent)
+    # Off: b's priority counts for nothing; a keeps its even part (2 of 4) and gives the rest.
+    assert yields("a", 4, {"a": 4}, ["b"], on_map, ALICE, holding=True, by_tenant=False)
+    assert not yields("a", 4, {"a": 2, "b": 2}, ["b"], on_map, ALICE, holding=True, by_tenant=False)
+    # On, the same map: a gives every slot to b.
+    assert yields("a", 4, {"a": 2, "b": 2}, ["b"], on_map, ALICE, holding=True, by_tenant=True)

@@ -569,7 +569,10 @@ def update_batch(deps: Deps, principal: Principal, batch_id: str, body: Any) -> 
 
 def _retag(deps: Deps, record: BatchRecord) -> None:
     """The batch's new rank on its models' slot maps at once (``domain.contention``): its
-    chains go by it from their next request, before they read the batch again."""
+    chains go by it from their next request, before they read the batch again. Nothing while
+    ``BATCH_TENANT_SHARES`` is off: no chain reads tags then, and none would drop them."""
+    if not deps.settings.batch_tenant_shares:
+        return
     owner = deps.accounts.user(record.owner)
     tag = contention.tag_of(contention.batch_tag(record, 1.0 if owner is None else float(owner.weight)))
     for model in record.models:

@@ -1,13 +1,14 @@
 """Batches contending for one model's slot map: who they are, and who gives way to whom.
 
 Each batch on a model's slot map carries a tag (``tag_of``): its owner (the tenant), the
-owner's weight, its priority, its ``complete_by`` and when it was made. ``gives_way`` turns
+owner's weight, its priority, its ``complete_by`` and when it was made. ``yields`` turns
 the map (slots held per batch, batches waiting, their tags) into ``domain.shares`` claims
 and answers what a chain does: a batch that waits wants every slot it can get (its chains
 split into the room it is given), one that only holds wants what it holds. So tenants share
 the model max-min fair by weight, and within a tenant the batch first in ``shares.order_key``
 is served first. A batch without a tag (a chain of an older release) counts as a tenant of
-its own, of priority 0: the per-batch even share it had before.
+its own, of priority 0: the per-batch even share it had before. With
+``BATCH_TENANT_SHARES`` off (the default) ``yields`` is that even share for every batch.
 
 Pure: the callers read the slot map and act on the answer.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from batchgw.domain import fairness
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.shares import Claim, allocate, gives_back, may_take
 
@@ -33,6 +35,11 @@ class Tag:
     priority: int = 0
     complete_by: float | None = None
     created_at: float = 0.0
+
+
+def untagged(batch_id: str) -> Tag:
+    """The rank of a batch without a tag: a tenant of its own, of priority 0."""
+    return Tag(tenant=f"batch:{batch_id}")
 
 
 def batch_tag(batch: BatchRecord, weight: float) -> Tag:
@@ -84,7 +91,7 @@ def contenders(
     claims = []
     for batch in sorted(batches):
         found = parse_tag(tags.get(batch))
-        tag = found or (my_tag if batch == me else Tag(tenant=f"batch:{batch}"))
+        tag = found or (my_tag if batch == me else untagged(batch))
         demand = held.get(batch, 0)
         if batch in waits:
             demand = max(demand, slots)
@@ -104,25 +111,28 @@ def contenders(
     return claims
 
 
-def gives_way(
+def yields(
     batch_id: str,
     slots: int,
     held: Mapping[str, int],
     waiting: Iterable[str],
     tags: Mapping[str, str],
-    my_tag: Tag,
+    my_tag: Tag | None,
     *,
     holding: bool,
+    by_tenant: bool,
 ) -> bool:
     """Whether a chain of ``batch_id`` lets its slot go at its next request (``holding``),
-    or does not take a free one, for another batch that waits: its batch holds more than the
-    allocation ``shares.allocate`` gives it while the others lack slots. Never while no other
-    batch waits (a full model with nobody waiting changes nothing)."""
+    or does not take a free one, for another batch that waits. ``by_tenant``
+    (``BATCH_TENANT_SHARES``): its batch holds more than the allocation ``shares.allocate``
+    gives it while the others lack slots; off, more than the even part per batch
+    (``fairness.gives_way``). Never while no other batch waits."""
     waits = set(waiting)
+    if not by_tenant:
+        return fairness.gives_way(batch_id, slots, held, waits, holding=holding)
     if not waits - {batch_id}:
         return False
-    claims = contenders(slots, held, waits, tags, me=batch_id, my_tag=my_tag, holding=holding)
-    allocation = allocate(slots, claims)
+    allocation = _allocation(batch_id, slots, held, waits, tags, my_tag, holding=holding)
     if holding:
         return gives_back(batch_id, slots, held, allocation)
     free = slots - sum(held.values())
@@ -135,16 +145,28 @@ def owed(
     held: Mapping[str, int],
     waiting: Iterable[str],
     tags: Mapping[str, str],
-    my_tag: Tag,
+    my_tag: Tag | None,
 ) -> bool:
     """Whether ``batch_id``, finding the model full, is owed slots other batches hold: waiting,
     its allocation is more than it holds (they give them back at their next request)."""
-    waits = set(waiting) | {batch_id}
-    others = {batch for batch, count in held.items() if count > 0 and batch != batch_id}
-    if not others:
+    if not any(count > 0 and batch != batch_id for batch, count in held.items()):
         return False
-    claims = contenders(slots, held, waits, tags, me=batch_id, my_tag=my_tag, holding=True)
-    return allocate(slots, claims).get(batch_id, 0) > held.get(batch_id, 0)
+    allocation = _allocation(batch_id, slots, held, set(waiting) | {batch_id}, tags, my_tag, holding=True)
+    return allocation.get(batch_id, 0) > held.get(batch_id, 0)
+
+
+def _allocation(
+    batch_id: str,
+    slots: int,
+    held: Mapping[str, int],
+    waiting: set[str],
+    tags: Mapping[str, str],
+    my_tag: Tag | None,
+    *,
+    holding: bool,
+) -> dict[str, int]:
+    mine = my_tag or untagged(batch_id)
+    return allocate(slots, contenders(slots, held, waiting, tags, me=batch_id, my_tag=mine, holding=holding))
 
 
 def stale_tags(tags: Iterable[str], held: Mapping[str, int], waiting: Iterable[str]) -> list[str]:

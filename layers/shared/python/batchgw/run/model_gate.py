@@ -78,7 +78,7 @@ class ModelGate:
             share,
             paused_until=paused_until,
             now=now,
-            tag=self.tag(),
+            tag=self.tag() if deps.settings.batch_tenant_shares else None,
             by_tenant=deps.settings.batch_tenant_shares,
         )
         if isinstance(decision, Start):

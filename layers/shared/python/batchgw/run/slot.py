@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from batchgw.deps import Deps
-from batchgw.domain import contention, fairness
+from batchgw.domain import contention
 from batchgw.domain.contention import Tag
 from batchgw.domain.errors import StorageError
 from batchgw.domain.fairness import held_by_batch, token_of
@@ -29,7 +29,7 @@ class SlotHolder:
     def __init__(self, deps: Deps, batch_id: str, tag: Callable[[], Tag] | None = None) -> None:
         self._deps = deps
         self.batch_id = batch_id
-        self.tag = tag or (lambda: Tag(tenant=f"batch:{batch_id}"))
+        self.tag = tag or (lambda: contention.untagged(batch_id))
         self.model: str | None = None
         self.token = token_of(batch_id, SlotStore.new_token())
         self._until = 0.0
@@ -126,11 +126,15 @@ class SlotHolder:
         if not waiting:
             return False
         held = held_by_batch(state.holders, now)
-        holding = self.model == model
-        if not self._deps.settings.batch_tenant_shares:
-            return fairness.gives_way(self.batch_id, cap, held, waiting, holding=holding)
-        return contention.gives_way(
-            self.batch_id, cap, held, waiting, state.tags, self.tag(), holding=holding
+        return contention.yields(
+            self.batch_id,
+            cap,
+            held,
+            waiting,
+            state.tags,
+            self.tag(),
+            holding=self.model == model,
+            by_tenant=self._deps.settings.batch_tenant_shares,
         )
 
     async def _served(self, model: str, grant: SlotGrant) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from batchgw.domain import contention, fairness
+from batchgw.domain import contention
 from batchgw.domain.batch import BatchRecord
 from batchgw.domain.contention import Tag
 from batchgw.domain.fairness import held_by_batch
@@ -106,23 +106,17 @@ class Admission:
             return Wait(StopReason.MODEL_PAUSED, self.wait(paused_until - now))
         if state.running(now) < share.slots:
             held = held_by_batch(state.holders, now)
-            mine = tag or Tag(tenant=f"batch:{batch_id}")
             waiting = state.waiting_now(now)
-            if not by_tenant:  # BATCH_TENANT_SHARES off: an even share per batch
-                gives = fairness.gives_way(batch_id, share.slots, held, waiting, holding=False)
-            else:
-                gives = contention.gives_way(
-                    batch_id, share.slots, held, waiting, state.tags, mine, holding=False
-                )
-            if not gives:
+            if not contention.yields(
+                batch_id, share.slots, held, waiting, state.tags, tag, holding=False, by_tenant=by_tenant
+            ):
                 return START
             return Wait(StopReason.GIVE_WAY, self.wait())
         full = self._full(share)
         if not by_tenant:
             return full
         held = held_by_batch(state.holders, now)
-        mine = tag or Tag(tenant=f"batch:{batch_id}")
-        if contention.owed(batch_id, share.slots, held, state.waiting_now(now), state.tags, mine):
+        if contention.owed(batch_id, share.slots, held, state.waiting_now(now), state.tags, tag):
             return Wait(full.reason, full.seconds, owed=True)
         return full
 

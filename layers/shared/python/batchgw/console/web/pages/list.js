@@ -1,4 +1,4 @@
-// What the Batches page and the Admin Batches tab share: a list read a page at a time from
+// What the list pages share (the Batches page, the admin's Batches, Requests and Prompts): a list read a page at a time from
 // the server (its filters in the query), and the filter by the spec's four groups.
 
 import { useEffect, useState } from "preact/hooks";
@@ -8,9 +8,9 @@ import { html } from "../ui.js";
 
 const FILTERS = [["", "All"], ...Object.entries(GROUP_NAMES)];
 
-// The rows of ``path`` for ``filters`` (empty values left out), newest first; ``more()``
-// reads the next page on from the last one.
-export function usePages(path, filters) {
+// The rows of ``path`` for ``filters`` (empty values left out), ``limit`` a page; ``more()``
+// reads the next page on from the last one (``cursor``: where a page says the next starts).
+export function usePages(path, filters, { limit = 20, cursor = (page) => page.next_after } = {}) {
   const [rows, setRows] = useState([]);
   const [next, setNext] = useState(null);
   const [error, setError] = useState(null);
@@ -18,13 +18,13 @@ export function usePages(path, filters) {
   const load = async (after) => {
     setLoading(true);
     setError(null);
-    const params = new URLSearchParams({ limit: "20" });
+    const params = new URLSearchParams({ limit: String(limit) });
     Object.entries(filters).forEach(([name, value]) => value && params.set(name, value));
     if (after) params.set("after", after);
     try {
       const page = await get(`${path}?${params}`);
       setRows((before) => (after ? [...before, ...page.data] : page.data));
-      setNext(page.has_more ? page.next_after : null);
+      setNext(page.has_more ? cursor(page) : null);
     } catch (failure) {
       setError(failure);
     } finally {

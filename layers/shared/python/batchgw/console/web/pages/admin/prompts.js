@@ -2,9 +2,10 @@
 // time (GET /admin/batch/jobs/{id}/requests; each page read is audited against the batch's
 // owner). Where the gateway does not keep prompts the route answers 403 and this says why.
 
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { get } from "../../api.js";
 import { html, Link, navigate, Pending } from "../../ui.js";
+import { usePages } from "../list.js";
 
 function Entry({ entry }) {
   const answer = entry.response ? entry.response.body : entry.error;
@@ -19,24 +20,8 @@ function Entry({ entry }) {
 }
 
 function Stored({ id }) {
-  const [entries, setEntries] = useState([]);
-  const [state, setState] = useState({ loading: true, error: null, more: false, last: null });
-  const load = async (after) => {
-    setState((s) => ({ ...s, loading: true, error: null }));
-    const params = new URLSearchParams({ limit: "20" });
-    if (after) params.set("after", after);
-    try {
-      const page = await get(`/admin/batch/jobs/${encodeURIComponent(id)}/requests?${params}`);
-      setEntries((before) => (after ? [...before, ...page.data] : page.data));
-      setState({ loading: false, error: null, more: page.has_more, last: page.last_id });
-    } catch (failure) {
-      setState((s) => ({ ...s, loading: false, error: failure }));
-    }
-  };
-  useEffect(() => {
-    setEntries([]);
-    load(null);
-  }, [id]);
+  const state = usePages(`/admin/batch/jobs/${encodeURIComponent(id)}/requests`, {}, { cursor: (page) => page.last_id });
+  const entries = state.rows;
   if (state.error && state.error.code === "prompts_not_stored") {
     return html`<p class="info" role="status" data-why="prompts_not_stored">This gateway does not keep prompts in its request log
       (DB_STORE_FULL_CONTENT is off), so a batch's stored requests cannot be read here. ${state.error.message}</p>`;
@@ -45,7 +30,7 @@ function Stored({ id }) {
     <${Pending} state=${{ ...state, data: entries.length ? entries : null }} what="the stored requests" />
     ${!state.loading && !state.error && entries.length === 0 && html`<p class="info" role="status">This batch has no stored requests.</p>`}
     ${entries.map((e) => html`<${Entry} key=${e.id} entry=${e} />`)}
-    ${state.more && html`<div class="actions"><button type="button" disabled=${state.loading} onClick=${() => load(state.last)}>Load more</button></div>`}
+    ${state.next && html`<div class="actions"><button type="button" disabled=${state.loading} onClick=${state.more}>Load more</button></div>`}
     <p class="note">Each page read is audited as batch.requests.read against the batch's owner.</p>`;
 }
 

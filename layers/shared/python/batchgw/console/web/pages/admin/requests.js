@@ -4,44 +4,24 @@
 // made directly, under the Request volume cards and chart (GET /admin/request-metrics),
 // a bar of which narrows the list to its stretch.
 
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { get } from "../../api.js";
 import { count, usd, when } from "../../format.js";
 import { html, Link, navigate, Pending, useLoad } from "../../ui.js";
+import { usePages } from "../list.js";
 import { VolumeChart } from "./chart.js";
 
 const stretch = (from, to) => `${when(Number(from))} to ${when(Number(to))}`;
 
-// The log's rows for ``filters``, newest first, 50 a page, read on with ``after``.
-function useLog(filters) {
-  const [rows, setRows] = useState([]);
-  const [state, setState] = useState({ loading: true, error: null, hasMore: false, last: null });
-  const load = async (after) => {
-    setState((s) => ({ ...s, loading: true, error: null }));
-    const params = new URLSearchParams({ limit: "50" });
-    Object.entries(filters).forEach(([name, value]) => value != null && value !== "" && params.set(name, value));
-    if (after) params.set("after", after);
-    try {
-      const page = await get(`/admin/requests?${params}`);
-      setRows((before) => (after ? [...before, ...page.data] : page.data));
-      setState({ loading: false, error: null, hasMore: page.has_more, last: page.last_id });
-    } catch (failure) {
-      setRows([]);
-      setState({ loading: false, error: failure, hasMore: false, last: null });
-    }
-  };
-  useEffect(() => {
-    load(null);
-  }, [JSON.stringify(filters)]);
-  return { rows, ...state, more: () => load(state.last), reload: () => load(null) };
-}
+// The log's rows for ``filters``, newest first, 50 a page, read on from the last one's id.
+const useLog = (filters) => usePages("/admin/requests", filters, { limit: 50, cursor: (page) => page.last_id });
 
 function Log({ log, batches, empty }) {
   return html`
     <${Pending} state=${{ ...log, data: log.rows.length ? log.rows : null }} what="the requests" />
     ${!log.loading && !log.error && log.rows.length === 0 && html`<p class="info" role="status">${empty}</p>`}
     ${log.rows.length > 0 && html`<div class="table-wrap" tabindex="0" role="region" aria-label="Requests"><table class="requests">
-      <caption class="note" aria-live="polite">${log.rows.length} shown${log.hasMore ? ", more below" : ""}</caption>
+      <caption class="note" aria-live="polite">${log.rows.length} shown${log.next ? ", more below" : ""}</caption>
       <thead><tr><th scope="col">Ended</th><th scope="col">User</th>${batches && html`<th scope="col">Batch</th>`}<th scope="col">Request</th><th scope="col">Model</th>
         <th scope="col">Attempt</th><th scope="col">Outcome</th><th scope="col">Status</th><th scope="col">Latency</th><th scope="col">Tokens</th><th scope="col">Cost</th></tr></thead>
       <tbody>${log.rows.map((r) => html`<tr key=${r.id} data-request=${r.id}>
@@ -52,7 +32,7 @@ function Log({ log, batches, empty }) {
         <td data-label="Status">${r.status_code ?? "—"}</td><td data-label="Latency">${r.latency_ms == null ? "—" : `${r.latency_ms} ms`}</td>
         <td data-label="Tokens">${count((r.input_tokens || 0) + (r.output_tokens || 0))}</td><td data-label="Cost">${usd(r.cost_usd)}</td></tr>`)}</tbody>
     </table></div>`}
-    ${log.hasMore && html`<div class="actions"><button type="button" disabled=${log.loading} onClick=${log.more}>Load more</button></div>`}`;
+    ${log.next && html`<div class="actions"><button type="button" disabled=${log.loading} onClick=${log.more}>Load more</button></div>`}`;
 }
 
 function Chip({ label, onClear }) {
