@@ -170,7 +170,10 @@ def test_rule_1_only_requests_not_yet_ended_count_against_the_queued_request_lim
     api.wait_final(quick.json()["id"])
     assert api.batch(running.json()["id"])["status"] in ("validating", "in_progress")
     # One request is left unfinished: 1 + 4 is within the limit of 5 (with the 3 ended ones, 8 would not be).
-    second = api.create([chat(f"g-{i}", "more") for i in range(4)])
+    # They wait behind it on its model's one slot: none of them ends before the next create.
+    second = api.create(
+        [chat(f"g-{i}", "more [[sim latency_ms=30000]]", model="sim-chat-only") for i in range(4)]
+    )
     assert second.status_code == 200, second.text
     assert api.create([chat("h", "one too many")]).status_code == 429
     for batch in (running, second):
