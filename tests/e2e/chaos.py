@@ -294,7 +294,18 @@ class Chaos:
             key = self.admin.post("/admin/users/user-alice/keys", json={"name": f"chaos {number}"})
             key.raise_for_status()
         headers = {"Authorization": f"Bearer {key.json()['key']}"} if key is not None else {}
-        resp = self.api.post("/batches", json={"requests": requests, **mode}, headers=headers)
+        # Every batch has a priority; half of them a complete_by, within the window.
+        scheduling: dict[str, int] = {"priority": self.rng.randint(-10, 10)}
+        if self.rng.random() < 0.5:
+            window = self.config.window_seconds or 600
+            scheduling["complete_by"] = int(time.time() + window * self.rng.uniform(0.3, 0.7))
+            self.report.deadlines += 1
+        body = {"requests": requests, **mode, **scheduling}
+        resp = self.api.post("/batches", json=body, headers=headers)
+        if resp.status_code == 422 and resp.json()["error"]["code"] == "deadline_infeasible":
+            self.report.deadlines_refused += 1
+            body.pop("complete_by")
+            resp = self.api.post("/batches", json=body, headers=headers)
         resp.raise_for_status()
         batch_id = str(resp.json()["id"])
         if key is not None:
@@ -309,6 +320,7 @@ class Chaos:
             + ["duplicate"] * self.config.duplicates
             + ["cancel"] * self.config.cancels
             + ["reporter dies"] * len(self.reporters)
+            + ["reprioritize"] * self.config.reprioritizations
         )
         self.rng.shuffle(actions)
         # The revocations come first, while the provider still runs those batches (its
@@ -329,6 +341,12 @@ class Chaos:
                 self.stack.crash(f"worker-{self.rng.randrange(self.config.workers)}")
                 self.kills_at.append(time.time())
                 self.report.kills += 1
+            elif action == "reprioritize":  # one that ended meanwhile answers 409: nothing changes
+                batch_id = self.rng.choice(batch_ids)
+                change = self.api.patch(f"/batches/{batch_id}", json={"priority": self.rng.randint(-10, 10)})
+                if change.status_code != 409:
+                    change.raise_for_status()
+                    self.report.reprioritized += 1
             elif action == "duplicate":
                 batch_id = self.rng.choice(batch_ids)
                 chains = int(CHAOS_ENV["BATCH_MODEL_CONCURRENCY"])

@@ -21,6 +21,7 @@ class ChaosConfig:
     kills: int = 4
     duplicates: int = 6
     cancels: int = 2
+    reprioritizations: int = 3  # PATCHes of a running batch's priority
     workers: int = 3
     window_seconds: float = 0  # 0: no window
     timeout: float = 240  # the whole run's budget, from the first create to the last check
@@ -54,6 +55,11 @@ class ChaosReport:
     reporters: int = 0  # interactive load reporters, every one of which died mid-run
     reports: int = 0  # the load reports they made
     provider_batches: int = 0  # batches run on the provider's batch service
+    # Priorities and deadlines in the mix: batches made with a complete_by, those whose create
+    # was refused as infeasible (made again without one), and priorities changed mid-run.
+    deadlines: int = 0
+    deadlines_refused: int = 0
+    reprioritized: int = 0
     revoked: dict[str, str] = field(default_factory=dict)  # by batch whose key was revoked: how it ended
     statuses: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
@@ -117,6 +123,8 @@ class ChaosReport:
             f"keys revoked mid-run {len(self.revoked)} "
             f"(their batches ended {dict(Counter(self.revoked.values()))})",
             f"requests {self.requests} ({dict(self.outcomes)})",
+            f"batches made with a complete_by {self.deadlines} (refused as infeasible and made "
+            f"without one {self.deadlines_refused}), priorities changed mid-run {self.reprioritized}",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "
             f"requests with faults {self.faults}, workflow task deaths {self.task_deaths}, "
             f"dynamodb calls refused for throughput {self.throttled}, "
