@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-run lock run reset test test-large test-tenant-shares test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield bench-sched cost chaos smoke clean
+.PHONY: install install-run lock run reset test test-large test-tenant-shares test-fast lint format docs synth deploy diff admin-key config bench bench-smoke bench-yield bench-sched bench-promise cost chaos smoke clean
 
 ## Python packages come from the lock files in requirements/ (exact versions, checked against
 ## their hashes): run.txt is what `make run` needs (the runtime, moto's server, the batchgw
@@ -177,6 +177,12 @@ bench-yield: install
 ## sched keys and bench/sched.png.
 bench-sched: install
 	$(PY) -m bench.sched_sim $(ARGS)
+
+## How close a batch's estimate at create comes to its real end (issue 56): batches of 200, 800 and
+## 1,600 requests under a steady and a bursty interactive load (about 10 minutes). Writes
+## bench/last.json's promise keys.
+bench-promise: install
+	$(PY) -m bench.promise $(ARGS)
 
 ## What one million requests of the named workload cost on AWS, from a recorded local run
 ## (about 3 minutes; N=500 by default, e.g. ARGS="--n 1000"; ARGS="--from-json" reprices bench/last.json).

@@ -41,6 +41,18 @@ SMOKE: dict[str, tuple[str, ...]] = {
     "restart": ("--batches", "6", "--settle-seconds", "60"),
     "worker_memory": ("--smoke",),
     "sched_sim": ("--quick", "--out", "{out}"),
+    "promise": (
+        "--sizes",
+        "20",
+        "--capacity",
+        "4",
+        "--burst-seconds",
+        "4",
+        "--environments",
+        "4",
+        "--out",
+        "{out}",
+    ),
 }
 # The most one tiny run may take on a loaded 2-core machine before it counts as hung.
 SMOKE_TIMEOUT_SECONDS = 420
