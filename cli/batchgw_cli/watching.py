@@ -73,6 +73,11 @@ def scheduling(batch: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _asked(batch: dict[str, Any]) -> tuple[Any, Any]:
+    """What its owner asked of its scheduling (what a PATCH changes)."""
+    return batch.get("priority"), batch.get("complete_by")
+
+
 def _utc(seconds: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(seconds))
 
@@ -122,7 +127,7 @@ def watch(
     ) as progress:
         total = int(batch["request_counts"]["total"]) or None
         task = progress.add_task("batch", total=total, status=batch["status"], summary="")
-        planned = scheduling(batch)
+        planned, asked = scheduling(batch), _asked(batch)
         if planned:
             progress.console.print(planned)
         while True:
@@ -134,9 +139,9 @@ def watch(
                 status=batch["status"],
                 summary=summary(batch),
             )
-            if scheduling(batch) != planned:  # changed while it runs (PATCH)
-                planned = scheduling(batch)
-                progress.console.print(planned)
+            if _asked(batch) != asked:  # changed while it runs (PATCH); the estimate moves on its own
+                asked = _asked(batch)
+                progress.console.print(scheduling(batch))
             for note in notes(batch):
                 if note not in shown:
                     shown.add(note)

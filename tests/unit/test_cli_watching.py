@@ -85,3 +85,17 @@ def test_watch_prints_the_scheduling_again_when_it_changes() -> None:
     watching.watch(lambda: next(reads), Console(file=screen, width=120), sleep=lambda _: None)
     lines = [line.strip() for line in screen.getvalue().splitlines()]
     assert "priority 0" in lines and "priority 7" in lines
+
+
+def test_watch_does_not_print_the_scheduling_again_when_only_the_estimate_moves() -> None:
+    reads = iter(
+        [
+            {**batch("in_progress", completed=1), "priority": 2, "estimated_completion_at": 1_767_229_200},
+            {**batch("in_progress", completed=2), "priority": 2, "estimated_completion_at": 1_767_232_800},
+            {**batch("completed", completed=10), "priority": 2, "estimated_completion_at": None},
+        ]
+    )
+    screen = io.StringIO()
+    watching.watch(lambda: next(reads), Console(file=screen, width=120), sleep=lambda _: None)
+    printed = [line for line in screen.getvalue().splitlines() if line.strip().startswith("priority")]
+    assert printed == ["priority 2 · estimated done 2026-01-01 01:00 UTC"]

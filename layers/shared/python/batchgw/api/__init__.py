@@ -4,6 +4,7 @@
 - ``http``: what the two handlers share (one resolver, errors mapped once, request helpers);
 - ``auth``: who is calling (an API key, or a console session);
 - ``batches``: create, read, cancel, delete and list batches;
+- ``capacity``: when a batch would end (the capacity answer, the promise at create);
 - ``idempotency``: Idempotency-Key on create;
 - ``retry``: a retry as a child batch, and the merged output.jsonl;
 - ``results``: results pages and output.jsonl;
@@ -19,6 +20,6 @@
 - ``ids``: ids that carry the time they were made;
 - ``shapes``: the objects a client sees, made from stored records.
 
-May import: ``deps``, ``validation``, ``storage``, ``config``, ``domain``. Only the
+May import: ``deps``, ``scheduling``, ``validation``, ``storage``, ``config``, ``domain``. Only the
 handlers in ``functions/`` import it.
 """

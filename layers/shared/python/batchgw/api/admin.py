@@ -14,13 +14,14 @@ in the control table and applies in this process at once, in every other within
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
 from batchgw import inputs
 from batchgw.api import prompts
 from batchgw.api.accounts import require_admin
-from batchgw.api.batches import batches_of, every_batch, list_every_batch, visible_batch
+from batchgw.api.batches import batches_of, list_every_batch, visible_batch
 from batchgw.api.params import (
     ANSWER_LIMIT,
     Params,
@@ -169,6 +170,12 @@ def _provider_batch(deps: Deps, model: str) -> dict[str, Any] | None:
             "output_per_mtok": float(price.output_per_mtok),
         },
     }
+
+
+def every_batch(deps: Deps, statuses: Sequence[str] = ()) -> Iterator[BatchRecord]:
+    """Every user's batches (of those statuses, if any are given), user by user."""
+    for user in deps.accounts.users():
+        yield from batches_of(deps, user.id, statuses)
 
 
 def _queued_per_model(deps: Deps) -> dict[str, int]:

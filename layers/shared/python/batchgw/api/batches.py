@@ -7,12 +7,14 @@ any). Create stores the request and starts the workflow; it never calls a model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from batchgw.api import idempotency
 from batchgw.api.auth import require_role
+from batchgw.api.capacity import promised_at
 from batchgw.api.files import batch_input_file, larger_inputs, storage_limit, storage_refusal
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import Params, fitted_page, int_param, last, time_range
@@ -256,6 +258,7 @@ class Opening:
     parent_batch_id: str | None = None
     mode: Mode = Mode.GATEWAY  # where its creator asked it to run (``domain.modes``)
     scheduling: Scheduling = field(default_factory=Scheduling)  # priority and complete_by
+    promised_at: int | None = None  # when it would end, estimated at create (``api.capacity``)
 
 
 def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Opening) -> dict[str, Any]:
@@ -283,6 +286,9 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
             raise batch_not_supported(deps, opening.endpoint, given.models, asked)
         if choice.mode is Mode.GATEWAY:
             _check_routes(deps, given.models)
+            counts = Counter(model for _, model, _ in given.requests)  # 422 when complete_by is too soon
+            promised = promised_at(deps, principal, creating.batch_id, counts, opening.scheduling)
+            opening = replace(opening, promised_at=promised)
         else:
             _check_provider_media(given)
     else:
@@ -343,6 +349,7 @@ def _open(
         batch_prices=prices,
         priority=opening.scheduling.priority,
         complete_by=opening.scheduling.complete_by,
+        promised_at=opening.promised_at,
         ttl=backstop_ttl(
             now=clock_now,
             expires_at=expires_at,
@@ -642,12 +649,6 @@ def batches_of(deps: Deps, owner: str, statuses: Sequence[str] = ()) -> list[Bat
         if not more or not records:
             return found
         before_key = records[-1].created_key
-
-
-def every_batch(deps: Deps, statuses: Sequence[str] = ()) -> Iterator[BatchRecord]:
-    """Every user's batches (of those statuses, if any are given), user by user."""
-    for user in deps.accounts.users():
-        yield from batches_of(deps, user.id, statuses)
 
 
 # --- list --------------------------------------------------------------------------------

@@ -57,6 +57,13 @@ _ERRORS = {
         "Retry-After header in seconds)."
     ),
 }
+# Errors of one operation alone.
+_OWN_ERRORS = {
+    ("post", "/v1/batches"): {
+        "422": "complete_by cannot be met (code deadline_infeasible; the error's earliest_completion_at "
+        "says when the batch could end); nothing was stored."
+    },
+}
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -112,6 +119,10 @@ QUERY: dict[tuple[str, str], list[dict[str, Any]]] = {
     ],
 }
 
+QUERY[("get", "/v1/batches/capacity")] = [
+    _query("model", {"type": "string"}, "only this model (every model the key may use)"),
+    _query("requests", {"type": "integer", "minimum": 1}, "the new batch's requests (1)"),
+]
 _LIST_FILTERS = QUERY[("get", "/v1/batches")]
 QUERY[("get", "/admin/batch/jobs")] = [*_LIST_FILTERS, _query("user", {"type": "string"}, "only this user's")]
 QUERY[("get", "/admin/batch/summary")] = [_query("user", {"type": "string"}, "only this user")]
@@ -551,7 +562,7 @@ def complete(generated: dict[str, Any]) -> dict[str, Any]:
             responses = {
                 code: response for code, response in operation.get("responses", {}).items() if code != "422"
             }
-            for code, description in _ERRORS.items():
+            for code, description in {**_ERRORS, **_OWN_ERRORS.get(key, {})}.items():
                 responses.setdefault(
                     code,
                     {

@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
-from batchgw.api import accounts, auth, batches, files, models, uploads, webhooks
+from batchgw.api import accounts, auth, batches, capacity, files, models, uploads, webhooks
 from batchgw.api.http import caller, json_body, json_response, params, raw_body
 from batchgw.api.params import Download, last
 from batchgw.deps import Deps
@@ -88,6 +88,10 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     @app.get("/v1/batches")
     def list_batches() -> Response[Any]:
         return json_response(200, batches.list_batches(*call(), params(app)))
+
+    @app.get("/v1/batches/capacity")
+    def batch_capacity() -> Response[Any]:
+        return json_response(200, capacity.capacity(*call(), params(app)))
 
     @app.get("/v1/batches/<batch_id>")
     def get_batch(batch_id: str) -> Response[Any]:

@@ -61,7 +61,18 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
         # when it is wanted done by (null: by expires_at at the latest).
         "priority": record.priority,
         "complete_by": record.complete_by,
+        "estimated_completion_at": estimated_completion(batch, now),
     }
+
+
+def estimated_completion(batch: CountedBatch, now: float | None) -> int | None:
+    """When a batch not ended should end: at its own pace once requests ended, before that as
+    the estimate at its create said (None: ended, or no estimate)."""
+    record = batch.record
+    if record.status not in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS) or record.stopping:
+        return None
+    eta = None if now is None else batch.eta(now)
+    return record.promised_at if eta is None else eta.finishes_at
 
 
 def _eta(batch: CountedBatch, now: float | None) -> dict[str, Any] | None:

@@ -230,11 +230,12 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "runtime": access(read=tuple(f for f in _ALL if f != ADMIN), write=(ADMIN,)),
     # storage.idempotency: the api claims keys; a batch's end or deletion keeps them
     "idem#*": access(write=(API, ADMIN, LIFECYCLE)),
-    # storage.interactive: interactive load reports, read by the worker to give way; the
+    # storage.interactive: interactive load reports, read by the worker to give way (and by
+    # the api for a model's batch share, in a batch's estimate: ``scheduling.forecast``); the
     # interactive function's requests in flight are reports of their own
-    "interactive": access(read=(WORKER,), write=(ADMIN, INTERACTIVE)),
+    "interactive": access(read=(WORKER, API), write=(ADMIN, INTERACTIVE)),
     # storage.adaptive: each model's adaptive limit, kept by the workers from what they see
-    "adaptive": access(read=(ADMIN,), write=(WORKER,)),
+    "adaptive": access(read=(ADMIN, API), write=(WORKER,)),
     # storage.slots: model and per-user concurrency leases, shown to administrators; the api
     # rewrites a batch's tag on its models' maps when its priority or complete_by changes
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER, API)),
@@ -267,8 +268,9 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "audit#*": access(write=(ADMIN, API)),
     # storage.reqlog: the interactive calls (a batch's are its attempt log's, listed through
     # the requests table's index), and every call's counts per hour (the lifecycle's provider
-    # step counts a provider-run batch's lines)
-    "rlog#*": access(read=(ADMIN,), write=(INTERACTIVE,)),
+    # step counts a provider-run batch's lines); the api reads a model's recent batch calls
+    # for its pace (``scheduling.forecast``)
+    "rlog#*": access(read=(ADMIN, API), write=(INTERACTIVE,)),
     "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
 }
 

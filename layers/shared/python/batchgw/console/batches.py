@@ -25,6 +25,7 @@ from batchgw.api import webhooks as api_webhooks
 from batchgw.api.accounts import require_admin
 from batchgw.api.auth import require_role
 from batchgw.api.batches import BATCH_PREFIX, Creating
+from batchgw.api.capacity import promised_at
 from batchgw.api.params import Params, int_param, last
 from batchgw.api.shapes import batch_object
 from batchgw.console import preflight
@@ -264,12 +265,17 @@ def submit(
             return deps.blobs.put_chunks(key, lines)
 
         assert checked.report.endpoint is not None
+        model, requests = checked.report.model, checked.report.requests
         opening = api_batches.Opening(
             endpoint=checked.report.endpoint,
             window=None,
             metadata=metadata,
             input=api_batches.FileInput(checked.file_id, write=write),
             scheduling=scheduling,
+            # 422 when its complete_by cannot be met (``api.capacity``).
+            promised_at=promised_at(
+                deps, principal, creating.batch_id, {model: requests} if model else {}, scheduling
+            ),
         )
         return api_batches.open_batch(deps, principal, creating, opening)
 

@@ -21,10 +21,12 @@ import hashlib
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from batchgw.api.capacity import estimate
 from batchgw.api.files import batch_input_file
 from batchgw.api.params import Params, last
 from batchgw.deps import Deps
@@ -183,6 +185,10 @@ def _answer(deps: Deps, principal: Principal, done: Checked) -> dict[str, Any]:
         "key_id": principal.key_id,
         "check": done.digest,
         "cost": _cost(deps, principal, report.costs if report.valid else None),
+        # When the batch would end, created now (``api.capacity``; null: no estimate).
+        "estimated_completion_at": estimate(deps, principal, {report.model: report.requests})
+        if report.valid and report.model
+        else None,
     }
 
 
@@ -241,6 +247,9 @@ def _inline(
         "key_id": principal.key_id,
         "check": None,
         "cost": _cost(deps, principal, costs),
+        "estimated_completion_at": None
+        if plan is None
+        else estimate(deps, principal, Counter(r.model for r in plan.requests)),
     }
 
 

@@ -183,6 +183,9 @@ class BatchRecord:
     # no wish beyond ``expires_at``). A batch stored before these read 0 and None.
     priority: int = 0
     complete_by: int | None = None
+    # When the scheduler's estimate at create said it would end (``scheduling.forecast``; None:
+    # no estimate): the batch object's ``estimated_completion_at`` until its own pace says.
+    promised_at: int | None = None
 
     @property
     def on_provider(self) -> bool:
@@ -301,6 +304,7 @@ class BatchRecord:
             batch_prices=codec.plain(item.get("batch_prices")),
             priority=int(item.get("priority", 0)),
             complete_by=num("complete_by"),
+            promised_at=num("promised_at"),
         )
 
     def to_item(self) -> dict[str, Any]:

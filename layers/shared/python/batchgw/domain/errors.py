@@ -80,6 +80,27 @@ class Conflict(ApiError):
     type = "conflict_error"
 
 
+class DeadlineInfeasible(ApiError):
+    """A create whose ``complete_by`` comes before the earliest time the gateway could end
+    the batch (``scheduling.forecast``): the error object names that time too."""
+
+    status = 422
+
+    def __init__(self, *, complete_by: int, earliest: int) -> None:
+        super().__init__(
+            f"complete_by ({complete_by}) cannot be met: at the model's pace now, beside the batches "
+            f"queued on it, the batch would end at {earliest} at the earliest. Nothing was created.",
+            code="deadline_infeasible",
+            param="complete_by",
+        )
+        self.earliest_completion_at = earliest
+
+    def body(self) -> dict[str, Any]:
+        answer = super().body()
+        answer["error"]["earliest_completion_at"] = self.earliest_completion_at
+        return answer
+
+
 class PayloadTooLarge(ApiError):
     status = 413
     type = "request_too_large"

@@ -8,7 +8,9 @@
 - ``room``: this process's one ledger of each model's slots (``SlotLedger``): the room no
   chain holds and the split it allows, and which batches hold and wait for the slots;
 - ``backpressure``: what batch answers say of a model's upstream, its adaptive limit moved;
-- ``pacing``: the call starts of one process, spaced apart (``CallPacer``).
+- ``pacing``: the call starts of one process, spaced apart (``CallPacer``);
+- ``forecast``: when a batch would end, from a model's slots, pace and queue as the store
+  has them (the promise at create and the capacity answer).
 
 The rules themselves are pure and stay in ``domain`` (``interactive``, ``adaptive``,
 ``fairness``, ``chains``); this package holds the per-process state and timing around them.

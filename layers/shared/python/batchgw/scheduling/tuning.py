@@ -115,6 +115,16 @@ class Tuning:
     # How much the latest call moves the recent call length.
     length_weight: float = 0.2
 
+    # --- the promise: when a batch would end (``forecast``) -----------------------------------
+    # A model's pace is its batch answers of this recent a stretch: older ones say little of now.
+    pace_window_seconds: float = 600.0
+    # ...at most this many of the newest (a read of the request log across batches, per shard).
+    pace_sample: int = 200
+    # A slot's next call starts this long after an answer (a chain's record and claim: 42.5 ms).
+    call_gap_seconds: float = 0.05
+    # A new batch's first call starts this long after its create (validation and the first claim).
+    first_call_seconds: float = 1.0
+
 
 # What every process runs with (tests pass their own ``Tuning`` instead).
 TUNING = Tuning()

@@ -34,6 +34,7 @@ function Progress({ batch }) {
       <label for="progress">Requests ended: ${count(ended)} of ${count(total)}</label>
       <progress id="progress" max=${Math.max(total, 1)} value=${ended}>${ended} of ${total}</progress>
       ${batch.eta && html`<p class="note">Estimated to finish ${when(batch.eta.estimated_completion_at)} (${batch.eta.requests_per_minute} requests a minute so far).</p>`}
+      ${!batch.eta && batch.estimated_completion_at && html`<p class="note" data-estimate>Estimated at its create to finish ${when(batch.estimated_completion_at)}.</p>`}
       ${batch.eta && batch.eta.warning && html`<p class="error" role="status">${batch.eta.warning}</p>`}
     </div>`;
 }

@@ -146,6 +146,7 @@ function Valid({ check }) {
         <dt>Model</dt><dd><code>${check.model}</code></dd>
         <dt>Window</dt><dd>${check.completion_window || "no limit"}</dd>
         <dt>Billing</dt><dd>${check.billing ? `${check.billing.how}: $${check.billing.input_per_mtok_usd} in and $${check.billing.output_per_mtok_usd} out per million tokens` : "no price is set for this model"}</dd>
+        <dt>Estimated finish</dt><dd data-estimate>${check.estimated_completion_at ? `${when(check.estimated_completion_at)}, if submitted now (at the model's recent pace, beside the batches queued on it)` : "no estimate yet: the model has no recent batch answers"}</dd>
         <dt>Results kept</dt><dd>${check.results_retention_days} days</dd>
         <dt>Stored size</dt><dd>${count(check.stored_bytes)} bytes</dd>
       </dl>

@@ -1,0 +1,202 @@
+"""The promise at create (issue 56) through the api handler on moto: the capacity answer, a
+batch's ``estimated_completion_at``, and the 422 ``deadline_infeasible`` of a ``complete_by``
+the gateway cannot meet, which stores nothing.
+
+The model's pace comes from its batch answers in the request log (seeded here, each 0.95 s
+long: with the chain's 0.05 s gap, a slot ends a request a second), its slots from its cap
+(4), and the batches ahead from its slot map; a new batch's first call is taken to start
+a second after its create (``Tuning.first_call_seconds``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import boto3
+import pytest
+from batchgw.api import auth
+from batchgw.deps import Deps
+from batchgw.domain.attempts import AttemptEntry
+from batchgw.domain.fairness import token_of
+from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
+
+from functions.api import handler as api
+from local.simulator import Simulator
+from tests.integration.conftest import chat_request, make_deps
+from tests.support import FakeClock, LambdaContext, http_event
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+ALICE, BOB = "sk-local-alice", "sk-local-bob"
+MODEL, CAP = "sim-chat", 4
+
+
+def world(
+    sim: Simulator,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    tenant_shares: bool = False,
+    clock: FakeClock | None = None,
+) -> Deps:
+    deps = make_deps(
+        sim,
+        clock or FakeClock(),
+        BATCH_MODEL_CONCURRENCY=str(CAP),
+        BATCH_TENANT_SHARES=str(tenant_shares).lower(),
+    )
+    monkeypatch.setattr(api, "get_deps", lambda: deps)
+    auth.forget_keys()
+    return deps
+
+
+def call(method: str, path: str, key: str = ALICE, body: Any = None) -> tuple[int, Any]:
+    path, _, query = path.partition("?")
+    event = http_event(method, path, key=key, body=body, query=query)
+    response = api.handler(event, LambdaContext())  # type: ignore[arg-type]
+    return int(response["statusCode"]), json.loads(response.get("body") or "null")
+
+
+def requests(n: int, prefix: str = "q") -> list[dict[str, Any]]:
+    return [chat_request(f"{prefix}-{i}", f"hello {i}") for i in range(n)]
+
+
+def create(n: int, key: str = ALICE, **fields: Any) -> tuple[int, Any]:
+    return call("POST", "/v1/batches", key, {"requests": requests(n), **fields})
+
+
+def answered(deps: Deps, count: int = 20, latency_ms: int = 950) -> None:
+    """``count`` batch answers of the model in the request log, the last a second ago."""
+    table = boto3.client("dynamodb")
+    for i in range(count):
+        entry = AttemptEntry(
+            batch_id="batch_earlier",
+            index=i,
+            custom_id=f"r-{i}",
+            model=MODEL,
+            attempt=1,
+            outcome="success",
+            ended_at=deps.clock() - 1 - i,
+            latency_ms=latency_ms,
+            status_code=200,
+            user_id="user-bob",
+        )
+        table.put_item(**deps.reqlog.batch_entry_action(entry, ttl=int(deps.clock()) + 86400)["Put"])
+
+
+def queued(deps: Deps, batch_id: str) -> None:
+    """``batch_id`` waits for the model's slots, as its first chain would."""
+    deps.slots.wait(MODEL, batch_id, until=deps.clock() + 600)
+
+
+def capacity(query: str, key: str = ALICE) -> dict[str, Any]:
+    status, body = call("GET", f"/v1/batches/capacity?{query}", key)
+    assert status == 200, body
+    [model] = body["data"]
+    return dict(model)
+
+
+def test_without_a_recent_answer_on_the_model_there_is_no_estimate_and_a_complete_by_is_taken(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = world(sim, monkeypatch)
+    seen = capacity(f"model={MODEL}&requests=10")
+    assert (seen["earliest_completion_at"], seen["requests_per_second"]) == (None, None)
+    status, batch = create(10, complete_by=int(deps.clock()) + 5)
+    assert status == 200, batch
+    assert batch["estimated_completion_at"] is None
+
+
+def test_the_capacity_answer_gives_the_models_slots_pace_and_the_end_of_n_more_requests(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = world(sim, monkeypatch)
+    answered(deps)
+    now = deps.clock()
+    seen = capacity(f"model={MODEL}&requests=40")
+    assert seen["object"] == "batch.capacity" and seen["model"] == MODEL and seen["requests"] == 40
+    assert (seen["model_batch_slots"], seen["batch_slots"]) == (CAP, CAP)
+    assert seen["requests_per_second"] == pytest.approx(CAP / 1.0)  # 0.95 s answers, 0.05 s gaps
+    assert (seen["queued_requests"], seen["own_queued_requests"]) == (0, 0)
+    assert seen["earliest_completion_at"] == math.ceil(now + 1 + 40 / CAP)
+    # Every model the key may use, without ?model=; an alias reads as its model.
+    status, every = call("GET", "/v1/batches/capacity")
+    assert status == 200 and MODEL in [m["model"] for m in every["data"]]
+    assert capacity("model=sim-chat-latest")["model"] == MODEL
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [("model=no-such-model", "model"), ("requests=0", "requests"), ("requests=x", "requests")],
+)
+def test_a_capacity_question_that_is_not_valid_is_a_400_naming_its_parameter(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, query: str, param: str
+) -> None:
+    world(sim, monkeypatch)
+    status, body = call("GET", f"/v1/batches/capacity?{query}")
+    assert status == 400 and body["error"]["param"] == param, body
+
+
+def test_a_complete_by_before_the_estimate_is_a_422_naming_the_earliest_time_and_stores_nothing(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = world(sim, monkeypatch)
+    answered(deps)
+    now = deps.clock()
+    earliest = math.ceil(now + 1 + 40 / CAP)
+    status, body = create(40, complete_by=earliest - 1)
+    assert status == 422, body
+    error = body["error"]
+    assert (error["code"], error["param"], error["earliest_completion_at"]) == (
+        "deadline_infeasible",
+        "complete_by",
+        earliest,
+    )
+    assert str(earliest) in error["message"]
+    assert call("GET", "/v1/batches")[1]["data"] == []  # nothing stored
+    status, batch = create(40, complete_by=earliest)
+    assert status == 200, batch
+    assert batch["estimated_completion_at"] == earliest
+    # Read again, while it has not run: the estimate made at its create.
+    assert call("GET", f"/v1/batches/{batch['id']}")[1]["estimated_completion_at"] == earliest
+
+
+@pytest.mark.parametrize("tenant_shares", [False, True])
+def test_the_batches_queued_on_the_model_push_the_estimate_back_as_the_workers_would_share_the_slots(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, tenant_shares: bool
+) -> None:
+    """Bob's batch of 40 on the model: Alice's 8 share the 4 slots with it (2 each, either
+    way). Alice's own batch of 40 ahead: with tenant shares, hers goes first within her share
+    (13 s); without, each batch has an even share (5 s)."""
+    clock = FakeClock()
+    deps = world(sim, monkeypatch, tenant_shares=tenant_shares, clock=clock)
+    answered(deps)
+    bobs = create(40, key=BOB)[1]["id"]
+    queued(deps, bobs)
+    now = deps.clock()
+    seen = capacity(f"model={MODEL}&requests=8")
+    assert (seen["queued_requests"], seen["own_queued_requests"], seen["batch_slots"]) == (40, 0, 2)
+    assert seen["earliest_completion_at"] == math.ceil(now + 1 + 8 / 2)
+
+    deps.batches.end(
+        bobs, {"status": BatchStatus.CANCELLED, "cancelled_at": int(now)}, from_statuses=UNFINISHED_STATUSES
+    )
+    deps.slots.stop_waiting(MODEL, bobs)
+    alices = create(40)[1]["id"]
+    assert deps.slots.acquire(MODEL, token_of(alices, "x"), cap=CAP, now=now, lease_seconds=600).granted
+    clock.advance(1)  # the next batch is created after hers
+    now = clock()
+    seen = capacity(f"model={MODEL}&requests=8")
+    assert (seen["queued_requests"], seen["own_queued_requests"]) == (40, 40)
+    expected = now + 1 + (48 / CAP if tenant_shares else 8 / 2)
+    assert seen["earliest_completion_at"] == math.ceil(expected)
+    status, batch = create(8)
+    assert status == 200 and batch["estimated_completion_at"] == math.ceil(expected), batch
+
+
+def test_a_batch_that_ended_has_no_estimate(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    deps = world(sim, monkeypatch)
+    answered(deps)
+    batch = create(4)[1]
+    assert batch["estimated_completion_at"] is not None
+    status, cancelled = call("POST", f"/v1/batches/{batch['id']}/cancel")
+    assert status == 200 and cancelled["estimated_completion_at"] is None

@@ -1,0 +1,93 @@
+"""``scheduling.forecast``: a model's outlook turned into a promise, as the workers would
+share its slots (per batch, or per tenant), and a model's pace read from its answers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from batchgw.domain.attempts import AttemptEntry
+from batchgw.domain.shares import Claim
+from batchgw.scheduling.forecast import Outlook, call_lengths, forecast, new_claim, slots_now
+from batchgw.scheduling.tuning import Tuning
+
+NOW = 1_000.0
+TUNING = Tuning(first_call_seconds=1.0)
+
+
+def ahead(batch_id: str, owner: str, demand: int, *, by_tenant: bool, created_at: float = 0.0) -> Claim:
+    return Claim(batch_id, owner if by_tenant else batch_id, demand, created_at)
+
+
+def test_a_lone_batch_ends_when_its_slots_have_run_its_requests_after_its_first_call() -> None:
+    seen = Outlook("m", slots=4, request_seconds=2.0, ahead=())
+    made = forecast(seen, new_claim("b", "alice", 10, now=NOW, by_tenant=False), now=NOW, tuning=TUNING)
+    assert made is not None and made.estimated_completion_at == pytest.approx(NOW + 1 + 10 * 2.0 / 4)
+
+
+@pytest.mark.parametrize(("slots", "request_seconds"), [(4, None), (0, 1.0)])
+def test_without_a_pace_or_with_no_batch_slot_there_is_no_promise(
+    slots: int, request_seconds: float | None
+) -> None:
+    seen = Outlook("m", slots=slots, request_seconds=request_seconds, ahead=())
+    assert (
+        forecast(seen, new_claim("b", "alice", 10, now=NOW, by_tenant=False), now=NOW, tuning=TUNING) is None
+    )
+
+
+@pytest.mark.parametrize("by_tenant", [False, True])
+def test_another_owners_batch_shares_the_slots_evenly_either_way(by_tenant: bool) -> None:
+    seen = Outlook("m", 4, 1.0, (ahead("other", "bob", 100, by_tenant=by_tenant),), {"other": "bob"})
+    claim = new_claim("b", "alice", 8, now=NOW, by_tenant=by_tenant)
+    made = forecast(seen, claim, now=NOW, tuning=TUNING)
+    assert made is not None and made.estimated_completion_at == pytest.approx(NOW + 1 + 8 / 2)
+    assert slots_now(seen, claim) == 2
+    assert (seen.queued, seen.queued_of("bob"), seen.queued_of("alice")) == (100, 100, 0)
+
+
+def test_with_tenant_shares_the_owners_earlier_batch_goes_first_and_without_them_it_does_not() -> None:
+    mine = {"earlier": "alice"}
+    shared = Outlook("m", 4, 1.0, (ahead("earlier", "alice", 40, by_tenant=True),), mine)
+    made = forecast(shared, new_claim("b", "alice", 8, now=NOW, by_tenant=True), now=NOW, tuning=TUNING)
+    assert made is not None and made.estimated_completion_at == pytest.approx(NOW + 1 + 48 / 4)
+    even = Outlook("m", 4, 1.0, (ahead("earlier", "alice", 40, by_tenant=False),), mine)
+    made = forecast(even, new_claim("b", "alice", 8, now=NOW, by_tenant=False), now=NOW, tuning=TUNING)
+    assert made is not None and made.estimated_completion_at == pytest.approx(NOW + 1 + 8 / 2)
+
+
+def test_a_higher_priority_goes_before_the_owners_earlier_batch_with_tenant_shares() -> None:
+    seen = Outlook("m", 4, 1.0, (ahead("earlier", "alice", 40, by_tenant=True),))
+    claim = new_claim("b", "alice", 8, now=NOW, by_tenant=True, priority=5)
+    made = forecast(seen, claim, now=NOW, tuning=TUNING)
+    assert made is not None and made.estimated_completion_at == pytest.approx(NOW + 1 + 8 / 4)
+
+
+def test_the_claim_being_estimated_is_not_counted_twice_when_it_is_already_queued() -> None:
+    seen = Outlook("m", 4, 1.0, (Claim("b", "b", 8, NOW),))
+    made = forecast(seen, new_claim("b", "alice", 8, now=NOW, by_tenant=False), now=NOW, tuning=TUNING)
+    assert made is not None and made.estimated_completion_at == pytest.approx(NOW + 1 + 8 / 4)
+
+
+class Log:
+    """The request log's page across batches, as ``call_lengths`` reads it."""
+
+    def __init__(self, entries: list[AttemptEntry]) -> None:
+        self.entries = entries
+        self.asked: dict[str, Any] = {}
+
+    def page(self, source: str, **asked: Any) -> tuple[list[tuple[str, AttemptEntry]], bool]:
+        self.asked = {"source": source, **asked}
+        return [(str(i), entry) for i, entry in enumerate(self.entries)], False
+
+
+def entry(model: str, latency_ms: int, outcome: str = "success") -> AttemptEntry:
+    return AttemptEntry("b", 0, "c", model, 1, outcome, NOW - 1, latency_ms)
+
+
+def test_a_models_call_length_is_the_mean_of_its_recent_successful_batch_answers() -> None:
+    log = Log([entry("a", 1000), entry("a", 3000), entry("a", 60_000, "retry"), entry("b", 500)])
+    lengths = call_lengths(log, NOW, TUNING)  # type: ignore[arg-type]
+    assert lengths == {"a": 2.0, "b": 0.5}
+    assert log.asked["source"] == "batch" and log.asked["limit"] == TUNING.pace_sample
+    assert log.asked["start_ms"] == math.floor((NOW - TUNING.pace_window_seconds) * 1000)
