@@ -363,9 +363,10 @@ def test_a_terminal_shows_the_progress_bar_updating(env: dict[str, str], tmp_pat
 
 
 def _shape(text: str) -> list[str]:
-    """A screen's lines with numbers and rates taken out: what stays the same run to run."""
+    """A screen's lines with numbers and rates taken out: what stays the same run to run (the
+    estimate too: shown while the batch runs, so only when the watch began before its end)."""
     return [
-        re.sub(r"[\d.,]+", "#", re.sub(r"\s+", " ", line)).strip()
+        re.sub(r"[\d.,]+", "#", re.sub(r"\s+", " ", re.sub(r" · estimated done [^·]*UTC", "", line))).strip()
         for line in text.splitlines()
         if line.strip()
     ]

@@ -134,7 +134,8 @@ def test_capacity_is_set_per_model_at_run_time_and_checked(sim: Simulator) -> No
         assert httpx.post(url, json=bad).status_code == 400
     assert httpx.post(url, json={"sim-chat": 0}).json()["models"]["sim-chat"] == 0  # no limit
     with ThreadPoolExecutor(5) as pool:
-        list(pool.map(lambda i: post(sim, f"[[sim latency_ms=100]] {i}"), range(5)))
+        # Each lasts long enough that all five overlap however slowly the threads start.
+        list(pool.map(lambda i: post(sim, f"[[sim latency_ms=3000]] {i}"), range(5)))
     assert sim.stats()["models"]["sim-chat"]["max_in_flight"] == 5
 
 
