@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from batchgw.api.params import Params, int_param, last
@@ -23,7 +24,7 @@ from batchgw.validation.priority import Scheduling
 
 if TYPE_CHECKING:
     from batchgw.domain.shares import Promise
-    from batchgw.scheduling.forecast import Outlook
+    from batchgw.scheduling.forecast import Outlook, Stores
 
 # ``capacity``'s batch when the call names no ``requests``.
 DEFAULT_REQUESTS = 1
@@ -34,7 +35,7 @@ NEW_BATCH = "~new"
 def capacity(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
     """``GET /v1/batches/capacity``: the outlook of each model the caller may use, or of
     ``?model=``, for a batch of ``?requests=`` (1 by default) created now."""
-    from batchgw.scheduling.forecast import call_lengths, forecast, new_claim, slots_now
+    from batchgw.scheduling.forecast import forecast, new_claim, slots_now
 
     requests = int_param(
         params, "requests", default=DEFAULT_REQUESTS, low=1, high=deps.settings.batch_max_requests
@@ -47,15 +48,14 @@ def capacity(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]
             raise BadRequest(exc.message, code=exc.code, param="model") from exc
     else:
         models = sorted(m for m in deps.catalog.models if _may_use(deps, principal, m))
-    now = deps.clock()
-    lengths = call_lengths(deps.reqlog, now, deps.tuning)
-    by_tenant = deps.settings.batch_tenant_shares
-    weight = _weight(deps, principal) if by_tenant else 1.0
+    read = _read(deps, principal)
     data = []
     for model in models:
-        seen = _outlook(deps, model, lengths, now)
-        claim = new_claim(NEW_BATCH, principal.user_id, requests, now=now, by_tenant=by_tenant, weight=weight)
-        made = forecast(seen, claim, now=now, tuning=deps.tuning)
+        seen = _outlook(deps, read, model)
+        claim = new_claim(
+            NEW_BATCH, principal.user_id, requests, now=read.now, by_tenant=read.by_tenant, weight=read.weight
+        )
+        made = forecast(seen, claim, now=read.now, tuning=deps.tuning)
         data.append(_capacity_object(principal, seen, requests, slots_now(seen, claim), made))
     return {"object": "list", "data": data}
 
@@ -105,42 +105,64 @@ def estimate(
     if not requests:
         return None
     # Loaded on the first estimate, not with the handler (the api's cold start).
-    from batchgw.scheduling.forecast import call_lengths, forecast, new_claim
+    from batchgw.scheduling.forecast import forecast, new_claim
 
     scheduling = scheduling or Scheduling()
-    now = deps.clock()
-    lengths = call_lengths(deps.reqlog, now, deps.tuning)
-    by_tenant = deps.settings.batch_tenant_shares
-    weight = _weight(deps, principal) if by_tenant else 1.0
+    read = _read(deps, principal)
     ends: list[float] = []
     for model, count in sorted(requests.items()):
-        seen = _outlook(deps, model, lengths, now)
         claim = new_claim(
             batch_id,
             principal.user_id,
             count,
-            now=now,
-            by_tenant=by_tenant,
+            now=read.now,
+            by_tenant=read.by_tenant,
             priority=scheduling.priority,
             complete_by=None if scheduling.complete_by is None else float(scheduling.complete_by),
-            weight=weight,
+            weight=read.weight,
         )
-        made = forecast(seen, claim, now=now, tuning=deps.tuning)
+        made = forecast(_outlook(deps, read, model), claim, now=read.now, tuning=deps.tuning)
         if made is None:
             return None  # one model without an estimate: the batch has none
         ends.append(made.estimated_completion_at)
     return math.ceil(max(ends))
 
 
-def _outlook(deps: Deps, model: str, lengths: Mapping[str, float], now: float) -> Outlook:
-    from batchgw.scheduling.forecast import Stores, outlook
+@dataclass(frozen=True)
+class _Read:
+    """What one answer reads once, whatever models it asks about."""
+
+    stores: Stores
+    lengths: Mapping[str, float]  # each model's recent call length
+    by_tenant: bool  # BATCH_TENANT_SHARES
+    weight: float  # the caller's among tenants
+    now: float
+
+
+def _read(deps: Deps, principal: Principal) -> _Read:
+    from batchgw.scheduling.forecast import Stores, call_lengths
     from batchgw.scheduling.share import BatchShares
 
-    # A share read now, apart from the process's own (a worker's, where one process runs both).
+    now = deps.clock()
+    # One share read for the answer, apart from the process's own (a worker's, where one
+    # process runs both).
     shares = BatchShares(deps.live, deps.interactive, deps.limits, deps.clock, tuning=deps.tuning)
-    stores = Stores(deps.slots, deps.batches, deps.reqlog, shares, deps.accounts)
     by_tenant = deps.settings.batch_tenant_shares
-    return outlook(stores, model, lengths=lengths, by_tenant=by_tenant, now=now, tuning=deps.tuning)
+    return _Read(
+        stores=Stores(deps.slots, deps.batches, deps.reqlog, shares, deps.accounts),
+        lengths=call_lengths(deps.reqlog, now, deps.tuning),
+        by_tenant=by_tenant,
+        weight=_weight(deps, principal) if by_tenant else 1.0,
+        now=now,
+    )
+
+
+def _outlook(deps: Deps, read: _Read, model: str) -> Outlook:
+    from batchgw.scheduling.forecast import outlook
+
+    return outlook(
+        read.stores, model, lengths=read.lengths, by_tenant=read.by_tenant, now=read.now, tuning=deps.tuning
+    )
 
 
 def _weight(deps: Deps, principal: Principal) -> float:
