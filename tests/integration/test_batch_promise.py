@@ -1,6 +1,7 @@
 """The promise at create (issue 56) through the api handler on moto: the capacity answer, a
-batch's ``estimated_completion_at``, and the 422 ``deadline_infeasible`` of a ``complete_by``
-the gateway cannot meet, which stores nothing.
+batch's ``estimated_completion_at`` (at create, then at its own pace while it runs), and the
+422 ``deadline_infeasible`` of a ``complete_by`` the gateway cannot meet, which stores
+nothing at create and changes nothing at a ``PATCH``.
 
 The model's pace comes from its batch answers in the request log (seeded here, each 0.95 s
 long: with the chain's 0.05 s gap, a slot ends a request a second), its slots from its cap
@@ -9,6 +10,7 @@ a second after its create (``Tuning.first_call_seconds``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from typing import Any
@@ -18,12 +20,15 @@ import pytest
 from batchgw.api import auth
 from batchgw.deps import Deps
 from batchgw.domain.attempts import AttemptEntry
+from batchgw.domain.chains import decode
 from batchgw.domain.fairness import token_of
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
+from batchgw.run import lifecycle
+from batchgw.run.chain import run_message
 
 from functions.api import handler as api
 from local.simulator import Simulator
-from tests.integration.conftest import chat_request, make_deps
+from tests.integration.conftest import chat_request, make_deps, receive_all
 from tests.support import FakeClock, LambdaContext, http_event
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -200,3 +205,126 @@ def test_a_batch_that_ended_has_no_estimate(sim: Simulator, monkeypatch: pytest.
     assert batch["estimated_completion_at"] is not None
     status, cancelled = call("POST", f"/v1/batches/{batch['id']}/cancel")
     assert status == 200 and cancelled["estimated_completion_at"] is None
+
+
+# --- while it runs, and a PATCH of its complete_by -------------------------------------------
+
+
+def patch(batch_id: str, body: dict[str, Any], key: str = ALICE) -> tuple[int, Any]:
+    return call("PATCH", f"/v1/batches/{batch_id}", key, body)
+
+
+def infeasible(answer: tuple[int, Any], earliest: int) -> str:
+    """The message of a PATCH's 422 ``deadline_infeasible`` naming ``earliest``."""
+    status, body = answer
+    assert status == 422, body
+    error = body["error"]
+    assert (error["code"], error["param"], error["earliest_completion_at"]) == (
+        "deadline_infeasible",
+        "complete_by",
+        earliest,
+    )
+    assert str(earliest) in error["message"] and "Nothing was changed" in error["message"]
+    return str(error["message"])
+
+
+def test_a_patch_whose_complete_by_comes_before_the_batchs_estimate_now_is_a_422_and_changes_nothing(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any of its requests ended, a batch's estimate is remade at the PATCH: its 40
+    requests from now (5 s after its create), not the promise its create made."""
+    clock = FakeClock()
+    deps = world(sim, monkeypatch, clock=clock)
+    answered(deps)
+    batch = create(40)[1]
+    promised = math.ceil(clock() + 1 + 40 / CAP)
+    assert batch["estimated_completion_at"] == promised
+    clock.advance(5)
+    earliest = math.ceil(clock() + 1 + 40 / CAP)
+    assert "unfinished requests" in infeasible(
+        patch(batch["id"], {"priority": 3, "complete_by": earliest - 1}), earliest
+    )
+    shown = call("GET", f"/v1/batches/{batch['id']}")[1]
+    assert (shown["priority"], shown["complete_by"], shown["estimated_completion_at"]) == (0, None, promised)
+
+    status, patched = patch(batch["id"], {"priority": 3, "complete_by": earliest})
+    assert status == 200, patched
+    assert (patched["priority"], patched["complete_by"]) == (3, earliest)
+    assert patched["estimated_completion_at"] == earliest  # the estimate remade for it
+    assert call("GET", f"/v1/batches/{batch['id']}")[1]["estimated_completion_at"] == earliest
+
+
+def test_a_patch_of_priority_alone_or_clearing_complete_by_takes_no_deadline_check(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A complete_by met at create that time has made infeasible stays: a priority alone
+    changes, and clearing complete_by is always taken."""
+    clock = FakeClock()
+    deps = world(sim, monkeypatch, clock=clock)
+    answered(deps)
+    due = math.ceil(clock() + 1 + 40 / CAP)
+    batch = create(40, complete_by=due)[1]
+    clock.advance(5)  # its 40 requests would now end 5 s after ``due``
+    status, patched = patch(batch["id"], {"priority": 7})
+    assert status == 200 and (patched["priority"], patched["complete_by"]) == (7, due), patched
+    status, patched = patch(batch["id"], {"complete_by": None})
+    assert status == 200 and patched["complete_by"] is None, patched
+
+
+def test_a_patch_without_an_estimate_takes_any_complete_by_in_the_window(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No recent answer on the model: no estimate, so nothing to refuse by (its window is the
+    hard limit)."""
+    deps = world(sim, monkeypatch)
+    batch = create(40)[1]
+    due = int(deps.clock()) + 2
+    status, patched = patch(batch["id"], {"complete_by": due})
+    assert status == 200 and patched["complete_by"] == due, patched
+    assert patched["estimated_completion_at"] is None
+
+
+def run_chains(deps: Deps, batch_id: str, count: int) -> None:
+    """Prepare the batch (it runs from now) and run ``count`` of its chains to their end, as a
+    worker would; the others wait on the queue."""
+    lifecycle.prepare(deps, batch_id)
+    messages = [decode(message["Body"]) for message in receive_all(deps)]
+    for message in messages[:count]:
+        asyncio.run(run_message(deps, message, owner="w", deadline=deps.clock() + 900))
+
+
+def running(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int, int]:
+    """A batch of 12 requests on 4 chains, one of which ended its 3 at once, 20 s ago, the
+    others stuck since: its id, the end its create promised, and the end at its own pace
+    (3 in 20 s: the 9 left take 60 s more)."""
+    clock = FakeClock()
+    deps = world(sim, monkeypatch, clock=clock)
+    answered(deps)
+    batch = create(12)[1]
+    start = int(clock())
+    run_chains(deps, batch["id"], 1)
+    clock.advance(20)
+    return batch["id"], batch["estimated_completion_at"], start + 20 + 9 * 20 // 3
+
+
+def test_a_running_batchs_estimate_follows_its_own_pace_not_its_creates_promise(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id, promised, pace_end = running(sim, monkeypatch)
+    assert promised == 1_800_000_000 + 1 + 12 // CAP  # at the model's pace: 4 s
+    shown = call("GET", f"/v1/batches/{batch_id}")[1]
+    assert (shown["status"], shown["request_counts"]["completed"]) == ("in_progress", 3), shown
+    assert shown["estimated_completion_at"] == pace_end == 1_800_000_080
+    assert shown["eta"]["estimated_completion_at"] == pace_end
+
+
+def test_a_patch_of_a_running_batch_is_judged_by_its_own_pace(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id, _promised, pace_end = running(sim, monkeypatch)
+    answer = patch(batch_id, {"priority": 5, "complete_by": pace_end - 1})
+    assert "pace it has kept so far" in infeasible(answer, pace_end)
+    assert call("GET", f"/v1/batches/{batch_id}")[1]["priority"] == 0
+    status, patched = patch(batch_id, {"priority": 5, "complete_by": pace_end})
+    assert status == 200 and (patched["priority"], patched["complete_by"]) == (5, pace_end), patched
+    assert patched["estimated_completion_at"] == pace_end

@@ -1,5 +1,5 @@
-"""The batch API's rules: create, read, change (its scheduling), cancel, delete and list
-batches.
+"""The batch API's rules: create, read, cancel, delete and list batches (a change of their
+scheduling is ``api.reschedule``'s).
 
 Every read checks the caller: another user's batch reads as not found (an admin may read
 any). Create stores the request and starts the workflow; it never calls a model.
@@ -21,7 +21,7 @@ from batchgw.api.params import Params, fitted_page, int_param, last, time_range
 from batchgw.api.shapes import batch_object
 from batchgw.config.catalog import ENDPOINTS, execution_of, not_on_provider, price_of
 from batchgw.deps import Deps
-from batchgw.domain import codec, contention
+from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, CountedBatch, backstop_ttl, created_key
 from batchgw.domain.errors import (
     AccountUnavailable,
@@ -57,7 +57,7 @@ from batchgw.validation.create import (
     validate_create,
 )
 from batchgw.validation.jsonbody import parse_json
-from batchgw.validation.priority import Scheduling, check_complete_by_time, schedule_change, scheduling_of
+from batchgw.validation.priority import Scheduling, check_complete_by_time, scheduling_of
 
 FILE_CREATE_KEYS = {
     "input_file_id",
@@ -551,50 +551,6 @@ def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
     if record.status is BatchStatus.CANCELLING and not record.cancel_swept and record.task_token is not None:
         _wake_to_cancel(deps, record)
     return batch_object(visible_batch(deps, principal, batch_id), deps.clock())
-
-
-def update_batch(deps: Deps, principal: Principal, batch_id: str, body: Any) -> dict[str, Any]:
-    """PATCH /v1/batches/{id}: change its ``priority`` and/or ``complete_by`` until it ends
-    (``validation.priority``: an administrator's range is wider, on any batch). 409
-    ``batch_finalized`` once it has ended, also when it ends between this read and the
-    write, which is conditional on it."""
-    batch = visible_batch(deps, principal, batch_id)
-    if batch.record.status.is_final:
-        raise _finalized(batch.record)
-    now = deps.clock()
-    change = schedule_change(body, admin=principal.is_admin, now=now, expires_at=batch.record.expires_at)
-    after = deps.batches.reschedule(batch.record.id, change)
-    if after is None:  # it ended (or was deleted) meanwhile
-        ended = deps.batches.get_record(batch.record.id)
-        if ended is None:
-            raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found")
-        raise _finalized(ended)
-    logger.info("batch rescheduled", extra={"batch_id": after.id, **change})
-    _retag(deps, after)
-    return batch_object(replace(batch, record=after), now)
-
-
-def _retag(deps: Deps, record: BatchRecord) -> None:
-    """The batch's new rank on its models' slot maps at once (``domain.contention``): its
-    chains go by it from their next request, before they read the batch again. Nothing while
-    ``BATCH_TENANT_SHARES`` is off: no chain reads tags then, and none would drop them."""
-    if not deps.settings.batch_tenant_shares:
-        return
-    owner = deps.accounts.user(record.owner)
-    tag = contention.tag_of(contention.batch_tag(record, 1.0 if owner is None else float(owner.weight)))
-    for model in record.models:
-        try:
-            deps.slots.set_tag(model, record.id, tag)
-        except StorageError:  # its chains write it as they read the batch again
-            logger.warning("could not retag a batch", extra={"batch_id": record.id, "model": model})
-
-
-def _finalized(record: BatchRecord) -> Conflict:
-    return Conflict(
-        f"Batch '{record.id}' has ended (status {record.status.value}): its priority and "
-        "complete_by can no longer change.",
-        code="batch_finalized",
-    )
 
 
 def _wake_to_cancel(deps: Deps, record: BatchRecord) -> None:

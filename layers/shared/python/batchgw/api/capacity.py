@@ -6,24 +6,28 @@
   ``N`` more requests (null: no estimate, the model has no recent answer or is paused);
 - ``promised_at``: the estimate a create stores on its batch (the batch object's
   ``estimated_completion_at`` until its own pace says better), and the 422
-  ``deadline_infeasible`` of a create whose ``complete_by`` comes before it, nothing stored.
+  ``deadline_infeasible`` of a create whose ``complete_by`` comes before it, nothing stored;
+- ``rescheduled``: the same 422 for a ``PATCH`` whose ``complete_by`` comes before a running
+  batch's estimate, nothing changed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from batchgw.api.params import Params, int_param, last
 from batchgw.deps import Deps
-from batchgw.domain.errors import BadRequest, DeadlineInfeasible
+from batchgw.domain.batch import CountedBatch, ScheduleChange
+from batchgw.domain.errors import BY_FORECAST_LEFT, BY_OWN_PACE, BadRequest, DeadlineInfeasible
 from batchgw.domain.principal import Principal
+from batchgw.domain.states import BatchStatus
 from batchgw.validation.priority import Scheduling
 
 if TYPE_CHECKING:
-    from batchgw.domain.shares import Promise
+    from batchgw.domain.shares import Claim, Promise
     from batchgw.scheduling.forecast import Outlook, Stores
 
 # ``capacity``'s batch when the call names no ``requests``.
@@ -48,7 +52,7 @@ def capacity(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]
             raise BadRequest(exc.message, code=exc.code, param="model") from exc
     else:
         models = sorted(m for m in deps.catalog.models if _may_use(deps, principal, m))
-    read = _read(deps, principal)
+    read = _read(deps, principal.user_id)
     data = []
     for model in models:
         seen = _outlook(deps, read, model)
@@ -105,27 +109,96 @@ def estimate(
     if not requests:
         return None
     # Loaded on the first estimate, not with the handler (the api's cold start).
-    from batchgw.scheduling.forecast import forecast, new_claim
+    from batchgw.scheduling.forecast import new_claim
 
     scheduling = scheduling or Scheduling()
-    read = _read(deps, principal)
-    ends: list[float] = []
-    for model, count in sorted(requests.items()):
-        claim = new_claim(
-            batch_id,
-            principal.user_id,
-            count,
-            now=read.now,
-            by_tenant=read.by_tenant,
-            priority=scheduling.priority,
-            complete_by=None if scheduling.complete_by is None else float(scheduling.complete_by),
-            weight=read.weight,
+    read = _read(deps, principal.user_id)
+    claims = (
+        (
+            model,
+            new_claim(
+                batch_id,
+                principal.user_id,
+                count,
+                now=read.now,
+                by_tenant=read.by_tenant,
+                priority=scheduling.priority,
+                complete_by=None if scheduling.complete_by is None else float(scheduling.complete_by),
+                weight=read.weight,
+            ),
         )
+        for model, count in sorted(requests.items())
+    )
+    return _last_end(deps, read, claims)
+
+
+def rescheduled(deps: Deps, batch: CountedBatch, change: ScheduleChange) -> ScheduleChange:
+    """The change a ``PATCH`` writes: one that sets a ``complete_by`` before the batch's
+    estimate is a 422 ``deadline_infeasible`` naming it (nothing written, its priority
+    neither).
+
+    The estimate is the batch object's once requests ended: its own pace (which a priority
+    changed in the same call has not had time to move). Before that, its unfinished requests
+    are forecast now under the new scheduling, fresher than its create's promise: the change
+    stores that estimate as the new one. A priority alone, a ``complete_by`` cleared, or a
+    batch without an estimate (no recent answer on its model, a batch stopping or run by a
+    provider, a file not read yet) takes no check: its window stays the hard limit."""
+    complete_by = change.get("complete_by")
+    record = batch.record
+    running = record.status in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS) and not record.stopping
+    if complete_by is None or not running or record.on_provider:
+        return change
+    eta = batch.eta(deps.clock())
+    if eta is not None:
+        if eta.finishes_at > complete_by:
+            raise _unchanged(complete_by, eta.finishes_at, BY_OWN_PACE)
+        return change
+    earliest = _left_end(
+        deps, batch, priority=change.get("priority", record.priority), complete_by=complete_by
+    )
+    if earliest is None:
+        return change
+    if earliest > complete_by:
+        raise _unchanged(complete_by, earliest, BY_FORECAST_LEFT)
+    return {**change, "promised_at": earliest}
+
+
+def _unchanged(complete_by: int, earliest: int, basis: str) -> DeadlineInfeasible:
+    return DeadlineInfeasible(
+        complete_by=complete_by, earliest=earliest, basis=basis, outcome="Nothing was changed."
+    )
+
+
+def _left_end(deps: Deps, batch: CountedBatch, *, priority: int, complete_by: int) -> int | None:
+    """When a stored batch's unfinished requests would end with ``priority`` and
+    ``complete_by``, keeping its place in creation order. Its counters do not split its
+    requests by model: each of its models is taken to hold all of them, as the forecast
+    counts it for the batches after it (``scheduling.forecast.claim_of``)."""
+    from batchgw.scheduling.forecast import claim_of
+
+    if batch.unfinished_requests == 0:
+        return None
+    read = _read(deps, batch.record.owner)
+    claim = replace(
+        claim_of(batch, weight=read.weight, by_tenant=read.by_tenant),
+        priority=priority,
+        complete_by=float(complete_by),
+    )
+    return _last_end(deps, read, ((model, claim) for model in batch.record.models))
+
+
+def _last_end(deps: Deps, read: _Read, claims: Iterable[tuple[str, Claim]]) -> int | None:
+    """When the last of ``claims`` (each on its model) would end (None: no claim, or a model
+    without an estimate, so the batch has none)."""
+    from batchgw.scheduling.forecast import forecast
+
+    ends: list[float] = []
+    for model, claim in claims:
         made = forecast(_outlook(deps, read, model), claim, now=read.now, tuning=deps.tuning)
         if made is None:
-            return None  # one model without an estimate: the batch has none
+            return None
         ends.append(made.estimated_completion_at)
-    return math.ceil(max(ends))
+    return math.ceil(max(ends)) if ends else None
 
 
 @dataclass(frozen=True)
@@ -135,11 +208,11 @@ class _Read:
     stores: Stores
     lengths: Mapping[str, float]  # each model's recent call length
     by_tenant: bool  # BATCH_TENANT_SHARES
-    weight: float  # the caller's among tenants
+    weight: float  # the batch owner's among tenants
     now: float
 
 
-def _read(deps: Deps, principal: Principal) -> _Read:
+def _read(deps: Deps, owner: str) -> _Read:
     from batchgw.scheduling.forecast import Stores, call_lengths
     from batchgw.scheduling.share import BatchShares
 
@@ -152,7 +225,7 @@ def _read(deps: Deps, principal: Principal) -> _Read:
         stores=Stores(deps.slots, deps.batches, deps.reqlog, shares, deps.accounts),
         lengths=call_lengths(deps.reqlog, now, deps.tuning),
         by_tenant=by_tenant,
-        weight=_weight(deps, principal) if by_tenant else 1.0,
+        weight=_weight(deps, owner) if by_tenant else 1.0,
         now=now,
     )
 
@@ -165,8 +238,8 @@ def _outlook(deps: Deps, read: _Read, model: str) -> Outlook:
     )
 
 
-def _weight(deps: Deps, principal: Principal) -> float:
-    user = deps.accounts.user(principal.user_id)
+def _weight(deps: Deps, owner: str) -> float:
+    user = deps.accounts.user(owner)
     return 1.0 if user is None else float(user.weight)
 
 

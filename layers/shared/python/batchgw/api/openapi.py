@@ -63,6 +63,10 @@ _OWN_ERRORS = {
         "422": "complete_by cannot be met (code deadline_infeasible; the error's earliest_completion_at "
         "says when the batch could end); nothing was stored."
     },
+    ("patch", "/v1/batches/{batch_id}"): {
+        "422": "complete_by cannot be met (code deadline_infeasible; the error's earliest_completion_at "
+        "says when the batch could end); nothing was changed."
+    },
 }
 
 
@@ -413,7 +417,8 @@ BODIES.update(
             {
                 "type": "object",
                 "description": "Change an unfinished batch's priority and/or complete_by (null "
-                "clears it); 409 batch_finalized once it has ended.",
+                "clears it); 422 deadline_infeasible for a complete_by before the batch's estimate; "
+                "409 batch_finalized once it has ended.",
                 "properties": _SCHEDULING,
                 "minProperties": 1,
                 "additionalProperties": False,

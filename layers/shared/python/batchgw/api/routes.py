@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
-from batchgw.api import accounts, auth, batches, capacity, files, models, uploads, webhooks
+from batchgw.api import accounts, auth, batches, capacity, files, models, reschedule, uploads, webhooks
 from batchgw.api.http import caller, json_body, json_response, params, raw_body
 from batchgw.api.params import Download, last
 from batchgw.deps import Deps
@@ -100,7 +100,7 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
     @app.patch("/v1/batches/<batch_id>")
     def update_batch(batch_id: str) -> Response[Any]:
         deps, principal = call()
-        return json_response(200, batches.update_batch(deps, principal, batch_id, json_body(app)))
+        return json_response(200, reschedule.update_batch(deps, principal, batch_id, json_body(app)))
 
     @app.post("/v1/batches/<batch_id>/cancel")
     def cancel_batch(batch_id: str) -> Response[Any]:

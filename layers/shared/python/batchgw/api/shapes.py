@@ -67,7 +67,8 @@ def batch_object(batch: CountedBatch, now: float | None = None) -> dict[str, Any
 
 def estimated_completion(batch: CountedBatch, now: float | None) -> int | None:
     """When a batch not ended should end: at its own pace once requests ended, before that as
-    the estimate at its create said (None: ended, or no estimate)."""
+    the last estimate made for it said, at its create or at a ``PATCH`` of its ``complete_by``
+    (None: ended, or no estimate)."""
     record = batch.record
     if record.status not in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS) or record.stopping:
         return None

@@ -322,10 +322,12 @@ class BatchRecord:
 
 class ScheduleChange(TypedDict, total=False):
     """A change of a batch's scheduling fields: those given change (``complete_by`` None
-    clears it), the others stay."""
+    clears it), the others stay; with a new ``complete_by``, the estimate remade for it
+    (``promised_at``), when there is one."""
 
     priority: int
     complete_by: int | None
+    promised_at: int
 
 
 _LATER_TIMESTAMPS = tuple(name for name in TIMESTAMPS if name not in ("created_at", "expires_at"))

@@ -80,16 +80,32 @@ class Conflict(ApiError):
     type = "conflict_error"
 
 
+# How a ``DeadlineInfeasible`` came to its earliest time: a create's forecast, a running
+# batch's forecast of its unfinished requests, or the pace that batch has kept so far.
+BY_FORECAST = "at the model's pace now, beside the batches queued on it, the batch would end"
+BY_FORECAST_LEFT = (
+    "at the model's pace now, beside the batches queued on it, the batch's unfinished requests would end"
+)
+BY_OWN_PACE = "at the pace it has kept so far, the batch would end"
+
+
 class DeadlineInfeasible(ApiError):
-    """A create whose ``complete_by`` comes before the earliest time the gateway could end
-    the batch (``scheduling.forecast``): the error object names that time too."""
+    """A create (or a ``PATCH``) whose ``complete_by`` comes before the earliest time the
+    gateway could end the batch (``scheduling.forecast``, or the batch's own pace): the
+    error object names that time too. ``outcome`` says that nothing was stored."""
 
     status = 422
 
-    def __init__(self, *, complete_by: int, earliest: int) -> None:
+    def __init__(
+        self,
+        *,
+        complete_by: int,
+        earliest: int,
+        basis: str = BY_FORECAST,
+        outcome: str = "Nothing was created.",
+    ) -> None:
         super().__init__(
-            f"complete_by ({complete_by}) cannot be met: at the model's pace now, beside the batches "
-            f"queued on it, the batch would end at {earliest} at the earliest. Nothing was created.",
+            f"complete_by ({complete_by}) cannot be met: {basis} at {earliest} at the earliest. {outcome}",
             code="deadline_infeasible",
             param="complete_by",
         )
