@@ -17,11 +17,12 @@ from typing import Any
 
 import boto3
 import pytest
-from batchgw.api import auth
+from batchgw.api import auth, files
 from batchgw.deps import Deps
 from batchgw.domain.attempts import AttemptEntry
 from batchgw.domain.chains import decode
 from batchgw.domain.fairness import token_of
+from batchgw.domain.principal import Principal
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus
 from batchgw.run import lifecycle
 from batchgw.run.chain import run_message
@@ -328,3 +329,27 @@ def test_a_patch_of_a_running_batch_is_judged_by_its_own_pace(
     status, patched = patch(batch_id, {"priority": 5, "complete_by": pace_end})
     assert status == 200 and (patched["priority"], patched["complete_by"]) == (5, pace_end), patched
     assert patched["estimated_completion_at"] == pace_end
+
+
+def test_a_file_batch_has_no_estimate_until_its_file_is_read_then_a_patch_is_judged_by_its_requests(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its create knows the file's bytes, not its requests: no estimate. Once its file is read
+    (its 40 requests counted), a PATCH is judged by the forecast of those 40, as for a batch
+    of requests."""
+    clock = FakeClock()
+    deps = world(sim, monkeypatch, clock=clock)
+    answered(deps)
+    owner = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+    lines = [
+        json.dumps({"method": "POST", "url": "/v1/chat/completions", **r}) for r in requests(40, prefix="f")
+    ]
+    file_id = files.new_input_file(deps, owner, "in.jsonl", "\n".join(lines).encode()).id
+    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    status, batch = call("POST", "/v1/batches", body=body)
+    assert status == 200 and batch["estimated_completion_at"] is None, batch
+    lifecycle.prepare(deps, batch["id"])
+    earliest = math.ceil(clock() + 1 + 40 / CAP)
+    infeasible(patch(batch["id"], {"complete_by": earliest - 1}), earliest)
+    status, patched = patch(batch["id"], {"complete_by": earliest})
+    assert status == 200 and patched["estimated_completion_at"] == earliest, patched

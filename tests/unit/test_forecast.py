@@ -8,8 +8,19 @@ from typing import Any
 
 import pytest
 from batchgw.domain.attempts import AttemptEntry
+from batchgw.domain.batch import BatchRecord
 from batchgw.domain.shares import Claim
-from batchgw.scheduling.forecast import Outlook, call_lengths, forecast, new_claim, slots_now
+from batchgw.domain.states import BatchStatus
+from batchgw.scheduling.forecast import (
+    Outlook,
+    Reading,
+    call_lengths,
+    forecast,
+    last_end,
+    new_claim,
+    slots_now,
+    stored_end,
+)
 from batchgw.scheduling.tuning import Tuning
 
 NOW = 1_000.0
@@ -67,6 +78,48 @@ def test_the_claim_being_estimated_is_not_counted_twice_when_it_is_already_queue
     seen = Outlook("m", 4, 1.0, (Claim("b", "b", 8, NOW),))
     made = forecast(seen, new_claim("b", "alice", 8, now=NOW, by_tenant=False), now=NOW, tuning=TUNING)
     assert made is not None and made.estimated_completion_at == pytest.approx(NOW + 1 + 8 / 4)
+
+
+class Seen(Reading):
+    """A reading whose models' outlooks are given (no store behind it)."""
+
+    def __init__(self, outlooks: dict[str, Outlook], *, by_tenant: bool) -> None:
+        super().__init__(stores=None, lengths={}, by_tenant=by_tenant, now=NOW, tuning=TUNING)  # type: ignore[arg-type]
+        object.__setattr__(self, "outlooks", outlooks)
+
+    def outlook(self, model: str) -> Outlook:
+        return self.outlooks[model]  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_batch_ends_with_its_last_model_and_without_an_estimate_on_one_has_none() -> None:
+    fast, slow = Outlook("fast", 4, 1.0, ()), Outlook("slow", 2, 1.0, ())
+    claim = new_claim("b", "alice", 8, now=NOW, by_tenant=False)
+    claims = [("fast", claim), ("slow", claim)]
+    assert last_end(Seen({"fast": fast, "slow": slow}, by_tenant=False), claims) == math.ceil(NOW + 1 + 8 / 2)
+    unknown = Outlook("slow", 2, None, ())
+    assert last_end(Seen({"fast": fast, "slow": unknown}, by_tenant=False), claims) is None
+    assert last_end(Seen({}, by_tenant=False), []) is None
+
+
+def test_a_stored_batch_keeps_its_place_in_creation_order_before_the_owners_later_batch() -> None:
+    """Alice's batch stored 100 s ago, its 8 requests left, beside her batch of 40 made 50 s
+    ago: with tenant shares it goes first (2 s), where a batch made now would wait (12 s)."""
+    later = Outlook("m", 4, 1.0, (Claim("later", "alice", 40, NOW - 50),), {"later": "alice"})
+    seen = Seen({"m": later}, by_tenant=True)
+    record = BatchRecord(
+        id="b",
+        owner="alice",
+        status=BatchStatus.IN_PROGRESS,
+        endpoint="/v1/chat/completions",
+        created_at=int(NOW) - 100,
+        created_key="k",
+    )
+    end = stored_end(seen, record, {"m": 8}, priority=0, complete_by=None, weight=1.0)
+    assert end == math.ceil(NOW + 1 + 8 / 4)
+    made_now = last_end(seen, [("m", new_claim("b", "alice", 8, now=NOW, by_tenant=True))])
+    assert made_now == math.ceil(NOW + 1 + 48 / 4)
+    # None of its requests left: nothing to estimate.
+    assert stored_end(seen, record, {"m": 0}, priority=0, complete_by=None, weight=1.0) is None
 
 
 class Log:

@@ -14,8 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from batchgw.api.params import Params, int_param, last
@@ -27,8 +26,8 @@ from batchgw.domain.states import BatchStatus
 from batchgw.validation.priority import Scheduling
 
 if TYPE_CHECKING:
-    from batchgw.domain.shares import Claim, Promise
-    from batchgw.scheduling.forecast import Outlook, Stores
+    from batchgw.domain.shares import Promise
+    from batchgw.scheduling.forecast import Outlook, Reading
 
 # ``capacity``'s batch when the call names no ``requests``.
 DEFAULT_REQUESTS = 1
@@ -52,12 +51,13 @@ def capacity(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]
             raise BadRequest(exc.message, code=exc.code, param="model") from exc
     else:
         models = sorted(m for m in deps.catalog.models if _may_use(deps, principal, m))
-    read = _read(deps, principal.user_id)
+    read = _read(deps)
+    weight = read.weight(principal.user_id)
     data = []
     for model in models:
-        seen = _outlook(deps, read, model)
+        seen = read.outlook(model)
         claim = new_claim(
-            NEW_BATCH, principal.user_id, requests, now=read.now, by_tenant=read.by_tenant, weight=read.weight
+            NEW_BATCH, principal.user_id, requests, now=read.now, by_tenant=read.by_tenant, weight=weight
         )
         made = forecast(seen, claim, now=read.now, tuning=deps.tuning)
         data.append(_capacity_object(principal, seen, requests, slots_now(seen, claim), made))
@@ -109,10 +109,11 @@ def estimate(
     if not requests:
         return None
     # Loaded on the first estimate, not with the handler (the api's cold start).
-    from batchgw.scheduling.forecast import new_claim
+    from batchgw.scheduling.forecast import last_end, new_claim
 
     scheduling = scheduling or Scheduling()
-    read = _read(deps, principal.user_id)
+    read = _read(deps)
+    weight = read.weight(principal.user_id)
     claims = (
         (
             model,
@@ -124,12 +125,12 @@ def estimate(
                 by_tenant=read.by_tenant,
                 priority=scheduling.priority,
                 complete_by=None if scheduling.complete_by is None else float(scheduling.complete_by),
-                weight=read.weight,
+                weight=weight,
             ),
         )
         for model, count in sorted(requests.items())
     )
-    return _last_end(deps, read, claims)
+    return last_end(read, claims)
 
 
 def rescheduled(deps: Deps, batch: CountedBatch, change: ScheduleChange) -> ScheduleChange:
@@ -153,8 +154,18 @@ def rescheduled(deps: Deps, batch: CountedBatch, change: ScheduleChange) -> Sche
         if eta.finishes_at > complete_by:
             raise _unchanged(complete_by, eta.finishes_at, BY_OWN_PACE)
         return change
-    earliest = _left_end(
-        deps, batch, priority=change.get("priority", record.priority), complete_by=complete_by
+    from batchgw.scheduling.forecast import stored_end
+
+    read = _read(deps)
+    # Its counters do not split its requests by model: each of its models is taken to hold
+    # all of them, as the forecast counts the batch for the batches after it (``claim_of``).
+    earliest = stored_end(
+        read,
+        record,
+        {model: batch.unfinished_requests for model in record.models},
+        priority=change.get("priority", record.priority),
+        complete_by=complete_by,
+        weight=read.weight(record.owner),
     )
     if earliest is None:
         return change
@@ -169,78 +180,20 @@ def _unchanged(complete_by: int, earliest: int, basis: str) -> DeadlineInfeasibl
     )
 
 
-def _left_end(deps: Deps, batch: CountedBatch, *, priority: int, complete_by: int) -> int | None:
-    """When a stored batch's unfinished requests would end with ``priority`` and
-    ``complete_by``, keeping its place in creation order. Its counters do not split its
-    requests by model: each of its models is taken to hold all of them, as the forecast
-    counts it for the batches after it (``scheduling.forecast.claim_of``)."""
-    from batchgw.scheduling.forecast import claim_of
-
-    if batch.unfinished_requests == 0:
-        return None
-    read = _read(deps, batch.record.owner)
-    claim = replace(
-        claim_of(batch, weight=read.weight, by_tenant=read.by_tenant),
-        priority=priority,
-        complete_by=float(complete_by),
-    )
-    return _last_end(deps, read, ((model, claim) for model in batch.record.models))
-
-
-def _last_end(deps: Deps, read: _Read, claims: Iterable[tuple[str, Claim]]) -> int | None:
-    """When the last of ``claims`` (each on its model) would end (None: no claim, or a model
-    without an estimate, so the batch has none)."""
-    from batchgw.scheduling.forecast import forecast
-
-    ends: list[float] = []
-    for model, claim in claims:
-        made = forecast(_outlook(deps, read, model), claim, now=read.now, tuning=deps.tuning)
-        if made is None:
-            return None
-        ends.append(made.estimated_completion_at)
-    return math.ceil(max(ends)) if ends else None
-
-
-@dataclass(frozen=True)
-class _Read:
+def _read(deps: Deps) -> Reading:
     """What one answer reads once, whatever models it asks about."""
-
-    stores: Stores
-    lengths: Mapping[str, float]  # each model's recent call length
-    by_tenant: bool  # BATCH_TENANT_SHARES
-    weight: float  # the batch owner's among tenants
-    now: float
-
-
-def _read(deps: Deps, owner: str) -> _Read:
-    from batchgw.scheduling.forecast import Stores, call_lengths
+    from batchgw.scheduling.forecast import Stores, reading
     from batchgw.scheduling.share import BatchShares
 
-    now = deps.clock()
     # One share read for the answer, apart from the process's own (a worker's, where one
     # process runs both).
     shares = BatchShares(deps.live, deps.interactive, deps.limits, deps.clock, tuning=deps.tuning)
-    by_tenant = deps.settings.batch_tenant_shares
-    return _Read(
-        stores=Stores(deps.slots, deps.batches, deps.reqlog, shares, deps.accounts),
-        lengths=call_lengths(deps.reqlog, now, deps.tuning),
-        by_tenant=by_tenant,
-        weight=_weight(deps, owner) if by_tenant else 1.0,
-        now=now,
+    return reading(
+        Stores(deps.slots, deps.batches, deps.reqlog, shares, deps.accounts),
+        by_tenant=deps.settings.batch_tenant_shares,
+        now=deps.clock(),
+        tuning=deps.tuning,
     )
-
-
-def _outlook(deps: Deps, read: _Read, model: str) -> Outlook:
-    from batchgw.scheduling.forecast import outlook
-
-    return outlook(
-        read.stores, model, lengths=read.lengths, by_tenant=read.by_tenant, now=read.now, tuning=deps.tuning
-    )
-
-
-def _weight(deps: Deps, owner: str) -> float:
-    user = deps.accounts.user(owner)
-    return 1.0 if user is None else float(user.weight)
 
 
 def _may_use(deps: Deps, principal: Principal, model: str) -> bool:

@@ -12,6 +12,11 @@ even share per batch (each batch its own tenant).
 The estimate assumes what it reads lasts: interactive traffic that grows, a batch that
 arrives later ahead of this one, or retries lengthen it. Without a recent answer on the model,
 or with its batch work paused, there is no estimate (None).
+
+A ``Reading`` is what one answer reads once (the request log's pace above all), whatever
+models it asks about; ``last_end`` is a batch's end over its models, ``stored_end`` that of
+a batch already stored (a ``PATCH`` of a running one; a file batch once its file is read,
+its requests known only then).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from batchgw.domain.shares import Claim, Promise, allocate, promise
 from batchgw.scheduling.tuning import TUNING, Tuning
 
 if TYPE_CHECKING:  # the stores are the caller's (``Deps``): nothing here builds or imports one
-    from batchgw.domain.batch import CountedBatch
+    from batchgw.domain.batch import BatchRecord, CountedBatch
     from batchgw.scheduling.share import BatchShares
     from batchgw.storage.accounts import AccountStore
     from batchgw.storage.batches import BatchStore
@@ -168,6 +173,79 @@ def slots_now(seen: Outlook, claim: Claim) -> int:
     """The batch slots ``claim``'s batch would hold now, beside the batches ahead."""
     others = [other for other in seen.ahead if other.batch_id != claim.batch_id]
     return allocate(seen.slots, [*others, claim]).get(claim.batch_id, 0) if seen.slots > 0 else 0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one answer reads once, whatever models it asks about: each model's recent call
+    length (``call_lengths``), whether tenants share the slots (``BATCH_TENANT_SHARES``) and
+    the time; the slot maps are read per model (``outlook``)."""
+
+    stores: Stores
+    lengths: Mapping[str, float]
+    by_tenant: bool
+    now: float
+    tuning: Tuning = TUNING
+
+    def outlook(self, model: str) -> Outlook:
+        return outlook(
+            self.stores,
+            model,
+            lengths=self.lengths,
+            by_tenant=self.by_tenant,
+            now=self.now,
+            tuning=self.tuning,
+        )
+
+    def weight(self, owner: str) -> float:
+        """``owner``'s weight among tenants (1 while tenants do not share: it weighs nothing)."""
+        return _weights(self.stores.accounts, [owner])[owner] if self.by_tenant else 1.0
+
+
+def reading(stores: Stores, *, by_tenant: bool, now: float, tuning: Tuning = TUNING) -> Reading:
+    return Reading(stores, call_lengths(stores.reqlog, now, tuning), by_tenant, now, tuning)
+
+
+def last_end(read: Reading, claims: Iterable[tuple[str, Claim]]) -> int | None:
+    """When the last of a batch's ``claims`` (each on its model) would end, in whole seconds
+    (None: no claim, or a model without an estimate, so the batch has none)."""
+    ends: list[float] = []
+    for model, claim in claims:
+        made = forecast(read.outlook(model), claim, now=read.now, tuning=read.tuning)
+        if made is None:
+            return None
+        ends.append(made.estimated_completion_at)
+    return math.ceil(max(ends)) if ends else None
+
+
+def stored_end(
+    read: Reading,
+    record: BatchRecord,
+    requests: Mapping[str, int],
+    *,
+    priority: int,
+    complete_by: int | None,
+    weight: float,
+) -> int | None:
+    """When a stored batch's ``requests`` (per model: those not ended) would end with
+    ``priority`` and ``complete_by``, the batch keeping its place in creation order."""
+    claims = (
+        (
+            model,
+            Claim(
+                batch_id=record.id,
+                tenant=record.owner if read.by_tenant else record.id,
+                demand=count,
+                created_at=float(record.created_at),
+                priority=priority,
+                complete_by=None if complete_by is None else float(complete_by),
+                weight=weight,
+            ),
+        )
+        for model, count in sorted(requests.items())
+        if count > 0
+    )
+    return last_end(read, claims)
 
 
 def _weights(accounts: AccountStore, owners: Iterable[str]) -> dict[str, float]:
