@@ -4,7 +4,9 @@
 - ``http``: what the two handlers share (one resolver, errors mapped once, request helpers);
 - ``auth``: who is calling (an API key, or a console session);
 - ``batches``: create, read, cancel, delete and list batches;
-- ``capacity``: when a batch would end (the capacity answer, the promise at create);
+- ``reschedule``: change a batch's priority and complete_by (``PATCH``);
+- ``capacity``: when a batch would end (the capacity answer, the promise at create, the
+  check of a ``PATCH``'s complete_by);
 - ``idempotency``: Idempotency-Key on create;
 - ``retry``: a retry as a child batch, and the merged output.jsonl;
 - ``results``: results pages and output.jsonl;
