@@ -1,9 +1,10 @@
 """``make cost`` (``python -m bench.cost``): what one million batch requests cost on AWS.
 
 The named workload: chat requests of a 1 KB body each (``body`` of the batch line, padded),
-answered with 1 KB (``[[sim bytes=1024]]``) after 2 s (the simulator's base latency), in
-batches of ``--n`` (default 500) at the model cap of the benchmark (16): per-batch costs (the
-create call, the workflow's transitions, finalizing) are shared by the batch's requests.
+answered with 1 KB (``[[sim bytes=1024]]``) after 2 s (the simulator's base latency,
+``--latency-ms``), in batches of ``--n`` (default 500) at the model cap of the benchmark (16):
+per-batch costs (the create call, the workflow's transitions, finalizing) are shared by the
+batch's requests.
 
 How (a run, not an estimate): a local stack starts with moto's request recorder on and every
 invocation's wall duration written down (``local.invocations``). After a warm-up batch, one
@@ -192,6 +193,7 @@ class CostRun:
     model_cost_usd: float = 0.0  # what its requests cost at the model's price (the batch's usage.cost)
     # ``gateway_bursts``: the same interactive bursts alone, subtracted once from the run's usage
     interactive: RunWindow | None = None
+    latency_ms: int = LATENCY_MS  # the simulator's, for every request of the run
 
 
 def log_bytes(log_dir: Path) -> dict[str, int]:
@@ -304,11 +306,11 @@ def _window(recording: Path, logs: Path) -> Iterator[RunWindow]:
     window.log_bytes = {k: after[k] - before.get(k, 0) for k in after}
 
 
-def _bursts(stack: LocalStack, bursts: Cycles) -> list[Sent]:
+def _bursts(stack: LocalStack, bursts: Cycles, latency_ms: int = LATENCY_MS) -> list[Sent]:
     """Interactive ``bursts`` through the gateway's interactive path, as the yield
     benchmark sends them; what became of each request."""
     sent = Run(BURSTS_MODE)
-    asyncio.run(Interactive(stack, LATENCY_MS, "gateway").run(bursts, sent, time.monotonic()))
+    asyncio.run(Interactive(stack, latency_ms, "gateway").run(bursts, sent, time.monotonic()))
     return sent.sent
 
 
@@ -328,6 +330,7 @@ def _measured_batch(
     mode: str,
     prefix: str,
     bursts: Cycles = BURSTS,
+    latency_ms: int = LATENCY_MS,
 ) -> CostRun:
     """One batch of the workload run in ``mode`` and the windows to price it by: its run, then
     status polls alone (subtracted as many times as the run polled); for ``BURSTS_MODE``, first
@@ -336,11 +339,11 @@ def _measured_batch(
     if mode == BURSTS_MODE:
         print(f"  interactive bursts alone ({bursts.seconds:.0f} s)...", flush=True)
         with _window(*recorded) as interactive:
-            problems += _failed_interactive(_bursts(stack, bursts), "alone")
+            problems += _failed_interactive(_bursts(stack, bursts, latency_ms), "alone")
     execution = "gateway" if mode == BURSTS_MODE else mode
     print(f"  batch of {n} ({mode} mode)...", flush=True)
     with ThreadPoolExecutor(1) as beside:
-        bursts = beside.submit(_bursts, stack, bursts) if mode == BURSTS_MODE else None
+        bursts = beside.submit(_bursts, stack, bursts, latency_ms) if mode == BURSTS_MODE else None
         t0 = time.monotonic()
         with _window(*recorded) as run:
             batch_id, polls, found, model_cost = _run_batch(
@@ -368,10 +371,13 @@ def _measured_batch(
         mode=mode,
         model_cost_usd=model_cost,
         interactive=interactive,
+        latency_ms=latency_ms,
     )
 
 
-def run_cost_workload(n: int, workers: int = 2, bursts: Cycles = BURSTS) -> tuple[list[CostRun], Path, Path]:
+def run_cost_workload(
+    n: int, workers: int = 2, bursts: Cycles = BURSTS, latency_ms: int = LATENCY_MS
+) -> tuple[list[CostRun], Path, Path]:
     """Run the workload on a fresh recorded stack: run by the gateway, on the provider's batch
     service (``execution_mode`` provider), and by the gateway beside interactive bursts
     (``BURSTS_MODE``); returns the three runs, the recording and the invocation records'
@@ -381,12 +387,12 @@ def run_cost_workload(n: int, workers: int = 2, bursts: Cycles = BURSTS) -> tupl
     invocations.mkdir()
     overrides = {
         "BATCH_MODEL_CONCURRENCY": str(MODEL_CAP),
-        "BATCHGW_SIM_LATENCY_MS": str(LATENCY_MS),
+        "BATCHGW_SIM_LATENCY_MS": str(latency_ms),
         "MOTO_ENABLE_RECORDING": "true",
         "MOTO_RECORDER_FILEPATH": str(recording),
         INVOCATIONS_DIR_ENV: str(invocations),
     }
-    print(f"cost run: N={n}, 1 KB requests, 1 KB answers, {LATENCY_MS} ms; work dir {work}", flush=True)
+    print(f"cost run: N={n}, 1 KB requests, 1 KB answers, {latency_ms} ms; work dir {work}", flush=True)
     runs: list[CostRun] = []
     with (
         LocalStack(0, 0, 0, env_overrides=overrides, workers=workers, log_dir=logs) as stack,
@@ -397,7 +403,9 @@ def run_cost_workload(n: int, workers: int = 2, bursts: Cycles = BURSTS) -> tupl
         warm_problems = _run_batch(api, sim, WARMUP_REQUESTS, "w")[2]
         time.sleep(SETTLE_SECONDS)
         for mode, prefix in (("gateway", "c"), ("provider", "p"), (BURSTS_MODE, "b")):
-            runs.append(_measured_batch(stack, api, sim, (recording, logs), n, mode, prefix, bursts))
+            runs.append(
+                _measured_batch(stack, api, sim, (recording, logs), n, mode, prefix, bursts, latency_ms)
+            )
             runs[-1].problems[:0] = [f"warm-up: {p}" for p in warm_problems]
         peak = _peak_rss_by_role()
         stack.check()
@@ -568,7 +576,7 @@ def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measur
         "workload": {
             "request_body_bytes": len(json.dumps(_body(request_text(0)), separators=(",", ":"))),
             "response_bytes": RESPONSE_BYTES,
-            "upstream_latency_ms": LATENCY_MS,
+            "upstream_latency_ms": cost_run.latency_ms,
             "batch_size": cost_run.n,
             "model_cap": MODEL_CAP,
         },
@@ -630,10 +638,12 @@ def cost_result(measured: Measured) -> dict[str, Any]:
     }
 
 
-def measure_cost(n: int = DEFAULT_N, workers: int = 2, bursts: Cycles = BURSTS) -> dict[str, Any]:
+def measure_cost(
+    n: int = DEFAULT_N, workers: int = 2, bursts: Cycles = BURSTS, latency_ms: int = LATENCY_MS
+) -> dict[str, Any]:
     """Run the named workload in every mode and return the cost keys (``cost_result``, of
     the gateway-run batch alone), with the modes side by side (``cost_by_mode``)."""
-    cost_runs, recording, invocations = run_cost_workload(n, workers, bursts)
+    cost_runs, recording, invocations = run_cost_workload(n, workers, bursts, latency_ms)
     print("  replaying the recording...", flush=True)
     measured = {run.mode: measure(run, recording, invocations) for run in cost_runs}
     result = cost_result(measured["gateway"])
@@ -685,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
         default=BURSTS.burst_seconds,
         help=f"each burst and quiet phase of the interactive load (default {BURSTS.burst_seconds:g})",
     )
+    parser.add_argument(
+        "--latency-ms", type=int, default=LATENCY_MS, help=f"each request's at the simulator ({LATENCY_MS})"
+    )
     parser.add_argument("--from-json", action="store_true", help="price the usage already in --out; no run")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
@@ -699,7 +712,8 @@ def main(argv: list[str] | None = None) -> int:
         print_provisioned(result["cost_provisioned"])
     else:
         phase = args.burst_seconds
-        result = measure_cost(args.n, args.workers, replace(BURSTS, burst_seconds=phase, quiet_seconds=phase))
+        bursts = replace(BURSTS, burst_seconds=phase, quiet_seconds=phase)
+        result = measure_cost(args.n, args.workers, bursts, args.latency_ms)
     saved.update(result)
     args.out.write_text(json.dumps(saved, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

@@ -7,7 +7,8 @@ One local stack, shaped as the yield benchmark's (``bench.yield_run``): the simu
 sent through the gateway's interactive path the whole time, batches of each ``--sizes`` (200,
 800, 1600 requests) are created one after another, each once the one before ended:
 
-- **steady**: ``--steady-rps`` interactive requests a second (2), evenly;
+- **steady**: ``--steady-rps`` interactive requests a second (2), evenly, in cycles of twice
+  ``--steady-seconds`` (10);
 - **bursty**: ``--burst-rps`` (8) for ``--burst-seconds`` (20), then ``--quiet-rps`` (1)
   for as long, over and over.
 
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=8)
     parser.add_argument("--latency-ms", type=int, default=400)
     parser.add_argument("--steady-rps", type=float, default=2.0)
+    parser.add_argument("--steady-seconds", type=float, default=10.0, help="each half of a steady cycle")
     parser.add_argument("--burst-rps", type=float, default=8.0)
     parser.add_argument("--quiet-rps", type=float, default=1.0)
     parser.add_argument("--burst-seconds", type=float, default=20.0)
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     loads = {
-        "steady": Cycles(args.steady_rps, 10.0, args.steady_rps, 10.0, 1),
+        "steady": Cycles(args.steady_rps, args.steady_seconds, args.steady_rps, args.steady_seconds, 1),
         "bursty": Cycles(args.burst_rps, args.burst_seconds, args.quiet_rps, args.burst_seconds, 1),
     }
     print(f"promise bench: sizes {args.sizes}, capacity {args.capacity}, {args.latency_ms} ms", flush=True)

@@ -1,10 +1,12 @@
 """``make bench`` (``python -m bench.run``): the gateway against a direct client, in one run.
 
 See ``bench/__init__.py`` for what is measured and how. Options: ``--n`` (env
-``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``,
+``BENCH_N``, default 2000), ``--retry-n`` (default: N), ``--skip-retry``, ``--retry-base-seconds``
+(the backoff's base, default the stack's 5 s),
 ``--skip-validation`` (the 50,000-line file check of ``bench.validation``), ``--skip-cost`` (the
 cost run of ``bench.cost``, on a recorded stack of its own), ``--workers``,
-``--no-warmup``, ``--out`` (default ``bench/last.json``). ``BATCHGW_WORKER_ENVIRONMENTS`` sets
+``--no-warmup``, ``--import-runs`` (fresh interpreters per cold-start figure, default 5),
+``--out`` (default ``bench/last.json``). ``BATCHGW_WORKER_ENVIRONMENTS`` sets
 the worker's execution environments, recorded as ``worker_environments``.
 """
 
@@ -247,8 +249,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--retry-n", type=int, default=None, help="requests of the retry run (default: N)")
     parser.add_argument("--skip-retry", action="store_true", help="skip the retry run")
+    parser.add_argument(
+        "--retry-base-seconds",
+        type=float,
+        default=None,
+        help="the stack's BATCH_RETRY_BASE_SECONDS, for both clients' backoff (default: its own, 5)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="worker poller processes (default 2)")
     parser.add_argument("--no-warmup", action="store_true", help="measure the stack's very first batch")
+    parser.add_argument(
+        "--import-runs",
+        type=int,
+        default=IMPORT_RUNS,
+        help=f"fresh interpreters per cold-start figure (default {IMPORT_RUNS})",
+    )
     parser.add_argument(
         "--skip-validation", action="store_true", help="skip the file validation run (bench.validation)"
     )
@@ -265,8 +279,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the figures")
     args = parser.parse_args(argv)
-    if args.n < 1 or (args.retry_n is not None and args.retry_n < 1):
-        parser.error("--n and --retry-n must be at least 1")
+    if args.n < 1 or (args.retry_n is not None and args.retry_n < 1) or args.import_runs < 1:
+        parser.error("--n, --retry-n and --import-runs must be at least 1")
     return args
 
 
@@ -318,6 +332,8 @@ class Bench:
             "BATCHGW_SIM_LATENCY_MS": str(SIM_LATENCY_MS),
             CALLS_DIR_ENV: str(self.calls_dir),
         }
+        if self.args.retry_base_seconds is not None:
+            overrides["BATCH_RETRY_BASE_SECONDS"] = str(self.args.retry_base_seconds)
         retry_label = "skipped" if self.args.skip_retry else str(self.retry_n)
         print(f"batchgw benchmark: N={self.n}, retry N={retry_label}, code from {REPO_ROOT}")
         print(f"stack logs: {self.logs}\nAWS call counts: {self.calls_dir}", flush=True)
@@ -426,17 +442,18 @@ class Bench:
             self._retry(stack, api, sim, settings)
 
         print("\ncold start: the api handler's import against boto3's...", flush=True)
-        times = imports.import_ratio(stack.env, runs=IMPORT_RUNS)
+        runs = self.args.import_runs
+        times = imports.import_ratio(stack.env, runs=runs)
         result.update(times.as_dict())
         result["api_import_detail"] = {"with_import": times.handler_seconds + times.bare_seconds}
         print(
             f"  api handler import {times.handler_seconds:.3f} s, boto3 alone {times.boto3_seconds:.3f} s "
-            f"(medians of {IMPORT_RUNS}, less a bare interpreter's {times.bare_seconds:.3f} s): "
+            f"(medians of {runs}, less a bare interpreter's {times.bare_seconds:.3f} s): "
             f"ratio {times.ratio:.2f} (budget <= {imports.RATIO_BUDGET}) "
             + _verdict(times.ratio <= imports.RATIO_BUDGET)
         )
         print(f"  {imports.floor_line(times)}")
-        first = imports.first_request(stack.env, runs=IMPORT_RUNS)
+        first = imports.first_request(stack.env, runs=runs)
         result["api_first_request_seconds"] = first
         print(f"  api handler import + its first request (GET /v1/batches, on this stack): {first:.3f} s")
         stack.check()

@@ -4,7 +4,7 @@ Each runs as ``make`` runs it (``python -m bench.<name>``, a process of its own)
 that make it a minute's work or less, writing its figures into a temporary folder (never
 ``bench/last.json``): the figures mean nothing, the run proves that the entry point still
 starts its stacks, drives them and checks what it reads, and exits 0. ``make test`` runs each
-(``tests/e2e/test_bench_smoke.py``), so a benchmark that stopped running fails CI, not the next
+(``tests/e2e/test_bench_smoke*.py``), so a benchmark that stopped running fails CI, not the next
 change that quotes it.
 
 ``python -m bench.smoke [name ...]`` runs the named ones (all by default) and prints each one's
@@ -25,15 +25,16 @@ from local.env import REPO_ROOT
 # The arguments of each entry point's tiny run; "{out}" is a JSON file in a temporary folder.
 SMOKE: dict[str, tuple[str, ...]] = {
     "run": (
-        *("--n", "24", "--retry-n", "12", "--out", "{out}"),
+        *("--n", "24", "--retry-n", "12", "--retry-base-seconds", "0.5", "--import-runs", "1"),
+        *("--out", "{out}"),
         *("--skip-validation", "--skip-cost", "--skip-moto-cpu", "--skip-scale"),
     ),
     "yield_run": (
         *("--cycles", "1", "--burst-seconds", "4", "--quiet-seconds", "4", "--burst-rps", "4"),
         *("--quiet-rps", "1", "--batch", "60", "--capacity", "4", "--latency-ms", "200", "--out", "{out}"),
-        "--scheduling-calls",
+        *("--scheduling-calls", "--warm-up-seconds", "2", "--refresh-seconds", "1"),
     ),
-    "cost": ("--n", "20", "--burst-seconds", "2", "--out", "{out}"),
+    "cost": ("--n", "20", "--burst-seconds", "2", "--latency-ms", "500", "--out", "{out}"),
     "validation": ("--lines", "500"),
     "moto_cpu": ("--rounds", "1", "--per-round", "20"),
     "checkpoint": ("--items", "200", "--rounds", "1"),
@@ -47,6 +48,8 @@ SMOKE: dict[str, tuple[str, ...]] = {
         "--capacity",
         "4",
         "--burst-seconds",
+        "4",
+        "--steady-seconds",
         "4",
         "--environments",
         "4",

@@ -5,7 +5,9 @@ Modelled on llm-d's batch-gateway benchmark. One local stack; the simulator serv
 ``sim-chat`` with a fixed number of sequences (``--capacity``, 16) of ``--latency-ms`` (500)
 each, the rest queued (``local.sim_capacity``). Interactive requests come in cycles of a burst
 (``--burst-rps`` 15 for ``--burst-seconds`` 60) and a quiet phase (``--quiet-rps`` 1 for
-``--quiet-seconds`` 60), ``--cycles`` 3 times, by one of two ways (``--via``):
+``--quiet-seconds`` 60), ``--cycles`` 3 times, after an unmeasured burst (``--warm-up-seconds``
+10), each run starting once every process has read the setting it turns (the stack's
+``--refresh-seconds``, 5, and one more), by one of two ways (``--via``):
 
 - ``gateway`` (the default): through the gateway's own interactive path
   (``POST /v1/chat/completions``), whose requests count as interactive load by themselves;
@@ -314,7 +316,7 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
     admin.patch(
         "/admin/config/BATCH_YIELD_TO_INTERACTIVE", json={"value": mode != "no_yield"}
     ).raise_for_status()
-    time.sleep(6)  # every process has read it (BATCHGW_RUNTIME_REFRESH_SECONDS)
+    time.sleep(args.refresh_seconds + 1)  # every process has read it (BATCHGW_RUNTIME_REFRESH_SECONDS)
     httpx.post(f"{stack.sim_url}/_sim/reset").raise_for_status()  # its latencies are this run's
     interactive = Interactive(stack, args.latency_ms, args.via)
     assert stack.log_dir is not None  # yield_stack gives it one
@@ -360,14 +362,15 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
 # The warm-up burst before the first run: long enough that the interactive function has as
 # many warm environments as a burst keeps busy, as it has in the runs after it.
 WARM_UP_SECONDS = 10.0
+REFRESH_SECONDS = 5.0  # how old the settings a process uses may be (BATCHGW_RUNTIME_REFRESH_SECONDS)
 
 
 def warm_up(stack: LocalStack, cycles: Cycles, args: argparse.Namespace) -> None:
     """Send one unmeasured burst of interactive requests first: the interactive function's
     environments then start (paying their import) before the alone run, not in it, as they
     were started already in the runs after it (an idle one is reaped only after minutes)."""
-    burst = Cycles(cycles.burst_rps, WARM_UP_SECONDS, 0.0, 0.0, 1)
-    print(f"  warm-up: {WARM_UP_SECONDS:.0f} s of interactive burst, not measured...", flush=True)
+    burst = Cycles(cycles.burst_rps, args.warm_up_seconds, 0.0, 0.0, 1)
+    print(f"  warm-up: {args.warm_up_seconds:.0f} s of interactive burst, not measured...", flush=True)
     asyncio.run(Interactive(stack, args.latency_ms, args.via).run(burst, Run("warm-up"), time.monotonic()))
 
 
@@ -630,7 +633,12 @@ def chart(runs: dict[str, Run], cycles: Cycles, path: Path) -> None:
 
 @contextmanager
 def yield_stack(
-    capacity: int, workers: int, environments: int = MIN_ENVIRONMENTS, *, record_calls: bool = False
+    capacity: int,
+    workers: int,
+    environments: int = MIN_ENVIRONMENTS,
+    *,
+    record_calls: bool = False,
+    refresh_seconds: float = REFRESH_SECONDS,
 ) -> Iterator[LocalStack]:
     env = {
         WORKER_ENVIRONMENTS_ENV: str(environments),
@@ -638,7 +646,7 @@ def yield_stack(
         "BATCHGW_SIM_CAPACITY": str(capacity),
         "BATCH_SLOT_WAIT_SECONDS": "0.5",
         "BATCH_MAX_ACTIVE_PER_USER": "100",
-        "BATCHGW_RUNTIME_REFRESH_SECONDS": "5",
+        "BATCHGW_RUNTIME_REFRESH_SECONDS": f"{refresh_seconds:g}",
         "BATCH_API_RATE_PER_KEY": "0",  # the interactive callers' rate is the load, not a limit
     }
     log_dir = Path(tempfile.mkdtemp(prefix="batchgw-yield-"))
@@ -667,6 +675,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the worker's execution environments (at least {MIN_ENVIRONMENTS})",
     )
     parser.add_argument("--via", choices=VIA, default="gateway", help="how interactive requests are sent")
+    parser.add_argument("--warm-up-seconds", type=float, default=WARM_UP_SECONDS, help="the unmeasured burst")
+    parser.add_argument(
+        "--refresh-seconds",
+        type=float,
+        default=REFRESH_SECONDS,
+        help="the stack's BATCHGW_RUNTIME_REFRESH_SECONDS: a run starts one second after that",
+    )
     parser.add_argument(
         "--scheduling-calls",
         action="store_true",
@@ -687,8 +702,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"yield bench: {json.dumps(shape)}", flush=True)
     runs: dict[str, Run] = {}
-    record = args.scheduling_calls
-    with yield_stack(args.capacity, args.workers, args.environments, record_calls=record) as stack:
+    record, refresh = args.scheduling_calls, args.refresh_seconds
+    with yield_stack(
+        args.capacity, args.workers, args.environments, record_calls=record, refresh_seconds=refresh
+    ) as stack:
         environments = stack.worker_environments
         warm_up(stack, cycles, args)
         for mode in ("alone", "yield", "no_yield"):
