@@ -16,7 +16,7 @@ from batchgw.domain.chains import ChainMessage, WorkMessage, decode
 from batchgw.domain.fairness import token_of
 from batchgw.domain.principal import Principal
 from batchgw.domain.states import RequestStatus
-from batchgw.run import lifecycle
+from batchgw.run import chain, lifecycle
 from batchgw.run.chain import run_message
 from batchgw.run.slot import SlotHolder, share_of
 from batchgw.scheduling.tuning import TUNING
@@ -57,8 +57,14 @@ def others_hold(deps: Deps, clock: FakeClock) -> set[str]:
     return others
 
 
-def start(sim: Simulator, clock: FakeClock, **settings: str) -> tuple[Deps, str, ChainMessage]:
+def start(
+    sim: Simulator, clock: FakeClock, *, beside: bool = False, **settings: str
+) -> tuple[Deps, str, ChainMessage]:
+    """The batch prepared, its first chain's message. ``beside``: a split's new chains start in
+    the process that split (``Tuning.chains_beside_most``); else each is sent, for the test to run."""
     deps = make_deps(sim, clock, BATCH_MODEL_CONCURRENCY=str(CAP), **settings)
+    if not beside:
+        deps.tuning = replace(TUNING, chains_beside_most=0)
     requests = [chat_request(f"r-{i}", "hello") for i in range(TOTAL)]
     batch_id = batches.create_batch(deps, ALICE, body_of(requests))["id"]
     lifecycle.prepare(deps, batch_id)
@@ -91,6 +97,44 @@ def test_a_chain_alone_on_a_model_with_room_splits_and_its_halves_run_each_of_it
     others = [deps.requests.get(batch_id, i) for i in range(TOTAL) if i % CAP]
     assert all(r is not None and r.status is RequestStatus.QUEUED for r in others)
     assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP  # none ran twice
+
+
+def test_a_splits_new_chains_run_beside_it_in_its_invocation_which_ends_once_they_have(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    deps, batch_id, first = start(sim, clock, beside=True)
+    sent = handing_on(deps)
+    started: list[WorkMessage] = []
+    run = chain.run_message
+
+    async def running(deps: Deps, message: WorkMessage, **kwargs: Any) -> None:
+        started.append(message)
+        await run(deps, message, **kwargs)
+
+    monkeypatch.setattr(chain, "run_message", running)  # the new chains' runs, not the first's
+    asyncio.run(run_message(deps, first, owner="invocation:w", deadline=clock() + 900))
+    assert started, "the lone chain never split"
+    assert sent == []  # no new chain went through the queue
+    mine = [deps.requests.get(batch_id, i) for i in range(0, TOTAL, CAP)]
+    assert all(r is not None and r.status is RequestStatus.SUCCEEDED for r in mine)  # all ended by then
+    assert sim.stats()["models"]["sim-chat"]["requests"] == TOTAL // CAP  # none ran twice
+
+
+def test_a_chain_started_beside_that_fails_fails_the_run_that_started_it(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    deps, _, first = start(sim, clock, beside=True)
+    handing_on(deps)
+
+    async def failing(deps: Deps, message: WorkMessage, **kwargs: Any) -> None:
+        raise RuntimeError("the new chain's environment broke")
+
+    monkeypatch.setattr(chain, "run_message", failing)
+    # Its message then comes back (a partial batch failure), and walks the new chain's indexes.
+    with pytest.raises(RuntimeError, match="environment broke"):
+        asyncio.run(run_message(deps, first, owner="invocation:w", deadline=clock() + 900))
 
 
 def test_a_chain_with_room_for_three_more_splits_in_four_at_once(sim: Simulator) -> None:

@@ -133,6 +133,7 @@ class ChainRun:
         # once it waits: for room, a retry, its requests' writes). The time in between, its
         # slot idle, is the AnswerToNextCall metric: writing the end, the claim, the pacer.
         self.answered_at: float | None = None
+        self.beside: list[asyncio.Task[None]] = []  # the split's new chains started here
 
     def _tag(self) -> Tag:
         """How the batch ranks on its model's slot map (``domain.contention``), as last read."""
@@ -150,11 +151,8 @@ class ChainRun:
         if early is not None:
             await self._stop(early)
             return early
-        if self.deps.settings.max_results_bytes_per_batch is not None:
-            shards = await io(self.deps.batches.shards, self.batch.id)
-            self.deps.stored.raise_to(self.batch.id, sum(shard.tally.stored_bytes for shard in shards))
         token = uuid.uuid4().hex
-        await renewing.mark(self.deps, self.batch.id, token)
+        await asyncio.gather(self._read_stored(), renewing.mark(self.deps, self.batch.id, token))
         marking = asyncio.create_task(renewing.keep_marked(self.deps, self.batch.id, token))
         stopped = Stopped(Why.ERROR)  # what an exception out of the loop leaves
         self.pacer.joined()
@@ -169,6 +167,13 @@ class ChainRun:
                 await io(self.deps.batches.unmark_run, self.batch.id, token)
             except Exception:  # it runs out on its own
                 logger.warning("could not remove a run's mark", exc_info=True)
+            await self._beside_ended()
+
+    async def _read_stored(self) -> None:
+        """What the batch's results hold so far, when a cap on them applies (its shards read)."""
+        if self.deps.settings.max_results_bytes_per_batch is not None:
+            shards = await io(self.deps.batches.shards, self.batch.id)
+            self.deps.stored.raise_to(self.batch.id, sum(shard.tally.stored_bytes for shard in shards))
 
     async def _stop(self, stopped: Stopped) -> None:
         """The run's one exit: log the stop (one line), send the continuation it asks for,
@@ -567,7 +572,8 @@ class ChainRun:
             return
         kept, *new = parts
         for each in new:
-            await self._send(each, after=0)
+            if not self._run_beside(each):
+                await self._send(each, after=0)
         self.message, self.stride = kept, kept.stride
         logger.info(
             "chain split",
@@ -578,6 +584,30 @@ class ChainRun:
                 "parts": len(parts),
             },
         )
+
+    def _run_beside(self, message: ChainMessage) -> bool:
+        """Start a split's new chain here, beside this one, while this process runs fewer
+        chains than ``Tuning.chains_beside_most`` (False: send it). It needs no message: if this
+        process dies, this chain's own message comes back and walks the split's indexes too,
+        as a duplicate of a sent one would; this run ends only once the new one has."""
+        if _running[0] >= self.tuning.chains_beside_most:
+            return False
+        invocation = self.owner.rsplit(":", 1)[0]
+        owner = f"{invocation}:{uuid.uuid4().hex[:8]}"
+        self.beside.append(
+            asyncio.create_task(run_message(self.deps, message, owner=owner, deadline=self.deadline))
+        )
+        return True
+
+    async def _beside_ended(self) -> None:
+        """Wait for the chains started beside this one (``_run_beside``); an exception in one
+        is this run's own, so its message comes back and walks their indexes again."""
+        beside, self.beside = self.beside, []
+        failed = [
+            e for e in await asyncio.gather(*beside, return_exceptions=True) if isinstance(e, BaseException)
+        ]
+        if failed:
+            raise failed[0]
 
     def _split_ways(self) -> int:
         """The most parts this chain may split into where it stands (1: it does not split)."""

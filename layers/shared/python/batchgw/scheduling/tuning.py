@@ -76,6 +76,10 @@ class Tuning:
     max_split_ways: int = chains.MAX_SPLIT_WAYS
     # Strides stay within this many times the first: the queue holds that many times W at most.
     max_split_factor: int = chains.MAX_SPLIT_FACTOR
+    # A split's new chain starts in the process that split, while fewer than this many chains
+    # run there (an invocation's messages, the worker's SQS batch size): through the queue it
+    # waited for a free environment, or a cold one. 0: always through the queue.
+    chains_beside_most: int = 10
 
     # --- backpressure (the rule is ``domain.adaptive``; its latency factor is a setting) --------
     # A saturation answer is weighed among this process's answers of the model this recent...
@@ -120,6 +124,9 @@ class Tuning:
     pace_window_seconds: float = 600.0
     # ...at most this many of the newest (a read of the request log across batches, per shard).
     pace_sample: int = 200
+    # ...read again by a process at most this often: a read is two queries per shard, and a
+    # pace over ten minutes moves little in ten seconds.
+    pace_read_seconds: float = 10.0
     # A slot's next call starts this long after an answer (a chain's record and claim: 42.5 ms).
     call_gap_seconds: float = 0.05
     # A new batch's first call starts this long after its create (validation and the first claim).
