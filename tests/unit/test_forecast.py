@@ -14,10 +14,12 @@ from batchgw.domain.states import BatchStatus
 from batchgw.scheduling.forecast import (
     Outlook,
     Reading,
+    Stores,
     call_lengths,
     forecast,
     last_end,
     new_claim,
+    reading,
     slots_now,
     stored_end,
 )
@@ -144,3 +146,14 @@ def test_a_models_call_length_is_the_mean_of_its_recent_successful_batch_answers
     assert lengths == {"a": 2.0, "b": 0.5}
     assert log.asked["source"] == "batch" and log.asked["limit"] == TUNING.pace_sample
     assert log.asked["start_ms"] == math.floor((NOW - TUNING.pace_window_seconds) * 1000)
+
+
+def test_a_process_reads_the_paces_once_per_pace_read_seconds() -> None:
+    log = Log([entry("m", 2_000)])
+    stores = Stores(slots=None, batches=None, reqlog=log, shares=None, accounts=None)  # type: ignore[arg-type]
+    tuning = Tuning(pace_read_seconds=10.0)
+    first = reading(stores, by_tenant=False, now=NOW, tuning=tuning)
+    log.entries = [entry("m", 4_000)]  # answers grew slower meanwhile
+    again = reading(stores, by_tenant=False, now=NOW + 9.9, tuning=tuning)
+    later = reading(stores, by_tenant=False, now=NOW + 10.0, tuning=tuning)
+    assert (first.lengths, again.lengths, later.lengths) == ({"m": 2.0}, {"m": 2.0}, {"m": 4.0})

@@ -68,10 +68,10 @@ class ModelGate:
         batch may ask for? A wait when the model is full, yielded, given way or paused
         (the batch noted waiting when the model is full or yielded)."""
         deps = self.deps
-        state = await io(deps.slots.read, model)
+        # Two reads, both made at once: a chain's start waits for one round trip, not two.
+        state, share = await asyncio.gather(io(deps.slots.read, model), share_of(deps, model))
         deps.ledger.saw(model, state)
         paused_until = deps.health.paused_until(model)
-        share = await share_of(deps, model)
         decision = self.admission.before_slot(
             self.batch_id,
             state,

@@ -22,6 +22,7 @@ its requests known only then).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -203,7 +204,19 @@ class Reading:
 
 
 def reading(stores: Stores, *, by_tenant: bool, now: float, tuning: Tuning = TUNING) -> Reading:
-    return Reading(stores, call_lengths(stores.reqlog, now, tuning), by_tenant, now, tuning)
+    """What one answer reads once; the call lengths as this process last read them from
+    ``stores.reqlog`` when that was within ``Tuning.pace_read_seconds``."""
+    last = _lengths_read.get(stores.reqlog)
+    if last is None or not 0 <= now - last[0] < tuning.pace_read_seconds:
+        last = (now, call_lengths(stores.reqlog, now, tuning))
+        _lengths_read[stores.reqlog] = last
+    return Reading(stores, last[1], by_tenant, now, tuning)
+
+
+# Each request log's call lengths, and when they were read (``reading``).
+_lengths_read: weakref.WeakKeyDictionary[RequestLog, tuple[float, dict[str, float]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def last_end(read: Reading, claims: Iterable[tuple[str, Claim]]) -> int | None:
