@@ -49,16 +49,29 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 @pytest.fixture
 def admin(stack: LocalStack) -> Iterator[httpx.Client]:
+    changed: list[float] = []  # when the test (or this clean-up) last changed what processes read
+
+    def note(request: httpx.Request) -> None:
+        if request.method != "GET":
+            changed.append(time.monotonic())
+
     client = root(stack, "sk-local-admin")
+    client.event_hooks["request"].append(note)
     yield client
+    # Only what the test left set is reset: a reset of what was already the default changes nothing.
+    left = {s["name"] for s in client.get("/admin/config").json()["data"] if s["source"] == "runtime"}
     for name in ("BATCH_ENABLED", "BATCH_MIN_ROLE", *YIELD_SETTINGS):
-        client.delete(f"/admin/config/{name}")
+        if name in left:
+            client.delete(f"/admin/config/{name}")
     for report in client.get("/admin/interactive-load").json()["data"]:
         client.delete(f"/admin/interactive-load/{report['id']}")
-    client.patch("/admin/batch/models/sim-chat", json={"max_concurrency": None})
+    model = next(m for m in client.get("/admin/batch/models").json()["data"] if m["id"] == "sim-chat")
+    if model["max_concurrency"] is not None:
+        client.patch("/admin/batch/models/sim-chat", json={"max_concurrency": None})
     # Every process has read the defaults again before the next test (the other api process
-    # may still hold a test's override for up to one refresh interval).
-    time.sleep(REFRESH_SECONDS + 0.5)
+    # may still hold a test's override for up to one refresh interval after its last change).
+    if changed:
+        time.sleep(max(0.0, changed[-1] + REFRESH_SECONDS + 0.5 - time.monotonic()))
 
 
 @pytest.fixture
