@@ -353,3 +353,38 @@ def test_a_file_batch_has_no_estimate_until_its_file_is_read_then_a_patch_is_jud
     infeasible(patch(batch["id"], {"complete_by": earliest - 1}), earliest)
     status, patched = patch(batch["id"], {"complete_by": earliest})
     assert status == 200 and patched["estimated_completion_at"] == earliest, patched
+
+
+def test_a_file_batch_is_estimated_once_its_file_is_read_and_fails_there_if_its_complete_by_comes_first(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its create knows the file's bytes, not its requests: the estimate (and the refusal of a
+    complete_by it cannot meet) comes when its file is read, before anything is counted or run."""
+    clock = FakeClock()
+    deps = world(sim, monkeypatch, clock=clock)
+    answered(deps)
+    owner = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+    lines = [
+        json.dumps({"method": "POST", "url": "/v1/chat/completions", **r}) for r in requests(40, prefix="f")
+    ]
+    file_id = files.new_input_file(deps, owner, "in.jsonl", "\n".join(lines).encode()).id
+    earliest = math.ceil(clock() + 1 + 40 / CAP)
+    made = {}
+    for complete_by in (earliest - 1, earliest):
+        body = {
+            "input_file_id": file_id,
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+            "complete_by": complete_by,
+        }
+        status, batch = call("POST", "/v1/batches", body=body)
+        assert status == 200 and batch["estimated_completion_at"] is None, batch
+        lifecycle.prepare(deps, batch["id"])
+        made[complete_by] = call("GET", f"/v1/batches/{batch['id']}")[1]
+    late, kept = made[earliest - 1], made[earliest]
+    assert late["status"] == "failed" and late["request_counts"]["total"] == 0, late
+    assert late["errors"]["data"][0]["code"] == "deadline_infeasible", late["errors"]
+    assert f"at {earliest} at the earliest" in late["errors"]["data"][0]["message"]
+    assert late["error"]["param"] == "complete_by" and late["error"]["earliest_completion_at"] == earliest
+    assert kept["status"] == "in_progress" and kept["estimated_completion_at"] == earliest, kept
+    assert sim.stats()["models"].get("sim-chat", {}).get("requests", 0) == 0  # nothing ran

@@ -232,10 +232,11 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     "idem#*": access(write=(API, ADMIN, LIFECYCLE)),
     # storage.interactive: interactive load reports, read by the worker to give way (and by
     # the api for a model's batch share, in a batch's estimate: ``scheduling.forecast``); the
-    # interactive function's requests in flight are reports of their own
-    "interactive": access(read=(WORKER, API), write=(ADMIN, INTERACTIVE)),
+    # interactive function's requests in flight are reports of their own (the lifecycle reads
+    # them too, for a file batch's estimate once its file is read)
+    "interactive": access(read=(WORKER, API, LIFECYCLE), write=(ADMIN, INTERACTIVE)),
     # storage.adaptive: each model's adaptive limit, kept by the workers from what they see
-    "adaptive": access(read=(ADMIN, API), write=(WORKER,)),
+    "adaptive": access(read=(ADMIN, API, LIFECYCLE), write=(WORKER,)),
     # storage.slots: model and per-user concurrency leases, shown to administrators; the api
     # rewrites a batch's tag on its models' maps when its priority or complete_by changes
     "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER, API)),
@@ -269,8 +270,8 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.reqlog: the interactive calls (a batch's are its attempt log's, listed through
     # the requests table's index), and every call's counts per hour (the lifecycle's provider
     # step counts a provider-run batch's lines); the api reads a model's recent batch calls
-    # for its pace (``scheduling.forecast``)
-    "rlog#*": access(read=(ADMIN, API), write=(INTERACTIVE,)),
+    # for its pace (``scheduling.forecast``), as the lifecycle does for a file batch once read
+    "rlog#*": access(read=(ADMIN, API, LIFECYCLE), write=(INTERACTIVE,)),
     "rmetrics#*": access(read=(ADMIN,), write=(WORKER, INTERACTIVE, LIFECYCLE)),
 }
 

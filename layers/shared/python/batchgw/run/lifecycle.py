@@ -22,6 +22,7 @@ from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, Tally, shard_totals
 from batchgw.domain.chains import ChainMessage
 from batchgw.domain.decisions import not_run_error
+from batchgw.domain.errors import DeadlineInfeasible
 from batchgw.domain.files import RESULT_KINDS, file_key, result_file_id
 from batchgw.domain.modes import Mode
 from batchgw.domain.request import INLINE_BODY_LIMIT, RequestRecord
@@ -209,6 +210,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
     on_gateway = choice is not None and choice.mode is Mode.GATEWAY
     unroutable = [model for model in models if on_gateway and not deps.live.batch_routes(model)]
     refused_media = None if not report.ok or choice is None or on_gateway else _provider_media(deps, batch)
+    promised = _promise(deps, batch, report.total, models) if report.ok and on_gateway else None
     if refused_media is not None:
         errors = [refused_media]
     elif report.ok and choice is None:
@@ -238,6 +240,8 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             }
             for model in unroutable
         ]
+    elif report.ok and (late := _too_late(batch, promised)) is not None:
+        errors = [late]
     elif report.ok:
         # Counted now, in the write that records them (a retried prepare finds them counted).
         settings = deps.settings
@@ -249,6 +253,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
                 "execution_mode": None if choice is None else choice.mode.value,
                 "mode_reason": None if choice is None else choice.reason.value,
                 "batch_prices": prices,
+                "promised_at": promised,
             },
             limits=UsageLimits(
                 settings.batch_max_active_per_user, settings.batch_max_queued_requests_per_user
@@ -272,6 +277,7 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             "queued_request_limit",
             "batch_route_unavailable",
             "batch_not_supported",
+            "deadline_infeasible",
             media.CODE,
         )
         error = {  # as OMG's guide shows it (spec 001): with its type, and the file as its param
@@ -280,6 +286,8 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
             "param": "input_file_id",
             "message": errors[0]["message"] if whole_batch else _problems_message(report),
         }
+        if errors[0]["code"] == "deadline_infeasible":  # as a create's 422 names it
+            error.update(param="complete_by", earliest_completion_at=promised)
         deps.batches.end(
             batch.id,
             {
@@ -295,6 +303,30 @@ def _validate_input_file(deps: Deps, batch: BatchRecord) -> BatchRecord | None:
         )
         logger.info("batch input refused", extra={"batch_id": batch.id, "problems": len(errors)})
     return None
+
+
+def _promise(deps: Deps, batch: BatchRecord, total: int, models: list[str]) -> int | None:
+    """When a file batch would end, as a create estimates an inline one (``scheduling.forecast``):
+    its requests counted on each of its models, in its place in creation order."""
+    from batchgw.scheduling.forecast import Stores, reading, stored_end
+
+    stores = Stores(deps.slots, deps.batches, deps.reqlog, deps.shares, deps.accounts)
+    read = reading(stores, by_tenant=deps.settings.batch_tenant_shares, now=deps.clock(), tuning=deps.tuning)
+    requests = {model: total for model in models}
+    weight = read.weight(batch.owner)
+    return stored_end(
+        read, batch, requests, priority=batch.priority, complete_by=batch.complete_by, weight=weight
+    )
+
+
+def _too_late(batch: BatchRecord, earliest: int | None) -> dict[str, Any] | None:
+    """The problem of a file batch whose ``complete_by`` comes before its estimate
+    (``earliest``), now that its requests are known (an inline batch's create refuses it: 422
+    ``deadline_infeasible``); it fails before anything is counted or run."""
+    if batch.complete_by is None or earliest is None or earliest <= batch.complete_by:
+        return None
+    refused = DeadlineInfeasible(complete_by=batch.complete_by, earliest=earliest, outcome="Nothing was run.")
+    return {"code": refused.code, "line": None, "param": "complete_by", "message": refused.message}
 
 
 def _provider_media(deps: Deps, batch: BatchRecord) -> dict[str, Any] | None:
