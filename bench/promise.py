@@ -94,8 +94,9 @@ def under_load(stack: LocalStack, cycles: Cycles, latency_ms: int, stop: threadi
     """Interactive requests through the gateway, cycle after cycle, until ``stop``."""
 
     def send() -> None:
-        while not stop.is_set():
-            asyncio.run(Interactive(stack, latency_ms, "gateway").run(cycles, Run("load"), time.monotonic()))
+        while not stop.is_set():  # a cycle stops sending at ``stop``, not at its end
+            interactive = Interactive(stack, latency_ms, "gateway")  # its events are its loop's
+            asyncio.run(interactive.run(cycles, Run("load"), time.monotonic(), stop))
 
     thread = threading.Thread(target=send, daemon=True)
     thread.start()

@@ -171,7 +171,8 @@ class Interactive:
         self.in_flight = 0
         self._changed = asyncio.Event()
 
-    async def run(self, cycles: Cycles, run: Run, t0: float) -> None:
+    async def run(self, cycles: Cycles, run: Run, t0: float, stop: threading.Event | None = None) -> None:
+        """Send ``cycles`` from ``t0`` and wait for every answer; no more once ``stop`` is set."""
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
         key = {"Authorization": "Bearer sk-local-bob"} if self.via == "gateway" else {}
         async with (
@@ -189,6 +190,8 @@ class Interactive:
                 delay = t0 + offset - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if stop is not None and stop.is_set():
+                    break
                 sent = Sent(offset)
                 run.sent.append(sent)
                 tasks.append(asyncio.create_task(self._one(sim, sent, i, t0)))
