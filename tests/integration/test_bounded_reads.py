@@ -18,7 +18,9 @@ from batchgw.api import batches, files
 from batchgw.api import results as results_api
 from batchgw.api.ids import cursor_key, new_id
 from batchgw.api.params import ANSWER_LIMIT
-from batchgw.deps import Deps
+from batchgw.config.catalog import Catalog
+from batchgw.config.settings import Settings
+from batchgw.deps import Deps, build_deps
 from batchgw.domain import codec
 from batchgw.domain.batch import BatchRecord, shard_totals
 from batchgw.domain.chains import decode
@@ -33,9 +35,11 @@ from batchgw.storage import aws
 from batchgw.storage.blobs import BlobStore, UrlSigning
 from batchgw.storage.dynamo import Table
 from botocore.credentials import Credentials
+from moto import mock_aws
 
+from local import moto_patches
 from local.simulator import Simulator
-from tests.integration.conftest import body_of, chat_request, make_deps, receive_all
+from tests.integration.conftest import FAKE_AWS_ENV, body_of, chat_request, make_deps, receive_all
 from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -309,55 +313,88 @@ def test_a_batch_carries_a_run_mark_while_a_chain_runs_and_none_after(
     assert not deps.batches.runs_live(created["id"], clock())
 
 
-def test_a_results_page_of_a_50000_request_batch_stops_reading_at_its_byte_cap(
-    sim: Simulator, reads: Reads
-) -> None:
-    clock = FakeClock()
-    deps = make_deps(sim, clock)
-    batch = _big_batch(deps)
-    table = deps.settings.requests_table
-    reads.clear()
+@dataclass
+class StoredBatch:
+    """A finished batch of 50,000 requests in a moto of its own, and that moto's resources."""
 
-    page = results_api.results_page(deps, ALICE, batch.id, {"limit": ["1000"]})
+    settings: Settings
+    catalog: Catalog
+    batch: BatchRecord
 
-    assert isinstance(page, dict) and page["has_more"] is True
-    shown = len(page["data"])
-    assert 100 < shown < BIG_REQUESTS  # ~40 KB lines: the response's 6 MB cap ends the page
-    assert [line["custom_id"] for line in page["data"]] == [f"r-{i}" for i in range(shown)]
-    calls = reads.on(table)
-    # each step asks for what the bytes left hold at the largest line so far (DynamoDB ends
-    # a step at 1 MB too): the page's lines and the one that did not fit, not 1,001 requests
-    assert sum(c.evaluated for c in calls) == shown + 1
-    assert sum(c.bytes for c in calls) <= ANSWER_LIMIT
-    assert not any("req" in c.attributes for c in calls)  # nor are the requests' own bodies
-    reads.clear()
-
-    following = results_api.results_page(
-        deps, ALICE, batch.id, {"limit": ["1000"], "after": [page["last_id"]]}
-    )
-
-    assert isinstance(following, dict)
-    assert following["data"][0]["custom_id"] == f"r-{shown}"
+    def reader(self) -> Deps:
+        """A test's own wiring to it: its clients are the test's, the ones ``reads`` counts."""
+        return build_deps(self.settings, self.catalog, FakeClock())
 
 
-def test_a_results_page_of_a_50000_request_batch_reads_its_lines_and_one_more(
-    sim: Simulator, reads: Reads
-) -> None:
-    clock = FakeClock()
-    deps = make_deps(sim, clock)
-    batch = _big_batch(deps)
-    after = request_id(batch.id, 9_999)
-    reads.clear()
+@pytest.fixture(scope="class")
+def stored_batch() -> Iterator[StoredBatch]:
+    """One ``_big_batch`` for the tests of a class, which only read it: its moto stays up
+    while they run (each test's own ``aws_env`` nests in it, so resets nothing), and ends,
+    with its data, after the class's last test."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in FAKE_AWS_ENV.items():
+            env.setenv(name, value)
+        env.delenv("AWS_ENDPOINT_URL", raising=False)
+        moto_patches.apply()
+        simulator = Simulator(port=0, backup_port=0).start()  # the catalog's; never called
+        try:
+            with mock_aws():
+                aws.reset_clients()
+                deps = make_deps(simulator, FakeClock())
+                yield StoredBatch(deps.settings, deps.catalog, _big_batch(deps))
+            aws.reset_clients()
+        finally:
+            simulator.stop()
 
-    page = results_api.results_page(deps, ALICE, batch.id, {"limit": ["1000"], "after": [after]})
 
-    assert isinstance(page, dict) and page["has_more"] is True
-    assert [line["custom_id"] for line in page["data"]] == [f"r-{i}" for i in range(10_000, 11_000)]
-    calls = reads.on(deps.settings.requests_table)
-    assert sum(c.evaluated for c in calls) == 1001 and len(calls) == 1
-    last = results_api.results_page(deps, ALICE, batch.id, {"after": [request_id(batch.id, 49_997)]})
-    assert isinstance(last, dict) and [line["custom_id"] for line in last["data"]] == ["r-49998", "r-49999"]
-    assert last["has_more"] is False
+class TestResultsPages:
+    """Both read the one stored batch (``stored_batch``), and write nothing."""
+
+    def test_a_results_page_of_a_50000_request_batch_stops_reading_at_its_byte_cap(
+        self, stored_batch: StoredBatch, reads: Reads
+    ) -> None:
+        deps, batch = stored_batch.reader(), stored_batch.batch
+        table = deps.settings.requests_table
+        reads.clear()
+
+        page = results_api.results_page(deps, ALICE, batch.id, {"limit": ["1000"]})
+
+        assert isinstance(page, dict) and page["has_more"] is True
+        shown = len(page["data"])
+        assert 100 < shown < BIG_REQUESTS  # ~40 KB lines: the response's 6 MB cap ends the page
+        assert [line["custom_id"] for line in page["data"]] == [f"r-{i}" for i in range(shown)]
+        calls = reads.on(table)
+        # each step asks for what the bytes left hold at the largest line so far (DynamoDB ends
+        # a step at 1 MB too): the page's lines and the one that did not fit, not 1,001 requests
+        assert sum(c.evaluated for c in calls) == shown + 1
+        assert sum(c.bytes for c in calls) <= ANSWER_LIMIT
+        assert not any("req" in c.attributes for c in calls)  # nor are the requests' own bodies
+        reads.clear()
+
+        following = results_api.results_page(
+            deps, ALICE, batch.id, {"limit": ["1000"], "after": [page["last_id"]]}
+        )
+
+        assert isinstance(following, dict)
+        assert following["data"][0]["custom_id"] == f"r-{shown}"
+
+    def test_a_results_page_of_a_50000_request_batch_reads_its_lines_and_one_more(
+        self, stored_batch: StoredBatch, reads: Reads
+    ) -> None:
+        deps, batch = stored_batch.reader(), stored_batch.batch
+        after = request_id(batch.id, 9_999)
+        reads.clear()
+
+        page = results_api.results_page(deps, ALICE, batch.id, {"limit": ["1000"], "after": [after]})
+
+        assert isinstance(page, dict) and page["has_more"] is True
+        assert [line["custom_id"] for line in page["data"]] == [f"r-{i}" for i in range(10_000, 11_000)]
+        calls = reads.on(deps.settings.requests_table)
+        assert sum(c.evaluated for c in calls) == 1001 and len(calls) == 1
+        last = results_api.results_page(deps, ALICE, batch.id, {"after": [request_id(batch.id, 49_997)]})
+        assert isinstance(last, dict)
+        assert [line["custom_id"] for line in last["data"]] == ["r-49998", "r-49999"]
+        assert last["has_more"] is False
 
 
 # --- presigned uploads say when their URL really ends ----------------------------------------
