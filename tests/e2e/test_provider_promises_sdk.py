@@ -129,13 +129,14 @@ def test_a_role_below_batch_min_role_pauses_a_provider_batch_before_it_is_submit
     batch_id = file_batch(client, tmp_path, 3)
     refused_once(sim)  # planned, tried again each second
     account.update(role="pro")  # BATCH_MIN_ROLE is internal
-    time.sleep(SETTLE_SECONDS)
-    sim.post("/_sim/provider-batches", json={"submit_failure": None}).raise_for_status()
+    # Each try checks the owner before it submits (``provider.promises.check_owner``): once the
+    # batch is paused, no try the provider would take next can have read the old role.
     paused = wait_for(
-        lambda: (b := account.api.batch(batch_id))["paused"] and b, timeout=30, interval=0.2, what="the pause"
+        lambda: (b := account.api.batch(batch_id))["paused"] and b, timeout=40, interval=0.2, what="the pause"
     )
     assert paused["paused"] == {"reason": "role", "until": None} and paused["status"] == "in_progress"
-    time.sleep(3)
+    sim.post("/_sim/provider-batches", json={"submit_failure": None}).raise_for_status()
+    time.sleep(3)  # tries each second: one not held would have been taken by now
     assert provider(sim)["lines"] == 0 and provider(sim)["batches"] == []
     admin.http.post(f"/batches/{batch_id}/cancel").raise_for_status()
     assert admin.wait_final(batch_id)["status"] == "cancelled"
