@@ -331,6 +331,17 @@ def test_a_patch_of_a_running_batch_is_judged_by_its_own_pace(
     assert patched["estimated_completion_at"] == pace_end
 
 
+def file_of_40(sim: Simulator, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> tuple[Deps, str]:
+    """The stack with its model's pace known, and alice's input file of 40 requests."""
+    deps = world(sim, monkeypatch, clock=clock)
+    answered(deps)
+    owner = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
+    lines = [
+        json.dumps({"method": "POST", "url": "/v1/chat/completions", **r}) for r in requests(40, prefix="f")
+    ]
+    return deps, files.new_input_file(deps, owner, "in.jsonl", "\n".join(lines).encode()).id
+
+
 def test_a_file_batch_has_no_estimate_until_its_file_is_read_then_a_patch_is_judged_by_its_requests(
     sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -338,13 +349,7 @@ def test_a_file_batch_has_no_estimate_until_its_file_is_read_then_a_patch_is_jud
     (its 40 requests counted), a PATCH is judged by the forecast of those 40, as for a batch
     of requests."""
     clock = FakeClock()
-    deps = world(sim, monkeypatch, clock=clock)
-    answered(deps)
-    owner = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
-    lines = [
-        json.dumps({"method": "POST", "url": "/v1/chat/completions", **r}) for r in requests(40, prefix="f")
-    ]
-    file_id = files.new_input_file(deps, owner, "in.jsonl", "\n".join(lines).encode()).id
+    deps, file_id = file_of_40(sim, monkeypatch, clock)
     body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     status, batch = call("POST", "/v1/batches", body=body)
     assert status == 200 and batch["estimated_completion_at"] is None, batch
@@ -361,13 +366,7 @@ def test_a_file_batch_is_estimated_once_its_file_is_read_and_fails_there_if_its_
     """Its create knows the file's bytes, not its requests: the estimate (and the refusal of a
     complete_by it cannot meet) comes when its file is read, before anything is counted or run."""
     clock = FakeClock()
-    deps = world(sim, monkeypatch, clock=clock)
-    answered(deps)
-    owner = Principal(user_id="user-alice", role="internal", key_id="key_local_alice")
-    lines = [
-        json.dumps({"method": "POST", "url": "/v1/chat/completions", **r}) for r in requests(40, prefix="f")
-    ]
-    file_id = files.new_input_file(deps, owner, "in.jsonl", "\n".join(lines).encode()).id
+    deps, file_id = file_of_40(sim, monkeypatch, clock)
     earliest = math.ceil(clock() + 1 + 40 / CAP)
     made = {}
     for complete_by in (earliest - 1, earliest):
