@@ -4,6 +4,7 @@ share its slots (per batch, or per tenant), and a model's pace read from its ans
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from batchgw.scheduling.forecast import (
     stored_end,
 )
 from batchgw.scheduling.tuning import Tuning
+from batchgw.storage.slots import SlotState
 
 NOW = 1_000.0
 TUNING = Tuning(first_call_seconds=1.0)
@@ -157,3 +159,23 @@ def test_a_process_reads_the_paces_once_per_pace_read_seconds() -> None:
     again = reading(stores, by_tenant=False, now=NOW + 9.9, tuning=tuning)
     later = reading(stores, by_tenant=False, now=NOW + 10.0, tuning=tuning)
     assert (first.lengths, again.lengths, later.lengths) == ({"m": 2.0}, {"m": 2.0}, {"m": 4.0})
+
+
+class Slots:
+    def read(self, model: str) -> SlotState:
+        return SlotState(holders={}, paused_until=0.0)
+
+
+class Shares:
+    def share(self, model: str) -> Any:
+        return SimpleNamespace(slots=4)
+
+
+def test_a_model_without_a_pace_as_last_read_is_read_again_at_once() -> None:
+    log = Log([])
+    stores = Stores(slots=Slots(), batches=None, reqlog=log, shares=Shares(), accounts=None)  # type: ignore[arg-type]
+    tuning = Tuning(pace_read_seconds=10.0)
+    assert reading(stores, by_tenant=False, now=NOW, tuning=tuning).outlook("m").request_seconds is None
+    log.entries = [entry("m", 2_000)]  # a first batch's answers, a second later
+    again = reading(stores, by_tenant=False, now=NOW + 1, tuning=tuning)
+    assert again.outlook("m").request_seconds == pytest.approx(2.0 + tuning.call_gap_seconds)

@@ -189,10 +189,13 @@ class Reading:
     tuning: Tuning = TUNING
 
     def outlook(self, model: str) -> Outlook:
+        lengths = self.lengths
+        if model not in lengths:  # no pace as last read: a first batch's answers may have come since
+            lengths = _lengths(self.stores.reqlog, self.now, self.tuning, fresh=True)
         return outlook(
             self.stores,
             model,
-            lengths=self.lengths,
+            lengths=lengths,
             by_tenant=self.by_tenant,
             now=self.now,
             tuning=self.tuning,
@@ -206,11 +209,18 @@ class Reading:
 def reading(stores: Stores, *, by_tenant: bool, now: float, tuning: Tuning = TUNING) -> Reading:
     """What one answer reads once; the call lengths as this process last read them from
     ``stores.reqlog`` when that was within ``Tuning.pace_read_seconds``."""
-    last = _lengths_read.get(stores.reqlog)
-    if last is None or not 0 <= now - last[0] < tuning.pace_read_seconds:
-        last = (now, call_lengths(stores.reqlog, now, tuning))
-        _lengths_read[stores.reqlog] = last
-    return Reading(stores, last[1], by_tenant, now, tuning)
+    return Reading(stores, _lengths(stores.reqlog, now, tuning, fresh=False), by_tenant, now, tuning)
+
+
+def _lengths(reqlog: RequestLog, now: float, tuning: Tuning, *, fresh: bool) -> dict[str, float]:
+    """The call lengths as this process last read them, if within ``Tuning.pace_read_seconds``
+    (``fresh``: only if read at ``now``, by the same answer); else read again."""
+    last = _lengths_read.get(reqlog)
+    age = None if last is None else now - last[0]
+    if last is None or age is None or not 0 <= age < (1e-9 if fresh else tuning.pace_read_seconds):
+        last = (now, call_lengths(reqlog, now, tuning))
+        _lengths_read[reqlog] = last
+    return last[1]
 
 
 # Each request log's call lengths, and when they were read (``reading``).
