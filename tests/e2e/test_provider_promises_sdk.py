@@ -18,40 +18,16 @@ import pytest
 from openai import OpenAI
 
 from local.run import LocalStack
-from tests.e2e.conftest import STACK_ENV, Account, Api, root, stack_for
+from tests.e2e.conftest import Account, Api, root
 from tests.e2e.test_files import wait_batch, write
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
 
-# BATCHGW_RUNTIME_REFRESH_SECONDS: every process reads the runtime overrides again before its
-# next step once what it read is older than this (the session stack's is 5 s: this file runs a
-# stack of its own, for a shorter one).
-REFRESH_SECONDS = 1
 # How long a change an administrator made takes to reach every process, and then a step that
-# read the old one just before might still act on it (a provider batch just submitted is
-# polled 1, 2 and 4 s on).
-SETTLE_SECONDS = REFRESH_SECONDS + 3
-# How long a disabled stack is watched doing nothing (not a settle: as long as ever), while a
-# provider batch would be polled 1, 2, 4 and 8 s apart and a refused submit tried each second.
-QUIET_SECONDS = 8
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    env = {**STACK_ENV, "BATCHGW_RUNTIME_REFRESH_SECONDS": str(REFRESH_SECONDS)}
-    with stack_for(tmp_path_factory, "provider-promises", env) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def alice(stack: LocalStack) -> Api:
-    return Api(stack, "sk-local-alice")
-
-
-@pytest.fixture(scope="module")
-def admin(stack: LocalStack) -> Api:
-    return Api(stack, "sk-local-admin")
+# might still act on the old one (BATCHGW_RUNTIME_REFRESH_SECONDS and BATCH_OWNER_CACHE_SECONDS
+# are 5 s; a provider batch just submitted is polled 1, 2 and 4 s on).
+SETTLE_SECONDS = 8
 
 
 @pytest.fixture
@@ -188,7 +164,7 @@ def test_batch_enabled_off_sends_the_provider_nothing_until_it_is_on_again(
         ).raise_for_status()
         sim.post(f"/_sim/provider-batches/{held['id']}", json={"action": "complete"}).raise_for_status()
         polls = provider(sim)["batches"][0]["polls"]
-        time.sleep(QUIET_SECONDS)
+        time.sleep(SETTLE_SECONDS)
         after = provider(sim)
         assert after["lines"] == 2 and after["batches"][0]["polls"] == polls  # nothing sent, nothing read
         for batch_id in (running, waiting):
