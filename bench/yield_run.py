@@ -61,6 +61,7 @@ from typing import Any
 import httpx
 from batchgw.storage.aws import CALLS_DIR_ENV
 
+from bench.metric_logs import metric_values
 from bench.probes import percentile
 from bench.sched_rates import RateSampler, print_rates, rates
 from local.env import WORKER_ENVIRONMENTS_ENV, worker_environments
@@ -375,40 +376,6 @@ def warm_up(stack: LocalStack, cycles: Cycles, args: argparse.Namespace) -> None
     burst = Cycles(cycles.burst_rps, args.warm_up_seconds, 0.0, 0.0, 1)
     print(f"  warm-up: {args.warm_up_seconds:.0f} s of interactive burst, not measured...", flush=True)
     asyncio.run(Interactive(stack, args.latency_ms, args.via).run(burst, Run("warm-up"), time.monotonic()))
-
-
-def metric_values(lines: Iterable[str], name: str, start: float, end: float) -> list[float]:
-    """The values of the EMF metric ``name`` in ``lines`` (log lines, EMF or not) stamped
-    from ``start`` to ``end`` (seconds since the epoch). A worker writes what it measured at
-    the end of each invocation, or a minute at most after: a batch that ended a minute
-    before its run has all its values in its run."""
-    values: list[float] = []
-    for line in lines:
-        if name not in line or not line.startswith('{"_aws"'):
-            continue
-        for document in _documents(line):
-            stamp = document.get("_aws", {}).get("Timestamp")
-            found = document.get(name)
-            if found is None or stamp is None or not start <= stamp / 1000 <= end:
-                continue
-            values.extend(found if isinstance(found, list) else [found])
-    return values
-
-
-def _documents(line: str) -> Iterator[dict[str, Any]]:
-    """The JSON objects ``line`` holds: the invocations a local worker runs in threads share
-    its output, so a line can hold two (up to a line cut into by another, left out)."""
-    decoder = json.JSONDecoder()
-    at = 0
-    while at < len(line):
-        try:
-            document, at = decoder.raw_decode(line, at)
-        except json.JSONDecodeError:
-            return
-        if isinstance(document, dict):
-            yield document
-        while at < len(line) and line[at].isspace():
-            at += 1
 
 
 def read_answer_to_next_call(runs: Iterable[Run], log_dir: Path) -> None:

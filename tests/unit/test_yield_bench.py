@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from bench.metric_logs import metric_values
 from bench.sched_rates import Look, rates
 from bench.yield_run import (
     Cycles,
@@ -16,7 +17,6 @@ from bench.yield_run import (
     idle_lost,
     idle_utilization,
     latencies,
-    metric_values,
     quiet_phases,
     spread,
     summary,
