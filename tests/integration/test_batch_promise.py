@@ -149,15 +149,7 @@ def test_a_complete_by_before_the_estimate_is_a_422_naming_the_earliest_time_and
     answered(deps)
     now = deps.clock()
     earliest = math.ceil(now + 1 + 40 / CAP)
-    status, body = create(40, complete_by=earliest - 1)
-    assert status == 422, body
-    error = body["error"]
-    assert (error["code"], error["param"], error["earliest_completion_at"]) == (
-        "deadline_infeasible",
-        "complete_by",
-        earliest,
-    )
-    assert str(earliest) in error["message"]
+    infeasible(create(40, complete_by=earliest - 1), earliest, outcome="Nothing was created")
     assert call("GET", "/v1/batches")[1]["data"] == []  # nothing stored
     status, batch = create(40, complete_by=earliest)
     assert status == 200, batch
@@ -215,8 +207,9 @@ def patch(batch_id: str, body: dict[str, Any], key: str = ALICE) -> tuple[int, A
     return call("PATCH", f"/v1/batches/{batch_id}", key, body)
 
 
-def infeasible(answer: tuple[int, Any], earliest: int) -> str:
-    """The message of a PATCH's 422 ``deadline_infeasible`` naming ``earliest``."""
+def infeasible(answer: tuple[int, Any], earliest: int, outcome: str = "Nothing was changed") -> str:
+    """The message of a 422 ``deadline_infeasible`` naming ``earliest`` (a PATCH's, or with
+    ``outcome`` a create's)."""
     status, body = answer
     assert status == 422, body
     error = body["error"]
@@ -225,7 +218,7 @@ def infeasible(answer: tuple[int, Any], earliest: int) -> str:
         "complete_by",
         earliest,
     )
-    assert str(earliest) in error["message"] and "Nothing was changed" in error["message"]
+    assert str(earliest) in error["message"] and outcome in error["message"]
     return str(error["message"])
 
 
