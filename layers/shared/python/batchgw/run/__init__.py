@@ -3,8 +3,10 @@
 - ``chain``: the worker's loop over a chain of a batch's requests (claim, call, record), with
   ``model_gate`` (its way to a model's slot, asking ``batchgw.scheduling``), ``owner`` (the
   owner's gate), ``stops`` (why a run stops), ``claim_ahead`` (its next index claimed while a
-  call runs), ``renewing`` (its leases, slot and mark kept alive during a call), ``invisible``
-  (its messages kept invisible) and ``aio`` (blocking AWS calls in two lanes of threads);
+  call runs), ``renewing`` (its leases, slot and mark kept alive during a call), ``hand_on``
+  (its continuation, its retries' messages and its splits' new chains, sent or run beside
+  it), ``invisible`` (its messages kept invisible) and ``aio`` (blocking AWS calls in two
+  lanes of threads);
 - ``attempt``: one request's call (made by ``batchgw.upstream``) and what is stored after it;
 - ``charges``: what an attempt's shard keeps, rolled up into its payer's spend;
 - ``slot``: the model slot a chain holds; ``completion``: a batch's shards and wake-up;

@@ -4,6 +4,8 @@ For each index of its chain the worker claims the request (its lease), holds a s
 model, knows the batch still runs, calls the upstream, and stores what the outcome means
 (the end, counted in the batch's shard, or the next try), while claiming its next index
 ahead. A request to try again waits on the chain's heap and runs with its slot once due.
+What the chain hands on (its continuation, its retries' own messages, a split's new
+chains) goes through ``run.hand_on``.
 
 Each step returns None to go on or a ``Stopped`` (why, and when the continuation is due);
 the run's one exit (``ChainRun._stop``) acts on it and logs one "chain stopped" line.
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import math
 import uuid
 from typing import Any
 
@@ -33,6 +34,7 @@ from batchgw.run import attempt, charges, completion, renewing
 from batchgw.run.aio import io
 from batchgw.run.attempt import After
 from batchgw.run.claim_ahead import ClaimAhead
+from batchgw.run.hand_on import HandOn
 from batchgw.run.invisible import Invisible
 from batchgw.run.model_gate import ModelGate
 from batchgw.run.owner import OwnerGate, fail_for_owner, pause_batch, resume_batch
@@ -133,7 +135,9 @@ class ChainRun:
         # once it waits: for room, a retry, its requests' writes). The time in between, its
         # slot idle, is the AnswerToNextCall metric: writing the end, the claim, the pacer.
         self.answered_at: float | None = None
-        self.beside: list[asyncio.Task[None]] = []  # the split's new chains started here
+        self.hand_on = HandOn(  # its continuation, its retries' messages, its splits' new chains
+            deps, batch, owner, deadline, self.taken_over, run=run_message, running=lambda: _running[0]
+        )
 
     def _tag(self) -> Tag:
         """How the batch ranks on its model's slot map (``domain.contention``), as last read."""
@@ -167,7 +171,7 @@ class ChainRun:
                 await io(self.deps.batches.unmark_run, self.batch.id, token)
             except Exception:  # it runs out on its own
                 logger.warning("could not remove a run's mark", exc_info=True)
-            await self._beside_ended()
+            await self.hand_on.beside_ended()
 
     async def _read_stored(self) -> None:
         """What the batch's results hold so far, when a cap on them applies (its shards read)."""
@@ -192,12 +196,12 @@ class ChainRun:
             },
         )
         try:
-            if stopped.resume_after is not None:
-                await self._hand_on(after=stopped.resume_after)
+            if stopped.resume_after is not None and self._has_next():  # else nothing is left to resume
+                await self.hand_on.send(self._here(), after=stopped.resume_after)
         finally:
             await self._give_back_prefetched()
             if self.retries and not stopped.finished:
-                await self._hand_off_retries()
+                await self.hand_on.send_retries(self.retries)
             if stopped.finished and self.slot.model is not None:
                 # another of its batch's chains splits into it
                 self.deps.ledger.give(self.slot.model, self.batch.id)
@@ -298,12 +302,19 @@ class ChainRun:
             self._claim_ahead(now)
             if stopped := await self._run(held, target):
                 return stopped
-            await self._split_if_room(held.model)
+            if (kept := await self.hand_on.split(self._here(), held.model)) is not None:
+                self.message, self.stride = kept, kept.stride  # it split: on at the wider stride
 
     # --- the steps ----------------------------------------------------------------------------
 
     def _has_next(self) -> bool:
         return self.next_index < self.batch.total
+
+    def _here(self) -> WorkMessage:
+        """The message that resumes the chain where it stands (a lone request's own)."""
+        if isinstance(self.message, ChainMessage):
+            return self.message.resume_at(self.next_index, full=self.model_gate.full)
+        return self.message
 
     def _retry_due(self, now: float) -> bool:
         return bool(self.retries) and self.retries[0][0] <= now
@@ -498,7 +509,7 @@ class ChainRun:
         self.pacer.answered(turn)
         self.answered_at = deps.clock()
         if not self.lone:
-            read_ahead(deps, held.model, room=self._split_ways() >= 2)
+            read_ahead(deps, held.model, room=self.hand_on.ways(self._here()) >= 2)
         generation = self.message.generation if isinstance(self.message, ChainMessage) else None
         settled = await attempt.settle(
             deps,
@@ -550,97 +561,8 @@ class ChainRun:
         )
         return due - now <= self.tuning.chain_retry_wait_seconds and due < limit
 
-    async def _split_if_room(self, model: str) -> None:
-        """Split this chain when its model has batch room that no chain holds
-        (``SlotLedger.split``), each new chain sent at once with a slot taken for it. A chain
-        that yielded, or ran slower requests, lags behind its batch's others; as those end, it
-        splits, so the batch's end runs on as many chains as its model has room for."""
-        message = self.message
-        if not isinstance(message, ChainMessage) or self.taken_over.is_set():
-            return
-        most = self._split_ways()
-        if most < 2:
-            return
-        ledger, total, chains = self.deps.ledger, self.batch.total, self.batch.chains or 1
-        if not ledger.may_take(model, self.batch.id):
-            return  # no room to hand out, and no read due: nothing to ask off the event loop
-        here = message.resume_at(self.next_index, full=self.model_gate.full)
-        split = (model, self.batch.id, here, total, chains, most)
-        # Each new chain gets a slot of its batch's one model, taken for it in the slot map.
-        parts = await io(ledger.split, *split, with_slots=len(self.batch.models) == 1)
-        if parts is None:
-            return
-        kept, *new = parts
-        for each in new:
-            if not self._run_beside(each):
-                await self._send(each, after=0)
-        self.message, self.stride = kept, kept.stride
-        logger.info(
-            "chain split",
-            extra={
-                "batch_id": self.batch.id,
-                "next_index": self.next_index,
-                "stride": self.stride,
-                "parts": len(parts),
-            },
-        )
-
-    def _run_beside(self, message: ChainMessage) -> bool:
-        """Start a split's new chain here, beside this one, while this process runs fewer
-        chains than ``Tuning.chains_beside_most`` (False: send it). It needs no message: if this
-        process dies, this chain's own message comes back and walks the split's indexes too,
-        as a duplicate of a sent one would; this run ends only once the new one has."""
-        if _running[0] >= self.tuning.chains_beside_most:
-            return False
-        invocation = self.owner.rsplit(":", 1)[0]
-        owner = f"{invocation}:{uuid.uuid4().hex[:8]}"
-        self.beside.append(
-            asyncio.create_task(run_message(self.deps, message, owner=owner, deadline=self.deadline))
-        )
-        return True
-
-    async def _beside_ended(self) -> None:
-        """Wait for the chains started beside this one (``_run_beside``); an exception in one
-        is this run's own, so its message comes back and walks their indexes again."""
-        beside, self.beside = self.beside, []
-        failed = [
-            e for e in await asyncio.gather(*beside, return_exceptions=True) if isinstance(e, BaseException)
-        ]
-        if failed:
-            raise failed[0]
-
-    def _split_ways(self) -> int:
-        """The most parts this chain may split into where it stands (1: it does not split)."""
-        message = self.message
-        if not isinstance(message, ChainMessage):
-            return 1
-        here = message.resume_at(self.next_index, full=self.model_gate.full)
-        return self.deps.ledger.ways(here, self.batch.total, self.batch.chains or 1)
-
-    # --- handing work on ----------------------------------------------------------------------
-
-    async def _hand_on(self, *, after: float) -> None:
-        """Send the message that resumes this chain (or retries this lone request) where it
-        stopped, visible ``after`` seconds from now; nothing when the chain has no index left."""
-        if not self._has_next():
-            return
-        message: WorkMessage = self.message
-        if isinstance(message, ChainMessage):
-            message = message.resume_at(self.next_index, full=self.model_gate.full)
-        await self._send(message, after=after)
-
-    async def _hand_off_retries(self) -> None:
-        """Give each waiting request a message of its own, delayed until it is due."""
-        now = self.deps.clock()
-        for due, index in self.retries:
-            await self._send(RequestMessage(self.batch.id, index), after=due - now)
-        self.retries.clear()
-
     async def _give_back_prefetched(self) -> None:
         """Release an index claimed ahead that the chain will not run now."""
         if self.prefetch is not None:
             prefetch, self.prefetch = self.prefetch, None
             await prefetch.give_back(self.deps, self.batch)
-
-    async def _send(self, message: WorkMessage, *, after: float) -> None:
-        await io(self.deps.queue.send, message, max(0, math.ceil(after)))
