@@ -55,14 +55,27 @@ def shard_totals(total: int, shards: int) -> list[int]:
     return [len(range(k, total, shards)) for k in range(shards)]
 
 
+# A background response (``batchgw.deferred``) is stored as a batch of one request whose id
+# starts ``resp_``; its owner-index key starts ``r``, after every batch's (which start with
+# digits), so a list of batches and a list of responses are two ranges of one index.
+RESPONSE_PREFIX = "resp_"
+RESPONSE_KEYS = "r"
+KEYS_END = ":"  # just after the digits: the end of a range of owner-index keys
+
+
+def is_response(record_id: str) -> bool:
+    """Whether ``record_id`` names a background response, not a batch."""
+    return record_id.startswith(RESPONSE_PREFIX)
+
+
 def created_key(created_ms: int, record_id: str) -> str:
     """Sort key of the owner indexes (milliseconds, so read backwards it is newest first)."""
-    return f"{created_ms:015d}#{record_id}"
+    return f"{RESPONSE_KEYS if is_response(record_id) else ''}{created_ms:015d}#{record_id}"
 
 
-def created_bound(seconds: int) -> str:
-    """The owner index's key at the start of second ``seconds``."""
-    return f"{seconds * 1000:015d}#"
+def created_bound(seconds: int, *, responses: bool = False) -> str:
+    """The owner index's key at the start of second ``seconds`` (among responses' keys)."""
+    return f"{RESPONSE_KEYS if responses else ''}{seconds * 1000:015d}#"
 
 
 def backstop_ttl(*, now: float, expires_at: int | None, retention: float, reconcile: float) -> int:

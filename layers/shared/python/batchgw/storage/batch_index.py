@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchgw.domain.batch import BatchRecord, created_bound
+from batchgw.domain.batch import KEYS_END, RESPONSE_KEYS, BatchRecord, created_bound
 from batchgw.storage.dynamo import Table, from_item, one_of, to_item
 
 OWNER_INDEX = "by_owner"
@@ -44,6 +44,7 @@ class OwnerIndex:
         created_before: int | None = None,
         statuses: Sequence[str] = (),
         most_read: int | None = None,
+        responses: bool = False,
     ) -> OwnerPage:
         """The owner's batches newest first: at most ``limit`` records, and whether more follow.
 
@@ -51,26 +52,24 @@ class OwnerIndex:
         ``created_after`` / ``created_before`` are exclusive bounds in unix seconds. With
         ``most_read``, a status filter reads at most about that many of the owner's batches
         (DynamoDB reads every batch the filter drops): a page that stops there says where
-        the next one goes on (``OwnerPage.read_to``)."""
+        the next one goes on (``OwnerPage.read_to``). With ``responses``, the owner's
+        background responses instead (``domain.batch.RESPONSE_KEYS``)."""
         names = {"#o": "owner", "#k": "created_key"}
         values: dict[str, Any] = {":o": owner}
-        upper = before_key
+        first = RESPONSE_KEYS if responses else None
+        upper = before_key or (first or "") + KEYS_END
         if created_before is not None:
-            bound = created_bound(created_before)  # strictly before
-            upper = bound if upper is None or bound < upper else upper
-        lower = created_bound(created_after + 1) if created_after is not None else None  # strictly after
-        if upper is not None and lower is not None:
+            bound = created_bound(created_before, responses=responses)  # strictly before
+            upper = min(bound, upper)
+        lower = first  # strictly after created_after:
+        if created_after is not None:
+            lower = created_bound(created_after + 1, responses=responses)
+        values[":hi"] = upper
+        if lower is not None:
             key_condition = "#o = :o AND #k BETWEEN :lo AND :hi"
-            values[":lo"], values[":hi"] = lower, upper
-        elif upper is not None:
-            key_condition = "#o = :o AND #k < :hi"
-            values[":hi"] = upper
-        elif lower is not None:
-            key_condition = "#o = :o AND #k >= :lo"
             values[":lo"] = lower
         else:
-            key_condition = "#o = :o"
-            del names["#k"]
+            key_condition = "#o = :o AND #k < :hi"
         request: dict[str, Any] = {
             "IndexName": OWNER_INDEX,
             "KeyConditionExpression": key_condition,
@@ -92,7 +91,7 @@ class OwnerIndex:
             for raw in items:
                 item = from_item(raw)
                 # BETWEEN is inclusive: keep the exclusive upper bound of a cursor.
-                if upper is not None and item["created_key"] >= upper:
+                if item["created_key"] >= upper:
                     continue
                 found.append(BatchRecord.from_item(item))
                 if len(found) > limit:
