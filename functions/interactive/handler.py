@@ -64,14 +64,17 @@ def _authorization() -> str | None:
 def _serve(endpoint: str) -> Response[Any]:
     deps = get_deps()
     principal = auth.authenticate(deps, _authorization())
+    raw = http.raw_body(app)
+    headers = app.current_event.headers
+    if endpoint == "/v1/responses" and b'"background"' in raw:
+        from batchgw.deferred import background  # loaded by the first request that may be one
+
+        if background.wants_background(raw):
+            auth.ensure_enabled(deps)  # batch work, as batches: 404 with BATCH_ENABLED off
+            created = background.create(deps, principal, raw, idempotency_key=headers.get("idempotency-key"))
+            return _reply(answers.Reply(200, created))
     reply = _loop.run_until_complete(
-        serve.serve(
-            deps,
-            principal,
-            endpoint,
-            http.raw_body(app),
-            anthropic_version=app.current_event.headers.get("anthropic-version"),
-        )
+        serve.serve(deps, principal, endpoint, raw, anthropic_version=headers.get("anthropic-version"))
     )
     return _reply(reply)
 

@@ -272,6 +272,8 @@ class Functions(Construct):
         for function in (self.api, self.admin):
             workflow.grant_start_execution(function)
             workflow.grant_execution(function, "states:StopExecution")
+        # ...and a background response (a batch of one request) by the interactive function.
+        workflow.grant_start_execution(self.interactive)
         for function in (self.worker, self.lifecycle):
             queues.work.grant_send_messages(function)
         # The worker delays work it cannot run yet (retry backoff, a full model).

@@ -37,7 +37,7 @@ from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain import codec, money
 from batchgw.domain.attempts import AttemptEntry, log_key
-from batchgw.domain.batch import BatchRecord, CountedBatch, Tally
+from batchgw.domain.batch import BatchRecord, CountedBatch, Tally, is_response
 from batchgw.domain.decisions import not_run_error
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.fairness import held_by_batch
@@ -573,12 +573,14 @@ def _batch_log_key(entry_id: str) -> int:
 
 
 def _request_object(entry_id: str, source: Source, entry: AttemptEntry) -> dict[str, Any]:
+    """A call of the request log. A background response's (a batch of one request:
+    ``batchgw.deferred``) is listed among the batch calls, its source ``background``."""
     shown = _attempt_object(0, entry)
     return {
         **shown,
         "id": entry_id,
         "object": "request",
-        "source": source,
+        "source": "background" if is_response(entry.batch_id or "") else source,
         "user_id": entry.user_id,
         "batch_id": entry.batch_id or None,
         "request_index": entry.index if entry.batch_id else None,

@@ -107,18 +107,21 @@ def create_once(
     create: Callable[[Creating], dict[str, Any]],
     *,
     route: str = "batches",
+    new_id: Callable[[], str] | None = None,
 ) -> dict[str, Any]:
     """``create`` a batch, once per ``idempotency_key`` of the account on ``route`` (each
-    route's keys apart): a replay answers the batch the first create made."""
+    route's keys apart): a replay answers the batch the first create made. ``new_id`` makes
+    its id (a batch's, by default)."""
+    make_id = new_id or (lambda: _new_batch_id(deps))
     if idempotency_key is None:
-        return create(Creating(_new_batch_id(deps)))
+        return create(Creating(make_id()))
     key = idempotency.stored_key(route, idempotency.check_key(idempotency_key))
     return idempotency.once(
         deps,
         principal,
         key,
         fingerprint,
-        new_batch_id=lambda: _new_batch_id(deps),
+        new_batch_id=make_id,
         create=lambda batch_id: create(Creating(batch_id, key)),
         replay=lambda batch_id: _own_batch(deps, principal, batch_id),
         show=batch_object,
@@ -259,6 +262,8 @@ class Opening:
     mode: Mode = Mode.GATEWAY  # where its creator asked it to run (``domain.modes``)
     scheduling: Scheduling = field(default_factory=Scheduling)  # priority and complete_by
     promised_at: int | None = None  # when it would end, estimated at create (``api.capacity``)
+    # A window of its own, in seconds, instead of ``window``'s (a background response's).
+    window_seconds: float | None = None
 
 
 def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Opening) -> dict[str, Any]:
@@ -266,6 +271,8 @@ def open_batch(deps: Deps, principal: Principal, creating: Creating, opening: Op
     input, and start its workflow: the batch object."""
     given = opening.input
     label, seconds = _window(deps, opening.window)
+    if opening.window_seconds is not None:
+        label, seconds = f"{opening.window_seconds:g}s", opening.window_seconds
     now = deps.clock()
     window_end = None if seconds is None else int(now + seconds)  # _open's is no earlier
     check_complete_by_time(opening.scheduling.complete_by, now=now, expires_at=window_end)
@@ -543,14 +550,18 @@ def cancel_batch(deps: Deps, principal: Principal, batch_id: str) -> dict[str, A
     ``cancelling``: the reconciler settles it within a period, and cancelling again
     tries the wake-up again.
     """
-    record = visible_batch(deps, principal, batch_id).record
+    cancel(deps, visible_batch(deps, principal, batch_id).record)
+    return batch_object(visible_batch(deps, principal, batch_id), deps.clock())
+
+
+def cancel(deps: Deps, record: BatchRecord) -> None:
+    """Cancel the batch of ``record`` (``cancel_batch``'s, whoever's it is)."""
     cancellable = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
     if record.status in cancellable:
         now = int(deps.clock())
         record = deps.batches.cancel(record.id, at=now) or record
     if record.status is BatchStatus.CANCELLING and not record.cancel_swept and record.task_token is not None:
         _wake_to_cancel(deps, record)
-    return batch_object(visible_batch(deps, principal, batch_id), deps.clock())
 
 
 def _wake_to_cancel(deps: Deps, record: BatchRecord) -> None:
@@ -594,17 +605,20 @@ def remove(deps: Deps, record: BatchRecord) -> None:
 
 
 def batches_of(deps: Deps, owner: str, statuses: Sequence[str] = ()) -> list[BatchRecord]:
-    """Every batch of ``owner`` (of those statuses, if any are given)."""
+    """Every batch of ``owner`` (of those statuses, if any are given), its background
+    responses (``batchgw.deferred``) among them."""
     found: list[BatchRecord] = []
-    before_key = None
-    while True:
-        records, more = deps.batches.list_for_owner(
-            owner, limit=100, before_key=before_key, statuses=statuses
-        )
-        found += records
-        if not more or not records:
-            return found
-        before_key = records[-1].created_key
+    for responses in (False, True):
+        before_key = None
+        while True:
+            records, more = deps.batches.list_for_owner(
+                owner, limit=100, before_key=before_key, statuses=statuses, responses=responses
+            )
+            found += records
+            if not more or not records:
+                break
+            before_key = records[-1].created_key
+    return found
 
 
 # --- list --------------------------------------------------------------------------------

@@ -208,10 +208,12 @@ def access(
 # The tables whose items any of their users may touch (the control table is shared out by
 # partition below).
 TABLE_ACCESS: dict[str, Access] = {
-    # the admin lists every user's batches and deletes a deleted user's
-    BATCHES.logical_id: access(read=(ADMIN,), write=(API, ADMIN, WORKER, LIFECYCLE)),
-    # the api pages results; the admin reads a batch's attempts
-    REQUESTS.logical_id: access(read=(API, ADMIN), write=(WORKER, LIFECYCLE)),
+    # the admin lists every user's batches and deletes a deleted user's; the interactive
+    # function stores a background response (a batch of one request: ``batchgw.deferred``)
+    BATCHES.logical_id: access(read=(ADMIN,), write=(API, ADMIN, WORKER, LIFECYCLE, INTERACTIVE)),
+    # the api pages results; the admin reads a batch's attempts; the interactive function
+    # reads a background response's request as it answers its create
+    REQUESTS.logical_id: access(read=(API, ADMIN, INTERACTIVE), write=(WORKER, LIFECYCLE)),
     # the admin deletes a deleted user's files; the lifecycle stores result files
     FILES.logical_id: access(write=(API, ADMIN, LIFECYCLE)),
 }
@@ -229,21 +231,24 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.runtime: administrators' overrides, read by every process
     "runtime": access(read=tuple(f for f in _ALL if f != ADMIN), write=(ADMIN,)),
     # storage.idempotency: the api claims keys; a batch's end or deletion keeps them
-    "idem#*": access(write=(API, ADMIN, LIFECYCLE)),
+    "idem#*": access(write=(API, ADMIN, LIFECYCLE, INTERACTIVE)),
     # storage.interactive: interactive load reports, read by the worker to give way (and by
     # the api for a model's batch share, in a batch's estimate: ``scheduling.forecast``); the
     # interactive function's requests in flight are reports of their own (the lifecycle reads
     # them too, for a file batch's estimate once its file is read)
     "interactive": access(read=(WORKER, API, LIFECYCLE), write=(ADMIN, INTERACTIVE)),
     # storage.adaptive: each model's adaptive limit, kept by the workers from what they see
-    "adaptive": access(read=(ADMIN, API, LIFECYCLE), write=(WORKER,)),
+    "adaptive": access(read=(ADMIN, API, LIFECYCLE, INTERACTIVE), write=(WORKER,)),
     # storage.slots: model and per-user concurrency leases, shown to administrators; the api
     # rewrites a batch's tag on its models' maps when its priority or complete_by changes
-    "slots#*": access(read=(ADMIN, LIFECYCLE), write=(WORKER, API)),
+    "slots#*": access(read=(ADMIN, LIFECYCLE, INTERACTIVE), write=(WORKER, API)),
     # (a user's slot map also holds their interactive requests' reservations, and the
     # provider-run batches' they were accepted, written by the api's create and, for a file
     # batch, by the lifecycle's first provider step)
     "uslots#*": access(write=(WORKER, INTERACTIVE, API, LIFECYCLE)),
+    # (the interactive function's create of a background response, ``batchgw.deferred``,
+    # does what the api's create of a batch does: its idempotency key, its usage, its
+    # estimate's reads of the adaptive limits and slot maps, its input in the bucket)
     # storage.spend: charged in the attempt's own transaction (an interactive request's on
     # its own; the lost attempts of a request the reconciler ends, in its end), read for
     # quotas and /v1/me
@@ -263,7 +268,7 @@ CONTROL_PARTITIONS: dict[str, Access] = {
     # storage.sessions: the console's sign-ins, made, read and ended by the api; read by the
     # admin function too, for the Admin Batches tab's calls to /admin/...
     "session#*": access(read=(ADMIN,), write=(API,)),
-    "usage#*": access(write=(API, ADMIN, LIFECYCLE)),
+    "usage#*": access(write=(API, ADMIN, LIFECYCLE, INTERACTIVE)),
     # storage.audit: administrators' reads of a user's content, recorded as they read (the
     # admin's Prompts; the api's file content and batch results read by an administrator)
     "audit#*": access(write=(ADMIN, API)),
@@ -280,10 +285,10 @@ CONTROL_PARTITIONS: dict[str, Access] = {
 DATA_PREFIXES: dict[str, Access] = {
     # a batch's requests as sent (and its copy of an input file), read back for its results
     # (and by the admin's Prompts)
-    "inputs/": access(read=(ADMIN,), write=(API, LIFECYCLE)),
+    "inputs/": access(read=(ADMIN,), write=(API, LIFECYCLE, INTERACTIVE)),
     # request and response bodies too large for their item; a batch whose start failed is
     # cleaned up by the api
-    "bodies/": access(read=(API, ADMIN), write=(WORKER, LIFECYCLE), delete=(API,)),
+    "bodies/": access(read=(API, ADMIN, INTERACTIVE), write=(WORKER, LIFECYCLE), delete=(API, INTERACTIVE)),
     # result pages and a batch's output.jsonl
     "exports/": access(write=(API, LIFECYCLE)),
     # files: uploaded inputs and result files; a deleted user's are deleted by the admin

@@ -406,6 +406,12 @@ class Settings(BaseModel):
         alias="BATCH_QUOTA_RECHECK_SECONDS",
         description="How soon a batch paused by a quota, a budget or its owner's role is checked again",
     )
+    batch_background_window_seconds: float = Field(
+        3600,
+        gt=0,
+        alias="BATCH_BACKGROUND_WINDOW_SECONDS",
+        description="How long a background response may wait and run before it ends incomplete",
+    )
     batch_reservation_wait_seconds: float = Field(
         30,
         gt=0,

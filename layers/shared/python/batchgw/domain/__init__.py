@@ -19,7 +19,9 @@ Nothing here does I/O or reads a clock of its own: time comes in as an argument.
 - ``files``: input and result files; ``accounts``: users and keys; ``principal``: who is
   calling; ``runtime``: what administrators changed at run time;
 - ``provider``: a batch run on its provider's batch service, its parts;
-- ``webhooks``: batch events and their signing; ``addresses``: which addresses a webhook may reach;
+- ``background``: a background response as the Responses API shows it, from its batch of one;
+- ``webhooks``: batch and response events and their signing; ``addresses``: which addresses
+  a webhook may reach;
 - ``console``: what the console shows of a batch;
 - ``scrub``: messages made safe to store and show; ``codec``: compact JSON encodings;
 - ``errors``: the typed errors, each with its API status.

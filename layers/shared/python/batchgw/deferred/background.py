@@ -1,0 +1,179 @@
+"""Background Responses: ``POST /v1/responses`` with ``"background": true``, then
+``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` and ``DELETE
+/v1/responses/{id}``, as the OpenAI SDK sends them.
+
+A background response is a batch of one request (``domain.batch.RESPONSE_PREFIX``): the
+create stores it as ``api.batches`` stores an inline batch, so it runs on the batch
+scheduler (its model's batch share, yielding to interactive traffic), retries by the batch
+rules, is charged at the batch price once, counts against its owner's limits, quotas and
+budgets, and ends within its own window (``BATCH_BACKGROUND_WINDOW_SECONDS``). It is not a
+batch to the batch routes (they answer 404 for its id) nor in a list of batches. What it
+shows is ``domain.background``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchgw.api import batches, idempotency
+from batchgw.api.auth import require_role
+from batchgw.api.ids import new_id
+from batchgw.config.settings import Settings
+from batchgw.deps import Deps
+from batchgw.domain import background
+from batchgw.domain.batch import RESPONSE_PREFIX, BatchRecord, is_response
+from batchgw.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from batchgw.domain.modes import Mode
+from batchgw.domain.principal import Principal
+from batchgw.domain.request import RequestRecord
+from batchgw.validation import RequestInvalid
+from batchgw.validation.create import plan_request
+from batchgw.validation.jsonbody import parse_json
+from batchgw.validation.priority import FIELDS as SCHEDULING_FIELDS
+from batchgw.validation.priority import scheduling_of
+
+ENDPOINT = "/v1/responses"
+CUSTOM_ID = "response"  # the custom_id of the one request
+ROUTE = "responses"  # the Idempotency-Key space of background creates
+
+
+def wants_background(raw: bytes) -> bool:
+    """Whether a ``POST /v1/responses`` body asks to run in the background (a body that is
+    not JSON does not: the interactive path answers it)."""
+    try:
+        body = parse_json(raw)
+    except BadRequest:
+        return False
+    return isinstance(body, dict) and body.get("background") is True
+
+
+def create(
+    deps: Deps, principal: Principal, raw: bytes, *, idempotency_key: str | None = None
+) -> dict[str, Any]:
+    """Store a background response and start it: the response object, ``queued``."""
+    require_role(deps, principal, "create background responses")
+    settings: Settings = deps.settings
+    if len(raw) > settings.max_body_bytes:
+        raise PayloadTooLarge(
+            f"The request body ({len(raw)} bytes) is larger than the limit of "
+            f"{settings.max_body_bytes} bytes (BATCH_MAX_BODY_MB)."
+        )
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    if body.get("stream") is True:
+        raise BadRequest(
+            "stream must not be true with background: this API's HTTP transport does not stream; "
+            "create the response in the background and retrieve it.",
+            param="stream",
+            code="unsupported_parameter",
+        )
+    if body.get("store") is False:
+        raise BadRequest(
+            "A background response is stored: store must be true or left out.",
+            param="store",
+            code="unsupported_parameter",
+        )
+    scheduling = scheduling_of(body, admin=principal.is_admin)
+    asked = {k: v for k, v in body.items() if k not in ("background", "store", "stream", *SCHEDULING_FIELDS)}
+    try:
+        planned = plan_request(
+            {"custom_id": CUSTOM_ID, "url": ENDPOINT, "body": asked},
+            endpoint=ENDPOINT,
+            catalog=deps.catalog,
+            role=principal.role,
+        )
+    except RequestInvalid as exc:
+        param = exc.param.removeprefix("body.") if exc.param and exc.param != "body" else None
+        raise BadRequest(exc.message, param=param, code=exc.code) from exc
+    opening = batches.Opening(
+        endpoint=ENDPOINT,
+        window=None,
+        window_seconds=settings.batch_background_window_seconds,
+        metadata=None,
+        input=batches.InlineInput(((CUSTOM_ID, planned.model, planned.body),)),
+        mode=Mode.GATEWAY,
+        scheduling=scheduling,
+    )
+    created = batches.create_once(
+        deps,
+        principal,
+        idempotency.fingerprint(raw, None),
+        idempotency_key,
+        lambda creating: batches.open_batch(deps, principal, creating, opening),
+        route=ROUTE,
+        new_id=lambda: new_id(RESPONSE_PREFIX, deps.clock()),
+    )
+    record = _own(deps, principal, str(created["id"]))
+    return _shown(deps, record, deps.requests.get(record.id, 0), asked)
+
+
+def retrieve(deps: Deps, principal: Principal, response_id: str) -> dict[str, Any]:
+    """GET /v1/responses/{id}: the response as it stands."""
+    record = _own(deps, principal, response_id)
+    request = deps.requests.get(record.id, 0)
+    return _shown(deps, record, request)
+
+
+def cancel(deps: Deps, principal: Principal, response_id: str) -> dict[str, Any]:
+    """POST /v1/responses/{id}/cancel: a response not yet ended is cancelled (a call still
+    running finishes; its answer is not shown, and it is charged once); one that ended is
+    answered as it is, as a second cancel is."""
+    record = _own(deps, principal, response_id)
+    request = deps.requests.get(record.id, 0)
+    if not background.is_settled(background.status_of(record, request)):
+        batches.cancel(deps, record)
+        record = _own(deps, principal, response_id)
+    return _shown(deps, record, request)
+
+
+def delete(deps: Deps, principal: Principal, response_id: str) -> dict[str, Any]:
+    """DELETE /v1/responses/{id}: an ended response goes with its request and answer (409
+    while it is queued or running: cancel it first)."""
+    record = _own(deps, principal, response_id)
+    status = background.status_of(record, deps.requests.get(record.id, 0))
+    if not background.is_settled(status):
+        raise Conflict(
+            f"Response '{response_id}' is {status.replace('_', ' ')}; cancel it and wait for it to end.",
+            code="response_not_finished",
+        )
+    if deps.batches.runs_live(record.id, deps.clock()):
+        raise Finishing(
+            f"Response '{response_id}' is {status}, and its worker is still letting go of it; "
+            "try again in a moment.",
+            code="response_not_finished",
+        )
+    batches.remove(deps, record)
+    return {"id": record.id, "object": "response.deleted", "deleted": True}
+
+
+class Finishing(Conflict):
+    """A 409 the SDK tries again after a second (it retries a 409): the worker that ended the
+    response's request has not yet let go of it."""
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+def _own(deps: Deps, principal: Principal, response_id: str) -> BatchRecord:
+    """The caller's background response; 404 for any other id (another user's too)."""
+    record = deps.batches.get_record(response_id) if is_response(response_id) else None
+    if record is None or record.owner != principal.user_id:
+        raise NotFound(f"Response with id '{response_id}' not found.", code="response_not_found")
+    return record
+
+
+def _shown(
+    deps: Deps, record: BatchRecord, request: RequestRecord | None, asked: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The response object of ``record``: what its request ``asked`` (as its stored request
+    says, once the workflow stored it), and its answer once it completed."""
+    asked = asked or {"model": record.models[0] if record.models else None}
+    answer = None
+    if request is not None:
+        stored = deps.blobs.load_body(request.request_packed, request.request_ref)
+        if isinstance(stored, dict):
+            asked = stored
+        if background.status_of(record, request) == "completed":
+            answer = deps.blobs.load_body(request.response_packed, request.response_ref)
+    return background.response_object(record, request, asked, answer)
