@@ -18,7 +18,7 @@ import pytest
 import standardwebhooks
 
 from local.run import LocalStack
-from tests.e2e.conftest import Api, aws_calls_dir, chat, root
+from tests.e2e.conftest import Account, Api, aws_calls_dir, chat, root
 from tests.support import Receiver, wait_for
 
 # Deliveries counted against timeouts: ``make test`` runs these after the rest, alone (in the
@@ -37,6 +37,9 @@ ENV = {
     "BATCH_WORKER_TIMEOUT_SECONDS": "60",
     "BATCH_RECONCILE_SECONDS": "2",
     "BATCHGW_WEBHOOKS_VISIBILITY_SECONDS": "3",  # a killed delivery comes back this soon
+    # A background response's window: the one left waiting ends incomplete this soon (the
+    # others of the test end in a few seconds).
+    "BATCH_BACKGROUND_WINDOW_SECONDS": "20",
 }
 
 
@@ -199,6 +202,10 @@ def test_the_unmodified_openai_sdk_manages_the_webhook_and_verifies_its_deliveri
         "batch.failed",
         "batch.expired",
         "batch.cancelled",
+        "response.completed",
+        "response.failed",
+        "response.cancelled",
+        "response.incomplete",
     ]
     made = client.webhooks.create(
         name="ops", url=receiver.url("/sdk"), event_types=["batch.completed", "batch.cancelled"]
@@ -252,3 +259,49 @@ def test_the_unmodified_openai_sdk_manages_the_webhook_and_verifies_its_deliveri
     assert list(client.webhooks.list()) == []
     with pytest.raises(openai.NotFoundError):
         client.webhooks.retrieve(made.id)
+
+
+def test_each_background_response_end_sends_its_response_event_once(
+    stack: LocalStack, receiver: Receiver
+) -> None:
+    user = Account(stack)
+    key = str(user.api.http.headers["Authorization"]).removeprefix("Bearer ")
+    secret = hook(user.api, receiver.url("/responses"))
+    client = openai.OpenAI(base_url=stack.api_url, api_key=key, max_retries=0)
+
+    def ended(response_id: str) -> str:
+        return str(
+            wait_for(
+                lambda: (
+                    (status := client.responses.retrieve(response_id).status) not in ("queued", "in_progress")
+                    and status
+                ),
+                timeout=60,
+                what=f"{response_id} to end",
+            )
+        )
+
+    made = {
+        "completed": client.responses.create(model="sim-chat", input="fine", background=True).id,
+        "failed": client.responses.create(
+            model="sim-chat", input="[[sim status=400]] no", background=True
+        ).id,
+        "cancelled": client.responses.create(
+            model="sim-chat", input="[[sim latency_ms=3000]] slow", background=True
+        ).id,
+    }
+    wait_for(
+        lambda: client.responses.retrieve(made["cancelled"]).status == "in_progress",
+        timeout=30,
+        what="the slow call to start",
+    )
+    client.responses.cancel(made["cancelled"])
+    assert {status: ended(response_id) for status, response_id in made.items()} == {s: s for s in made}
+    wait_for(lambda: len(receiver.at("/responses")) >= 3, timeout=30, what="three deliveries")
+    seen = set()
+    for headers, body, _ in receiver.at("/responses"):
+        event = client.webhooks.unwrap(body, headers, secret=secret)
+        seen.add((event.type, event.data.id))
+    assert seen == {(f"response.{status}", response_id) for status, response_id in made.items()}
+    failed = client.responses.retrieve(made["failed"])
+    assert failed.error is not None and failed.error.message == "simulated error 400"

@@ -153,7 +153,7 @@ def test_an_endpoint_is_the_users_one_webhook_whichever_api_made_it(deps: Deps) 
         "ops",
         ["batch.failed"],
     )
-    # One made through the spec's route is an endpoint too, of every batch event type.
+    # One made through the spec's route is an endpoint too, of every event type sent.
     assert call("DELETE", f"/v1/webhook_endpoints/{made['id']}")[1]["deleted"] is True
     call("PUT", "/v1/batch_webhook", body={"url": "https://hooks.example.com/v3"})
     status, listed = call("GET", "/v1/webhook_endpoints")
@@ -163,13 +163,17 @@ def test_an_endpoint_is_the_users_one_webhook_whichever_api_made_it(deps: Deps) 
         "batch.failed",
         "batch.expired",
         "batch.cancelled",
+        "response.completed",
+        "response.failed",
+        "response.cancelled",
+        "response.incomplete",
     ]
 
 
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({**ENDPOINT, "event_types": ["response.completed"]}, "event_types"),
+        ({**ENDPOINT, "event_types": ["response.in_progress"]}, "event_types"),
         ({**ENDPOINT, "event_types": []}, "event_types"),
         ({**ENDPOINT, "name": ""}, "name"),
         ({"url": ENDPOINT["url"], "name": "x"}, "event_types"),

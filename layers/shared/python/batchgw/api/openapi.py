@@ -26,7 +26,7 @@ from batchgw.domain import codec
 from batchgw.domain.interactive import MAX_IN_FLIGHT, MAX_REPORT_MODELS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
 from batchgw.domain.modes import MODES
 from batchgw.domain.states import BatchStatus
-from batchgw.domain.webhooks import BATCH_EVENT_TYPES
+from batchgw.domain.webhooks import SENT_EVENT_TYPES
 from batchgw.validation.priority import ADMIN_PRIORITIES, USER_PRIORITIES
 
 ERROR = {
@@ -382,7 +382,7 @@ _ENDPOINT = {
     "name": {"type": "string", "minLength": 1, "maxLength": 256},
     "event_types": {
         "type": "array",
-        "items": {"type": "string", "enum": list(BATCH_EVENT_TYPES)},
+        "items": {"type": "string", "enum": list(SENT_EVENT_TYPES)},
         "minItems": 1,
     },
 }
@@ -411,7 +411,7 @@ BODIES.update(
             "required": False,
         },
         ("post", "/v1/webhook_endpoints/{endpoint_id}/test"): _object(
-            {"event_type": {"type": "string", "enum": list(BATCH_EVENT_TYPES)}}, ("event_type",)
+            {"event_type": {"type": "string", "enum": list(SENT_EVENT_TYPES)}}, ("event_type",)
         ),
         ("patch", "/v1/batches/{batch_id}"): _json_body(
             {

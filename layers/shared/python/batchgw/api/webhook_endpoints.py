@@ -27,11 +27,11 @@ from batchgw.deps import Deps
 from batchgw.domain.errors import BadRequest, Conflict, NotFound
 from batchgw.domain.principal import Principal
 from batchgw.domain.webhooks import (
-    BATCH_EVENT_TYPES,
     ENDPOINT_PREFIX,
     EVENT_PREFIX,
     ROTATION_OVERLAP_SECONDS,
     SECRET_BYTES,
+    SENT_EVENT_TYPES,
     EventMessage,
     hint_of,
     new_secret,
@@ -49,7 +49,7 @@ _CREATE_KEYS = frozenset({"url", "name", "event_types"})
 
 def event_types() -> dict[str, Any]:
     """GET /v1/webhook_event_types: the events this gateway sends."""
-    return {"object": "list", "data": list(BATCH_EVENT_TYPES)}
+    return {"object": "list", "data": list(SENT_EVENT_TYPES)}
 
 
 def create(deps: Deps, principal: Principal, body: Any) -> dict[str, Any]:
@@ -157,8 +157,8 @@ def send_test(deps: Deps, principal: Principal, endpoint_id: str, body: Any) -> 
     if not isinstance(body, dict) or set(body) - {"event_type"}:
         raise BadRequest('A test takes {"event_type": "batch.completed"} (or another batch event).')
     event_type = body.get("event_type")
-    if event_type not in BATCH_EVENT_TYPES:
-        raise BadRequest(f"'event_type' must be one of {', '.join(BATCH_EVENT_TYPES)}.", param="event_type")
+    if event_type not in SENT_EVENT_TYPES:
+        raise BadRequest(f"'event_type' must be one of {', '.join(SENT_EVENT_TYPES)}.", param="event_type")
     created_ms = int(deps.clock() * 1000)
     event = EventMessage(
         f"{EVENT_PREFIX}test_{secrets.token_hex(12)}",
@@ -248,12 +248,12 @@ def _fields(body: Any, *, required: bool) -> dict[str, Any]:
         types = body["event_types"]
         if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
             raise BadRequest("'event_types' must be a list of event types.", param="event_types")
-        other = sorted(set(types) - set(BATCH_EVENT_TYPES))
+        other = sorted(set(types) - set(SENT_EVENT_TYPES))
         if other:
             raise BadRequest(
-                f"'{other[0]}' is not sent by this gateway: it sends {', '.join(BATCH_EVENT_TYPES)}.",
+                f"'{other[0]}' is not sent by this gateway: it sends {', '.join(SENT_EVENT_TYPES)}.",
                 param="event_types",
                 code="unsupported_event_type",
             )
-        fields["event_types"] = tuple(t for t in BATCH_EVENT_TYPES if t in types)
+        fields["event_types"] = tuple(t for t in SENT_EVENT_TYPES if t in types)
     return fields

@@ -31,6 +31,9 @@ EVENT_TYPES = {
     "cancelled": "batch.cancelled",
 }
 BATCH_EVENT_TYPES = tuple(EVENT_TYPES.values())
+# What a background response's end sends (``domain.background.event_type``).
+RESPONSE_EVENT_TYPES = ("response.completed", "response.failed", "response.cancelled", "response.incomplete")
+SENT_EVENT_TYPES = BATCH_EVENT_TYPES + RESPONSE_EVENT_TYPES  # every event a webhook may be sent
 
 
 def new_secret(random_bytes: bytes) -> str:
@@ -93,13 +96,16 @@ class EventMessage:
         return cls(**json.loads(text))
 
     @classmethod
-    def of_batch(cls, batch_id: str, user_id: str, final_status: str, ended_ms: int) -> EventMessage:
-        """The event of a batch's end. Its id follows from the batch, so a retried step makes
-        the same event, which the FIFO queue's deduplication and the delivery record drop."""
+    def of_batch(
+        cls, batch_id: str, user_id: str, final_status: str, ended_ms: int, event_type: str | None = None
+    ) -> EventMessage:
+        """The event of a batch's end (``event_type``, when given: a background response's).
+        Its id follows from the batch, so a retried step makes the same event, which the FIFO
+        queue's deduplication and the delivery record drop."""
         return cls(
             EVENT_PREFIX + batch_id.removeprefix("batch_"),
             user_id,
             batch_id,
-            EVENT_TYPES[final_status],
+            event_type or EVENT_TYPES[final_status],
             ended_ms,
         )

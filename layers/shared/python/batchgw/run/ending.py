@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from batchgw.deps import Deps
-from batchgw.domain.batch import BatchRecord, Tally, shard_totals
+from batchgw.domain import background
+from batchgw.domain.batch import BatchRecord, Tally, is_response, shard_totals
 from batchgw.domain.decisions import not_run_error
 from batchgw.domain.states import UNFINISHED_STATUSES, BatchStatus, RequestStatus
 from batchgw.domain.webhooks import EventMessage
@@ -230,12 +231,22 @@ def announce(deps: Deps, batch: BatchRecord) -> None:
     hook = deps.webhooks.get(batch.owner)
     if hook is not None and hook.enabled:
         ended_at = batch.ended_at if batch.ended_at is not None else deps.clock()
-        event = EventMessage.of_batch(batch.id, batch.owner, batch.status.value, int(ended_at * 1000))
+        event = EventMessage.of_batch(
+            batch.id, batch.owner, batch.status.value, int(ended_at * 1000), _response_event(deps, batch)
+        )
         now = deps.clock()
         queued = Delivery(event.event_id, event.type, event.batch_id, event.created_at, next_attempt_at=now)
         deps.webhooks.record(event.user_id, event.created_at, queued, now=now, only_new=True)
         deps.events.send(event)
     deps.batches.clear_event_pending(batch.id)
+
+
+def _response_event(deps: Deps, batch: BatchRecord) -> str | None:
+    """A background response's event (``domain.background``), from its one request's end;
+    None for a batch."""
+    if not is_response(batch.id):
+        return None
+    return background.event_type(background.status_of(batch, deps.requests.get(batch.id, 0)))
 
 
 def _keep_idempotency_key(deps: Deps, batch: BatchRecord, ended_at: float) -> None:

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from batchgw.domain.webhooks import BATCH_EVENT_TYPES, ENDPOINT_PREFIX
+from batchgw.domain.webhooks import ENDPOINT_PREFIX, SENT_EVENT_TYPES
 from batchgw.storage.dynamo import Table, Update, from_item
 
 EVENTS_KEPT_SECONDS = 7 * 86400
@@ -44,10 +44,10 @@ class Webhook:
     suspended_until: float | None = None
     suspensions: int = 0  # in a row: each longer than the last
     # As the OpenAI SDK's webhook endpoints show it (``api.webhook_endpoints``): its id, its
-    # name, and the event types it is sent (none stored: every batch event).
+    # name, and the event types it is sent (none stored: every event sent).
     endpoint_id: str = ""
     name: str = ""
-    event_types: tuple[str, ...] = BATCH_EVENT_TYPES
+    event_types: tuple[str, ...] = SENT_EVENT_TYPES
     secret_hint: str | None = None  # its prefix and last characters, to tell secrets apart
 
     @property
@@ -82,7 +82,7 @@ class Webhook:
             secret_hint=opt("secret_hint"),
             event_types=tuple(str(t) for t in item["event_types"])
             if item.get("event_types")
-            else BATCH_EVENT_TYPES,
+            else SENT_EVENT_TYPES,
         )
 
 
