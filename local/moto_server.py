@@ -39,16 +39,18 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import importlib.util
 import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import moto
 from batchgw.storage.aws import FUNCTION_NAME_ENV, calls_made_for, get_clients
@@ -62,8 +64,6 @@ from moto.server import ThreadedMotoServer
 from moto.sqs.models import SQSBackend
 from moto.stepfunctions.parser.asl.component.component import Component
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
-from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
-from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from local import collector, crashes, denials, keep_alive, moto_patches, state, throttling
 from local.env import (
@@ -78,6 +78,9 @@ from local.env import (
     snapshot_path,
 )
 from local.invocations import record_invocation
+
+if TYPE_CHECKING:
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 log = logging.getLogger("local.moto_server")
 
@@ -306,6 +309,10 @@ def install_parsed_definitions() -> None:
     keep each execution's state in its environment, never in themselves (they are built so), so
     executions share it once its heap keys are drawn (``_fix_heap_keys``).
     """
+    # here, not at the top: after ``defer_batch_models`` (``configure``)
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
     parsed: dict[str, EvalComponent] = {}
     lock = threading.Lock()
 
@@ -324,8 +331,38 @@ def install_parsed_definitions() -> None:
     ExecutionWorker._get_evaluation_entrypoint = entrypoint  # type: ignore[method-assign]
 
 
+def defer_batch_models() -> None:
+    """Import ``moto.batch``'s models (and EC2's, which they import) on first use, not with the
+    Step Functions interpreter.
+
+    moto 5.2.5's interpreter imports ``moto.batch.utils`` (for a Batch task's job statuses), and
+    so ``moto.batch``, whose ``__init__`` imports its models: Batch's, ECS's and EC2's, whose
+    instance types and regions are read from moto's data files as they import. That was about a
+    second of the moto process's CPU at every start of a local stack (``-X importtime``), for
+    services the gateway never calls. Here ``moto.batch`` is the package without its
+    ``__init__`` run, its submodules found as before; a name read from it (``batch_backends``,
+    when a request reaches Batch) imports its models then, as its ``__init__`` would have.
+    """
+    if "moto.batch" in sys.modules:
+        return
+    spec = importlib.util.find_spec("moto.batch")
+    if spec is None:
+        return
+    package = importlib.util.module_from_spec(spec)  # not executed: no models imported
+
+    def models_attribute(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(importlib.import_module("moto.batch.models"), name)
+
+    package.__getattr__ = models_attribute  # type: ignore[method-assign]
+    sys.modules["moto.batch"] = package
+    moto.batch = package  # type: ignore[attr-defined]
+
+
 def configure() -> None:
     """Apply ``MOTO_CONFIG`` in process (what ``POST /moto-api/config`` does)."""
+    defer_batch_models()
     if moto.__version__ != PINNED_MOTO_VERSION:
         log.warning(
             "the Lambda hook was written against moto %s, found %s", PINNED_MOTO_VERSION, moto.__version__
