@@ -514,9 +514,8 @@ def _window_usage(
     return usage
 
 
-def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measured:
-    requests, broken = cost_replay.read_recording(recording)
-    polled = frozenset(queue_name(queue) for queue in resources.QUEUES)  # each feeds a function
+def _windows(cost_run: CostRun) -> list[cost_replay.Window]:
+    """The run's windows of the recording: its run, its polls alone, its bursts alone (if any)."""
     windows = [
         cost_replay.Window("run", cost_run.run.first_line, cost_run.run.end_line),
         cost_replay.Window("polls", cost_run.polls.first_line, cost_run.polls.end_line),
@@ -524,7 +523,47 @@ def measure(cost_run: CostRun, recording: Path, invocations_dir: Path) -> Measur
     if cost_run.interactive is not None:
         alone = cost_run.interactive
         windows.append(cost_replay.Window("interactive", alone.first_line, alone.end_line))
-    tallies = cost_replay.replay(requests, windows, polled)
+    return windows
+
+
+def replay_runs(
+    cost_runs: Sequence[CostRun], recording: Path
+) -> tuple[dict[str, dict[str, cost_replay.Tally]], int]:
+    """Each run's windows tallied (mode -> window name -> tally) from one replay of the recording,
+    and how many of its lines could not be read.
+
+    The runs ran one after another, so their windows never share a line; and a replay in order
+    tallies a window the same whichever other windows it tallies too (the DynamoDB state at each
+    line is what the lines before it made): one replay to the last window's end, not one per run
+    from the recording's first line each."""
+    requests, broken = cost_replay.read_recording(recording)
+    polled = frozenset(queue_name(queue) for queue in resources.QUEUES)  # each feeds a function
+    named = {
+        f"{cost_run.mode}/{window.name}": (cost_run.mode, window)
+        for cost_run in cost_runs
+        for window in _windows(cost_run)
+    }
+    tallies = cost_replay.replay(
+        requests, [replace(window, name=name) for name, (_, window) in named.items()], polled
+    )
+    by_run: dict[str, dict[str, cost_replay.Tally]] = {cost_run.mode: {} for cost_run in cost_runs}
+    for name, (mode, window) in named.items():
+        by_run[mode][window.name] = tallies[name]
+    return by_run, broken
+
+
+def measure(
+    cost_run: CostRun,
+    recording: Path,
+    invocations_dir: Path,
+    replayed: tuple[dict[str, cost_replay.Tally], int] | None = None,
+) -> Measured:
+    """``replayed``: the run's tallies (window name -> tally) and the recording's unreadable
+    lines, from ``replay_runs``; without it, the recording is replayed for this run alone."""
+    if replayed is None:
+        by_run, broken = replay_runs([cost_run], recording)
+        replayed = by_run[cost_run.mode], broken
+    tallies, broken = replayed
     invocations = read_invocations(invocations_dir)
     memory = function_memory_mb()
     run_invoked, poll_invoked = _in(cost_run.run, invocations), _in(cost_run.polls, invocations)
@@ -645,7 +684,10 @@ def measure_cost(
     the gateway-run batch alone), with the modes side by side (``cost_by_mode``)."""
     cost_runs, recording, invocations = run_cost_workload(n, workers, bursts, latency_ms)
     print("  replaying the recording...", flush=True)
-    measured = {run.mode: measure(run, recording, invocations) for run in cost_runs}
+    tallies, broken = replay_runs(cost_runs, recording)
+    measured = {
+        run.mode: measure(run, recording, invocations, (tallies[run.mode], broken)) for run in cost_runs
+    }
     result = cost_result(measured["gateway"])
     print_breakdown(m.price(measured["gateway"].usage), measured["gateway"].figures)
     print_provisioned(result["cost_provisioned"])
