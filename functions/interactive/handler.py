@@ -73,11 +73,20 @@ def _serve(endpoint: str) -> Response[Any]:
             auth.ensure_enabled(deps)  # batch work, as batches: 404 with BATCH_ENABLED off
             created = background.create(deps, principal, raw, idempotency_key=headers.get("idempotency-key"))
             return _reply(answers.Reply(200, created))
+    if endpoint in FLEX_ENDPOINTS and b'"flex"' in raw:
+        from batchgw.deferred import flex  # loaded by the first request that may be one
+
+        if flex.wants_flex(raw):
+            auth.ensure_enabled(deps)  # batch work, as batches: 404 with BATCH_ENABLED off
+            return _reply(flex.serve(deps, principal, endpoint, raw))
     reply = _loop.run_until_complete(
         serve.serve(deps, principal, endpoint, raw, anthropic_version=headers.get("anthropic-version"))
     )
     return _reply(reply)
 
+
+# The paths a request may ask the flex tier on (``batchgw.deferred.flex.ENDPOINTS``).
+FLEX_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
 
 for _path in INTERACTIVE_PATHS:
     app.post(_path)(lambda _endpoint=_path: _serve(_endpoint))

@@ -264,8 +264,9 @@ class Functions(Construct):
             self._grant_control(name, function, storage.tables[resources.CONTROL.logical_id])
             self._grant_objects(name, function, storage.buckets[resources.DATA_BUCKET.logical_id])
         # Who wakes a parked workflow: a cancel (api; admin, as a deleted user's provider-run
-        # batches are cancelled), the last item (worker), park itself (lifecycle).
-        for function in (self.api, self.admin, self.worker, self.lifecycle):
+        # batches are cancelled; interactive, a flex request given up), the last item
+        # (worker), park itself (lifecycle).
+        for function in (self.api, self.admin, self.worker, self.lifecycle, self.interactive):
             workflow.grant_task_response(function)
         # A batch is started by the api; deleting one (a user's, or a deleted user's every batch)
         # stops its execution and starts its purge: the executions of this state machine only.

@@ -1,7 +1,10 @@
-"""Background Responses through the unmodified OpenAI SDK on the session's local stack:
-create → queued → completed with its output, charged once at the batch price; a cancel
-while its call is slow; another tenant's id; what background may not be combined with;
-a background response is not a batch to the batch routes."""
+"""Deferred single requests through the unmodified OpenAI SDK on the session's local stack.
+
+Background Responses: create → queued → completed with its output, charged once at the
+batch price; a cancel while its call is slow; another tenant's id; what background may not
+be combined with; a background response is not a batch to the batch routes. The flex tier:
+each route answers with ``service_tier: "flex"``, charged once at the batch price (its 429
+and its place ahead of batches: ``test_operator``)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 from openai import OpenAI
 
 from local.run import LocalStack
-from tests.e2e.conftest import Account
+from tests.e2e.conftest import Account, root
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -43,6 +46,14 @@ def batch_cost(http: httpx.Client, model: str, usage: Any) -> float:
         )
         / 1e6
     )
+
+
+def logged_sources(stack: LocalStack, batch_id: str) -> list[str]:
+    """The sources the administrators' request log gives the calls of ``batch_id``."""
+    log = root(stack, "sk-local-admin").get(
+        "/admin/requests", params={"source": "batch", "batch_id": batch_id}
+    )
+    return [entry["source"] for entry in log.raise_for_status().json()["data"]]
 
 
 def key_of(user: Account) -> str:
@@ -78,6 +89,7 @@ def test_a_background_response_is_queued_then_completed_with_its_output_charged_
     # An owner without limits is charged as the batch's charges roll up (by its end at last).
     wait_for(lambda: spent(user) >= cost - 1e-12, timeout=30, what="the charge")
     assert spent(user) == pytest.approx(cost, abs=1e-9)
+    assert logged_sources(stack, created.id) == ["background"]
 
 
 def test_a_model_that_does_not_serve_responses_is_refused_as_a_batch_refuses_it(stack: LocalStack) -> None:
@@ -202,3 +214,55 @@ def test_a_create_retried_with_its_idempotency_key_answers_the_first_response(st
     again = client.post("/responses", body=body, cast_to=dict, options={"headers": headers})
     assert first["id"] == again["id"] and first["id"].startswith("resp_")
     assert ended(client, first["id"]).output_text == "echo: once"
+
+
+def test_a_flex_request_on_each_route_answers_with_service_tier_flex_charged_once_at_the_batch_price(
+    stack: LocalStack,
+) -> None:
+    user = Account(stack)
+    client = sdk(stack, key_of(user))
+    chat = client.chat.completions.create(
+        model="sim-chat", messages=[{"role": "user", "content": "flex chat"}], service_tier="flex"
+    )
+    assert chat.service_tier == "flex" and chat.choices[0].message.content == "echo: flex chat"
+    response = client.responses.create(model="sim-chat", input="flex response", service_tier="flex")
+    assert response.service_tier == "flex" and response.output_text == "echo: flex response"
+    embedded = client.embeddings.create(
+        model="sim-embed", input="flex embedding", extra_body={"service_tier": "flex"}
+    )
+    assert len(embedded.data) == 1
+    assert chat.usage is not None and response.usage is not None and embedded.usage is not None
+    cost = batch_cost(
+        user.api.http, "sim-chat", _Usage(chat.usage.prompt_tokens, chat.usage.completion_tokens)
+    )
+    cost += batch_cost(user.api.http, "sim-chat", response.usage)
+    cost += batch_cost(user.api.http, "sim-embed", _Usage(embedded.usage.prompt_tokens, 0))
+    wait_for(lambda: spent(user) >= cost - 1e-12, timeout=30, what="the charges")
+    assert spent(user) == pytest.approx(cost, abs=1e-9)
+    assert client.batches.list().data == []  # nor is a flex request a batch
+
+
+def test_a_flex_request_refuses_stream_and_an_invalid_body_before_anything_runs(stack: LocalStack) -> None:
+    client = sdk(stack, "sk-local-alice")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.post(
+            "/chat/completions",
+            body={
+                "model": "sim-chat",
+                "messages": [{"role": "user", "content": "x"}],
+                "service_tier": "flex",
+                "stream": True,
+            },
+            cast_to=dict,
+        )
+    assert refused.value.param == "stream"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "x"}], service_tier="flex"
+        )
+    assert refused.value.param == "model"
+
+
+class _Usage:
+    def __init__(self, input_tokens: int, output_tokens: int) -> None:
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens

@@ -34,6 +34,9 @@ ENV = {
     "BATCH_RECONCILE_SECONDS": "3",
     "BATCH_SLOT_WAIT_SECONDS": "0.5",
     "BATCH_ROUTE_CIRCUIT_SECONDS": "2",
+    # A flex request finding no batch slot answers 429 this soon (one that finds the model full
+    # of a batch takes a slot in a few seconds: a worker environment started, a chain handed on).
+    "BATCH_FLEX_WAIT_SECONDS": "15",
 }
 
 
@@ -548,3 +551,50 @@ def test_a_saturated_model_makes_the_batch_back_off_to_its_capacity_and_healthy_
         sim.post("/_sim/overflow", json={"sim-chat": None})
         sim.post("/_sim/capacity", json={"sim-chat": None})
         admin.delete("/admin/config/BATCH_MODEL_PAUSE_AFTER_FAILURES")
+
+
+FLEX_TAG = "flexwork"
+
+
+def flex_chat(stack: LocalStack, text: str) -> Any:
+    client = openai.OpenAI(base_url=stack.api_url, api_key="sk-local-bob", max_retries=0)
+    return client.chat.completions.create(
+        model="sim-chat",
+        messages=[{"role": "user", "content": f"[[sim tag={FLEX_TAG}]] {text}"}],
+        service_tier="flex",
+    )
+
+
+def flex_requests(sim: httpx.Client) -> int:
+    return int(sim.get("/_sim/stats").json().get("tags", {}).get(FLEX_TAG, {}).get("requests", 0))
+
+
+def test_a_flex_request_takes_a_slot_of_a_batch_filling_the_model_as_one_of_its_requests_ends(
+    stack: LocalStack, admin: httpx.Client, alice: Api, sim: httpx.Client
+) -> None:
+    batch_id = slow_batch(alice, 400, latency_ms=1000)
+    seconds_until(lambda: batch_in_flight(sim) >= 8, what="the batch to fill the model's cap of 8")
+    answer = flex_chat(stack, "ahead of the batch")  # within BATCH_FLEX_WAIT_SECONDS, or a 429
+    assert answer.service_tier == "flex" and answer.choices[0].message.content.endswith("ahead of the batch")
+    assert flex_requests(sim) == 1
+    left = alice.batch(batch_id)["request_counts"]
+    assert left["completed"] < 100  # answered while the batch still had most of its requests to run
+    alice.http.post(f"/batches/{batch_id}/cancel")
+    alice.wait_final(batch_id, timeout=60)
+
+
+def test_a_flex_request_on_a_model_held_by_interactive_traffic_answers_429_and_calls_no_model(
+    stack: LocalStack, admin: httpx.Client, sim: httpx.Client
+) -> None:
+    put = admin.put("/admin/interactive-load/gw-flex", json={"models": {"sim-chat": 20}, "ttl_seconds": 60})
+    assert put.status_code == 200, put.text
+    seconds_until(lambda: share_of(admin)["slots"] == 0, what="no batch share left")
+    started = time.monotonic()
+    with pytest.raises(openai.RateLimitError) as refused:
+        flex_chat(stack, "no room")
+    took = time.monotonic() - started
+    print(f"the flex request was refused after {took:.2f} s")
+    assert took < 29  # within API Gateway's limit
+    assert refused.value.code == "resource_unavailable"
+    assert int(refused.value.response.headers["retry-after"]) > 0
+    assert flex_requests(sim) == 0

@@ -51,8 +51,9 @@ def test_the_functions_that_wake_a_parked_workflow_may_answer_its_task_tokens(
 ) -> None:
     for name, function in functions.items():
         arn = synth.props(function)["Environment"]["Variables"]["BATCHGW_STATE_MACHINE_ARN"]
-        # a cancel (a deleted user's provider-run batches, by the admin), the last request, park itself
-        wakes = name in ("api", "admin", "worker", "lifecycle")
+        # a cancel (a deleted user's provider-run batches, by the admin; a flex request given
+        # up, by the interactive function), the last request, park itself
+        wakes = name in ("api", "admin", "worker", "lifecycle", "interactive")
         assert (("states:SendTaskSuccess", arn) in synth.statements(function)) == wakes, name
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import pytest
 from batchgw.domain.contention import Tag, owed, parse_tag, stale_tags, tag_of, yields
 
 # The decision with BATCH_TENANT_SHARES on.
@@ -105,3 +106,18 @@ def test_with_tenant_shares_off_every_batch_has_the_even_share_whatever_its_tag(
     assert not yields("a", 4, {"a": 2, "b": 2}, ["b"], on_map, ALICE, holding=True, by_tenant=False)
     # On, the same map: a gives every slot to b.
     assert yields("a", 4, {"a": 2, "b": 2}, ["b"], on_map, ALICE, holding=True, by_tenant=True)
+
+
+@pytest.mark.parametrize("by_tenant", [False, True])
+def test_a_waiting_flex_request_goes_before_every_batch_whatever_its_share(by_tenant: bool) -> None:
+    on_map = tags(a=ALICE)
+    flex = "flex_1"
+    # a holds every slot: it lets one go at its next request, though it holds no more than its part
+    assert yields("a", 4, {"a": 4}, [flex], on_map, ALICE, holding=True, by_tenant=by_tenant)
+    assert yields("a", 4, {"a": 2, flex: 1}, [flex], on_map, ALICE, holding=True, by_tenant=by_tenant)
+    # a free slot goes to the flex request, not to a batch: only one more than flex waits is a's
+    assert yields("a", 4, {"a": 3}, [flex], on_map, ALICE, holding=False, by_tenant=by_tenant)
+    assert not yields("a", 4, {"a": 2}, [flex], on_map, ALICE, holding=False, by_tenant=by_tenant)
+    # the flex request itself gives way to no batch, and nothing changes once none waits
+    assert not yields(flex, 4, {"a": 4}, ["a"], on_map, None, holding=False, by_tenant=by_tenant)
+    assert not yields("a", 4, {"a": 3, flex: 1}, [], on_map, ALICE, holding=True, by_tenant=by_tenant)

@@ -37,7 +37,7 @@ from batchgw.config.catalog import ModelSpec, Route
 from batchgw.deps import Deps
 from batchgw.domain import codec, money
 from batchgw.domain.attempts import AttemptEntry, log_key
-from batchgw.domain.batch import BatchRecord, CountedBatch, Tally, is_response
+from batchgw.domain.batch import BatchRecord, CountedBatch, Tally, is_flex, is_response
 from batchgw.domain.decisions import not_run_error
 from batchgw.domain.errors import BadRequest, NotFound
 from batchgw.domain.fairness import held_by_batch
@@ -480,7 +480,8 @@ def request_log(deps: Deps, principal: Principal, params: Params) -> dict[str, A
     if after is not None and not LOG_ENTRY_ID.fullmatch(after):
         raise BadRequest("'after' must be a request id from this list.", param="after")
     if batch_id is not None:
-        visible_batch(deps, principal, batch_id)
+        if deps.batches.get_record(batch_id) is None:  # a deferred request's id too (resp_, flex_)
+            raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found")
         before_key = None if after is None else _batch_log_key(after)
         found, more = deps.reqlog.batch_attempts(
             batch_id, limit=limit, start_ms=start_ms, end_ms=end_ms, before_key=before_key
@@ -572,15 +573,20 @@ def _batch_log_key(entry_id: str) -> int:
     return log_key(int(parts[0]), int(index))
 
 
+def _deferred_source(batch_id: str) -> str | None:
+    return "background" if is_response(batch_id) else "flex" if is_flex(batch_id) else None
+
+
 def _request_object(entry_id: str, source: Source, entry: AttemptEntry) -> dict[str, Any]:
-    """A call of the request log. A background response's (a batch of one request:
-    ``batchgw.deferred``) is listed among the batch calls, its source ``background``."""
+    """A call of the request log. A background response's or a flex request's (each a batch
+    of one request: ``batchgw.deferred``) is listed among the batch calls, its source
+    ``background`` or ``flex``."""
     shown = _attempt_object(0, entry)
     return {
         **shown,
         "id": entry_id,
         "object": "request",
-        "source": "background" if is_response(entry.batch_id or "") else source,
+        "source": _deferred_source(entry.batch_id or "") or source,
         "user_id": entry.user_id,
         "batch_id": entry.batch_id or None,
         "request_index": entry.index if entry.batch_id else None,

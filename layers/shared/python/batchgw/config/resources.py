@@ -212,8 +212,9 @@ TABLE_ACCESS: dict[str, Access] = {
     # function stores a background response (a batch of one request: ``batchgw.deferred``)
     BATCHES.logical_id: access(read=(ADMIN,), write=(API, ADMIN, WORKER, LIFECYCLE, INTERACTIVE)),
     # the api pages results; the admin reads a batch's attempts; the interactive function
-    # reads a background response's request as it answers its create
-    REQUESTS.logical_id: access(read=(API, ADMIN, INTERACTIVE), write=(WORKER, LIFECYCLE)),
+    # reads a background response's request as it answers its create, and a flex request's
+    # while it waits (ending it unstarted when no slot freed up: ``batchgw.deferred.flex``)
+    REQUESTS.logical_id: access(read=(API, ADMIN), write=(WORKER, LIFECYCLE, INTERACTIVE)),
     # the admin deletes a deleted user's files; the lifecycle stores result files
     FILES.logical_id: access(write=(API, ADMIN, LIFECYCLE)),
 }

@@ -412,6 +412,16 @@ class Settings(BaseModel):
         alias="BATCH_BACKGROUND_WINDOW_SECONDS",
         description="How long a background response may wait and run before it ends incomplete",
     )
+    batch_flex_wait_seconds: float = Field(
+        20,
+        gt=0,
+        lt=29,
+        alias="BATCH_FLEX_WAIT_SECONDS",
+        description=(
+            "How long a flex request (service_tier flex) waits for a batch slot before it answers 429; "
+            "below API Gateway's 29 s"
+        ),
+    )
     batch_reservation_wait_seconds: float = Field(
         30,
         gt=0,

@@ -13,6 +13,7 @@ shows is ``domain.background``'s.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from batchgw.api import batches, idempotency
@@ -76,25 +77,7 @@ def create(
         )
     scheduling = scheduling_of(body, admin=principal.is_admin)
     asked = {k: v for k, v in body.items() if k not in ("background", "store", "stream", *SCHEDULING_FIELDS)}
-    try:
-        planned = plan_request(
-            {"custom_id": CUSTOM_ID, "url": ENDPOINT, "body": asked},
-            endpoint=ENDPOINT,
-            catalog=deps.catalog,
-            role=principal.role,
-        )
-    except RequestInvalid as exc:
-        param = exc.param.removeprefix("body.") if exc.param and exc.param != "body" else None
-        raise BadRequest(exc.message, param=param, code=exc.code) from exc
-    opening = batches.Opening(
-        endpoint=ENDPOINT,
-        window=None,
-        window_seconds=settings.batch_background_window_seconds,
-        metadata=None,
-        input=batches.InlineInput(((CUSTOM_ID, planned.model, planned.body),)),
-        mode=Mode.GATEWAY,
-        scheduling=scheduling,
-    )
+    opening = replace(one_request(deps, principal, ENDPOINT, CUSTOM_ID, asked), scheduling=scheduling)
     created = batches.create_once(
         deps,
         principal,
@@ -106,6 +89,32 @@ def create(
     )
     record = _own(deps, principal, str(created["id"]))
     return _shown(deps, record, deps.requests.get(record.id, 0), asked)
+
+
+def one_request(
+    deps: Deps, principal: Principal, endpoint: str, custom_id: str, body: dict[str, Any]
+) -> batches.Opening:
+    """The batch of one request a deferred request is stored as: ``body`` checked as a
+    batch's request to ``endpoint`` is (a 400 naming the field, relative to the body), run
+    by the gateway within ``BATCH_BACKGROUND_WINDOW_SECONDS``."""
+    try:
+        planned = plan_request(
+            {"custom_id": custom_id, "url": endpoint, "body": body},
+            endpoint=endpoint,
+            catalog=deps.catalog,
+            role=principal.role,
+        )
+    except RequestInvalid as exc:
+        param = exc.param.removeprefix("body.") if exc.param and exc.param != "body" else None
+        raise BadRequest(exc.message, param=param, code=exc.code) from exc
+    return batches.Opening(
+        endpoint=endpoint,
+        window=None,
+        window_seconds=deps.settings.batch_background_window_seconds,
+        metadata=None,
+        input=batches.InlineInput(((custom_id, planned.model, planned.body),)),
+        mode=Mode.GATEWAY,
+    )
 
 
 def retrieve(deps: Deps, principal: Principal, response_id: str) -> dict[str, Any]:

@@ -55,10 +55,12 @@ def shard_totals(total: int, shards: int) -> list[int]:
     return [len(range(k, total, shards)) for k in range(shards)]
 
 
-# A background response (``batchgw.deferred``) is stored as a batch of one request whose id
-# starts ``resp_``; its owner-index key starts ``r``, after every batch's (which start with
-# digits), so a list of batches and a list of responses are two ranges of one index.
+# A deferred single request (``batchgw.deferred``) is stored as a batch of one request: a
+# background response's id starts ``resp_``, a flex request's ``flex_``. Its owner-index key
+# starts ``r``, after every batch's (which start with digits), so a list of batches and a
+# list of deferred requests are two ranges of one index.
 RESPONSE_PREFIX = "resp_"
+FLEX_PREFIX = "flex_"
 RESPONSE_KEYS = "r"
 KEYS_END = ":"  # just after the digits: the end of a range of owner-index keys
 
@@ -68,9 +70,15 @@ def is_response(record_id: str) -> bool:
     return record_id.startswith(RESPONSE_PREFIX)
 
 
+def is_flex(record_id: str) -> bool:
+    """Whether ``record_id`` names a flex request (served before every batch's requests)."""
+    return record_id.startswith(FLEX_PREFIX)
+
+
 def created_key(created_ms: int, record_id: str) -> str:
     """Sort key of the owner indexes (milliseconds, so read backwards it is newest first)."""
-    return f"{RESPONSE_KEYS if is_response(record_id) else ''}{created_ms:015d}#{record_id}"
+    deferred = is_response(record_id) or is_flex(record_id)
+    return f"{RESPONSE_KEYS if deferred else ''}{created_ms:015d}#{record_id}"
 
 
 def created_bound(seconds: int, *, responses: bool = False) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from batchgw.domain import fairness
-from batchgw.domain.batch import BatchRecord
+from batchgw.domain.batch import BatchRecord, is_flex
 from batchgw.domain.shares import Claim, allocate, gives_back, may_take
 
 _SEPARATOR = "|"
@@ -126,8 +126,15 @@ def yields(
     or does not take a free one, for another batch that waits. ``by_tenant``
     (``BATCH_TENANT_SHARES``): its batch holds more than the allocation ``shares.allocate``
     gives it while the others lack slots; off, more than the even part per batch
-    (``fairness.gives_way``). Never while no other batch waits."""
+    (``fairness.gives_way``). Never while no other batch waits.
+
+    A flex request (``domain.batch.is_flex``) waiting goes first, either way: a batch's chain
+    lets its slot go at its next request, and takes a free one only if more are free than
+    flex requests wait (running requests are never interrupted)."""
     waits = set(waiting)
+    flex_waiting = {batch for batch in waits if is_flex(batch)} - {batch_id}
+    if flex_waiting and not is_flex(batch_id):
+        return holding or slots - sum(held.values()) <= len(flex_waiting)
     if not by_tenant:
         return fairness.gives_way(batch_id, slots, held, waits, holding=holding)
     if not waits - {batch_id}:
