@@ -193,7 +193,7 @@ cost: install
 chaos: install
 	$(PY) -m tests.e2e.chaos --batches 12 --requests 50 --kills 12 --duplicates 16 --cancels 4 \
 		--window-seconds 300 --reconcile-seconds 4 --worker-timeout-seconds 20 --task-crash-rate 0.03 \
-		--throttle-rate 0.05 --reporters 3 --provider-batches 4 --revocations 2
+		--throttle-rate 0.05 --reporters 3 --provider-batches 4 --revocations 2 --responses 16
 
 clean:
 	rm -rf $(VENV) cdk.out infra/node_modules .pytest_cache .mypy_cache .ruff_cache $(CONSOLE)/node_modules layers/shared/python/batchgw/console/web/vendor tests/e2e/screenshots

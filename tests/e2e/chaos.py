@@ -95,6 +95,14 @@ CHAOS_ENV = {
     "BATCH_PROVIDER_POLL_MAX_SECONDS": "2",
 }
 FINAL = ("completed", "failed", "expired", "cancelled")
+SETTLED = ("completed", "failed", "cancelled", "incomplete")  # a background response's ends
+
+
+def path_of(batch_id: str) -> str:
+    """The API path of a batch, or of a background response (``resp_``)."""
+    return f"/responses/{batch_id}" if batch_id.startswith("resp_") else f"/batches/{batch_id}"
+
+
 # What the drain check keeps of the budget at least (a queue drains within a visibility).
 DRAIN_SHARE = 0.3
 # How long the stack may take to start, apart from the run's budget.
@@ -149,11 +157,11 @@ class Observer:
             polled = self.unfinished()
             for batch_id in polled:
                 try:
-                    batch = self.api.get(f"/batches/{batch_id}").json()
+                    batch = self.api.get(path_of(batch_id)).json()
                 except (httpx.HTTPError, ValueError):
                     self.errors += 1  # a loaded stack: asked again next round
                     continue
-                if batch.get("status") in FINAL:
+                if batch.get("status") in (SETTLED if batch.get("object") == "response" else FINAL):
                     with self._lock:
                         self.final[batch_id], self.final_at[batch_id] = batch, time.time()
             if polled:
@@ -241,18 +249,25 @@ class Chaos:
                 batch_ids.append(self._create(i))
                 self.observer.watch(batch_ids[-1])
             self.report.batches = len(batch_ids)
+            response_ids = [self._create_response(i) for i in range(self.config.responses)]
+            for response_id in response_ids:
+                self.observer.watch(response_id)
+            self.report.responses = len(response_ids)
             self.reporters = [
                 Reporter(self.stack.api_url, f"chaos-gateway-{i}", self.config.seed + i)
                 for i in range(self.config.reporters)
             ]
-            self._disturb(batch_ids)
-            self._wait_final(batch_ids)
+            self._disturb(batch_ids, response_ids)
+            self._wait_final(batch_ids + response_ids)
             checks = self._checks()
             for batch_id, batch in dict(self.observer.final).items():
-                checks.check_batch(batch_id, batch)
+                if batch_id not in response_ids:
+                    checks.check_batch(batch_id, batch)
+            for response_id in response_ids:
+                checks.check_response(response_id)
             checks.measure(batch_ids)
-            checks.check_upstream(batch_ids)
-            checks.check_money(batch_ids)
+            checks.check_upstream(batch_ids + response_ids)
+            checks.check_money(batch_ids + response_ids)
             checks.check_drained()
         except Exception as exc:  # the harness's own trouble: reported, not lost
             self.report.violations.append(f"the harness stopped: {type(exc).__name__}: {exc}")
@@ -313,8 +328,21 @@ class Chaos:
         self.created_at[batch_id] = time.time()
         return batch_id
 
-    def _disturb(self, batch_ids: list[str]) -> None:
-        """Kills, duplicate deliveries and cancels, in a seeded random order and rhythm."""
+    def _create_response(self, number: int) -> str:
+        """A background response of one faulted request, as a batch's requests are."""
+        fault = self.rng.choices([f for f, _ in FAULTS], weights=[w for _, w in FAULTS])[0]
+        self.report.faults += bool(fault)
+        text = f"chaos response {number} {fault} [[sim latency_ms={self.rng.randint(20, 400)}]]"
+        body = {"model": "sim-chat", "input": text, "background": True, "priority": self.rng.randint(-10, 10)}
+        resp = self.api.post("/responses", json=body)
+        resp.raise_for_status()
+        response_id = str(resp.json()["id"])
+        self.created_at[response_id] = time.time()
+        return response_id
+
+    def _disturb(self, batch_ids: list[str], response_ids: list[str]) -> None:
+        """Kills, duplicate deliveries and cancels, in a seeded random order and rhythm (the
+        cancels and duplicates reach background responses too)."""
         actions = (
             ["kill"] * self.config.kills
             + ["duplicate"] * self.config.duplicates
@@ -326,7 +354,7 @@ class Chaos:
         # The revocations come first, while the provider still runs those batches (its
         # simulated batches end within seconds).
         actions = ["revoke"] * len(self.revocable) + actions
-        cancellable = list(batch_ids)
+        cancellable = list(batch_ids) + list(response_ids)
         living = list(self.reporters)
         revocable = list(self.revocable)
         for action in actions:
@@ -348,8 +376,8 @@ class Chaos:
                     change.raise_for_status()
                     self.report.reprioritized += 1
             elif action == "duplicate":
-                batch_id = self.rng.choice(batch_ids)
-                chains = int(CHAOS_ENV["BATCH_MODEL_CONCURRENCY"])
+                batch_id = self.rng.choice(batch_ids + response_ids)
+                chains = 1 if batch_id in response_ids else int(CHAOS_ENV["BATCH_MODEL_CONCURRENCY"])
                 chain = self.rng.randrange(chains)
                 self.sqs.send_message(
                     QueueUrl=self.queue, MessageBody=ChainMessage(batch_id, chain, chain, chains).encode()
@@ -357,7 +385,7 @@ class Chaos:
                 self.report.duplicates += 1
             elif cancellable:
                 batch_id = cancellable.pop(self.rng.randrange(len(cancellable)))
-                self.api.post(f"/batches/{batch_id}/cancel").raise_for_status()
+                self.api.post(f"{path_of(batch_id)}/cancel").raise_for_status()
                 self.cancelled_at[batch_id] = time.time()
                 self.report.cancels += 1
 
@@ -382,7 +410,7 @@ class Chaos:
         except AssertionError:
             for batch_id in self.observer.unfinished():
                 try:
-                    status = self.api.get(f"/batches/{batch_id}").json().get("status")
+                    status = self.api.get(path_of(batch_id)).json().get("status")
                 except (httpx.HTTPError, ValueError) as exc:
                     status = f"unknown: {type(exc).__name__}"
                 self.report.violations.append(f"{batch_id} did not end within the budget (still {status})")
@@ -442,7 +470,17 @@ def chaos_stack(log_dir: Path, config: ChaosConfig) -> LocalStack:
 def main(argv: list[str] | None = None) -> int:
     defaults = ChaosConfig()
     parser = argparse.ArgumentParser(description="A seeded chaos run on a local stack; prints the totals.")
-    names = ("seed", "batches", "requests", "kills", "duplicates", "cancels", "workers", "reporters")
+    names = (
+        "seed",
+        "batches",
+        "requests",
+        "kills",
+        "duplicates",
+        "cancels",
+        "workers",
+        "reporters",
+        "responses",
+    )
     for name in (*names, "provider_batches", "revocations"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--window-seconds", type=float, default=defaults.window_seconds)

@@ -31,6 +31,13 @@ from tests.e2e.chaos_report import LATENCY_GOAL_SECONDS, ChaosConfig, ChaosRepor
 from tests.support import wait_for
 
 TERMINAL = ("completed", "failed", "cancelled", "expired")
+# A background response's status, by its request's end (its batch not cancelled).
+RESPONSE_OF = {
+    "succeeded": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "expired": "incomplete",
+}
 
 
 @dataclass
@@ -227,6 +234,39 @@ class Checks:
         }
         if counts != expected:
             violations.append(f"{batch_id}: request_counts {counts}, results say {expected}")
+
+    def check_response(self, response_id: str) -> None:
+        """A background response: its batch of one ended (its record final), its request has
+        one terminal outcome, and what the API shows of it follows from the two."""
+        violations = self.report.violations
+        key = {"pk": {"S": response_id}, "sk": {"S": RECORD_SK}}
+        table = self.stack.env[resources.BATCHES.env_var]
+
+        def ended() -> dict[str, Any] | None:
+            item = self.dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
+            record = None if item is None else from_item(item)
+            return record if record is not None and record.get("ended_at") is not None else None
+
+        try:
+            record = wait_for(
+                ended, timeout=max(1.0, self._left()), interval=0.2, what=f"{response_id} to end"
+            )
+        except AssertionError:
+            violations.append(f"{response_id}: its batch of one did not end within the budget")
+            return
+        requests_table = self.stack.env[resources.REQUESTS.env_var]
+        requests = [item for item in self._items(requests_table, response_id) if "custom_id" in item]
+        if len(requests) != 1 or requests[0]["status"] not in RESPONSE_OF:
+            violations.append(f"{response_id}: requests {[r.get('status') for r in requests]}, not one ended")
+            return
+        expected = "cancelled" if record["status"] == "cancelled" else RESPONSE_OF[requests[0]["status"]]
+        shown = self.api.get(f"/responses/{response_id}").raise_for_status().json()
+        self.report.response_statuses[shown["status"]] += 1
+        if shown["status"] != expected or (expected == "completed" and not shown["output"]):
+            violations.append(
+                f"{response_id} shows {shown['status']} ({len(shown['output'])} outputs); its batch "
+                f"ended {record['status']}, its request {requests[0]['status']}"
+            )
 
     def check_upstream(self, batch_ids: list[str]) -> None:
         calls = lost = 0

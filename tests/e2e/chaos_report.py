@@ -40,6 +40,10 @@ class ChaosConfig:
     # administrator revokes mid-run: each must end (owner_unauthorized, or as it was) with
     # every request's one outcome, sending the provider nothing more.
     revocations: int = 0
+    # Background responses (``POST /v1/responses`` with background, alice's) made beside the
+    # batches, one faulted request each like a batch's; cancels and duplicated chain
+    # messages reach them too. Each must end once, charged once.
+    responses: int = 0
 
 
 @dataclass
@@ -63,6 +67,8 @@ class ChaosReport:
     revoked: dict[str, str] = field(default_factory=dict)  # by batch whose key was revoked: how it ended
     statuses: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
+    responses: int = 0  # background responses made
+    response_statuses: Counter[str] = field(default_factory=Counter)  # how they ended
     upstream_seen: int = 0
     calls_recorded: int = 0
     lost_attempts: int = 0
@@ -123,6 +129,7 @@ class ChaosReport:
             f"keys revoked mid-run {len(self.revoked)} "
             f"(their batches ended {dict(Counter(self.revoked.values()))})",
             f"requests {self.requests} ({dict(self.outcomes)})",
+            f"background responses {self.responses} ({dict(self.response_statuses)})",
             f"batches made with a complete_by {self.deadlines} (refused as infeasible and made "
             f"without one {self.deadlines_refused}), priorities changed mid-run {self.reprioritized}",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "

@@ -29,6 +29,7 @@ def test_every_batch_ends_fast_with_one_outcome_per_request_whatever_fails(
         throttle_rate=0.05,
         reporters=2,
         provider_batches=2,
+        responses=8,
         timeout=BUDGET_SECONDS,
     )
     with chaos_stack(tmp_path_factory.mktemp("chaos-logs"), config) as stack:
@@ -44,3 +45,4 @@ def test_every_batch_ends_fast_with_one_outcome_per_request_whatever_fails(
     assert report.cancel_latency or report.cancel_latency_killed  # measured (the goals are violations)
     assert len(report.final_latency) == config.batches
     assert report.provider_batches == 2
+    assert sum(report.response_statuses.values()) == config.responses  # each ended once, checked

@@ -8,6 +8,7 @@ month boundaries happen during the test.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -355,25 +356,80 @@ def test_x_on_behalf_of_is_refused(quotas: LocalStack) -> None:
 NEW_YEAR = int(datetime(2027, 1, 1, tzinfo=UTC).timestamp())
 
 
-@pytest.fixture(scope="module")
-def midnight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    # The stack's clock starts at its start: the batches must be created, and their first
-    # requests run, before the fake midnight, however slowly a loaded machine starts the
-    # stack (45 s were not enough beside another test process in CI).
+MIDNIGHT_TEST = "test_a_daily_quota_renews_at_midnight_utc_and_a_monthly_one_on_the_first"
+# The two users, their batches as created, and as seen paused before midnight.
+Seen = tuple[Account, Account, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
+
+
+class BeforeMidnight:
+    """The midnight stack, and what its test does before the fake midnight, in a thread started
+    with the module: its lead to midnight goes by while the module's other tests run, not after
+    them. The stack's clock starts at its start: the batches must be created, and their first
+    requests run, before the fake midnight, however slowly a loaded machine starts the stack
+    (45 s were not enough beside another test process in CI)."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        self.stack = stack
+        self._seen: Seen | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._before, name="before-midnight", daemon=True)
+        self._thread.start()
+
+    def _before(self) -> None:
+        try:
+            self.stack.start()
+            daily = Account(self.stack, daily_quota_usd=ONE_REQUEST_USD)
+            monthly = Account(self.stack, monthly_quota_usd=ONE_REQUEST_USD)
+            # One request runs in the old year; the quota holds the other back until the new one.
+            day_batch = daily.api.create(requests(2)).json()
+            month_batch = monthly.api.create(requests(2)).json()
+            held = [paused(daily.api, day_batch["id"]), paused(monthly.api, month_batch["id"])]
+            self._seen = (daily, monthly, day_batch, month_batch, held)
+        except BaseException as exc:  # the test raises it
+            self._error = exc
+
+    def seen(self) -> Seen:
+        """What the thread saw before midnight (it raises what the thread raised)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._seen is not None
+        return self._seen
+
+    def stop(self) -> None:
+        self._thread.join()
+        self.stack.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def midnight(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BeforeMidnight | None]:
+    """Started with the module's first test (autouse), before its other stack, when the midnight
+    test is to run."""
+    if not any(
+        item.name == MIDNIGHT_TEST and item.module is request.module for item in request.session.items
+    ):
+        yield None
+        return
     env = {**QUOTA_ENV, "BATCHGW_FAKE_NOW": "2026-12-31T23:58:30Z", "BATCH_QUOTA_RECHECK_SECONDS": "3600"}
-    with stack_for(tmp_path_factory, "midnight", env) as running:
-        yield running
+    before = BeforeMidnight(stack_for(tmp_path_factory, "midnight", env))
+    try:
+        yield before
+    finally:
+        before.stop()
 
 
-def test_a_daily_quota_renews_at_midnight_utc_and_a_monthly_one_on_the_first(midnight: LocalStack) -> None:
-    daily = Account(midnight, daily_quota_usd=ONE_REQUEST_USD)
-    monthly = Account(midnight, monthly_quota_usd=ONE_REQUEST_USD)
-    # One request runs in the old year; the quota holds the other back until the new one.
-    day_batch = daily.api.create(requests(2)).json()
-    month_batch = monthly.api.create(requests(2)).json()
+def test_a_daily_quota_renews_at_midnight_utc_and_a_monthly_one_on_the_first(
+    midnight: BeforeMidnight | None,
+) -> None:
+    assert midnight is not None
+    daily, monthly, day_batch, month_batch, held = midnight.seen()
     assert day_batch["created_at"] < NEW_YEAR
-    assert paused(daily.api, day_batch["id"]) == {"reason": "daily_quota", "until": NEW_YEAR}
-    assert paused(monthly.api, month_batch["id"]) == {"reason": "monthly_quota", "until": NEW_YEAR}
+    assert held == [
+        {"reason": "daily_quota", "until": NEW_YEAR},
+        {"reason": "monthly_quota", "until": NEW_YEAR},
+    ]
     # The re-check is an hour away; the new day (and month) resumes them on their own.
     for user, batch in ((daily, day_batch), (monthly, month_batch)):
         done = user.api.wait_final(batch["id"], timeout=200)
