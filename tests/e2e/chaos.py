@@ -210,6 +210,7 @@ class Chaos:
         self.stack = stack
         self.config = config
         self.rng = random.Random(config.seed)
+        self.responses_rng = random.Random(config.seed + 1)  # the background responses' draws
         self.report = ChaosReport()
         self.api = httpx.Client(
             base_url=stack.api_url, headers={"Authorization": "Bearer sk-local-alice"}, timeout=30
@@ -330,10 +331,11 @@ class Chaos:
 
     def _create_response(self, number: int) -> str:
         """A background response of one faulted request, as a batch's requests are."""
-        fault = self.rng.choices([f for f, _ in FAULTS], weights=[w for _, w in FAULTS])[0]
+        rng = self.responses_rng
+        fault = rng.choices([f for f, _ in FAULTS], weights=[w for _, w in FAULTS])[0]
         self.report.faults += bool(fault)
-        text = f"chaos response {number} {fault} [[sim latency_ms={self.rng.randint(20, 400)}]]"
-        body = {"model": "sim-chat", "input": text, "background": True, "priority": self.rng.randint(-10, 10)}
+        text = f"chaos response {number} {fault} [[sim latency_ms={rng.randint(20, 400)}]]"
+        body = {"model": "sim-chat", "input": text, "background": True, "priority": rng.randint(-10, 10)}
         resp = self.api.post("/responses", json=body)
         resp.raise_for_status()
         response_id = str(resp.json()["id"])
@@ -351,10 +353,14 @@ class Chaos:
             + ["reprioritize"] * self.config.reprioritizations
         )
         self.rng.shuffle(actions)
+        # A quarter of the responses are cancelled, each at its own place: drawn from their own
+        # generator, the batches' disturbances come as they would without responses.
+        for _ in range(len(response_ids) // 4):
+            actions.insert(self.responses_rng.randrange(len(actions) + 1), "cancel response")
         # The revocations come first, while the provider still runs those batches (its
         # simulated batches end within seconds).
         actions = ["revoke"] * len(self.revocable) + actions
-        cancellable = list(batch_ids) + list(response_ids)
+        cancellable, cancellable_responses = list(batch_ids), list(response_ids)
         living = list(self.reporters)
         revocable = list(self.revocable)
         for action in actions:
@@ -376,13 +382,21 @@ class Chaos:
                     change.raise_for_status()
                     self.report.reprioritized += 1
             elif action == "duplicate":
-                batch_id = self.rng.choice(batch_ids + response_ids)
-                chains = 1 if batch_id in response_ids else int(CHAOS_ENV["BATCH_MODEL_CONCURRENCY"])
+                batch_id = self.rng.choice(batch_ids)
+                chains = int(CHAOS_ENV["BATCH_MODEL_CONCURRENCY"])
                 chain = self.rng.randrange(chains)
+                if response_ids and self.responses_rng.random() < 0.5:  # a response's one chain
+                    batch_id, chains, chain = self.responses_rng.choice(response_ids), 1, 0
                 self.sqs.send_message(
                     QueueUrl=self.queue, MessageBody=ChainMessage(batch_id, chain, chain, chains).encode()
                 )
                 self.report.duplicates += 1
+            elif action == "cancel response":
+                response_id = cancellable_responses.pop(
+                    self.responses_rng.randrange(len(cancellable_responses))
+                )
+                self.api.post(f"{path_of(response_id)}/cancel").raise_for_status()
+                self.report.response_cancels += 1
             elif cancellable:
                 batch_id = cancellable.pop(self.rng.randrange(len(cancellable)))
                 self.api.post(f"{path_of(batch_id)}/cancel").raise_for_status()

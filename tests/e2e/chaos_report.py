@@ -69,6 +69,7 @@ class ChaosReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     responses: int = 0  # background responses made
     response_statuses: Counter[str] = field(default_factory=Counter)  # how they ended
+    response_cancels: int = 0
     upstream_seen: int = 0
     calls_recorded: int = 0
     lost_attempts: int = 0
@@ -129,7 +130,8 @@ class ChaosReport:
             f"keys revoked mid-run {len(self.revoked)} "
             f"(their batches ended {dict(Counter(self.revoked.values()))})",
             f"requests {self.requests} ({dict(self.outcomes)})",
-            f"background responses {self.responses} ({dict(self.response_statuses)})",
+            f"background responses {self.responses} ({dict(self.response_statuses)}; "
+            f"cancelled mid-run {self.response_cancels})",
             f"batches made with a complete_by {self.deadlines} (refused as infeasible and made "
             f"without one {self.deadlines_refused}), priorities changed mid-run {self.reprioritized}",
             f"kills {self.kills}, duplicated chain messages {self.duplicates}, cancels {self.cancels}, "

@@ -46,3 +46,4 @@ def test_every_batch_ends_fast_with_one_outcome_per_request_whatever_fails(
     assert len(report.final_latency) == config.batches
     assert report.provider_batches == 2
     assert sum(report.response_statuses.values()) == config.responses  # each ended once, checked
+    assert report.response_cancels == 2
