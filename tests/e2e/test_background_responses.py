@@ -266,3 +266,20 @@ def test_a_flex_request_refuses_stream_and_an_invalid_body_before_anything_runs(
 class _Usage:
     def __init__(self, input_tokens: int, output_tokens: int) -> None:
         self.input_tokens, self.output_tokens = input_tokens, output_tokens
+
+
+def test_the_list_of_responses_is_the_callers_own_newest_first_a_page_at_a_time(stack: LocalStack) -> None:
+    user, other = Account(stack), Account(stack)
+    made = [
+        user.api.http.post(
+            "/responses", json={"model": "sim-chat", "input": f"n{i}", "background": True}
+        ).json()["id"]
+        for i in range(3)
+    ]
+    other.api.http.post("/responses", json={"model": "sim-chat", "input": "not yours", "background": True})
+    first = user.api.http.get("/responses", params={"limit": 2}).raise_for_status().json()
+    assert [r["id"] for r in first["data"]] == made[::-1][:2] and first["has_more"] is True
+    assert all("output" not in r and r["object"] == "response" for r in first["data"])
+    rest = user.api.http.get("/responses", params={"limit": 2, "after": first["last_id"]}).json()
+    assert [r["id"] for r in rest["data"]] == made[:1] and rest["has_more"] is False
+    assert user.api.http.get("/responses", params={"after": "batch_1"}).status_code == 400

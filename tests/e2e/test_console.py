@@ -370,6 +370,34 @@ def test_a_state_changing_call_without_the_csrf_header_is_refused(page: Page, st
     assert user.status(batch_id) not in ("cancelling", "cancelled")
 
 
+def test_the_background_responses_page_lists_the_users_responses_with_their_status(
+    page: Page, stack: LocalStack
+) -> None:
+    user = User(stack)
+    made = [
+        user.http.post("/responses", json={"model": "sim-chat", "input": text, "background": True}).json()[
+            "id"
+        ]
+        for text in ("first", "[[sim status=400]] refused")
+    ]
+    for response_id in made:
+        wait_for(
+            lambda response_id=response_id: (
+                user.http.get(f"/responses/{response_id}").json()["status"] in ("completed", "failed")
+            ),
+            timeout=60,
+            what=f"{response_id} to end",
+        )
+    sign_in(page, stack, user.key)
+    page.get_by_role("link", name="Background responses").click()
+    rows = page.locator("table.responses tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator(f'tr[data-response="{made[0]}"] [data-status]')).to_have_text("completed")
+    expect(page.locator(f'tr[data-response="{made[1]}"] [data-status]')).to_have_text("failed")
+    expect(page.locator(f'tr[data-response="{made[1]}"]')).to_contain_text("simulated error 400")
+    shot(page, "background-responses")
+
+
 def test_the_console_pages_have_no_serious_accessibility_violations(
     browser: Browser, stack: LocalStack
 ) -> None:
@@ -386,6 +414,7 @@ def test_the_console_pages_have_no_serious_accessibility_violations(
             ("", "table.batches"),
             (f"batches/{batch_id}", "progress"),
             ("create", "#file"),
+            ("responses", "table.responses"),
         ):
             page.goto(console(stack) + path)
             page.wait_for_selector(ready)

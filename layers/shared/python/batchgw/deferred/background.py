@@ -18,7 +18,8 @@ from typing import Any
 
 from batchgw.api import batches, idempotency
 from batchgw.api.auth import require_role
-from batchgw.api.ids import new_id
+from batchgw.api.ids import cursor_key, new_id
+from batchgw.api.params import Params, int_param, last, list_page
 from batchgw.config.settings import Settings
 from batchgw.deps import Deps
 from batchgw.domain import background
@@ -115,6 +116,24 @@ def one_request(
         input=batches.InlineInput(((custom_id, planned.model, planned.body),)),
         mode=Mode.GATEWAY,
     )
+
+
+def list_responses(deps: Deps, principal: Principal, params: Params) -> dict[str, Any]:
+    """GET /v1/responses (this gateway's own: the Responses API lists none): the caller's
+    background responses, newest first, ``limit`` 1-100 (20) a page, ``after`` the last id
+    of the page before. Each is shown as its retrieve shows it, but for its ``output``
+    (retrieve it for that)."""
+    limit = int_param(params, "limit", default=20, low=1, high=100)
+    after = last(params, "after")
+    before_key = None if not after else cursor_key(RESPONSE_PREFIX, after)
+    if after and before_key is None:
+        raise BadRequest("'after' must be a response id from this list.", param="after")
+    page = deps.batches.owner_page(principal.user_id, limit=limit, before_key=before_key, responses=True)
+    data = []
+    for record in page.records:
+        shown = _shown(deps, record, deps.requests.get(record.id, 0))
+        data.append({k: v for k, v in shown.items() if k != "output"})
+    return list_page(data, has_more=page.more)
 
 
 def retrieve(deps: Deps, principal: Principal, response_id: str) -> dict[str, Any]:

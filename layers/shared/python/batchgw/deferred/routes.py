@@ -1,6 +1,7 @@
-"""The background-response routes the api function serves: ``GET``, ``DELETE`` and
-``POST .../cancel`` of ``/v1/responses/{id}`` (a create is a ``POST /v1/responses``, which
-the HTTP API routes to the interactive function: ``functions/interactive``)."""
+"""The background-response routes the api function serves: ``GET /v1/responses`` (a list of
+the caller's), and ``GET``, ``DELETE`` and ``POST .../cancel`` of ``/v1/responses/{id}``. A
+create is a ``POST /v1/responses``, which the HTTP API routes to the interactive function
+(``functions/interactive``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
 from batchgw.api import auth
-from batchgw.api.http import caller, json_response
+from batchgw.api.http import caller, json_response, params
 from batchgw.deferred import background
 from batchgw.deps import Deps
 from batchgw.domain.principal import Principal
@@ -23,6 +24,10 @@ def register(app: APIGatewayHttpResolver, get_deps: Callable[[], Deps]) -> None:
         deps = get_deps()
         auth.ensure_enabled(deps)  # batch work: 404 with BATCH_ENABLED off, as batches are
         return deps, caller(deps, app)
+
+    @app.get("/v1/responses")
+    def list_responses() -> Response[Any]:
+        return json_response(200, background.list_responses(*call(), params(app)))
 
     @app.get("/v1/responses/<response_id>")
     def get_response(response_id: str) -> Response[Any]:

@@ -8,6 +8,7 @@ import { html, Link, navigate, useLocation } from "./ui.js";
 import { BatchesPage } from "./pages/batches.js";
 import { BatchPage } from "./pages/batch.js";
 import { CreatePage } from "./pages/create.js";
+import { ResponsesPage } from "./pages/responses.js";
 import { AdminBatchesPage } from "./pages/admin/batches.js";
 import { ConfigPage } from "./pages/admin/config.js";
 import { ConcurrencyPage } from "./pages/admin/concurrency.js";
@@ -66,6 +67,7 @@ function Nav({ session, capabilities, path, onSignOut }) {
   const links = [];
   if (capabilities && capabilities.show_entry) links.push(["/console/", "Batches"]);
   if (capabilities && capabilities.show_entry && capabilities.role_may_submit) links.push(["/console/create", "Create batch"]);
+  if (capabilities && capabilities.show_entry) links.push(["/console/responses", "Background responses"]);
   if (capabilities && capabilities.show_entry) links.push(["/console/webhook", "Webhook"]);
   const current = (href) => {
     if (href === "/console/") return path === "/console/" || path.startsWith("/console/batches");
@@ -109,6 +111,7 @@ function Page({ session, capabilities, path, query }) {
   }
   if (!capabilities || capabilities.status !== "enabled") return html`<${Unavailable} capabilities=${capabilities || { status: "unavailable" }} />`;
   if (path.startsWith("/console/webhook")) return html`<${WebhookPage} capabilities=${capabilities} />`;
+  if (path.startsWith("/console/responses")) return html`<${ResponsesPage} />`;
   if (path.startsWith("/console/create")) return html`<${CreatePage} capabilities=${capabilities} session=${session} />`;
   const match = path.match(/^\/console\/batches\/([^/]+)$/);
   if (match) return html`<${BatchPage} id=${decodeURIComponent(match[1])} capabilities=${capabilities} />`;
