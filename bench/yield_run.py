@@ -15,11 +15,14 @@ each, the rest queued (``local.sim_capacity``). Interactive requests come in cyc
   reports what it has in flight as the contract says (``PUT /admin/interactive-load/{reporter}``,
   on every change, at most every ``REPORT_EVERY_SECONDS``, with a short ttl).
 
-Three runs of the same interactive load:
+Four runs of the same interactive load:
 
 - **alone**: no batch;
 - **yield**: a ``--batch`` (3,000) request batch on the same model, BATCH_YIELD_TO_INTERACTIVE on;
-- **no_yield**: the same batch with it off, for contrast.
+- **no_yield**: the same batch with it off, for contrast;
+- **flex**: the yield run again, with ``--flex-rps`` (0.5) flex requests in its quiet phases,
+  each paired with a batch of one sent with it (``bench.yield_flex``: whether flex goes
+  first, and whether interactive traffic keeps its latency with flex running; 0: no such run).
 
 It reports, from one run of all three: interactive p50/p99 latency in the yield and no-yield
 runs against the alone run, measured two ways: at the model (what the simulator measured of
@@ -34,8 +37,9 @@ and per quiet phase); the batch's progress over time (a staircase, as a PNG besi
 and every sample in ``yield_samples.json``).
 
 Keys in ``bench/last.json``: ``yield_interactive_p99_ratio`` (at the model; goal <= 1.05),
-``yield_interactive_p99_ratio_end_to_end``, ``yield_idle_utilization`` (goal >= 0.90), and
-``yield`` (the details). The ratio at the model is the one the goal is about: whether batch
+``yield_interactive_p99_ratio_end_to_end``, ``yield_idle_utilization`` (goal >= 0.90),
+``yield_flex_start_ratio`` (goal <= 1), ``yield_flex_interactive_p99_ratio`` (goal <= 1.05),
+and ``yield`` (the details). The ratio at the model is the one the goal is about: whether batch
 work makes interactive requests wait for the model. End to end, through the gateway, the
 local stack adds its own cost: every process of it (the workers, moto, the interactive
 function) shares this machine's cores, so a running batch slows the interactive path's own
@@ -64,6 +68,7 @@ from batchgw.storage.aws import CALLS_DIR_ENV
 from bench.metric_logs import metric_values
 from bench.probes import percentile
 from bench.sched_rates import RateSampler, print_rates, rates
+from bench.yield_flex import FLEX_START_RATIO_GOAL, FlexLine
 from local.env import WORKER_ENVIRONMENTS_ENV, worker_environments
 from local.run import LocalStack
 
@@ -155,6 +160,7 @@ class Run:
     answer_to_next_call: list[float] = field(default_factory=list)
     # Scheduling's calls so far and the busy worker environments, once a second.
     rate_sampler: RateSampler | None = None
+    flex: FlexLine | None = None  # the flex run's flex requests and their paired batches
 
 
 VIA = ("gateway", "reporter")
@@ -320,6 +326,8 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
     admin.patch(
         "/admin/config/BATCH_YIELD_TO_INTERACTIVE", json={"value": mode != "no_yield"}
     ).raise_for_status()
+    if mode == "flex":
+        run.flex = FlexLine(args.flex_rps, args.latency_ms)
     time.sleep(args.refresh_seconds + 1)  # every process has read it (BATCHGW_RUNTIME_REFRESH_SECONDS)
     httpx.post(f"{stack.sim_url}/_sim/reset").raise_for_status()  # its latencies are this run's
     interactive = Interactive(stack, args.latency_ms, args.via)
@@ -350,7 +358,7 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
     stop = threading.Event()
     sampler = threading.Thread(target=sample, args=(stack, run, interactive, batch_id, t0, stop), daemon=True)
     sampler.start()
-    asyncio.run(interactive.run(cycles, run, t0))
+    asyncio.run(_load(interactive, stack, cycles, run, t0))
     stop.set()
     sampler.join(timeout=30)
     run.wall = (wall_start, time.time())
@@ -361,6 +369,12 @@ def one_run(stack: LocalStack, mode: str, cycles: Cycles, args: argparse.Namespa
             f"{stack.api_url}/batches/{batch_id}/cancel", headers={"Authorization": "Bearer sk-local-alice"}
         )
     return run
+
+
+async def _load(interactive: Interactive, stack: LocalStack, cycles: Cycles, run: Run, t0: float) -> None:
+    """The run's interactive load, and its flex requests beside it (the flex run's)."""
+    flex = run.flex.run(stack.api_url, cycles, t0) if run.flex is not None else asyncio.sleep(0)
+    await asyncio.gather(interactive.run(cycles, run, t0), flex)
 
 
 # The warm-up burst before the first run: long enough that the interactive function has as
@@ -541,7 +555,7 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
     alone = latencies(runs["alone"], window)
     alone["at_model"] = runs["alone"].at_model
     out: dict[str, Any] = {"window_seconds": [round(window[0], 1), round(window[1], 1)], "alone": alone}
-    for mode in ("yield", "no_yield"):
+    for mode in [m for m in ("yield", "no_yield", "flex") if m in runs]:
         figures = latencies(runs[mode], window)
         figures["p99_ratio"] = (
             None
@@ -572,6 +586,9 @@ def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, An
         figures["scheduling_calls"] = (
             None if sampler is None else rates(sampler.looks, cycles.phase_at, window)
         )
+        flex = runs[mode].flex
+        if flex is not None:
+            figures["flex"] = flex.figures()
         out[mode] = figures
     return out
 
@@ -658,6 +675,12 @@ def main(argv: list[str] | None = None) -> int:
         help="count scheduling's reads and writes per second (every process records its calls:"
         " CPU the headline figures are measured without)",
     )
+    parser.add_argument(
+        "--flex-rps",
+        type=float,
+        default=0.5,
+        help="flex requests a second in the quiet phases of a fourth run (0: no flex run)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.environments < MIN_ENVIRONMENTS:
@@ -678,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as stack:
         environments = stack.worker_environments
         warm_up(stack, cycles, args)
-        for mode in ("alone", "yield", "no_yield"):
+        for mode in ("alone", "yield", "no_yield", *(("flex",) if args.flex_rps > 0 else ())):
             print(f"  {mode}: {cycles.seconds:.0f} s of interactive load...", flush=True)
             runs[mode] = one_run(stack, mode, cycles, args)
         assert stack.log_dir is not None  # yield_stack gives it one
@@ -701,6 +724,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"interactive p99 at the model, batch yielding / alone: {ratio} (goal <= {P99_RATIO_GOAL})")
     print(f"interactive p99 end to end ({args.via}), batch yielding / alone: {end_to_end}")
     print(f"batch's use of idle capacity in quiet phases: {utilization} (goal >= {IDLE_UTILIZATION_GOAL})")
+    flex = figures.get("flex")
+    if flex is not None:
+        line = flex["flex"]
+        print(
+            f"flex in the quiet phases: started after {line['flex_start_p50_ms']} ms at p50 where a batch "
+            f"sent with it started after {line['batch_start_p50_ms']} ms: {line['flex_start_ratio']} "
+            f"(goal <= {FLEX_START_RATIO_GOAL}; {line['flex_answered']} of {line['sent']} answered, "
+            f"{line['flex_refused']} refused); interactive p99 at the model with flex running / alone: "
+            f"{flex['p99_ratio_at_model']} (goal <= {P99_RATIO_GOAL})"
+        )
     if figures["yield"]["scheduling_calls"]:
         print_rates(figures["yield"]["scheduling_calls"], environments)
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -709,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
             "yield_interactive_p99_ratio": ratio,
             "yield_interactive_p99_ratio_end_to_end": end_to_end,
             "yield_idle_utilization": utilization,
+            "yield_flex_start_ratio": None if flex is None else flex["flex"]["flex_start_ratio"],
+            "yield_flex_interactive_p99_ratio": None if flex is None else flex["p99_ratio_at_model"],
             "yield": figures,
         }
     )

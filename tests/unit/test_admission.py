@@ -115,6 +115,18 @@ def test_a_chain_starts_when_the_model_has_a_slot_of_its_batch_share_free(world:
     assert admission.full == 0
 
 
+def test_a_flex_request_finding_the_model_full_of_batches_waits_in_place_for_the_next_slot(
+    world: World,
+) -> None:
+    world.slots.take("batch_a", 4, until=world.clock() + LEASE)
+    wait = world.before_slot(world.admission(), "flex_1")
+    assert wait == Wait(StopReason.MODEL_FULL, SLOT_WAIT, owed=True) and wait.in_place
+    # held by flex requests alone, no batch gives one back: it waits as any chain does
+    world.slots.holders.clear()
+    world.slots.take("flex_2", 4, until=world.clock() + LEASE)
+    assert world.before_slot(world.admission(), "flex_1") == Wait(StopReason.MODEL_FULL, SLOT_WAIT)
+
+
 def test_a_chain_waits_when_every_slot_of_the_model_is_held(world: World) -> None:
     world.slots.take("batch_a", 4, until=world.clock() + LEASE)
     admission = world.admission()

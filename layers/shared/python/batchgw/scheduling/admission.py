@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from batchgw.domain import contention
-from batchgw.domain.batch import BatchRecord
+from batchgw.domain.batch import BatchRecord, is_flex
 from batchgw.domain.contention import Tag
 from batchgw.domain.fairness import held_by_batch
 from batchgw.domain.interactive import BatchShare
@@ -113,9 +113,12 @@ class Admission:
                 return START
             return Wait(StopReason.GIVE_WAY, self.wait())
         full = self._full(share)
+        held = held_by_batch(state.holders, now)
+        if is_flex(batch_id) and any(count > 0 and not is_flex(b) for b, count in held.items()):
+            # a flex request is owed the next slot a batch lets go (``contention.yields``)
+            return Wait(full.reason, full.seconds, owed=True)
         if not by_tenant:
             return full
-        held = held_by_batch(state.holders, now)
         if contention.owed(batch_id, share.slots, held, state.waiting_now(now), state.tags, tag):
             return Wait(full.reason, full.seconds, owed=True)
         return full
