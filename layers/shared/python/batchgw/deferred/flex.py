@@ -38,7 +38,7 @@ CUSTOM_ID = "flex"
 # API Gateway gives the call 30 s: a request claimed but not ended by then is answered 504.
 ANSWER_SECONDS = 27.0
 # How often the call reads its request while it waits: soon at first, then at most this.
-FIRST_READ_SECONDS, READ_SECONDS = 0.1, 0.5
+FIRST_READ_SECONDS, READ_SECONDS = 0.05, 0.25
 # What a 429 asks the caller to wait before trying again, in seconds.
 RETRY_AFTER_SECONDS = 10
 UNAVAILABLE = (
