@@ -41,7 +41,8 @@ The tables bill on demand unless the operator provisions them (``infra.capacity`
 usage is also priced as provisioned capacity used at the autoscaling target's utilization,
 and at the lowest utilization auto scaling lets stand (``provisioned_cost``).
 
-Options: ``--n``, ``--workers``, ``--burst-seconds`` (each phase of the bursts), ``--from-json``
+Options: ``--n``, ``--workers``, ``--burst-seconds`` (each phase of the bursts),
+``--settle-seconds`` (after each window, for its trailing calls to reach moto), ``--from-json``
 (price the usage already in ``--out``, e.g. after a price change, without a run), ``--out``
 (default ``bench/last.json``: its other keys are kept). Takes about 5 minutes at N = 500.
 """
@@ -294,13 +295,13 @@ def _transitions(env: Mapping[str, str], batch_id: str) -> tuple[int, str]:
 
 
 @contextmanager
-def _window(recording: Path, logs: Path) -> Iterator[RunWindow]:
+def _window(recording: Path, logs: Path, settle_seconds: float = SETTLE_SECONDS) -> Iterator[RunWindow]:
     """The window of the recording, the clock and the logs the ``with`` block took (its
     trailing calls given ``SETTLE_SECONDS`` to reach moto), filled in when it ends."""
     before = log_bytes(logs)
     window = RunWindow(cost_replay.count_lines(recording), 0, time.time(), 0.0, {})
     yield window
-    time.sleep(SETTLE_SECONDS)
+    time.sleep(settle_seconds)
     after = log_bytes(logs)
     window.end_line, window.end = cost_replay.count_lines(recording), time.time()
     window.log_bytes = {k: after[k] - before.get(k, 0) for k in after}
@@ -331,6 +332,7 @@ def _measured_batch(
     prefix: str,
     bursts: Cycles = BURSTS,
     latency_ms: int = LATENCY_MS,
+    settle_seconds: float = SETTLE_SECONDS,
 ) -> CostRun:
     """One batch of the workload run in ``mode`` and the windows to price it by: its run, then
     status polls alone (subtracted as many times as the run polled); for ``BURSTS_MODE``, first
@@ -338,14 +340,14 @@ def _measured_batch(
     interactive, problems = None, []
     if mode == BURSTS_MODE:
         print(f"  interactive bursts alone ({bursts.seconds:.0f} s)...", flush=True)
-        with _window(*recorded) as interactive:
+        with _window(*recorded, settle_seconds) as interactive:
             problems += _failed_interactive(_bursts(stack, bursts, latency_ms), "alone")
     execution = "gateway" if mode == BURSTS_MODE else mode
     print(f"  batch of {n} ({mode} mode)...", flush=True)
     with ThreadPoolExecutor(1) as beside:
         bursts = beside.submit(_bursts, stack, bursts, latency_ms) if mode == BURSTS_MODE else None
         t0 = time.monotonic()
-        with _window(*recorded) as run:
+        with _window(*recorded, settle_seconds) as run:
             batch_id, polls, found, model_cost = _run_batch(
                 api, sim, n, prefix, execution, alone=bursts is None
             )
@@ -353,7 +355,7 @@ def _measured_batch(
         problems += found
         if bursts is not None:
             problems += _failed_interactive(bursts.result(), "beside the batch")
-    with _window(*recorded) as calibration:
+    with _window(*recorded, settle_seconds) as calibration:
         for _ in range(CALIBRATION_POLLS):
             api.get(f"/batches/{batch_id}").raise_for_status()
     transitions, note = _transitions(stack.env, batch_id)
@@ -376,7 +378,11 @@ def _measured_batch(
 
 
 def run_cost_workload(
-    n: int, workers: int = 2, bursts: Cycles = BURSTS, latency_ms: int = LATENCY_MS
+    n: int,
+    workers: int = 2,
+    bursts: Cycles = BURSTS,
+    latency_ms: int = LATENCY_MS,
+    settle_seconds: float = SETTLE_SECONDS,
 ) -> tuple[list[CostRun], Path, Path]:
     """Run the workload on a fresh recorded stack: run by the gateway, on the provider's batch
     service (``execution_mode`` provider), and by the gateway beside interactive bursts
@@ -401,10 +407,12 @@ def run_cost_workload(
     ):
         print(f"  warm-up batch of {WARMUP_REQUESTS}...", flush=True)
         warm_problems = _run_batch(api, sim, WARMUP_REQUESTS, "w")[2]
-        time.sleep(SETTLE_SECONDS)
+        time.sleep(settle_seconds)
         for mode, prefix in (("gateway", "c"), ("provider", "p"), (BURSTS_MODE, "b")):
             runs.append(
-                _measured_batch(stack, api, sim, (recording, logs), n, mode, prefix, bursts, latency_ms)
+                _measured_batch(
+                    stack, api, sim, (recording, logs), n, mode, prefix, bursts, latency_ms, settle_seconds
+                )
             )
             runs[-1].problems[:0] = [f"warm-up: {p}" for p in warm_problems]
         peak = _peak_rss_by_role()
@@ -678,11 +686,15 @@ def cost_result(measured: Measured) -> dict[str, Any]:
 
 
 def measure_cost(
-    n: int = DEFAULT_N, workers: int = 2, bursts: Cycles = BURSTS, latency_ms: int = LATENCY_MS
+    n: int = DEFAULT_N,
+    workers: int = 2,
+    bursts: Cycles = BURSTS,
+    latency_ms: int = LATENCY_MS,
+    settle_seconds: float = SETTLE_SECONDS,
 ) -> dict[str, Any]:
     """Run the named workload in every mode and return the cost keys (``cost_result``, of
     the gateway-run batch alone), with the modes side by side (``cost_by_mode``)."""
-    cost_runs, recording, invocations = run_cost_workload(n, workers, bursts, latency_ms)
+    cost_runs, recording, invocations = run_cost_workload(n, workers, bursts, latency_ms, settle_seconds)
     print("  replaying the recording...", flush=True)
     tallies, broken = replay_runs(cost_runs, recording)
     measured = {
@@ -740,6 +752,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--latency-ms", type=int, default=LATENCY_MS, help=f"each request's at the simulator ({LATENCY_MS})"
     )
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=SETTLE_SECONDS,
+        help=f"after each window, for its trailing calls to reach moto (default {SETTLE_SECONDS:g})",
+    )
     parser.add_argument("--from-json", action="store_true", help="price the usage already in --out; no run")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
@@ -755,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         phase = args.burst_seconds
         bursts = replace(BURSTS, burst_seconds=phase, quiet_seconds=phase)
-        result = measure_cost(args.n, args.workers, bursts, args.latency_ms)
+        result = measure_cost(args.n, args.workers, bursts, args.latency_ms, args.settle_seconds)
     saved.update(result)
     args.out.write_text(json.dumps(saved, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

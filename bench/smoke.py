@@ -34,7 +34,10 @@ SMOKE: dict[str, tuple[str, ...]] = {
         *("--quiet-rps", "1", "--batch", "60", "--capacity", "4", "--latency-ms", "200", "--out", "{out}"),
         *("--scheduling-calls", "--warm-up-seconds", "2", "--refresh-seconds", "1"),
     ),
-    "cost": ("--n", "20", "--burst-seconds", "2", "--latency-ms", "500", "--out", "{out}"),
+    "cost": (
+        *("--n", "20", "--burst-seconds", "2", "--latency-ms", "500", "--settle-seconds", "0.5"),
+        *("--out", "{out}"),
+    ),
     "validation": ("--lines", "500"),
     "moto_cpu": ("--rounds", "1", "--per-round", "20"),
     "checkpoint": ("--items", "200", "--rounds", "1"),
