@@ -227,6 +227,8 @@ def test_a_chain_that_yielded_waits_in_place_round_after_round_while_the_share_y
     world.clock.advance(10)  # past the peak held and the reads' age
     assert not world.share().yielding
     assert admission.in_place_round(first, first, world.share()) is None
+    # a flex request owed the next slot a batch lets go waits on, the share yielding or not
+    assert admission.in_place_round(first, first, world.share(), owed=True) == TUNING.yield_round_seconds
     # ... and BATCH_YIELD_IN_PLACE_SECONDS in all at most: then it leaves.
     limit = world.live.settings.batch_yield_in_place_seconds
     assert admission.in_place_round(first, limit - TUNING.yield_round_seconds, yielding) is not None

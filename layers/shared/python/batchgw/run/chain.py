@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from batchgw.deps import Deps
-from batchgw.domain.batch import BatchRecord
+from batchgw.domain.batch import BatchRecord, is_flex
 from batchgw.domain.chains import ChainMessage, RequestMessage, WorkMessage
 from batchgw.domain.contention import Tag, batch_tag
 from batchgw.domain.decisions import Verdict, verdict
@@ -280,7 +280,11 @@ class ChainRun:
                 self._advance(from_heap)
                 continue
             if stopped := await self._take_slot(held, target, from_heap, now):
-                if stopped.why is Why.YIELDED and await self._room_again(held.model, stopped.resume_after):
+                # A flex request is owed the next slot a batch lets go: it waits for it here too.
+                in_place = stopped.why is Why.YIELDED or (
+                    stopped.why is Why.MODEL_FULL and is_flex(self.batch.id)
+                )
+                if in_place and await self._room_again(held.model, stopped.resume_after):
                     continue
                 return stopped
             if self.verdict is None:

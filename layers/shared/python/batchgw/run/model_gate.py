@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from batchgw.deps import Deps
 from batchgw.domain import contention
-from batchgw.domain.batch import BatchRecord
+from batchgw.domain.batch import BatchRecord, is_flex
 from batchgw.domain.contention import Tag
 from batchgw.domain.errors import StorageError
 from batchgw.domain.fairness import held_by_batch
@@ -133,7 +133,7 @@ class ModelGate:
                     self.going_for = model
                     return True
             waited += round_seconds
-            next_round = self.admission.in_place_round(wait, waited, share)
+            next_round = self.admission.in_place_round(wait, waited, share, owed=is_flex(self.batch_id))
             if next_round is None:
                 return False
             round_seconds = next_round

@@ -169,12 +169,15 @@ class Admission:
         ``Tuning.room_look_seconds``, one at least)."""
         return max(1, round(round_seconds / self._tuning.room_look_seconds))
 
-    def in_place_round(self, first: float, waited: float, share: BatchShare) -> float | None:
+    def in_place_round(
+        self, first: float, waited: float, share: BatchShare, *, owed: bool = False
+    ) -> float | None:
         """The next round a chain that yielded waits in place, having waited ``waited``
         seconds of rounds (the first was ``first`` seconds): at least
-        ``Tuning.yield_round_seconds``, for as long as the share still yields, at most
+        ``Tuning.yield_round_seconds``, for as long as the share still yields (or the chain
+        is ``owed`` the next slot a batch lets go: a flex request's), at most
         ``BATCH_YIELD_IN_PLACE_SECONDS`` in all. None: it leaves for ``first`` seconds."""
         round_seconds = max(first, self._tuning.yield_round_seconds)
-        if not share.yielding or waited + round_seconds > self._in_place_seconds():
+        if not (share.yielding or owed) or waited + round_seconds > self._in_place_seconds():
             return None
         return round_seconds
