@@ -38,7 +38,7 @@ from batchgw.provider.cleanup import discard
 from batchgw.provider.collecting import poll
 from batchgw.provider.parts import is_stopping, save_part
 from batchgw.provider.planning import plan, planned_reruns
-from batchgw.provider.promises import check_owner, forbidden, idle, lost, note_live
+from batchgw.provider.promises import LIVE_MARK, check_owner, forbidden, idle, lost, note_live
 from batchgw.provider.services import Gone
 from batchgw.provider.submitting import cancel_orphans, orphan_grace, recover, submit
 from batchgw.run import attempt, lifecycle
@@ -74,6 +74,11 @@ def _step(deps: Deps, batch_id: str) -> dict[str, Any]:
             return step(Next.CANCEL)  # its requests end batch_failed; nothing was sent
         deps.provider_parts.plan(batch_id, planned)
         parts = deps.provider_parts.parts(batch_id)
+    if any(not part.ended and not part.live for part in parts):
+        # A part may be sent now: the mark a delete waits for is written first, so a delete
+        # that comes once the provider has it finds the mark (``note_live`` keeps or drops it).
+        until = deps.clock() + deps.settings.batch_worker_timeout_seconds
+        deps.batches.mark_run(batch_id, LIVE_MARK, until=until)
     waits: list[int] = []
     for part in parts:
         orphans_in = part.orphans_due_in(deps.clock(), orphan_grace(deps))
