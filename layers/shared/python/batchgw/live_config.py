@@ -22,14 +22,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from batchgw.config.catalog import Catalog, ModelSpec, Route
-from batchgw.config.settings import (
+from batchgw.config.overrides import (
     RETIRED_SETTINGS,
     RUNTIME_SETTINGS,
     InvalidSetting,
-    Settings,
     check_override,
     with_overrides,
 )
+from batchgw.config.settings import Settings
 from batchgw.domain.errors import BadRequest, NotFound, StorageError
 from batchgw.domain.provider import runs_provider_batches
 from batchgw.domain.runtime import Overrides
