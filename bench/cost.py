@@ -50,7 +50,6 @@ Options: ``--n``, ``--workers``, ``--burst-seconds`` (each phase of the bursts),
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import json
 import math
@@ -73,6 +72,15 @@ from batchgw.config import resources
 
 from bench import cost_model as m
 from bench import cost_replay, prices
+from bench.cost_inputs import (
+    ASL_PATH,
+    PLATFORM_LOG_BYTES_PER_INVOCATION,
+    Invocation,
+    function_memory_mb,
+    log_bytes,
+    read_invocations,
+    remaining_transitions,
+)
 from bench.cost_report import (
     print_breakdown,
     print_modes,
@@ -85,7 +93,7 @@ from bench.gateway import FINAL_STATUSES, RESULTS_PAGE_LIMIT, api_client
 from bench.probes import peak_rss_mb, stack_processes
 from bench.workload import MODEL
 from bench.yield_run import Cycles, Interactive, Run, Sent
-from local.env import REPO_ROOT, queue_name
+from local.env import queue_name
 from local.invocations import INVOCATIONS_DIR_ENV
 from local.run import LocalStack
 
@@ -103,43 +111,6 @@ BURSTS_MODE = "gateway_bursts"
 POLL_SECONDS = 0.5
 CALIBRATION_POLLS = 10
 SETTLE_SECONDS = 2.0  # for trailing calls (deletes of the last messages) to reach moto
-# Lambda writes START, END and REPORT lines for every invocation (REPORT with X-Ray's fields).
-PLATFORM_LOG_BYTES_PER_INVOCATION = 420
-FUNCTIONS_SOURCE = REPO_ROOT / "infra" / "constructs" / "functions.py"
-ASL_PATH = REPO_ROOT / "infra" / "workflow" / "batch.asl.json"
-# The log files (``<log_dir>/<child>.log``) of the processes that run each function.
-LOG_FILES = {"api": "api-*.log", "worker": "worker-*.log", "lifecycle": "moto.log"}
-
-
-# --- the deployed configuration ----------------------------------------------------------------
-
-
-def function_memory_mb(source: Path = FUNCTIONS_SOURCE) -> dict[str, int]:
-    """Each function's configured memory, by its folder name (``self._function("Api", "api",
-    ..., memory_size=1024)`` in the CDK construct), read without importing CDK."""
-    out: dict[str, int] = {}
-    for node in ast.walk(ast.parse(source.read_text())):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "_function"):
-            continue
-        folder = node.args[1].value if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else None
-        memory = next((k.value for k in node.keywords if k.arg == "memory_size"), None)
-        if isinstance(folder, str) and isinstance(memory, ast.Constant) and isinstance(memory.value, int):
-            out[folder] = memory.value
-    return out
-
-
-def remaining_transitions(asl: Mapping[str, Any], state: str) -> int:
-    """States still to be entered after ``state`` along the success path (``Next``, a Choice's
-    ``Default``), up to a Succeed or Fail state."""
-    states = asl["States"]
-    count, current = 0, state
-    while True:
-        spec = states[current]
-        following = spec.get("Next") or spec.get("Default")
-        if following is None or spec.get("End"):
-            return count
-        count += 1
-        current = following
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -195,16 +166,6 @@ class CostRun:
     # ``gateway_bursts``: the same interactive bursts alone, subtracted once from the run's usage
     interactive: RunWindow | None = None
     latency_ms: int = LATENCY_MS  # the simulator's, for every request of the run
-
-
-def log_bytes(log_dir: Path) -> dict[str, int]:
-    """The bytes of the JSON lines in each function's log files so far."""
-    return {function: sum(map(_json_bytes, log_dir.glob(pattern))) for function, pattern in LOG_FILES.items()}
-
-
-def _json_bytes(path: Path) -> int:
-    with path.open("rb") as lines:
-        return sum(len(line) for line in lines if line.startswith(b"{"))
 
 
 def _wait_sim(sim: httpx.Client, n: int, deadline: float) -> None:
@@ -433,23 +394,6 @@ def _peak_rss_by_role() -> dict[str, float]:
 
 
 # --- from the run to usage per request ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Invocation:
-    function: str  # api, worker, lifecycle, webhooks, admin
-    seconds: float
-    at: float
-
-
-def read_invocations(directory: Path) -> list[Invocation]:
-    out = []
-    for path in directory.glob("invocations.*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            name = str(record["function"]).rpartition("-")[2]
-            out.append(Invocation(name, float(record["seconds"]), float(record["at"])))
-    return out
 
 
 def _in(window: RunWindow, invocations: Sequence[Invocation]) -> dict[str, list[float]]:

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from bench.cost import FUNCTIONS_SOURCE, function_memory_mb
+from bench.cost_inputs import FUNCTIONS_SOURCE, function_memory_mb
 from bench.gateway import FINAL_STATUSES, api_client
 from bench.probes import peak_rss_mb, stack_processes
 from local.env import PREFIX, WORKER_ENVIRONMENTS_ENV

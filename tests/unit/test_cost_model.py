@@ -10,7 +10,7 @@ import pytest
 
 from bench import cost_model as m
 from bench import prices
-from bench.cost import function_memory_mb, log_bytes, remaining_transitions
+from bench.cost_inputs import function_memory_mb, log_bytes, remaining_transitions
 from bench.cost_replay import classify
 from bench.cost_report import provisioned_cost, scheduling_cost
 from infra.capacity import TableCapacity

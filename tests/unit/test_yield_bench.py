@@ -8,19 +8,8 @@ from collections import Counter
 
 from bench.metric_logs import metric_values
 from bench.sched_rates import Look, rates
-from bench.yield_run import (
-    Cycles,
-    Run,
-    Sample,
-    Sent,
-    batch_window,
-    idle_lost,
-    idle_utilization,
-    latencies,
-    quiet_phases,
-    spread,
-    summary,
-)
+from bench.yield_figures import batch_window, idle_lost, idle_utilization, latencies, quiet_phases, spread
+from bench.yield_run import Cycles, Run, Sample, Sent, summary
 
 CYCLES = Cycles(burst_rps=4, burst_seconds=2, quiet_rps=1, quiet_seconds=2, cycles=2)
 
