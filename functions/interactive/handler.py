@@ -66,27 +66,27 @@ def _serve(endpoint: str) -> Response[Any]:
     principal = auth.authenticate(deps, _authorization())
     raw = http.raw_body(app)
     headers = app.current_event.headers
-    if endpoint == "/v1/responses" and b'"background"' in raw:
-        from batchgw.deferred import background  # loaded by the first request that may be one
+    if endpoint in DEFERRED_PATHS and (b'"background"' in raw or b'"flex"' in raw):
+        from batchgw.deferred import background, flex  # loaded by the first request that may be one
 
-        if background.wants_background(raw):
+        body = background.json_object(raw)
+        if body is not None and endpoint == "/v1/responses" and background.wants_background(body):
             auth.ensure_enabled(deps)  # batch work, as batches: 404 with BATCH_ENABLED off
-            created = background.create(deps, principal, raw, idempotency_key=headers.get("idempotency-key"))
-            return _reply(answers.Reply(200, created))
-    if endpoint in FLEX_ENDPOINTS and b'"flex"' in raw:
-        from batchgw.deferred import flex  # loaded by the first request that may be one
-
-        if flex.wants_flex(raw):
-            auth.ensure_enabled(deps)  # batch work, as batches: 404 with BATCH_ENABLED off
-            return _reply(flex.serve(deps, principal, endpoint, raw))
+            key = headers.get("idempotency-key")
+            return _reply(
+                answers.Reply(200, background.create(deps, principal, raw, body, idempotency_key=key))
+            )
+        if body is not None and flex.wants_flex(endpoint, body):
+            auth.ensure_enabled(deps)
+            return _reply(flex.serve(deps, principal, endpoint, body))
     reply = _loop.run_until_complete(
         serve.serve(deps, principal, endpoint, raw, anthropic_version=headers.get("anthropic-version"))
     )
     return _reply(reply)
 
 
-# The paths a request may ask the flex tier on (``batchgw.deferred.flex.ENDPOINTS``).
-FLEX_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
+# The paths a deferred request (background, or the flex tier: ``batchgw.deferred``) comes on.
+DEFERRED_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
 
 for _path in INTERACTIVE_PATHS:
     app.post(_path)(lambda _endpoint=_path: _serve(_endpoint))

@@ -39,20 +39,26 @@ CUSTOM_ID = "response"  # the custom_id of the one request
 ROUTE = "responses"  # the Idempotency-Key space of background creates
 
 
-def wants_background(raw: bytes) -> bool:
-    """Whether a ``POST /v1/responses`` body asks to run in the background (a body that is
-    not JSON does not: the interactive path answers it)."""
+def json_object(raw: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, once for whichever deferred route reads it; None when it is
+    not one (the interactive path answers it)."""
     try:
         body = parse_json(raw)
     except BadRequest:
-        return False
-    return isinstance(body, dict) and body.get("background") is True
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def wants_background(body: dict[str, Any]) -> bool:
+    """Whether a ``POST /v1/responses`` body asks to run in the background."""
+    return body.get("background") is True
 
 
 def create(
-    deps: Deps, principal: Principal, raw: bytes, *, idempotency_key: str | None = None
+    deps: Deps, principal: Principal, raw: bytes, body: dict[str, Any], *, idempotency_key: str | None = None
 ) -> dict[str, Any]:
-    """Store a background response and start it: the response object, ``queued``."""
+    """Store a background response (``body``, the JSON object ``raw`` is) and start it: the
+    response object, ``queued``."""
     require_role(deps, principal, "create background responses")
     settings: Settings = deps.settings
     if len(raw) > settings.max_body_bytes:
@@ -60,9 +66,6 @@ def create(
             f"The request body ({len(raw)} bytes) is larger than the limit of "
             f"{settings.max_body_bytes} bytes (BATCH_MAX_BODY_MB)."
         )
-    body = parse_json(raw)
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
     if body.get("stream") is True:
         raise BadRequest(
             "stream must not be true with background: this API's HTTP transport does not stream; "

@@ -16,7 +16,7 @@ the HTTP API's limit, 504 (its end is still recorded and charged once).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from typing import Any
 
 from batchgw.api import batches
 from batchgw.api.auth import require_role
@@ -30,7 +30,6 @@ from batchgw.domain.principal import Principal
 from batchgw.domain.request import RequestEnd, RequestRecord
 from batchgw.domain.states import UNSTARTED_REQUEST_STATUSES, RequestStatus
 from batchgw.passthrough.answers import Reply, error_reply
-from batchgw.validation.jsonbody import parse_json
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
 TIER = "flex"
@@ -48,30 +47,15 @@ UNAVAILABLE = (
 )
 
 
-def wants_flex(raw: bytes) -> bool:
-    """Whether a body asks for the flex tier (a body that is not JSON does not)."""
-    try:
-        body = parse_json(raw)
-    except BadRequest:
-        return False
-    return isinstance(body, dict) and body.get("service_tier") == TIER
+def wants_flex(endpoint: str, body: dict[str, Any]) -> bool:
+    """Whether a request to ``endpoint`` asks for the flex tier."""
+    return endpoint in ENDPOINTS and body.get("service_tier") == TIER
 
 
-def serve(
-    deps: Deps,
-    principal: Principal,
-    endpoint: str,
-    raw: bytes,
-    *,
-    monotonic: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Reply:
-    """Run one flex request and answer it (``ApiError`` when it is refused before it is
-    stored)."""
+def serve(deps: Deps, principal: Principal, endpoint: str, body: dict[str, Any]) -> Reply:
+    """Run one flex request (``body``) and answer it (``ApiError`` when it is refused before
+    it is stored)."""
     require_role(deps, principal, "run flex requests")
-    body = parse_json(raw)
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
     if body.get("stream") is True:
         raise BadRequest(
             "stream: true is not supported: this gateway answers a request whole.",
@@ -80,7 +64,7 @@ def serve(
         )
     asked = {k: v for k, v in body.items() if k != "service_tier"}
     opening = one_request(deps, principal, endpoint, CUSTOM_ID, asked)
-    started = monotonic()
+    started = time.monotonic()
     made = batches.open_batch(deps, principal, batches.Creating(new_id(FLEX_PREFIX, deps.clock())), opening)
     flex_id = str(made["id"])
     give_up_at = started + deps.settings.batch_flex_wait_seconds
@@ -90,7 +74,7 @@ def serve(
         request = deps.requests.get(flex_id, 0)
         if request is not None and request.status.is_terminal:
             return _answer(deps, endpoint, request)
-        now = monotonic()
+        now = time.monotonic()
         if (
             not gave_up
             and now >= give_up_at
@@ -106,7 +90,7 @@ def serve(
                 "The flex request is still running past this API's time limit; it will not be answered.",
                 code="flex_timeout",
             )
-        sleep(pause)
+        time.sleep(pause)
         pause = min(pause * 1.5, READ_SECONDS)
 
 
