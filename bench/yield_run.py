@@ -409,7 +409,7 @@ def read_answer_to_next_call(runs: Iterable[Run], log_dir: Path) -> None:
 
 
 def summary(runs: dict[str, Run], cycles: Cycles, capacity: int) -> dict[str, Any]:
-    window = batch_window(runs["yield"], cycles)
+    window = batch_window(runs["yield" if "yield" in runs else next(m for m in runs if m != "alone")], cycles)
     alone = latencies(runs["alone"], window)
     alone["at_model"] = runs["alone"].at_model
     out: dict[str, Any] = {"window_seconds": [round(window[0], 1), round(window[1], 1)], "alone": alone}
@@ -462,7 +462,9 @@ def chart(runs: dict[str, Run], cycles: Cycles, path: Path) -> None:
     for cycle in range(cycles.cycles):
         start = cycle * (cycles.burst_seconds + cycles.quiet_seconds)
         axis.axvspan(start, start + cycles.burst_seconds, color="orange", alpha=0.15, lw=0)
-    for mode, style in (("yield", "-"), ("no_yield", "--")):
+    for mode, style in (("yield", "-"), ("no_yield", "--"), ("flex", ":")):
+        if mode not in runs:
+            continue
         samples = runs[mode].samples
         axis.step(
             [s.offset for s in samples], [s.completed for s in samples], style, where="post", label=mode
@@ -539,10 +541,21 @@ def main(argv: list[str] | None = None) -> int:
         default=0.5,
         help="flex requests a second in the quiet phases of a fourth run (0: no flex run)",
     )
+    parser.add_argument(
+        "--runs",
+        default="",
+        help="only these runs, comma-separated (alone and one more at least), to diagnose",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.environments < MIN_ENVIRONMENTS:
         parser.error(f"--environments must be at least {MIN_ENVIRONMENTS}")
+    modes = ("alone", "yield", "no_yield", *(("flex",) if args.flex_rps > 0 else ()))
+    if args.runs:
+        asked = args.runs.split(",")
+        if "alone" not in asked or len(asked) < 2 or not set(asked) <= set(modes):
+            parser.error(f"--runs: alone and at least one of {', '.join(modes[1:])}")
+        modes = tuple(m for m in modes if m in asked)
     cycles = Cycles(args.burst_rps, args.burst_seconds, args.quiet_rps, args.quiet_seconds, args.cycles)
     shape = {
         **asdict(cycles),
@@ -559,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as stack:
         environments = stack.worker_environments
         warm_up(stack, cycles, args)
-        for mode in ("alone", "yield", "no_yield", *(("flex",) if args.flex_rps > 0 else ())):
+        for mode in modes:
             print(f"  {mode}: {cycles.seconds:.0f} s of interactive load...", flush=True)
             runs[mode] = one_run(stack, mode, cycles, args)
         assert stack.log_dir is not None  # yield_stack gives it one
@@ -576,9 +589,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     figures["samples"] = str(samples_path)
     print(json.dumps(figures, indent=2))
-    ratio = figures["yield"]["p99_ratio_at_model"]
-    end_to_end = figures["yield"]["p99_ratio"]
-    utilization = figures["yield"]["idle_utilization"]
+    yielding = figures.get("yield", {})  # absent in a diagnosis without it (--runs)
+    ratio = yielding.get("p99_ratio_at_model")
+    end_to_end = yielding.get("p99_ratio")
+    utilization = yielding.get("idle_utilization")
     print(f"interactive p99 at the model, batch yielding / alone: {ratio} (goal <= {P99_RATIO_GOAL})")
     print(f"interactive p99 end to end ({args.via}), batch yielding / alone: {end_to_end}")
     print(f"batch's use of idle capacity in quiet phases: {utilization} (goal >= {IDLE_UTILIZATION_GOAL})")
@@ -592,8 +606,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{line['flex_refused']} refused); interactive p99 at the model with flex running / alone: "
             f"{flex['p99_ratio_at_model']} (goal <= {P99_RATIO_GOAL})"
         )
-    if figures["yield"]["scheduling_calls"]:
-        print_rates(figures["yield"]["scheduling_calls"], environments)
+    if yielding.get("scheduling_calls"):
+        print_rates(yielding["scheduling_calls"], environments)
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     result.update(
         {
