@@ -171,6 +171,18 @@ class Observability(Construct):
                 [_per_model("SlotsInUse", "Maximum"), _per_model("ModelWaitingForCapacity", "Maximum")],
             ),
         )
+        # Background responses and flex requests are batches of one request: the worker writes
+        # their attempts per source too (``source``: batch, background or flex), across models.
+        dashboard.add_widgets(
+            _graph(
+                "Requests started and retried per source (batch, background, flex)",
+                [_per_source(name, "Sum") for name in ("RequestsStarted", "RequestsRetried")],
+            ),
+            _graph(
+                "Queue wait per source (p50, p99)",
+                [_per_source("QueueWait", stat) for stat in ("p50", "p99")],
+            ),
+        )
         dashboard.add_widgets(
             _graph(
                 "Batches by final status",
@@ -245,5 +257,16 @@ def _per_model(name: str, statistic: str) -> cloudwatch.MathExpression:
         expression=f"SEARCH('{{{NAMESPACE},model,service}} MetricName=\"{name}\"', "
         f"'{statistic}', {int(PERIOD.to_seconds())})",
         label="",
+        period=PERIOD,
+    )
+
+
+def _per_source(name: str, statistic: str) -> cloudwatch.MathExpression:
+    """One line per source (batch, background, flex) of a metric the worker writes per source
+    across models, labelled with the metric, the statistic and the source."""
+    return cloudwatch.MathExpression(
+        expression=f"SEARCH('{{{NAMESPACE},service,source}} MetricName=\"{name}\"', "
+        f"'{statistic}', {int(PERIOD.to_seconds())})",
+        label=f"{name} {statistic} ${{PROP('Dim.source')}}",
         period=PERIOD,
     )

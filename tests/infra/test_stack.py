@@ -611,6 +611,23 @@ def test_dashboard_shows_api_worker_queues_and_workflow(synth: Synth) -> None:
         assert metric in body
 
 
+def test_dashboard_shows_requests_started_per_source_beside_the_per_model_graphs(synth: Synth) -> None:
+    """Background and flex requests are told from batch requests: a graph searches the
+    series the worker writes with only a ``source`` dimension; the per-model graph stays."""
+    (dashboard,) = synth.template.find_resources("AWS::CloudWatch::Dashboard").values()
+    _, parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"]
+    body = json.loads("".join(p if isinstance(p, str) else "x" for p in parts))  # an ARN: left out
+    searches = {
+        w["properties"].get("title"): [m[0].get("expression") for m in w["properties"].get("metrics", [])]
+        for w in body["widgets"]
+        if w["type"] == "metric" and isinstance(w["properties"]["metrics"][0][0], dict)  # expressions
+    }
+    per_source = searches["Requests started and retried per source (batch, background, flex)"]
+    assert """SEARCH('{batchgw,service,source} MetricName="RequestsStarted"', 'Sum', 300)""" in per_source
+    per_model = searches["Batch requests by outcome (per model)"]
+    assert """SEARCH('{batchgw,model,service} MetricName="RequestsStarted"', 'Sum', 300)""" in per_model
+
+
 # --- the template as a whole -----------------------------------------------------------
 
 

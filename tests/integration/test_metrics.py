@@ -4,6 +4,7 @@ simulator): successes, failures, a retry, and requests a cancel swept before the
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from batchgw import observability
 from batchgw.api import batches
+from batchgw.deferred import background as deferred_background
 from batchgw.deps import Deps
 from batchgw.domain.chains import ChainMessage, RequestMessage, decode
 from batchgw.domain.principal import Principal
@@ -83,8 +85,9 @@ def test_the_metrics_of_one_batch_add_up_to_its_request_counts(
     assert summed[("RequestsStarted", "sim-chat")] == sim.stats()["models"]["sim-chat"]["requests"] == 6
     assert summed[("RequestsRetried", "sim-chat")] == 1
     assert summed[("BatchesEnded", "cancelled")] == 1
-    latencies = [d["UpstreamLatency"] for d in documents if "UpstreamLatency" in d]
-    assert sum(len(v) if isinstance(v, list) else 1 for v in latencies) == 6
+    for dimension in ("model", "source"):  # per model, and once more per source (all batch)
+        latencies = [d["UpstreamLatency"] for d in documents if "UpstreamLatency" in d and dimension in d]
+        assert sum(len(v) if isinstance(v, list) else 1 for v in latencies) == 6
     assert emitted and all(line.startswith('{"_aws"') for line in emitted)  # EMF, one line each
 
 
@@ -158,3 +161,60 @@ def test_a_chain_measures_the_time_its_slot_sits_idle_from_each_answer_to_its_ne
     asyncio.run(run_message(deps, message, owner="w", deadline=clock() + 900))
     idle = [v for d in buffer.flush() if "AnswerToNextCall" in d for v in d["AnswerToNextCall"]]
     assert idle == pytest.approx([40.0] * 3)
+
+
+def test_a_background_responses_attempt_is_measured_under_source_background_and_a_batchs_under_batch(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside the per-model series (unchanged: the alarms and the dashboard read them), an
+    attempt writes its started, latency, queue wait and retry once more with only a ``source``
+    dimension, so a background response's calls are told from a batch's in CloudWatch."""
+    buffer = MetricsBuffer(emit=lambda _: None)
+    monkeypatch.setattr("batchgw.run.attempt.metrics", buffer)
+    deps = make_deps(sim, FakeClock(), BATCH_RETRY_BASE_SECONDS="600", BATCH_RETRY_MAX_SECONDS="600")
+    body = {"model": "sim-chat", "input": "[[sim status=503 fail=1]] in the background", "background": True}
+    response = deferred_background.create(deps, ALICE, json.dumps(body).encode(), body)
+    batch = batches.create_batch(deps, ALICE, body_of([chat_request("r-0", "a"), chat_request("r-1", "b")]))
+    for made in (response["id"], batch["id"]):
+        lifecycle.prepare(deps, made)
+    receive_all(deps)
+    run(deps, RequestMessage(response["id"], 0))  # a 503: retried later
+    for index in range(2):
+        run(deps, RequestMessage(batch["id"], index))
+    documents = buffer.flush()
+
+    def series(**dimensions: str) -> dict[str, float]:
+        """Each metric's count of values (a count's sum) in the documents of exactly these
+        dimensions (besides ``service``)."""
+        found: Counter[str] = Counter()
+        for document in documents:
+            (directive,) = document["_aws"]["CloudWatchMetrics"]
+            names = set(directive["Dimensions"][0]) - {"service"}
+            if names != set(dimensions) or any(document[k] != v for k, v in dimensions.items()):
+                continue
+            for name in ("RequestsStarted", "RequestsRetried"):
+                found[name] += sum(document.get(name, []))
+            for name in ("UpstreamLatency", "QueueWait"):
+                found[name] += len(document.get(name, []))
+        return dict(found)
+
+    assert series(source="background") == {
+        "RequestsStarted": 1,
+        "RequestsRetried": 1,
+        "UpstreamLatency": 1,
+        "QueueWait": 1,
+    }
+    assert series(source="batch") == {
+        "RequestsStarted": 2,
+        "RequestsRetried": 0,
+        "UpstreamLatency": 2,
+        "QueueWait": 2,
+    }
+    assert series(source="flex") == {}
+    # The per-model series counts them all, as it did before.
+    assert series(model="sim-chat") == {
+        "RequestsStarted": 3,
+        "RequestsRetried": 1,
+        "UpstreamLatency": 3,
+        "QueueWait": 3,
+    }

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 from batchgw.domain import background
-from batchgw.domain.batch import BatchRecord, created_bound, created_key, is_response
+from batchgw.domain.batch import BatchRecord, created_bound, created_key, is_response, work_source
 from batchgw.domain.request import RequestRecord
 from batchgw.domain.states import BatchStatus, RequestStatus
 
@@ -93,3 +93,9 @@ def test_a_responses_owner_index_keys_sort_after_every_batchs() -> None:
     batch_key, response_key = created_key(1_800_000_000_000, "batch_1"), created_key(1, "resp_1")
     assert batch_key < ":" < response_key  # a batch list ends at ":", a response list starts at "r"
     assert created_bound(5, responses=True) == "r000000000005000#"
+
+
+def test_the_source_a_batch_of_requests_is_measured_under_follows_its_id() -> None:
+    assert work_source("batch_1") == "batch"
+    assert work_source("resp_1") == "background"
+    assert work_source("flex_1") == "flex"

@@ -34,7 +34,9 @@ logger = Logger(service=SERVICE)
 # The metrics, with the unit each is written in. Per model: requests started (an upstream
 # call), ended succeeded / failed / cancelled (failed includes expired), retried; upstream
 # latency; the time from a chain's answer to its next call (its slot idle meanwhile); queue
-# wait (created to first attempt); slots in use. Per final status: batches.
+# wait (created to first attempt); slots in use. Started, latency, queue wait and retried are
+# also written per source across models (``source``: batch, background or flex). Per final
+# status: batches.
 # Per model, the interactive path's requests and their latency.
 COUNT, MS, SECONDS = MetricUnit.Count, MetricUnit.Milliseconds, MetricUnit.Seconds
 UNITS: dict[str, MetricUnit] = {

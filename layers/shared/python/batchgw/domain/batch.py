@@ -75,6 +75,15 @@ def is_flex(record_id: str) -> bool:
     return record_id.startswith(FLEX_PREFIX)
 
 
+# Where a batch of requests came from, as metrics and the request log tell them apart.
+WorkSource = Literal["batch", "background", "flex"]
+
+
+def work_source(record_id: str) -> WorkSource:
+    """What ``record_id`` names: a batch, a background response or a flex request."""
+    return "background" if is_response(record_id) else "flex" if is_flex(record_id) else "batch"
+
+
 def created_key(created_ms: int, record_id: str) -> str:
     """Sort key of the owner indexes (milliseconds, so read backwards it is newest first)."""
     deferred = is_response(record_id) or is_flex(record_id)

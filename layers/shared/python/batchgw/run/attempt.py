@@ -17,7 +17,7 @@ from batchgw.config.catalog import Price
 from batchgw.deps import Deps
 from batchgw.domain.adaptive import signal_of
 from batchgw.domain.attempts import AttemptEntry
-from batchgw.domain.batch import BatchRecord, Tally
+from batchgw.domain.batch import BatchRecord, Tally, work_source
 from batchgw.domain.decisions import (
     MAX_LOST_ATTEMPTS,
     End,
@@ -202,15 +202,17 @@ def _measure(
 ) -> None:
     """The metrics of one attempt: started (when a call was made here, not on a provider's
     batch service), its latency, the first attempt's wait since the batch was created, and
-    a retry."""
-    model = held.model
-    if outcome.route is not None and called:
-        metrics.count("RequestsStarted", model=model)
-        metrics.value("UpstreamLatency", max(0.0, (now - started) * 1000), model=model)
-        if held.attempts == 1:
-            metrics.value("QueueWait", max(0.0, started - batch.created_at), model=model)
-    if isinstance(decision, Retry):
-        metrics.count("RequestsRetried", model=model)
+    a retry. Each is written twice: per model (what the alarms and the dashboard's model
+    graphs read), and per source across models (``batch``, ``background`` or ``flex``:
+    ``domain.batch.work_source``), so deferred single requests show beside batch requests."""
+    for dimensions in ({"model": held.model}, {"source": work_source(batch.id)}):
+        if outcome.route is not None and called:
+            metrics.count("RequestsStarted", **dimensions)
+            metrics.value("UpstreamLatency", max(0.0, (now - started) * 1000), **dimensions)
+            if held.attempts == 1:
+                metrics.value("QueueWait", max(0.0, started - batch.created_at), **dimensions)
+        if isinstance(decision, Retry):
+            metrics.count("RequestsRetried", **dimensions)
 
 
 def _log_entry(
