@@ -1,5 +1,6 @@
 """The primary spec's rules where the gateway once differed from it, one test per rule,
-through the public interface (HTTP and the SDKs) on the local stack."""
+through the public interface (HTTP and the SDKs) on the local stack; and issue 57's window of
+a background response, on the stack with one batch slot that rules 1 and 9 use."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from openai import OpenAI
 
 from local.run import LocalStack
-from tests.e2e.conftest import STACK_ENV, Api, chat, root, stack_for
+from tests.e2e.conftest import STACK_ENV, Account, Api, chat, root, stack_for
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -135,8 +136,10 @@ def test_rule_10_an_answer_with_nan_or_a_lone_surrogate_fails_as_upstream_error_
     assert json.loads(output.text.splitlines()[0])["error"]["code"] == "upstream_error"
 
 
-# Rules 1 and 9 need a slow model and a short window of their own.
+# Rules 1 and 9 need a slow model and a short window of their own; so does a background
+# response that cannot start before its window closes (the model's one slot held).
 WINDOW = 4
+BACKGROUND_WINDOW = 4
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +150,7 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "BATCH_COMPLETION_WINDOW_HOURS": str(WINDOW / 3600),
         "BATCH_MAX_QUEUED_REQUESTS_PER_USER": "5",
         "BATCH_UPSTREAM_TIMEOUT_SECONDS": "40",  # a request may outlast the window
+        "BATCH_BACKGROUND_WINDOW_SECONDS": str(BACKGROUND_WINDOW),
     }
     with stack_for(tmp_path_factory, "rules", env) as running:
         yield running
@@ -206,6 +210,51 @@ def test_rule_9_a_cancel_after_the_window_closed_ends_cancelled(slow: LocalStack
     assert cancelled["status"] in ("cancelling", "cancelled"), cancelled["status"]
     done = api.wait_final(batch["id"], timeout=60)
     assert done["status"] == "cancelled" and done["cancelled_at"] is not None
+
+
+# A background response's window (issue 57): past it, one that could not run ends incomplete.
+def test_a_background_response_whose_window_closes_before_it_can_start_ends_incomplete_uncharged(
+    slow: LocalStack,
+) -> None:
+    alice = Api(slow, "sk-local-alice")
+    # A batch holds sim-chat's one batch slot far longer than the response's window.
+    hold = alice.create([chat("hold", "hold [[sim latency_ms=30000]]")]).json()["id"]
+    wait_for(
+        lambda: alice.results(hold)[0]["status"] == "in_progress", timeout=40, what="the slot to be held"
+    )
+    try:
+        user = Account(slow)
+        key = str(user.api.http.headers["Authorization"]).removeprefix("Bearer ")
+        client = OpenAI(base_url=slow.api_url, api_key=key, max_retries=0)
+        created = client.responses.create(model="sim-chat", input="never runs", background=True)
+        assert created.status == "queued"
+        done = wait_for(
+            lambda: (
+                (r := client.responses.retrieve(created.id)).status not in ("queued", "in_progress") and r
+            ),
+            timeout=BACKGROUND_WINDOW + 30,  # the window, then a reconcile (every 3 s), on a loaded machine
+            interval=0.2,
+            what=f"{created.id} to end",
+        )
+        assert time.time() >= created.created_at + BACKGROUND_WINDOW
+    finally:
+        alice.http.post(f"/batches/{hold}/cancel")
+    assert done.status == "incomplete" and done.id == created.id and done.background is True
+    assert done.incomplete_details is not None
+    assert done.incomplete_details.reason == "background_window_expired"
+    assert done.error is not None and done.error.code == "background_window_expired"
+    assert done.output == [] and done.usage is None
+    # Never called, never charged: no call in its request log, nothing spent by its owner.
+    calls = root(slow, "sk-local-admin").get(
+        "/admin/requests", params={"source": "batch", "batch_id": created.id}
+    )
+    assert calls.raise_for_status().json()["data"] == []
+    assert user.api.http.get("/me").raise_for_status().json()["spend_today_usd"] == 0
+    # It stays readable, as it ended, through the SDK and in the caller's list.
+    again = client.responses.retrieve(created.id)
+    assert again.status == "incomplete" and again.incomplete_details == done.incomplete_details
+    listed = user.api.http.get("/responses").raise_for_status().json()["data"]
+    assert [(r["id"], r["status"]) for r in listed] == [(created.id, "incomplete")]
 
 
 # 6. Every request is listed from the first moment.
