@@ -79,6 +79,10 @@ WORKER_ENVIRONMENTS_ENV = "BATCHGW_WORKER_ENVIRONMENTS"
 # 8: each is a Python process (~75 MB resident after a batch, ~0.5 s to import the worker); 8
 # of them, 10 messages an invocation, keep more requests running than moto serves on 2 cores.
 DEFAULT_WORKER_ENVIRONMENTS = 8
+# The worker's environments for the flex queue (``resources.FLEX_QUEUE``, a mapping of its own),
+# at most ``resources.FLEX_MAX_CONCURRENCY``: started when flex requests come, reaped idle.
+FLEX_ENVIRONMENTS_ENV = "BATCHGW_FLEX_ENVIRONMENTS"
+DEFAULT_FLEX_ENVIRONMENTS = 4
 # The interactive function's execution environments (``local.environments``, started by the
 # api adapter): at most this many in the whole stack, shared out among the adapters
 # (``BATCHGW_API_PROCESSES``), each at least one; an environment serves one request at a time.
@@ -345,6 +349,15 @@ def worker_environments(environ: Mapping[str, str]) -> int:
     count = int(environ.get(WORKER_ENVIRONMENTS_ENV) or DEFAULT_WORKER_ENVIRONMENTS)
     if not 1 <= count <= resources.WORKER_MAX_CONCURRENCY:
         raise ValueError(f"{WORKER_ENVIRONMENTS_ENV} must be within 1..{resources.WORKER_MAX_CONCURRENCY}")
+    return count
+
+
+def flex_environments(environ: Mapping[str, str]) -> int:
+    """The worker's environments on the flex queue: ``BATCHGW_FLEX_ENVIRONMENTS`` (default 4),
+    within 1 and the deployed maximum concurrency."""
+    count = int(environ.get(FLEX_ENVIRONMENTS_ENV) or DEFAULT_FLEX_ENVIRONMENTS)
+    if not 1 <= count <= resources.FLEX_MAX_CONCURRENCY:
+        raise ValueError(f"{FLEX_ENVIRONMENTS_ENV} must be within 1..{resources.FLEX_MAX_CONCURRENCY}")
     return count
 
 

@@ -1,6 +1,7 @@
 """The stack's pollers, as the deployed event source mappings: the workers on the work
-queue, and a poller for every other queue whose handler exists, each a ``local.poller``
-process; here is what each one runs (``local.run`` starts them).
+queue, the worker's own on the flex queue, and a poller for every other queue whose handler
+exists, each a ``local.poller`` process; here is what each one runs (``local.run`` starts
+them).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 
 from batchgw.config import resources
 
-from local.env import DEFAULT_WORKER_HANDLER, WORKER_HANDLER_ENV
+from local.env import DEFAULT_WORKER_HANDLER, WORKER_HANDLER_ENV, flex_environments
 
 log = logging.getLogger("local.run")  # the stack's own lines, as they were before this module
 
@@ -22,14 +23,18 @@ QUEUE_HANDLERS_ENV = "BATCHGW_QUEUE_HANDLERS"
 
 
 def queue_handlers(environ: Mapping[str, str]) -> dict[str, str]:
-    """Queue logical id -> handler for every queue but the work queue (the workers' own)."""
+    """Queue logical id -> handler for every queue but the work queue (the workers' own);
+    the flex queue's is the worker's."""
     raw = environ.get(QUEUE_HANDLERS_ENV, "").strip()
     overrides: dict[str, str] = json.loads(raw) if raw else {}
     table = {}
     for queue in resources.QUEUES:
         if queue is resources.WORK_QUEUE:
             continue
-        path = overrides.get(queue.logical_id, f"functions.{queue.logical_id.lower()}.handler.handler")
+        default = f"functions.{queue.logical_id.lower()}.handler.handler"
+        if queue is resources.FLEX_QUEUE:
+            default = environ.get(WORKER_HANDLER_ENV, DEFAULT_WORKER_HANDLER)
+        path = overrides.get(queue.logical_id, default)
         module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
         try:
             found = importlib.util.find_spec(module) is not None
@@ -50,6 +55,9 @@ def event_pollers(env: Mapping[str, str]) -> dict[str, list[str]]:
     for logical_id, path in queue_handlers(env).items():
         spec = next(q for q in resources.QUEUES if q.logical_id == logical_id)
         name = f"poller-{logical_id.lower()}"
+        function = "worker" if spec is resources.FLEX_QUEUE else logical_id.lower()
+        # Events are few: two environments at most (idle long polls are SQS calls too).
+        environments = flex_environments(env) if spec is resources.FLEX_QUEUE else 2
         table[name] = [
             "--queue-url",
             env[spec.env_var],
@@ -58,12 +66,11 @@ def event_pollers(env: Mapping[str, str]) -> dict[str, list[str]]:
             "--name",
             name,
             "--function-name",
-            f"batchgw-{logical_id.lower()}",
+            f"batchgw-{function}",
             "--batch-size",
             str(spec.batch_size),
-            # Events are few: two environments at most (idle long polls are SQS calls too).
             "--environments",
-            "2",
+            str(environments),
         ]
     return table
 

@@ -37,6 +37,7 @@ async def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> No
         owner=owner,
         deadline=deadline,
         receipt=record.receipt_handle,
+        source=record.event_source_arn,
     )
 
 

@@ -220,6 +220,15 @@ class Functions(Construct):
                 max_concurrency=WORKER_MAX_CONCURRENCY,
             )
         )
+        # Flex requests' work, one message an invocation in environments of its own.
+        self.worker.add_event_source(
+            event_sources.SqsEventSource(
+                queues.flex,
+                batch_size=resources.FLEX_QUEUE.batch_size,
+                report_batch_item_failures=True,
+                max_concurrency=resources.FLEX_MAX_CONCURRENCY,
+            )
+        )
         self.webhooks.add_event_source(
             event_sources.SqsEventSource(
                 queues.webhooks,
@@ -277,8 +286,10 @@ class Functions(Construct):
         workflow.grant_start_execution(self.interactive)
         for function in (self.worker, self.lifecycle):
             queues.work.grant_send_messages(function)
+            queues.flex.grant_send_messages(function)
         # The worker delays work it cannot run yet (retry backoff, a full model).
         queues.work.grant(self.worker, "sqs:ChangeMessageVisibility")
+        queues.flex.grant(self.worker, "sqs:ChangeMessageVisibility")
         # The api seals a new webhook secret; only the function that signs deliveries opens one.
         storage.webhook_key.grant(self.api, "kms:Encrypt")
         storage.webhook_key.grant(self.webhooks, "kms:Decrypt")

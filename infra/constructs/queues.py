@@ -45,6 +45,10 @@ class Queues(Construct):
         return self.queues[resources.WORK_QUEUE.logical_id]
 
     @property
+    def flex(self) -> sqs.Queue:
+        return self.queues[resources.FLEX_QUEUE.logical_id]
+
+    @property
     def webhooks(self) -> sqs.Queue:
         return self.queues[resources.WEBHOOK_QUEUE.logical_id]
 

@@ -229,6 +229,7 @@ def test_queue_visibility_is_at_least_six_timeouts_of_the_function_it_feeds(
     worker_timeout = synth.props(functions["worker"])["Timeout"]
     assert worker_timeout == WORKER_TIMEOUT_SECONDS == 900
     assert synth.props(synth.stack.queues.work)["VisibilityTimeout"] >= 6 * worker_timeout
+    assert synth.props(synth.stack.queues.flex)["VisibilityTimeout"] >= 6 * worker_timeout
     webhook_timeout = synth.props(synth.stack.functions.webhooks)["Timeout"]
     assert synth.props(synth.stack.queues.webhooks)["VisibilityTimeout"] >= 4 * webhook_timeout
 
@@ -255,20 +256,23 @@ def test_queues_and_dead_letter_queues_are_encrypted(synth: Synth) -> None:
         assert queue["Properties"].get("SqsManagedSseEnabled") or queue["Properties"].get("KmsMasterKeyId")
 
 
-def test_worker_consumes_the_work_queue_with_partial_batch_failures(
+def test_worker_consumes_the_work_queue_and_the_flex_queue_each_with_its_own_concurrency(
     synth: Synth, functions: dict[str, Any]
 ) -> None:
-    mappings = [
-        m
+    mappings = {
+        m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: m["Properties"]
         for m in synth.template.find_resources("AWS::Lambda::EventSourceMapping").values()
         if m["Properties"]["FunctionName"] == {"Ref": synth.id(functions["worker"])}
-    ]
-    assert len(mappings) == 1
-    props = mappings[0]["Properties"]
-    assert props["EventSourceArn"] == {"Fn::GetAtt": [synth.id(synth.stack.queues.work), "Arn"]}
-    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert props["BatchSize"] == 10
-    assert props["ScalingConfig"]["MaximumConcurrency"] >= 2
+    }
+    work, flex = synth.id(synth.stack.queues.work), synth.id(synth.stack.queues.flex)
+    assert set(mappings) == {work, flex}
+    assert mappings[work]["BatchSize"] == 10
+    assert mappings[work]["ScalingConfig"]["MaximumConcurrency"] == resources.WORKER_MAX_CONCURRENCY
+    # A flex request's message is an invocation of its own, in environments batch chains never hold.
+    assert mappings[flex]["BatchSize"] == 1
+    assert mappings[flex]["ScalingConfig"]["MaximumConcurrency"] == resources.FLEX_MAX_CONCURRENCY
+    for props in mappings.values():
+        assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
 # --- functions and layers --------------------------------------------------------------

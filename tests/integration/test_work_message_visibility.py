@@ -54,9 +54,9 @@ def test_an_invocations_messages_stay_invisible_while_their_chains_run_held_in_o
     held: list[int] = []
     hold_many = deps.queue.hold_many
 
-    def counting(receipts: Sequence[str], seconds: float) -> list[str]:
+    def counting(receipts: Sequence[str], seconds: float, source: str | None = None) -> list[str]:
         held.append(len(receipts))
-        return hold_many(receipts, seconds)
+        return hold_many(receipts, seconds, source)
 
     deps.queue.hold_many = counting  # type: ignore[method-assign]
 

@@ -215,7 +215,7 @@ class Deps:
     def queue(self) -> WorkQueue:
         from batchgw.storage.queue import WorkQueue
 
-        return WorkQueue(self._lazy("sqs"), self._base.work_queue_url)
+        return WorkQueue(self._lazy("sqs"), self._base.work_queue_url, self._base.flex_queue_url)
 
     @cached_property
     def events(self) -> EventQueue:

@@ -116,6 +116,17 @@ WORK_QUEUE = QueueSpec(logical_id="Work", env_var="BATCHGW_WORK_QUEUE_URL", max_
 # this bounds the whole gateway. The CDK stack and the local stack's pollers both read it.
 WORKER_MAX_CONCURRENCY = 50
 
+# Flex: the work messages of flex requests (``service_tier: "flex"``, ids ``flex_…``), whose
+# callers wait on the line. The worker takes them through an event source mapping of their
+# own, one message an invocation, so a flex request never waits for an environment behind
+# the invocations batch chains hold (waiting in place for room, running beside their splits).
+FLEX_QUEUE = QueueSpec(
+    logical_id="Flex", env_var="BATCHGW_FLEX_QUEUE_URL", max_receive_count=10, batch_size=1
+)
+# Worker invocations in flight at once on the flex queue: flex requests waiting for a batch
+# slot or running, at once, beside the work queue's WORKER_MAX_CONCURRENCY.
+FLEX_MAX_CONCURRENCY = 20
+
 # Webhooks: batch events (FIFO, one message group per user: one user's events go out one
 # at a time, in order). A delivery waits by keeping its message invisible, so a message is
 # received once per attempt and once per suspension of its endpoint: the DLQ takes it only
@@ -129,7 +140,7 @@ WEBHOOK_QUEUE = QueueSpec(
     batch_size=1,  # an event that waits holds back only its own user's later ones
 )
 
-QUEUES = (WORK_QUEUE, WEBHOOK_QUEUE)
+QUEUES = (WORK_QUEUE, FLEX_QUEUE, WEBHOOK_QUEUE)
 
 # The data bucket's lifecycle rules (S3 applies them on AWS; the local stack applies the same
 # rules itself): an abandoned upload's parts (``uploads/``) and an abandoned presigned

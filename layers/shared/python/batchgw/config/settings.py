@@ -563,6 +563,8 @@ class Settings(BaseModel):
     files_table: str = Field("batchgw-files", alias="BATCHGW_FILES_TABLE")
     data_bucket: str = Field("batchgw-data", alias="BATCHGW_DATA_BUCKET")
     work_queue_url: str = Field("", alias="BATCHGW_WORK_QUEUE_URL")
+    # Flex requests' work (``resources.FLEX_QUEUE``); empty: they go on the work queue.
+    flex_queue_url: str = Field("", alias="BATCHGW_FLEX_QUEUE_URL")
     state_machine_arn: str = Field("", alias="BATCHGW_STATE_MACHINE_ARN")
     webhook_queue_url: str = Field("", alias="BATCHGW_WEBHOOK_QUEUE_URL")
     webhook_key_id: str = Field("", alias="BATCHGW_WEBHOOK_KEY_ID")  # the KMS key sealing webhook secrets

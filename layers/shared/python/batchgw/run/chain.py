@@ -46,15 +46,22 @@ _running = [0]  # the messages this process runs now (an invocation's, on AWS)
 
 
 async def run_message(
-    deps: Deps, message: WorkMessage, *, owner: str, deadline: float, receipt: str | None = None
+    deps: Deps,
+    message: WorkMessage,
+    *,
+    owner: str,
+    deadline: float,
+    receipt: str | None = None,
+    source: str | None = None,
 ) -> None:
     """Run one message until its chain ends, its time is up, or it must stop.
 
     With the message's ``receipt``, its visibility is kept at one lease and renewed while
-    the chain runs: if this worker dies, the message (and so the chain) comes back after
-    about one lease, not after the queue's long default visibility.
+    the chain runs (through ``source``, the queue it came from): if this worker dies, the
+    message (and so the chain) comes back after about one lease, not after the queue's long
+    default visibility.
     """
-    taken_over = Invisible.of_this_loop(deps).add(receipt) if receipt else asyncio.Event()
+    taken_over = Invisible.of_this_loop(deps).add(receipt, source) if receipt else asyncio.Event()
     _running[0] += 1
     try:
         batch = await io(deps.batches.get_record, message.batch_id)

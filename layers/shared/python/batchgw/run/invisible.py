@@ -26,6 +26,7 @@ class Invisible:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
         self.receipts: dict[str, asyncio.Event] = {}  # each set when its message is taken over
+        self.sources: dict[str, str | None] = {}  # each message's queue (its record's ARN)
         self.task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -36,16 +37,18 @@ class Invisible:
             found = cls._loops[loop] = cls(deps)
         return found
 
-    def add(self, receipt: str) -> asyncio.Event:
-        """Hold the message of ``receipt`` from now on; the event is set if another run took
-        it over (``_keep``)."""
+    def add(self, receipt: str, source: str | None = None) -> asyncio.Event:
+        """Hold the message of ``receipt`` (from the queue ``source``) from now on; the event
+        is set if another run took it over (``_keep``)."""
         taken_over = self.receipts[receipt] = asyncio.Event()
+        self.sources[receipt] = source
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._keep())
         return taken_over
 
     def discard(self, receipt: str) -> None:
         self.receipts.pop(receipt, None)
+        self.sources.pop(receipt, None)
         if not self.receipts and self.task is not None:
             self.task.cancel()  # nothing left to hold: no task outlives the invocation's chains
             self.task = None
@@ -53,11 +56,15 @@ class Invisible:
     async def _keep(self) -> None:
         lease = self.deps.settings.batch_lease_seconds
         while self.receipts:
-            try:
-                lost = await renewal(self.deps.queue.hold_many, list(self.receipts), math.ceil(lease))
-            except Exception:  # tried again next tick: a message held late only comes back early
-                logger.warning("could not extend the messages' visibility", exc_info=True)
-                lost = []
+            lost: list[str] = []
+            by_source: dict[str | None, list[str]] = {}
+            for receipt in self.receipts:
+                by_source.setdefault(self.sources.get(receipt), []).append(receipt)
+            for source, receipts in by_source.items():
+                try:
+                    lost += await renewal(self.deps.queue.hold_many, receipts, math.ceil(lease), source)
+                except Exception:  # tried again next tick: a message held late only comes back early
+                    logger.warning("could not extend the messages' visibility", exc_info=True)
             for receipt in lost:
                 # Only a run that received the message again (its visibility ran out while
                 # this one was held up) deletes it, once that run ended or handed the chain

@@ -1,5 +1,6 @@
-"""SQS: the work queue that carries chain and lone-request messages to the worker, and the
-webhook queue (FIFO, one group per user) that carries batch events to the webhook function."""
+"""SQS: the work queues that carry chain and lone-request messages to the worker (flex
+requests' on a queue of their own, ``resources.FLEX_QUEUE``), and the webhook queue (FIFO,
+one group per user) that carries batch events to the webhook function."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from batchgw.domain.batch import is_flex
 from batchgw.domain.chains import WorkMessage
 from batchgw.domain.errors import StorageError
 from batchgw.domain.webhooks import EventMessage
@@ -73,25 +75,53 @@ _RECEIPT_GONE = frozenset(
 
 
 class WorkQueue(_Queue):
+    """The work queue, and the flex queue beside it: a flex request's messages go on the
+    flex queue (when there is one), every other on the work queue. A received message is
+    held through the queue it came from (``source``: its record's ``eventSourceARN``)."""
+
+    def __init__(self, client: Any, queue_url: str, flex_url: str = "") -> None:
+        super().__init__(client, queue_url)
+        self._flex = _Queue(client, flex_url) if flex_url else None
+
+    def _for(self, message: WorkMessage) -> str:
+        return self._flex._url if self._flex is not None and is_flex(message.batch_id) else self._url
+
+    def _from(self, source: str | None) -> _Queue:
+        """The queue whose name ends the ARN ``source`` (the work queue when none does)."""
+        flex = self._flex
+        if flex is not None and source and source.rpartition(":")[2] == flex._url.rpartition("/")[2]:
+            return flex
+        return self
+
+    def hold_many(self, receipts: Sequence[str], seconds: float, source: str | None = None) -> list[str]:
+        """``_Queue.hold_many`` on the queue the messages came from (``source``)."""
+        return _Queue.hold_many(self._from(source), receipts, seconds)
+
     def send(self, message: WorkMessage, delay_seconds: int = 0) -> None:
         """Send ``message``, visible after ``delay_seconds`` (at most SQS's 15 minutes: a
         longer wait is re-delayed by whoever receives it early)."""
         delay = max(0, min(MAX_DELAY_SECONDS, delay_seconds))
         try:
-            self._sqs.send_message(QueueUrl=self._url, MessageBody=message.encode(), DelaySeconds=delay)
+            self._sqs.send_message(
+                QueueUrl=self._for(message), MessageBody=message.encode(), DelaySeconds=delay
+            )
         except ClientError as exc:
             raise StorageError(f"could not send {message}") from exc
 
     def send_many(self, messages: Sequence[WorkMessage]) -> None:
-        for start in range(0, len(messages), SEND_BATCH_LIMIT):
-            chunk = messages[start : start + SEND_BATCH_LIMIT]
-            entries = [{"Id": str(i), "MessageBody": m.encode()} for i, m in enumerate(chunk)]
-            try:
-                resp = self._sqs.send_message_batch(QueueUrl=self._url, Entries=entries)
-            except ClientError as exc:
-                raise StorageError(f"could not send {len(chunk)} messages") from exc
-            for failed in resp.get("Failed", []):
-                self.send(chunk[int(failed["Id"])])
+        by_queue: dict[str, list[WorkMessage]] = {}
+        for message in messages:
+            by_queue.setdefault(self._for(message), []).append(message)
+        for url, queued in by_queue.items():
+            for start in range(0, len(queued), SEND_BATCH_LIMIT):
+                chunk = queued[start : start + SEND_BATCH_LIMIT]
+                entries = [{"Id": str(i), "MessageBody": m.encode()} for i, m in enumerate(chunk)]
+                try:
+                    resp = self._sqs.send_message_batch(QueueUrl=url, Entries=entries)
+                except ClientError as exc:
+                    raise StorageError(f"could not send {len(chunk)} messages") from exc
+                for failed in resp.get("Failed", []):
+                    self.send(chunk[int(failed["Id"])])
 
 
 class EventQueue(_Queue):
