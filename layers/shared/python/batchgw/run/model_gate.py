@@ -122,18 +122,20 @@ class ModelGate:
         deps, tuning = self.deps, self.deps.tuning
         needed = deps.settings.batch_upstream_timeout_seconds + tuning.segment_margin_seconds
         waited, round_seconds = 0.0, wait  # the first round as long as its note says
+        flex = is_flex(self.batch_id)
         while self.deadline - deps.clock() - needed > round_seconds:
             for _ in range(self.admission.looks(round_seconds)):
                 await asyncio.sleep(tuning.room_look_seconds)
                 if self.taken_over.is_set():
                     return False
                 share = await share_of(deps, model)
-                await slot_map_of(deps, model)  # read again when due
+                # read again when due; a flex request's caller waits: at every look
+                await slot_map_of(deps, model, fresh=flex)
                 if deps.ledger.going(model, share.slots):
                     self.going_for = model
                     return True
             waited += round_seconds
-            next_round = self.admission.in_place_round(wait, waited, share, owed=is_flex(self.batch_id))
+            next_round = self.admission.in_place_round(wait, waited, share, owed=flex)
             if next_round is None:
                 return False
             round_seconds = next_round

@@ -201,11 +201,13 @@ async def share_of(deps: Deps, model: str) -> BatchShare:
     return await io(shares.share, model)
 
 
-async def slot_map_of(deps: Deps, model: str) -> SlotState:
+async def slot_map_of(deps: Deps, model: str, *, fresh: bool = False) -> SlotState:
     """``model``'s slot map as this process sees it (``scheduling.room.SlotLedger``): as last
-    read when that is fresh, else read again off the event loop."""
+    read when that is fresh, else (or when ``fresh`` is asked) read again off the event loop."""
     ledger = deps.ledger
-    return await io(ledger.look, model) if ledger.map_due(model) else ledger.look(model)
+    if fresh or ledger.map_due(model):
+        return await io(ledger.look, model, fresh=True)
+    return ledger.look(model)
 
 
 def read_ahead(deps: Deps, model: str, *, room: bool) -> None:

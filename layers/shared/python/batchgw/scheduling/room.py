@@ -199,10 +199,10 @@ class SlotLedger:
         seen = self._seen.get(model)
         return seen is None or self._clock() - seen[0] >= self._map_every
 
-    def look(self, model: str) -> SlotState:
-        """The model's slot map, as read at most ``board_seconds`` ago. Unreadable: as last
-        seen (nobody waits, if never)."""
-        if self.map_due(model):
+    def look(self, model: str, *, fresh: bool = False) -> SlotState:
+        """The model's slot map, as read at most ``board_seconds`` ago (``fresh``: read now).
+        Unreadable: as last seen (nobody waits, if never)."""
+        if fresh or self.map_due(model):
             try:
                 self.saw(model, self._slots.read(model))
             except StorageError:
