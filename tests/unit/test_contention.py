@@ -114,7 +114,10 @@ def test_a_waiting_flex_request_goes_before_every_batch_whatever_its_share(by_te
     flex = "flex_1"
     # a holds every slot: it lets one go at its next request, though it holds no more than its part
     assert yields("a", 4, {"a": 4}, [flex], on_map, ALICE, holding=True, by_tenant=by_tenant)
-    assert yields("a", 4, {"a": 2, flex: 1}, [flex], on_map, ALICE, holding=True, by_tenant=by_tenant)
+    # ...as many as flex requests wait beyond the free slots, no more
+    assert yields("a", 4, {"a": 3}, [flex, "flex_2"], on_map, ALICE, holding=True, by_tenant=by_tenant)
+    assert not yields("a", 4, {"a": 3}, [flex], on_map, ALICE, holding=True, by_tenant=by_tenant)
+    assert not yields("a", 4, {"a": 2, flex: 1}, [flex], on_map, ALICE, holding=True, by_tenant=by_tenant)
     # a free slot goes to the flex request, not to a batch: only one more than flex waits is a's
     assert yields("a", 4, {"a": 3}, [flex], on_map, ALICE, holding=False, by_tenant=by_tenant)
     assert not yields("a", 4, {"a": 2}, [flex], on_map, ALICE, holding=False, by_tenant=by_tenant)

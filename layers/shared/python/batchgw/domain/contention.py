@@ -129,12 +129,15 @@ def yields(
     (``fairness.gives_way``). Never while no other batch waits.
 
     A flex request (``domain.batch.is_flex``) waiting goes first, either way: a batch's chain
-    lets its slot go at its next request, and takes a free one only if more are free than
-    flex requests wait (running requests are never interrupted)."""
+    lets its slot go at its next request while fewer are free than flex requests wait, and
+    takes a free one only if more are free than that (running requests are never
+    interrupted): as many slots go to flex requests as wait, not every batch chain's that
+    sees one waiting."""
     waits = set(waiting)
     flex_waiting = {batch for batch in waits if is_flex(batch)} - {batch_id}
     if flex_waiting and not is_flex(batch_id):
-        return holding or slots - sum(held.values()) <= len(flex_waiting)
+        free = slots - sum(held.values())
+        return free < len(flex_waiting) if holding else free <= len(flex_waiting)
     if not by_tenant:
         return fairness.gives_way(batch_id, slots, held, waits, holding=holding)
     if not waits - {batch_id}:
