@@ -193,14 +193,19 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 @dataclass(frozen=True)
 class StackProcess:
     pid: int
-    # moto+lifecycle | api | worker (its execution environments) | worker-poller | simulator |
-    # poller:<handler> (the poller and its environments) | other
+    # moto+lifecycle | api | worker (its execution environments) | worker-poller | flex-worker
+    # and flex-poller (the worker on the flex queue) | simulator | poller:<handler> (the poller
+    # and its environments) | other
     role: str
 
 
 def _stat_fields(pid: int) -> list[str]:
     text = Path(f"/proc/{pid}/stat").read_text()
     return text[text.rindex(")") + 2 :].split()  # fields from the 3rd (state) on
+
+
+# The flex queue's poller (``local.pollers.event_pollers`` names each poller after its queue).
+FLEX_POLLER = f"poller-{resources.FLEX_QUEUE.logical_id.lower()}"
 
 
 def _role(argv: list[str]) -> str:
@@ -212,14 +217,20 @@ def _role(argv: list[str]) -> str:
         return "api"
     if module == "local.simulator":
         return "simulator"
+    # the worker on the flex queue (``local.pollers``): its poller and environments apart
+    flex = "--name" in argv and argv[argv.index("--name") + 1] == FLEX_POLLER
     if module == "local.poller":
         handler = argv[argv.index("--handler") + 1] if "--handler" in argv else ""
-        return "worker-poller" if handler.startswith("functions.worker.") else f"poller:{handler}"
+        if handler.startswith("functions.worker."):
+            return "flex-poller" if flex else "worker-poller"
+        return f"poller:{handler}"
     if argv[1:3] == ["-m", "local.environments"]:  # a poller's (or the adapter's) execution environment
         handler = argv[argv.index("--handler") + 1] if "--handler" in argv else ""
         if handler.startswith("functions.interactive."):
             return "interactive"
-        return "worker" if handler.startswith("functions.worker.") else f"poller:{handler}"
+        if handler.startswith("functions.worker."):
+            return "flex-worker" if flex else "worker"
+        return f"poller:{handler}"
     return "other"
 
 
