@@ -69,6 +69,13 @@ def spent(user: Account) -> float:
     return float(user.api.http.get("/me").raise_for_status().json()["spend_today_usd"])
 
 
+def summed(user: Account) -> dict[str, Any]:
+    """The administrators' cost figures for ``user`` (``GET /admin/batch/summary``)."""
+    summary = user.admin.get("/admin/batch/summary", params={"user": user.id}).raise_for_status().json()
+    (row,) = summary["users"]
+    return dict(row)
+
+
 def test_a_background_response_is_queued_then_completed_with_its_output_charged_once_at_the_batch_price(
     stack: LocalStack,
 ) -> None:
@@ -90,6 +97,9 @@ def test_a_background_response_is_queued_then_completed_with_its_output_charged_
     wait_for(lambda: spent(user) >= cost - 1e-12, timeout=30, what="the charge")
     assert spent(user) == pytest.approx(cost, abs=1e-9)
     assert logged_sources(stack, created.id) == ["background"]
+    # ...and it is in the administrators' cost figures beside the user's batches
+    figures = summed(user)
+    assert figures["requests"]["succeeded"] == 1 and figures["cost_usd"] == pytest.approx(cost, abs=1e-9)
 
 
 def test_a_model_that_does_not_serve_responses_is_refused_as_a_batch_refuses_it(stack: LocalStack) -> None:
@@ -240,6 +250,8 @@ def test_a_flex_request_on_each_route_answers_with_service_tier_flex_charged_onc
     wait_for(lambda: spent(user) >= cost - 1e-12, timeout=30, what="the charges")
     assert spent(user) == pytest.approx(cost, abs=1e-9)
     assert client.batches.list().data == []  # nor is a flex request a batch
+    figures = summed(user)  # but each is in the administrators' cost figures
+    assert figures["requests"]["succeeded"] == 3 and figures["cost_usd"] == pytest.approx(cost, abs=1e-9)
 
 
 def test_a_flex_request_refuses_stream_and_an_invalid_body_before_anything_runs(stack: LocalStack) -> None:
